@@ -1,0 +1,1 @@
+"""SMP codec: pure, sans-I/O. Public names are re-exported here."""

@@ -1,0 +1,284 @@
+"""SMP values: commands, responses, errors and transmissions (WIRE.md §4, §6).
+
+Wire tokens become types. Every command and response is a frozen, slotted
+dataclass named after its wire tag; every error the protocol defines is an
+`ErrorType` value. Keys are carried as their X.509 SubjectPublicKeyInfo DER
+(44 bytes for Ed25519 / X25519, WIRE.md §5), never as library key objects, so
+this module stays free of crypto and I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+# --- errors (WIRE.md §6.1) -------------------------------------------------
+
+
+class CmdErr(Enum):
+    UNKNOWN = "UNKNOWN"
+    SYNTAX = "SYNTAX"
+    PROHIBITED = "PROHIBITED"
+    NO_AUTH = "NO_AUTH"
+    HAS_AUTH = "HAS_AUTH"
+    NO_ENTITY = "NO_ENTITY"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorType:
+    """One `ERR` payload.
+
+    `tag` is the wire token (BLOCK, SESSION, CMD, PROXY, AUTH, QUOTA, NO_MSG,
+    LARGE_MSG, INTERNAL, CRYPTO, SERVICE, EXPIRED, STORE, BLOCKED, DUPLICATE_).
+    `arg` holds what follows the tag: a CmdErr for CMD, the text for STORE and
+    BLOCKED, the still-encoded proxy error bytes for PROXY; None otherwise.
+    """
+
+    tag: str
+    arg: CmdErr | str | bytes | None = None
+
+    def __str__(self) -> str:
+        if self.arg is None:
+            return self.tag
+        arg = self.arg.value if isinstance(self.arg, CmdErr) else self.arg
+        if isinstance(arg, bytes):
+            arg = arg.decode("latin-1")
+        return f"{self.tag} {arg}"
+
+
+BLOCK = ErrorType("BLOCK")
+SESSION = ErrorType("SESSION")
+AUTH = ErrorType("AUTH")
+QUOTA = ErrorType("QUOTA")
+NO_MSG = ErrorType("NO_MSG")
+LARGE_MSG = ErrorType("LARGE_MSG")
+INTERNAL = ErrorType("INTERNAL")
+CRYPTO = ErrorType("CRYPTO")
+SERVICE = ErrorType("SERVICE")
+EXPIRED = ErrorType("EXPIRED")
+CMD_UNKNOWN = ErrorType("CMD", CmdErr.UNKNOWN)
+CMD_SYNTAX = ErrorType("CMD", CmdErr.SYNTAX)
+CMD_PROHIBITED = ErrorType("CMD", CmdErr.PROHIBITED)
+CMD_NO_AUTH = ErrorType("CMD", CmdErr.NO_AUTH)
+CMD_HAS_AUTH = ErrorType("CMD", CmdErr.HAS_AUTH)
+CMD_NO_ENTITY = ErrorType("CMD", CmdErr.NO_ENTITY)
+# What the reference router answers to proxy commands when it does not proxy.
+PROXY_BASIC_AUTH = ErrorType("PROXY", b"BASIC_AUTH")
+PROXY_NO_SESSION = ErrorType("PROXY", b"NO_SESSION")
+
+
+def store_error(text: str) -> ErrorType:
+    return ErrorType("STORE", text)
+
+
+class ProtocolError(Exception):
+    """Raised inside the codec when bytes do not parse; carries the ERR to answer."""
+
+    def __init__(self, error: ErrorType, detail: str = "") -> None:
+        super().__init__(f"{error}{': ' + detail if detail else ''}")
+        self.error = error
+
+
+# --- client commands (WIRE.md §6) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PING:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class NEW:
+    rcv_auth_key: bytes  # SPKI DER: Ed25519, Ed448 or X25519
+    rcv_dh_key: bytes  # SPKI DER, X25519
+    basic_auth: bytes | None  # the queue-creation password, if sent
+    subscribe: bool  # subMode 'S' (True) or 'C'
+    snd_secure: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SUB:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class KEY:
+    sender_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SKEY:
+    sender_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SEND:
+    flags: bytes  # b"T" / b"F", possibly followed by reserved non-space bytes
+    body: bytes
+
+    @property
+    def notify(self) -> bool:
+        return self.flags[:1] == b"T"
+
+
+@dataclass(frozen=True, slots=True)
+class ACK:
+    msg_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GET:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class OFF:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DEL:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class QUE:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class NKEY:
+    notifier_key: bytes
+    rcv_ntf_dh_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NDEL:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class NSUB:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SUBS:
+    """Subscribe every queue associated with the connection's service (WIRE.md §11, §14.5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NSUBS:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class PRXY:
+    """Proxy commands are out of scope at v9; kept so the router can answer them."""
+
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PFWD:
+    raw: bytes
+
+
+Command = (
+    PING | NEW | SUB | KEY | SKEY | SEND | ACK | GET | OFF | DEL | QUE
+    | NKEY | NDEL | NSUB | SUBS | NSUBS | PRXY | PFWD
+)
+
+# --- router responses and pushes --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IDS:
+    rcv_id: bytes
+    snd_id: bytes
+    srv_dh_key: bytes  # SPKI DER, X25519
+    snd_secure: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MSG:
+    msg_id: bytes
+    enc_body: bytes  # crypto_box output, 16122 bytes (WIRE.md §7)
+
+
+@dataclass(frozen=True, slots=True)
+class NID:
+    notifier_id: bytes
+    srv_ntf_dh_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NMSG:
+    nonce: bytes  # 24 bytes
+    enc_meta: bytes  # 144 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class END:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DELD:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class OK:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class PONG:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class INFO:
+    json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ERR:
+    error: ErrorType
+
+
+@dataclass(frozen=True, slots=True)
+class SOKS:
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ENDS:
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ALLS:
+    pass
+
+
+Response = (
+    IDS | MSG | NID | NMSG | END | DELD | OK | PONG | INFO | ERR | SOKS | ENDS | ALLS
+)
+
+# --- transmissions (WIRE.md §4) ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transmission:
+    """One transmission as it sits on the wire, command still encoded.
+
+    Keeping `command` as bytes lets the router verify the signature over the
+    exact bytes received before it decodes anything.
+    """
+
+    authorization: bytes
+    corr_id: bytes
+    entity_id: bytes
+    command: bytes

@@ -1,0 +1,136 @@
+"""The two store interfaces: queue records and undelivered messages.
+
+Every backend (memory, journal files, SQLite) implements one or both of these
+`typing.Protocol`s and passes the same contract suite (tests/store). Store
+operations report the protocol's errors as `ErrorType` values, which the
+router sends back unchanged as `ERR ...`; exceptions mean bugs or I/O failure.
+
+All methods are async so that backends which do I/O (SQLite on a worker
+thread, journal group commit) and the in-memory one share one interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from router.protocol.types import ErrorType
+
+DUPLICATE = ErrorType("DUPLICATE_")  # an id collision; the router retries with fresh ids
+
+
+class Party(Enum):
+    RECIPIENT = "r"
+    SENDER = "s"
+    NOTIFIER = "n"
+
+
+class QueueStatus(Enum):
+    ACTIVE = "active"
+    OFF = "off"  # suspended by the recipient: SEND is refused, everything else works
+
+
+@dataclass(frozen=True, slots=True)
+class NotifierCreds:
+    notifier_id: bytes
+    notifier_key: bytes  # SPKI DER
+    rcv_ntf_dh_secret: bytes  # 32 raw bytes, X25519(srvNtfPriv, rcvNtfDhKey)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    recipient_id: bytes
+    sender_id: bytes
+    recipient_key: bytes  # SPKI DER
+    rcv_dh_secret: bytes  # 32 raw bytes, X25519(srvPriv, rcvDhKey) (WIRE.md §7)
+    sender_key: bytes | None
+    snd_secure: bool
+    status: QueueStatus = QueueStatus.ACTIVE
+    notifier: NotifierCreds | None = None
+    rcv_service_id: bytes | None = None  # service whose SUBS covers this queue
+    ntf_service_id: bytes | None = None  # service whose NSUBS covers its notifier
+    updated_at: int = 0  # Unix seconds of the last change, for activity statistics
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    msg_id: bytes  # 24 bytes
+    ts: int  # Unix seconds when the router accepted the SEND
+    flags: bytes  # as sent; b"" for the quota marker
+    body: bytes  # as sent; b"" for the quota marker
+    quota: bool = False  # the QUOTA marker (WIRE.md §9)
+
+
+class WriteResult(Enum):
+    STORED_INTO_EMPTY = "stored-into-empty"  # a delivery trigger (WIRE.md §9)
+    STORED = "stored"
+    QUOTA_EXCEEDED = "quota-exceeded"  # refused; the marker is now at the tail
+
+
+class QueueStore(Protocol):
+    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
+        """Store a new queue; DUPLICATE if any of its ids is taken."""
+
+    async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        """Look a queue up by the id of one party (recipient, sender or notifier)."""
+
+    async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
+        """Set the sender key once; the same key again is fine, another is AUTH."""
+
+    async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
+        """Add or replace the notifier; DUPLICATE if the notifier id is taken."""
+
+    async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
+        """Remove the notifier; returns what was removed (None if there was none)."""
+
+    async def suspend_queue(self, recipient_id: bytes) -> ErrorType | None: ...
+
+    async def set_service(
+        self, recipient_id: bytes, party: Party, service_id: bytes | None
+    ) -> ErrorType | None:
+        """Associate the queue's recipient or notifier side with a service (or none)."""
+
+    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+        """Every queue whose `party` side (RECIPIENT or NOTIFIER) is associated with the service."""
+
+    async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
+        """Remove the queue; returns the removed record, or AUTH if there was none."""
+
+    def iter_queues(self) -> AsyncIterator[QueueRecord]:
+        """Every stored queue, for export, migration and statistics."""
+
+    async def queue_count(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+class MessageStore(Protocol):
+    async def write_message(
+        self, recipient_id: bytes, message: Message, quota: int
+    ) -> WriteResult:
+        """Append a message; once `quota` messages are stored, append the QUOTA marker
+        (with this message's id and time) and refuse every write until the queue is empty.
+        Returns only once the message is as durable as the backend promises."""
+
+    async def peek_message(self, recipient_id: bytes) -> Message | None:
+        """The oldest message, or None."""
+
+    async def delete_message(
+        self, recipient_id: bytes, msg_id: bytes
+    ) -> tuple[bool, Message | None]:
+        """Delete the oldest message if its id is `msg_id`; returns (deleted, new oldest)."""
+
+    async def delete_queue_messages(self, recipient_id: bytes) -> int:
+        """Drop every message of the queue; returns how many."""
+
+    async def queue_size(self, recipient_id: bytes) -> int: ...
+
+    async def expire_messages(self, recipient_id: bytes, before_ts: int) -> int:
+        """Delete the queue's messages older than `before_ts`; returns how many."""
+
+    def queue_ids(self) -> AsyncIterator[bytes]:
+        """Recipient ids of every queue that holds at least one message."""
+
+    async def close(self) -> None: ...
