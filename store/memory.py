@@ -1,0 +1,519 @@
+"""In-memory queue and message stores, the default for tests and benchmarks.
+
+Both stores sit on the router's hot path and hold 100k+ queues, so they keep
+only flat dicts: queue records keyed by recipient id with two reverse indexes
+(sender id, notifier id), and one `deque` of messages per queue that holds at
+least one message. An empty queue has no entry in the message store at all.
+
+No method awaits anything: every operation runs to completion without a
+checkpoint, which makes each one atomic with respect to other Trio tasks.
+
+Quota (WIRE.md §9): the QUOTA marker is always the tail of its queue once
+written, and nothing is appended after it, so "refuse writes until the queue
+is empty" needs no extra state: a queue refuses while its tail is the marker.
+
+`save(path)` / `load(path)` write and read a versioned snapshot file so that a
+router on memory stores can keep its queues and undelivered messages across a
+clean restart. The file is written atomically (temporary file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import BinaryIO
+
+from router.protocol.types import AUTH, ErrorType
+
+from .interfaces import (
+    DUPLICATE,
+    Message,
+    NotifierCreds,
+    Party,
+    QueueRecord,
+    QueueStatus,
+    WriteResult,
+)
+
+_STORED_INTO_EMPTY = WriteResult.STORED_INTO_EMPTY
+_STORED = WriteResult.STORED
+_QUOTA_EXCEEDED = WriteResult.QUOTA_EXCEEDED
+
+
+class MemoryQueueStore:
+    """Queue records in three dicts; service associations in two indexes."""
+
+    __slots__ = ("_queues", "_senders", "_notifiers", "_rcv_services", "_ntf_services", "_clock")
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._queues: dict[bytes, QueueRecord] = {}
+        self._senders: dict[bytes, bytes] = {}  # sender id -> recipient id
+        self._notifiers: dict[bytes, bytes] = {}  # notifier id -> recipient id
+        self._rcv_services: dict[bytes, set[bytes]] = {}  # service id -> recipient ids
+        self._ntf_services: dict[bytes, set[bytes]] = {}
+        self._clock = clock  # stamps updated_at on every change
+
+    # --- QueueStore -------------------------------------------------------
+
+    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
+        return self.add_queue_nowait(record)
+
+    async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        return self.get_queue_nowait(party, entity_id)
+
+    async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
+        rec = self._queues.get(recipient_id)
+        if rec is None:
+            return AUTH
+        if rec.sender_key is not None:
+            return None if rec.sender_key == sender_key else AUTH
+        self._put(replace(rec, sender_key=sender_key, updated_at=self._now()))
+        return None
+
+    async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
+        rec = self._queues.get(recipient_id)
+        if rec is None:
+            return AUTH
+        if creds.notifier_id in self._notifiers:
+            return DUPLICATE
+        self._drop_notifier(rec)
+        self._notifiers[creds.notifier_id] = recipient_id
+        # A new notifier starts without a service: the old association was for the old id.
+        self._put(replace(rec, notifier=creds, ntf_service_id=None, updated_at=self._now()))
+        return None
+
+    async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
+        rec = self._queues.get(recipient_id)
+        if rec is None or rec.notifier is None:
+            return None
+        self._drop_notifier(rec)
+        self._put(replace(rec, notifier=None, ntf_service_id=None, updated_at=self._now()))
+        return rec.notifier
+
+    async def suspend_queue(self, recipient_id: bytes) -> ErrorType | None:
+        rec = self._queues.get(recipient_id)
+        if rec is None:
+            return AUTH
+        if rec.status is not QueueStatus.OFF:
+            self._put(replace(rec, status=QueueStatus.OFF, updated_at=self._now()))
+        return None
+
+    async def set_service(
+        self, recipient_id: bytes, party: Party, service_id: bytes | None
+    ) -> ErrorType | None:
+        rec = self._queues.get(recipient_id)
+        if rec is None:
+            return AUTH
+        if party is Party.RECIPIENT:
+            _unindex(self._rcv_services, rec.rcv_service_id, recipient_id)
+            _index(self._rcv_services, service_id, recipient_id)
+            self._put(replace(rec, rcv_service_id=service_id, updated_at=self._now()))
+        elif party is Party.NOTIFIER:
+            if rec.notifier is None:
+                return AUTH
+            _unindex(self._ntf_services, rec.ntf_service_id, recipient_id)
+            _index(self._ntf_services, service_id, recipient_id)
+            self._put(replace(rec, ntf_service_id=service_id, updated_at=self._now()))
+        else:
+            raise ValueError(f"a service covers the recipient or notifier side, not {party}")
+        return None
+
+    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+        index = self._rcv_services if party is Party.RECIPIENT else self._ntf_services
+        queues = self._queues
+        return [queues[rid] for rid in index.get(service_id, ())]
+
+    async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
+        rec = self._queues.pop(recipient_id, None)
+        if rec is None:
+            return AUTH
+        self._senders.pop(rec.sender_id, None)
+        self._drop_notifier(rec)
+        _unindex(self._rcv_services, rec.rcv_service_id, recipient_id)
+        return rec
+
+    async def iter_queues(self) -> AsyncIterator[QueueRecord]:
+        # A snapshot, so callers may await (and other tasks may change the store) meanwhile.
+        for rec in list(self._queues.values()):
+            yield rec
+
+    async def queue_count(self) -> int:
+        return len(self._queues)
+
+    async def close(self) -> None:
+        return None
+
+    # --- synchronous helpers (no checkpoint; also used by save/load) -------
+
+    def add_queue_nowait(self, record: QueueRecord) -> ErrorType | None:
+        nid = record.notifier.notifier_id if record.notifier else None
+        if (
+            record.recipient_id in self._queues
+            or record.sender_id in self._senders
+            or (nid is not None and nid in self._notifiers)
+        ):
+            return DUPLICATE
+        rid = record.recipient_id
+        self._queues[rid] = record
+        self._senders[record.sender_id] = rid
+        if nid is not None:
+            self._notifiers[nid] = rid
+        _index(self._rcv_services, record.rcv_service_id, rid)
+        if nid is not None:
+            _index(self._ntf_services, record.ntf_service_id, rid)
+        return None
+
+    def get_queue_nowait(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        if party is Party.RECIPIENT:
+            return self._queues.get(entity_id)
+        rid = (self._senders if party is Party.SENDER else self._notifiers).get(entity_id)
+        return None if rid is None else self._queues.get(rid)
+
+    def records(self) -> Iterator[QueueRecord]:
+        """Every record, without copying; do not change the store while iterating."""
+        return iter(self._queues.values())
+
+    def save(self, path: Path | str) -> int:
+        """Write every queue record to `path` atomically; returns how many."""
+        return write_snapshot(path, _QUEUES_MAGIC, _encode_records(self._queues.values()))
+
+    @classmethod
+    def load(cls, path: Path | str, *, clock: Callable[[], float] = time.time) -> MemoryQueueStore:
+        """A store holding the records of a snapshot written by `save`."""
+        store = cls(clock=clock)
+        for rec in _decode_records(read_snapshot(path, _QUEUES_MAGIC)):
+            if store.add_queue_nowait(rec) is not None:
+                raise SnapshotError(f"{path}: duplicate queue ids in snapshot")
+        return store
+
+    # --- internals ----------------------------------------------------------
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    def _put(self, rec: QueueRecord) -> None:
+        self._queues[rec.recipient_id] = rec
+
+    def _drop_notifier(self, rec: QueueRecord) -> None:
+        if rec.notifier is not None:
+            self._notifiers.pop(rec.notifier.notifier_id, None)
+            _unindex(self._ntf_services, rec.ntf_service_id, rec.recipient_id)
+
+
+def _index(index: dict[bytes, set[bytes]], service_id: bytes | None, rid: bytes) -> None:
+    if service_id is not None:
+        index.setdefault(service_id, set()).add(rid)
+
+
+def _unindex(index: dict[bytes, set[bytes]], service_id: bytes | None, rid: bytes) -> None:
+    if service_id is None:
+        return
+    rids = index.get(service_id)
+    if rids is not None:
+        rids.discard(rid)
+        if not rids:
+            del index[service_id]
+
+
+class MemoryMessageStore:
+    """One deque per non-empty queue; the deque's tail may be the QUOTA marker."""
+
+    __slots__ = ("_queues",)
+
+    def __init__(self) -> None:
+        self._queues: dict[bytes, deque[Message]] = {}
+
+    # --- MessageStore -----------------------------------------------------
+
+    async def write_message(self, recipient_id: bytes, message: Message, quota: int) -> WriteResult:
+        return self.write_message_nowait(recipient_id, message, quota)
+
+    async def peek_message(self, recipient_id: bytes) -> Message | None:
+        q = self._queues.get(recipient_id)
+        return q[0] if q else None
+
+    async def delete_message(
+        self, recipient_id: bytes, msg_id: bytes
+    ) -> tuple[bool, Message | None]:
+        q = self._queues.get(recipient_id)
+        if q is None:
+            return False, None
+        if q[0].msg_id != msg_id:
+            return False, q[0]
+        q.popleft()
+        if q:
+            return True, q[0]
+        del self._queues[recipient_id]
+        return True, None
+
+    async def delete_queue_messages(self, recipient_id: bytes) -> int:
+        q = self._queues.pop(recipient_id, None)
+        return 0 if q is None else len(q)
+
+    async def queue_size(self, recipient_id: bytes) -> int:
+        q = self._queues.get(recipient_id)
+        return 0 if q is None else len(q)
+
+    async def expire_messages(self, recipient_id: bytes, before_ts: int) -> int:
+        q = self._queues.get(recipient_id)
+        if q is None:
+            return 0
+        n = 0
+        while q and q[0].ts < before_ts:
+            q.popleft()
+            n += 1
+        if not q:
+            del self._queues[recipient_id]
+        return n
+
+    async def queue_ids(self) -> AsyncIterator[bytes]:
+        for rid in list(self._queues):
+            yield rid
+
+    async def close(self) -> None:
+        return None
+
+    # --- synchronous helpers ------------------------------------------------
+
+    def write_message_nowait(
+        self, recipient_id: bytes, message: Message, quota: int
+    ) -> WriteResult:
+        q = self._queues.get(recipient_id)
+        if q is None:
+            if quota > 0:
+                self._queues[recipient_id] = deque((message,))
+                return _STORED_INTO_EMPTY
+            q = self._queues[recipient_id] = deque()
+        elif q[-1].quota:
+            return _QUOTA_EXCEEDED
+        elif len(q) < quota:
+            q.append(message)
+            return _STORED
+        q.append(Message(message.msg_id, message.ts, b"", b"", True))
+        return _QUOTA_EXCEEDED
+
+    def messages(self, recipient_id: bytes) -> list[Message]:
+        """The queue's messages, oldest first (the marker included)."""
+        return list(self._queues.get(recipient_id, ()))
+
+    def message_count(self) -> int:
+        """Messages (and markers) stored across every queue."""
+        return sum(map(len, self._queues.values()))
+
+    def save(self, path: Path | str) -> int:
+        """Write every undelivered message to `path` atomically; returns how many."""
+        return write_snapshot(path, _MESSAGES_MAGIC, _encode_messages(self._queues))
+
+    @classmethod
+    def load(cls, path: Path | str) -> MemoryMessageStore:
+        """A store holding the messages of a snapshot written by `save`."""
+        store = cls()
+        queues = store._queues
+        for rid, msg in _decode_messages(read_snapshot(path, _MESSAGES_MAGIC)):
+            q = queues.get(rid)
+            if q is None:
+                queues[rid] = deque((msg,))
+            else:
+                q.append(msg)
+        return store
+
+
+# --- snapshot files -----------------------------------------------------------
+#
+# Layout: magic (8 bytes, ends with the format version) | items | end mark |
+# crc32 of everything before it (4 bytes). Each item is a tag byte followed by
+# fields; a byte string is a u32 length and the bytes (0xFFFFFFFF = None).
+
+_QUEUES_MAGIC = b"SMPQUEv1"
+_MESSAGES_MAGIC = b"SMPMSGv1"
+_ITEM = b"\x01"
+_END = b"\x00"
+_NONE = 0xFFFFFFFF
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_CHUNK = 1 << 16
+
+
+class SnapshotError(Exception):
+    """A snapshot file is truncated, corrupt or of an unknown format."""
+
+
+def write_snapshot(path: Path | str, magic: bytes, items: Iterable[bytes]) -> int:
+    """Write magic, items, end mark and crc to `path` via a temporary file; returns item count."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    count = 0
+    with open(tmp, "wb", buffering=_CHUNK) as f:
+        crc = _write(f, magic, 0)
+        for item in items:
+            crc = _write(f, _ITEM + item, crc)
+            count += 1
+        crc = _write(f, _END, crc)
+        f.write(_U32.pack(crc))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    return count
+
+
+def _write(f: BinaryIO, chunk: bytes, crc: int) -> int:
+    f.write(chunk)
+    return zlib.crc32(chunk, crc)
+
+
+def read_snapshot(path: Path | str, magic: bytes) -> Iterator[_Reader]:
+    """Check the file's magic and crc, then yield a reader positioned at each item in turn.
+
+    The file is read twice (checksum, then parse) rather than held in memory:
+    a message snapshot can be as large as every undelivered message.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    if size < len(magic) + 5:
+        raise SnapshotError(f"{path}: too short to be a snapshot")
+    with open(path, "rb") as f:
+        if f.read(len(magic)) != magic:
+            raise SnapshotError(f"{path}: not a snapshot of this kind and version")
+        f.seek(0)
+        crc, left = 0, size - 4
+        while left:
+            chunk = f.read(min(_CHUNK, left))
+            crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+        if _U32.unpack(f.read(4))[0] != crc:
+            raise SnapshotError(f"{path}: checksum mismatch (truncated or corrupt)")
+    return _items(path, len(magic), size - 4)
+
+
+def _items(path: Path, start: int, end: int) -> Iterator[_Reader]:
+    with open(path, "rb", buffering=_CHUNK) as f:
+        f.seek(start)
+        reader = _Reader(f)
+        while True:
+            tag = reader.byte()
+            if tag == 0:
+                if f.tell() != end:
+                    raise SnapshotError(f"{path}: data after the end mark")
+                return
+            if tag != 1:
+                raise SnapshotError(f"{path}: unknown item tag {tag}")
+            yield reader
+
+
+class _Reader:
+    __slots__ = ("_f",)
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+
+    def _exactly(self, n: int) -> bytes:
+        data = self._f.read(n)
+        if len(data) != n:
+            raise SnapshotError("snapshot ends inside an item")
+        return data
+
+    def byte(self) -> int:
+        return self._exactly(1)[0]
+
+    def i64(self) -> int:
+        return _I64.unpack(self._exactly(8))[0]
+
+    def opt_bytes(self) -> bytes | None:
+        (n,) = _U32.unpack(self._exactly(4))
+        return None if n == _NONE else self._exactly(n)
+
+    def bytes_(self) -> bytes:
+        v = self.opt_bytes()
+        if v is None:
+            raise SnapshotError("a required field is missing")
+        return v
+
+
+def _b(v: bytes | None) -> bytes:
+    return _U32.pack(_NONE) if v is None else _U32.pack(len(v)) + v
+
+
+_STATUS_CODES = {QueueStatus.ACTIVE: 0, QueueStatus.OFF: 1}
+_STATUS_BY_CODE = {v: k for k, v in _STATUS_CODES.items()}
+
+
+def _encode_records(records: Iterable[QueueRecord]) -> Iterator[bytes]:
+    for r in records:
+        n = r.notifier
+        yield b"".join(
+            (
+                _b(r.recipient_id),
+                _b(r.sender_id),
+                _b(r.recipient_key),
+                _b(r.rcv_dh_secret),
+                _b(r.sender_key),
+                bytes((r.snd_secure, _STATUS_CODES[r.status], n is not None)),
+                _b(n.notifier_id) + _b(n.notifier_key) + _b(n.rcv_ntf_dh_secret) if n else b"",
+                _b(r.rcv_service_id),
+                _b(r.ntf_service_id),
+                _I64.pack(r.updated_at),
+            )
+        )
+
+
+def _decode_records(items: Iterator[_Reader]) -> Iterator[QueueRecord]:
+    for rd in items:
+        rid, sid, rkey, rdh, skey = (
+            rd.bytes_(),
+            rd.bytes_(),
+            rd.bytes_(),
+            rd.bytes_(),
+            rd.opt_bytes(),
+        )
+        snd_secure, status, has_ntf = rd.byte(), rd.byte(), rd.byte()
+        notifier = NotifierCreds(rd.bytes_(), rd.bytes_(), rd.bytes_()) if has_ntf else None
+        if status not in _STATUS_BY_CODE:
+            raise SnapshotError(f"unknown queue status code {status}")
+        yield QueueRecord(
+            recipient_id=rid,
+            sender_id=sid,
+            recipient_key=rkey,
+            rcv_dh_secret=rdh,
+            sender_key=skey,
+            snd_secure=bool(snd_secure),
+            status=_STATUS_BY_CODE[status],
+            notifier=notifier,
+            rcv_service_id=rd.opt_bytes(),
+            ntf_service_id=rd.opt_bytes(),
+            updated_at=rd.i64(),
+        )
+
+
+def _encode_messages(queues: dict[bytes, deque[Message]]) -> Iterator[bytes]:
+    for rid, q in queues.items():
+        head = _b(rid)
+        for m in q:
+            yield b"".join(
+                (head, _b(m.msg_id), _I64.pack(m.ts), bytes((m.quota,)), _b(m.flags), _b(m.body))
+            )
+
+
+def _decode_messages(items: Iterator[_Reader]) -> Iterator[tuple[bytes, Message]]:
+    for rd in items:
+        rid, msg_id, ts, quota = rd.bytes_(), rd.bytes_(), rd.i64(), rd.byte()
+        yield rid, Message(msg_id, ts, rd.bytes_(), rd.bytes_(), bool(quota))
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is durable only once the directory entry itself is on disk.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
