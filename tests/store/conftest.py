@@ -1,0 +1,108 @@
+"""Backends under the store contract suite.
+
+Every backend is a `StoreBackend`: an id and an `open(path)` async context
+manager that yields a ready store living under `path` (a directory that does
+not exist yet) and closes it on exit. A persistent backend, opened again on the
+same path, must find everything that was there.
+
+To put a new backend under the suite, append one entry to QUEUE_BACKENDS or
+MESSAGE_BACKENDS (or both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.memory import MemoryMessageStore, MemoryQueueStore
+
+
+@dataclass(frozen=True)
+class StoreBackend:
+    id: str
+    open: Callable[[Path], AbstractAsyncContextManager[Any]]
+    persistent: bool = False
+
+
+@asynccontextmanager
+async def _memory_queues(path: Path) -> AsyncIterator[MemoryQueueStore]:
+    store = MemoryQueueStore()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def _memory_messages(path: Path) -> AsyncIterator[MemoryMessageStore]:
+    store = MemoryMessageStore()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def _snapshot_queues(path: Path) -> AsyncIterator[MemoryQueueStore]:
+    """Memory store saved on close and loaded on open: the router's clean-restart path."""
+    file = path / "queues.snapshot"
+    store = MemoryQueueStore.load(file) if file.exists() else MemoryQueueStore()
+    try:
+        yield store
+    finally:
+        path.mkdir(parents=True, exist_ok=True)
+        store.save(file)
+
+
+@asynccontextmanager
+async def _snapshot_messages(path: Path) -> AsyncIterator[MemoryMessageStore]:
+    file = path / "messages.snapshot"
+    store = MemoryMessageStore.load(file) if file.exists() else MemoryMessageStore()
+    try:
+        yield store
+    finally:
+        path.mkdir(parents=True, exist_ok=True)
+        store.save(file)
+
+
+QUEUE_BACKENDS: list[StoreBackend] = [
+    StoreBackend("memory", _memory_queues),
+    StoreBackend("memory-snapshot", _snapshot_queues, persistent=True),
+]
+
+MESSAGE_BACKENDS: list[StoreBackend] = [
+    StoreBackend("memory", _memory_messages),
+    StoreBackend("memory-snapshot", _snapshot_messages, persistent=True),
+]
+
+
+@pytest.fixture(params=QUEUE_BACKENDS, ids=lambda b: b.id)
+def queue_backend(request: pytest.FixtureRequest) -> StoreBackend:
+    return request.param
+
+
+@pytest.fixture(params=MESSAGE_BACKENDS, ids=lambda b: b.id)
+def message_backend(request: pytest.FixtureRequest) -> StoreBackend:
+    return request.param
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+async def queues(queue_backend: StoreBackend, store_path: Path) -> AsyncIterator[Any]:
+    async with queue_backend.open(store_path) as store:
+        yield store
+
+
+@pytest.fixture
+async def messages(message_backend: StoreBackend, store_path: Path) -> AsyncIterator[Any]:
+    async with message_backend.open(store_path) as store:
+        yield store
