@@ -282,3 +282,9 @@ class Transmission:
     corr_id: bytes
     entity_id: bytes
     command: bytes
+
+
+# --- local errors (never sent in ERR) ----------------------------------------
+
+# A hello block that does not parse (WIRE.md §3): the connection is closed, no ERR is sent.
+HANDSHAKE = ErrorType("HANDSHAKE")
