@@ -5,6 +5,13 @@ Every backend (memory, journal files, SQLite) implements one or both of these
 operations report the protocol's errors as `ErrorType` values, which the
 router sends back unchanged as `ERR ...`; exceptions mean bugs or I/O failure.
 
+I/O failure is reported one way only: a backend raises `StoreError` (never
+sqlite3 or OSError) carrying the `ErrorType` to answer with, e.g.
+`ERR STORE database or disk is full` or `ERR INTERNAL`. The router catches
+`StoreError` around every store call and sends `ERR <error>`; the command has
+then not taken effect (for a write: it was not stored). Any other exception
+is a bug.
+
 All methods are async so that backends which do I/O (SQLite on a worker
 thread, journal group commit) and the in-memory one share one interface.
 """
@@ -19,6 +26,17 @@ from typing import Protocol
 from router.protocol.types import ErrorType
 
 DUPLICATE = ErrorType("DUPLICATE_")  # an id collision; the router retries with fresh ids
+
+
+class StoreError(Exception):
+    """A store operation failed for a reason outside the protocol (disk full, I/O error).
+
+    `error` is what the router answers: `ErrorType("STORE", text)` or INTERNAL.
+    """
+
+    def __init__(self, error: ErrorType, detail: str = "") -> None:
+        super().__init__(f"{error}{': ' + detail if detail else ''}")
+        self.error = error
 
 
 class Party(Enum):
@@ -125,12 +143,17 @@ class MessageStore(Protocol):
     async def delete_queue_messages(self, recipient_id: bytes) -> int:
         """Drop every message of the queue; returns how many."""
 
-    async def queue_size(self, recipient_id: bytes) -> int: ...
+    async def queue_size(self, recipient_id: bytes) -> int:
+        """Messages stored in the queue, the QUOTA marker included."""
 
     async def expire_messages(self, recipient_id: bytes, before_ts: int) -> int:
         """Delete the queue's messages older than `before_ts`; returns how many."""
 
     def queue_ids(self) -> AsyncIterator[bytes]:
         """Recipient ids of every queue that holds at least one message."""
+
+    def iter_messages(self, recipient_id: bytes) -> AsyncIterator[Message]:
+        """Every message of the queue, oldest first, the QUOTA marker included
+        (for export and migration); nothing is removed."""
 
     async def close(self) -> None: ...

@@ -276,6 +276,10 @@ class MemoryMessageStore:
         for rid in list(self._queues):
             yield rid
 
+    async def iter_messages(self, recipient_id: bytes) -> AsyncIterator[Message]:
+        for m in list(self._queues.get(recipient_id, ())):
+            yield m
+
     async def close(self) -> None:
         return None
 

@@ -243,6 +243,17 @@ async def test_queue_ids_lists_exactly_the_queues_holding_messages(messages):
     assert await all_queue_ids(messages) == {a, c}
 
 
+async def test_iterating_a_queues_messages_lists_them_in_order_without_removing(messages):
+    rid = new_id()
+    sent = [msg(ts=i) for i in range(QUOTA)]
+    refused = msg()
+    await write_all(messages, rid, sent + [refused])
+    listed = [m async for m in messages.iter_messages(rid)]
+    assert listed == sent + [marker_for(refused)]
+    assert await messages.queue_size(rid) == QUOTA + 1
+    assert [m async for m in messages.iter_messages(new_id())] == []
+
+
 async def test_an_empty_store_lists_no_queues(messages):
     assert await all_queue_ids(messages) == set()
 
