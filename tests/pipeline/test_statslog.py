@@ -251,7 +251,8 @@ def test_an_interval_that_does_not_tile_a_day_is_refused(tmp_path, bad):
 async def test_the_task_restores_and_saves_through_a_worker_thread(tmp_path):
     path = tmp_path / "stats.csv"
     counters = RouterCounters()
-    stats = StatsLog(path, counters)
+    half_past = lambda: utc("2024-05-01T10:30:00")  # noqa: E731 - a fixed wall clock
+    stats = StatsLog(path, counters, wall_clock=half_past)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             await nursery.start(stats.run)
@@ -259,5 +260,5 @@ async def test_the_task_restores_and_saves_through_a_worker_thread(tmp_path):
             nursery.cancel_scope.cancel()
     assert path.read_text() == HEADER + "\n"
     restored = RouterCounters()
-    StatsLog(path, restored).restore()
+    StatsLog(path, restored, wall_clock=half_past).restore()
     assert restored.msgs_delivered == 3
