@@ -20,6 +20,13 @@ from typing import Any
 import pytest
 
 from store.memory import MemoryMessageStore, MemoryQueueStore
+from store.sqlite import (
+    DB_FILE,
+    SqliteMessageStore,
+    SqliteQueueStore,
+    open_queue_store,
+    open_sqlite_database,
+)
 
 
 @dataclass(frozen=True)
@@ -70,14 +77,36 @@ async def _snapshot_messages(path: Path) -> AsyncIterator[MemoryMessageStore]:
         store.save(file)
 
 
+@asynccontextmanager
+async def _sqlite_queues(path: Path) -> AsyncIterator[SqliteQueueStore]:
+    async with open_sqlite_database(path / DB_FILE) as db:
+        store = await open_queue_store(db)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+@asynccontextmanager
+async def _sqlite_messages(path: Path) -> AsyncIterator[SqliteMessageStore]:
+    async with open_sqlite_database(path / DB_FILE) as db:
+        store = SqliteMessageStore(db)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
 QUEUE_BACKENDS: list[StoreBackend] = [
     StoreBackend("memory", _memory_queues),
     StoreBackend("memory-snapshot", _snapshot_queues, persistent=True),
+    StoreBackend("sqlite", _sqlite_queues, persistent=True),
 ]
 
 MESSAGE_BACKENDS: list[StoreBackend] = [
     StoreBackend("memory", _memory_messages),
     StoreBackend("memory-snapshot", _snapshot_messages, persistent=True),
+    StoreBackend("sqlite", _sqlite_messages, persistent=True),
 ]
 
 

@@ -1,0 +1,734 @@
+"""SQLite queue and message stores sharing one database file.
+
+Theory of operation
+-------------------
+`SqliteDatabase` owns one `sqlite3` connection in WAL mode. Every use of it
+goes through `trio.to_thread.run_sync` with a `CapacityLimiter(1)`, so the
+connection is only ever touched by one worker thread at a time and the Trio
+thread never blocks on disk.
+
+Writes are closures `op(conn) -> result` that only touch the database. They
+are grouped into transactions by group commit: a writer appends its op to the
+pending list; if no batch is being committed it becomes the committer, takes
+the whole pending list and runs it as one transaction on the worker; writers
+that arrive meanwhile wait, and one of them commits their ops together as the
+next batch. A writer's await returns only after the transaction holding its op
+committed. If a batch fails, it is rolled back and each op is retried in a
+transaction of its own, so one failing op cannot fail its neighbours. Waiting
+for a commit is shielded from cancellation: an op that was handed over always
+completes, and its caller always updates its cache to match.
+
+`--fsync` maps onto PRAGMA synchronous: never -> OFF, batch -> NORMAL (WAL:
+a commit survives a crash of the router, and group commit keeps the number
+of syncs low), always -> FULL (each committed batch is synced before any of
+its writers is answered).
+
+`SqliteQueueStore` keeps a cache of queue records (recipient id -> record,
+plus sender and notifier indexes) that is loaded on a miss and always updated
+after the database commit, never before. Misses load under a per-id lock with
+a second look into the cache after the lock is taken, so concurrent misses for
+one queue read the database once. Deleting a queue is a soft delete (the row
+gets `deleted_at`); `compact()` removes rows deleted longer than
+`deleted_ttl` ago, and runs when the store opens.
+
+`SqliteMessageStore` keeps no cache: the head of a queue is one indexed read.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from router.protocol.types import AUTH, INTERNAL, ErrorType, store_error
+
+from .interfaces import (
+    DUPLICATE,
+    Message,
+    NotifierCreds,
+    Party,
+    QueueRecord,
+    QueueStatus,
+    StoreError,
+    WriteResult,
+)
+
+T = TypeVar("T")
+Op = Callable[[sqlite3.Connection], Any]
+
+DB_FILE = "store.sqlite3"
+FSYNC_MODES = {"never": "OFF", "batch": "NORMAL", "always": "FULL"}
+DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
+_SCHEMA_VERSION = 1
+_PAGE = 1000  # rows per worker call when iterating
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS queues (
+    pk INTEGER PRIMARY KEY,
+    recipient_id BLOB NOT NULL,
+    sender_id BLOB NOT NULL,
+    recipient_key BLOB NOT NULL,
+    rcv_dh_secret BLOB NOT NULL,
+    sender_key BLOB,
+    snd_secure INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    notifier_id BLOB,
+    notifier_key BLOB,
+    rcv_ntf_dh_secret BLOB,
+    rcv_service_id BLOB,
+    ntf_service_id BLOB,
+    updated_at INTEGER NOT NULL,
+    deleted_at INTEGER
+);
+CREATE UNIQUE INDEX IF NOT EXISTS queues_recipient ON queues(recipient_id)
+    WHERE deleted_at IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS queues_sender ON queues(sender_id)
+    WHERE deleted_at IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS queues_notifier ON queues(notifier_id)
+    WHERE deleted_at IS NULL AND notifier_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS queues_rcv_service ON queues(rcv_service_id)
+    WHERE deleted_at IS NULL AND rcv_service_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS queues_ntf_service ON queues(ntf_service_id)
+    WHERE deleted_at IS NULL AND ntf_service_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS queues_deleted ON queues(deleted_at)
+    WHERE deleted_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY,
+    recipient_id BLOB NOT NULL,
+    msg_id BLOB NOT NULL,
+    ts INTEGER NOT NULL,
+    flags BLOB NOT NULL,
+    body BLOB NOT NULL,
+    quota INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_queue ON messages(recipient_id, seq);
+"""
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """Map a failure of the database layer to StoreError; leave bugs as they are."""
+    if isinstance(exc, sqlite3.IntegrityError | sqlite3.ProgrammingError):
+        return StoreError(INTERNAL, str(exc))
+    if isinstance(exc, sqlite3.Error):
+        return StoreError(store_error(str(exc)), type(exc).__name__)
+    if isinstance(exc, OSError):
+        return StoreError(store_error(exc.strerror or "I/O error"), str(exc))
+    return exc
+
+
+class _Pending:
+    __slots__ = ("op", "done", "result", "error")
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class SqliteDatabase:
+    """One database file, one worker path, group-committed writes."""
+
+    def __init__(self, path: Path | str, *, fsync: str = "batch") -> None:
+        if fsync not in FSYNC_MODES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {fsync!r}")
+        self.path = Path(path)
+        self.fsync = fsync
+        self._limiter = trio.CapacityLimiter(1)
+        self._conn: sqlite3.Connection | None = None
+        self._pending: list[_Pending] = []
+        self._committing = False
+        self._batch_done = trio.Event()
+        self.commits = 0  # transactions committed, for statistics and tests
+        self.reads = 0  # read calls made on the worker
+
+    # --- lifecycle ----------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._run(self._connect)
+
+    def _connect(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={FSYNC_MODES[self.fsync]}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > _SCHEMA_VERSION:
+                raise StoreError(
+                    INTERNAL, f"{self.path}: schema version {version} is newer than this router"
+                )
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._conn is None:
+            return
+        with trio.CancelScope(shield=True):
+            while self._committing or self._pending:
+                await self.write(lambda conn: None)
+            await self._run(self._disconnect)
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    # --- reads and writes ---------------------------------------------------
+
+    async def read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a read-only op on the worker, between write transactions."""
+        self.reads += 1
+        return await self._run(lambda: op(self._connection()))
+
+    async def write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `op` inside a group-committed transaction; return once it committed."""
+        item = _Pending(op)
+        self._pending.append(item)
+        with trio.CancelScope(shield=True):
+            while not item.done:
+                if self._committing:
+                    await self._batch_done.wait()
+                else:
+                    await self._commit_next_batch()
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    async def _commit_next_batch(self) -> None:
+        self._committing = True
+        batch, self._pending = self._pending, []
+        try:
+            await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
+        except BaseException as exc:  # the worker call itself failed: fail the whole batch
+            for item in batch:
+                item.error = translate_error(exc)
+        finally:
+            for item in batch:
+                item.done = True
+            self._committing = False
+            done, self._batch_done = self._batch_done, trio.Event()
+            done.set()
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        conn = self._connection()
+        try:
+            self._transaction(conn, batch)
+        except Exception:
+            if len(batch) == 1:
+                raise
+            for item in batch:  # isolate the failing op: every other op still commits
+                try:
+                    self._transaction(conn, [item])
+                except Exception as exc:
+                    item.error = translate_error(exc)
+
+    def _transaction(self, conn: sqlite3.Connection, batch: list[_Pending]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            results = [item.op(conn) for item in batch]
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self.commits += 1
+        for item, result in zip(batch, results, strict=True):
+            item.result = result
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        try:
+            return await trio.to_thread.run_sync(fn, limiter=self._limiter)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise translate_error(exc) from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(INTERNAL, f"{self.path} is closed")
+        return self._conn
+
+    # --- migration ----------------------------------------------------------
+
+    async def bulk_import(
+        self, queues: Iterable[QueueRecord], messages: Iterable[tuple[bytes, Message]] = ()
+    ) -> tuple[int, int]:
+        """Insert many queues and messages (each list oldest first per queue) in one
+        transaction; returns (queues, messages) inserted. Any duplicate id fails it all."""
+        queues, messages = list(queues), list(messages)  # an op may run twice (batch retry)
+
+        def op(conn: sqlite3.Connection) -> tuple[int, int]:
+            before = conn.total_changes
+            conn.executemany(_INSERT_QUEUE, (_queue_row(r) for r in queues))
+            mid = conn.total_changes
+            conn.executemany(_INSERT_MESSAGE, (_message_row(rid, m) for rid, m in messages))
+            return mid - before, conn.total_changes - mid
+
+        return await self.write(op)
+
+
+# --- rows ------------------------------------------------------------------------
+
+_QUEUE_COLUMNS = (
+    "recipient_id, sender_id, recipient_key, rcv_dh_secret, sender_key, snd_secure, status, "
+    "notifier_id, notifier_key, rcv_ntf_dh_secret, rcv_service_id, ntf_service_id, updated_at"
+)
+_INSERT_QUEUE = f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_SELECT_QUEUE = f"SELECT {_QUEUE_COLUMNS} FROM queues WHERE deleted_at IS NULL"
+_LIVE_BY = {
+    Party.RECIPIENT: _SELECT_QUEUE + " AND recipient_id = ?",
+    Party.SENDER: _SELECT_QUEUE + " AND sender_id = ?",
+    Party.NOTIFIER: _SELECT_QUEUE + " AND notifier_id = ?",
+}
+_MESSAGE_COLUMNS = "msg_id, ts, flags, body, quota"
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (recipient_id, msg_id, ts, flags, body, quota) VALUES (?,?,?,?,?,?)"
+)
+_QUEUE_PAGE = (
+    f"SELECT pk, {_QUEUE_COLUMNS} FROM queues WHERE deleted_at IS NULL AND pk > ?"
+    f" ORDER BY pk LIMIT {_PAGE}"
+)
+_MESSAGE_PAGE = (
+    f"SELECT seq, {_MESSAGE_COLUMNS} FROM messages WHERE recipient_id = ? AND seq > ?"
+    f" ORDER BY seq LIMIT {_PAGE}"
+)
+_HEAD = f"SELECT seq, {_MESSAGE_COLUMNS} FROM messages WHERE recipient_id = ? ORDER BY seq LIMIT 1"
+
+
+def _queue_row(r: QueueRecord) -> tuple[Any, ...]:
+    n = r.notifier
+    return (
+        r.recipient_id,
+        r.sender_id,
+        r.recipient_key,
+        r.rcv_dh_secret,
+        r.sender_key,
+        int(r.snd_secure),
+        r.status.value,
+        n.notifier_id if n else None,
+        n.notifier_key if n else None,
+        n.rcv_ntf_dh_secret if n else None,
+        r.rcv_service_id,
+        r.ntf_service_id,
+        r.updated_at,
+    )
+
+
+def _record(row: tuple[Any, ...]) -> QueueRecord:
+    rid, sid, rkey, rdh, skey, secure, status, nid, nkey, ndh, rsvc, nsvc, updated = row
+    return QueueRecord(
+        recipient_id=rid,
+        sender_id=sid,
+        recipient_key=rkey,
+        rcv_dh_secret=rdh,
+        sender_key=skey,
+        snd_secure=bool(secure),
+        status=QueueStatus(status),
+        notifier=None if nid is None else NotifierCreds(nid, nkey, ndh),
+        rcv_service_id=rsvc,
+        ntf_service_id=nsvc,
+        updated_at=updated,
+    )
+
+
+def _message_row(rid: bytes, m: Message) -> tuple[Any, ...]:
+    return (rid, m.msg_id, m.ts, m.flags, m.body, int(m.quota))
+
+
+def _message(row: tuple[Any, ...]) -> Message:
+    msg_id, ts, flags, body, quota = row
+    return Message(msg_id, ts, flags, body, bool(quota))
+
+
+# --- queue store -------------------------------------------------------------------
+
+
+class _KeyedLocks:
+    """A trio.Lock per key, dropped when nobody holds or waits for it."""
+
+    __slots__ = ("_locks",)
+
+    def __init__(self) -> None:
+        self._locks: dict[Any, list[Any]] = {}  # key -> [lock, users]
+
+    @asynccontextmanager
+    async def hold(self, key: Any) -> AsyncIterator[None]:
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = [trio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[key]
+
+
+class SqliteQueueStore:
+    """Queue records in the `queues` table, behind a coherent in-memory cache."""
+
+    def __init__(
+        self,
+        db: SqliteDatabase,
+        *,
+        deleted_ttl: int = DEFAULT_DELETED_TTL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.deleted_ttl = deleted_ttl
+        self._clock = clock
+        self._cache: dict[bytes, QueueRecord] = {}
+        self._senders: dict[bytes, bytes] = {}
+        self._notifiers: dict[bytes, bytes] = {}
+        self._locks = _KeyedLocks()
+        self._deletes = 0  # bumped on every delete: a load that straddles one is discarded
+
+    # --- cache ---------------------------------------------------------------
+
+    def _cached(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        if party is Party.RECIPIENT:
+            return self._cache.get(entity_id)
+        rid = (self._senders if party is Party.SENDER else self._notifiers).get(entity_id)
+        return None if rid is None else self._cache.get(rid)
+
+    def _cache_put(self, rec: QueueRecord) -> None:
+        old = self._cache.get(rec.recipient_id)
+        if old is not None and old.notifier is not None:
+            self._notifiers.pop(old.notifier.notifier_id, None)
+        self._cache[rec.recipient_id] = rec
+        self._senders[rec.sender_id] = rec.recipient_id
+        if rec.notifier is not None:
+            self._notifiers[rec.notifier.notifier_id] = rec.recipient_id
+
+    def _cache_drop(self, rec: QueueRecord) -> None:
+        self._cache.pop(rec.recipient_id, None)
+        self._senders.pop(rec.sender_id, None)
+        if rec.notifier is not None:
+            self._notifiers.pop(rec.notifier.notifier_id, None)
+
+    async def _load(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        rec = self._cached(party, entity_id)
+        if rec is not None:
+            return rec
+        async with self._locks.hold((party, entity_id)):
+            while True:
+                rec = self._cached(party, entity_id)  # another task may have loaded it
+                if rec is not None:
+                    return rec
+                deletes = self._deletes
+                row = await self.db.read(
+                    lambda conn: conn.execute(_LIVE_BY[party], (entity_id,)).fetchone()
+                )
+                if deletes != self._deletes:
+                    continue  # a delete committed meanwhile: the row may be stale
+                if row is None:
+                    return None
+                rec = _record(row)
+                cached = self._cache.get(rec.recipient_id)
+                if cached is not None:
+                    return cached if self._cached(party, entity_id) is cached else None
+                self._cache_put(rec)
+                return rec
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    # --- QueueStore ------------------------------------------------------------
+
+    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
+        row = _queue_row(record)
+
+        def op(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(_INSERT_QUEUE, row)
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        async with self._locks.hold(record.recipient_id):
+            if not await self.db.write(op):
+                return DUPLICATE
+            self._cache_put(record)
+        return None
+
+    async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        return await self._load(party, entity_id)
+
+    async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            if rec is None:
+                return AUTH
+            if rec.sender_key is not None:
+                return None if rec.sender_key == sender_key else AUTH
+            return await self._update(replace(rec, sender_key=sender_key, updated_at=self._now()))
+
+    async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            if rec is None:
+                return AUTH
+            new = replace(rec, notifier=creds, ntf_service_id=None, updated_at=self._now())
+            nid = creds.notifier_id
+
+            def taken(conn: sqlite3.Connection) -> bool:
+                sql = "SELECT 1 FROM queues WHERE notifier_id = ? AND deleted_at IS NULL"
+                return conn.execute(sql, (nid,)).fetchone() is not None
+
+            return await self._update(new, unless=taken, refused=DUPLICATE)
+
+    async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            if rec is None or rec.notifier is None:
+                return None
+            new = replace(rec, notifier=None, ntf_service_id=None, updated_at=self._now())
+            if await self._update(new) is not None:
+                return None
+            return rec.notifier
+
+    async def suspend_queue(self, recipient_id: bytes) -> ErrorType | None:
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            if rec is None:
+                return AUTH
+            if rec.status is QueueStatus.OFF:
+                return None
+            return await self._update(replace(rec, status=QueueStatus.OFF, updated_at=self._now()))
+
+    async def set_service(
+        self, recipient_id: bytes, party: Party, service_id: bytes | None
+    ) -> ErrorType | None:
+        if party not in (Party.RECIPIENT, Party.NOTIFIER):
+            raise ValueError(f"a service covers the recipient or notifier side, not {party}")
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            if rec is None:
+                return AUTH
+            if party is Party.RECIPIENT:
+                new = replace(rec, rcv_service_id=service_id, updated_at=self._now())
+            elif rec.notifier is None:
+                return AUTH
+            else:
+                new = replace(rec, ntf_service_id=service_id, updated_at=self._now())
+            return await self._update(new)
+
+    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+        column = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
+        sql = f"{_SELECT_QUEUE} AND {column} = ?"
+        rows = await self.db.read(lambda conn: conn.execute(sql, (service_id,)).fetchall())
+        return [_record(row) for row in rows]
+
+    async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
+        now = self._now()
+
+        def op(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+            row = conn.execute(_LIVE_BY[Party.RECIPIENT], (recipient_id,)).fetchone()
+            if row is not None:
+                conn.execute(
+                    "UPDATE queues SET deleted_at = ? WHERE recipient_id = ?"
+                    " AND deleted_at IS NULL",
+                    (now, recipient_id),
+                )
+            return row
+
+        async with self._locks.hold(recipient_id):
+            row = await self.db.write(op)
+            if row is None:
+                return AUTH
+            self._deletes += 1
+            rec = self._cache.get(recipient_id) or _record(row)
+            self._cache_drop(rec)
+            return rec
+
+    async def iter_queues(self) -> AsyncIterator[QueueRecord]:
+        last = 0
+        while True:
+            rows = await self.db.read(
+                lambda conn, last=last: conn.execute(_QUEUE_PAGE, (last,)).fetchall()
+            )
+            for row in rows:
+                yield _record(row[1:])
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
+
+    async def queue_count(self) -> int:
+        sql = "SELECT count(*) FROM queues WHERE deleted_at IS NULL"
+        return await self.db.read(lambda conn: conn.execute(sql).fetchone()[0])
+
+    async def compact(self, deleted_before: int | None = None) -> int:
+        """Hard-delete queue rows soft-deleted before `deleted_before` (default: now
+        minus `deleted_ttl`); returns how many rows were removed."""
+        cutoff = self._now() - self.deleted_ttl if deleted_before is None else deleted_before
+        sql = "DELETE FROM queues WHERE deleted_at IS NOT NULL AND deleted_at < ?"
+        return await self.db.write(lambda conn: conn.execute(sql, (cutoff,)).rowcount)
+
+    async def close(self) -> None:
+        self._cache.clear()
+        self._senders.clear()
+        self._notifiers.clear()
+
+    # --- internals ---------------------------------------------------------------
+
+    async def _update(
+        self,
+        new: QueueRecord,
+        *,
+        unless: Callable[[sqlite3.Connection], bool] | None = None,
+        refused: ErrorType = AUTH,
+    ) -> ErrorType | None:
+        """Write `new` over the live row of its queue, then cache it. Caller holds the lock."""
+        row = _queue_row(new)
+        sql = (
+            f"UPDATE queues SET ({_QUEUE_COLUMNS}) = ({','.join('?' * len(row))}) "
+            "WHERE recipient_id = ? AND deleted_at IS NULL"
+        )
+
+        def op(conn: sqlite3.Connection) -> ErrorType | None:
+            if unless is not None and unless(conn):
+                return refused
+            if conn.execute(sql, (*row, new.recipient_id)).rowcount == 0:
+                return AUTH  # the cache said live, the database says gone
+            return None
+
+        error = await self.db.write(op)
+        if error is None:
+            self._cache_put(new)
+        elif error is AUTH:
+            self._cache_drop(new)
+        return error
+
+
+# --- message store -------------------------------------------------------------------
+
+
+class SqliteMessageStore:
+    """Undelivered messages in the `messages` table, ordered by `seq` within a queue."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    async def write_message(self, recipient_id: bytes, message: Message, quota: int) -> WriteResult:
+        row = _message_row(recipient_id, message)
+        marker = _message_row(recipient_id, Message(message.msg_id, message.ts, b"", b"", True))
+
+        def op(conn: sqlite3.Connection) -> WriteResult:
+            size, tail_is_marker = conn.execute(
+                "SELECT count(*), (SELECT quota FROM messages WHERE recipient_id = ?1"
+                " ORDER BY seq DESC LIMIT 1) FROM messages WHERE recipient_id = ?1",
+                (recipient_id,),
+            ).fetchone()
+            if tail_is_marker:
+                return WriteResult.QUOTA_EXCEEDED
+            if size >= quota:
+                conn.execute(_INSERT_MESSAGE, marker)
+                return WriteResult.QUOTA_EXCEEDED
+            conn.execute(_INSERT_MESSAGE, row)
+            return WriteResult.STORED if size else WriteResult.STORED_INTO_EMPTY
+
+        return await self.db.write(op)
+
+    async def peek_message(self, recipient_id: bytes) -> Message | None:
+        row = await self.db.read(lambda conn: conn.execute(_HEAD, (recipient_id,)).fetchone())
+        return None if row is None else _message(row[1:])
+
+    async def delete_message(
+        self, recipient_id: bytes, msg_id: bytes
+    ) -> tuple[bool, Message | None]:
+        def op(conn: sqlite3.Connection) -> tuple[bool, Message | None]:
+            head = conn.execute(_HEAD, (recipient_id,)).fetchone()
+            if head is None:
+                return False, None
+            if head[1] != msg_id:
+                return False, _message(head[1:])
+            conn.execute("DELETE FROM messages WHERE seq = ?", (head[0],))
+            nxt = conn.execute(_HEAD, (recipient_id,)).fetchone()
+            return True, None if nxt is None else _message(nxt[1:])
+
+        return await self.db.write(op)
+
+    async def delete_queue_messages(self, recipient_id: bytes) -> int:
+        sql = "DELETE FROM messages WHERE recipient_id = ?"
+        return await self.db.write(lambda conn: conn.execute(sql, (recipient_id,)).rowcount)
+
+    async def queue_size(self, recipient_id: bytes) -> int:
+        sql = "SELECT count(*) FROM messages WHERE recipient_id = ?"
+        return await self.db.read(lambda conn: conn.execute(sql, (recipient_id,)).fetchone()[0])
+
+    async def expire_messages(self, recipient_id: bytes, before_ts: int) -> int:
+        # Only the run of old messages at the head goes, as if popped one by one:
+        # a newer message shields the ones behind it (same as the memory store).
+        sql = (
+            "DELETE FROM messages WHERE recipient_id = ?1 AND seq < coalesce("
+            "(SELECT min(seq) FROM messages WHERE recipient_id = ?1 AND ts >= ?2), "
+            "9223372036854775807)"
+        )
+        return await self.db.write(
+            lambda conn: conn.execute(sql, (recipient_id, before_ts)).rowcount
+        )
+
+    async def queue_ids(self) -> AsyncIterator[bytes]:
+        sql = "SELECT DISTINCT recipient_id FROM messages"
+        rows = await self.db.read(lambda conn: conn.execute(sql).fetchall())
+        for (rid,) in rows:
+            yield rid
+
+    async def iter_messages(self, recipient_id: bytes) -> AsyncIterator[Message]:
+        last = -1
+        while True:
+            rows = await self.db.read(
+                lambda conn, last=last: conn.execute(_MESSAGE_PAGE, (recipient_id, last)).fetchall()
+            )
+            for row in rows:
+                yield _message(row[1:])
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
+
+    async def close(self) -> None:
+        return None
+
+
+# --- opening -----------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_sqlite_database(
+    path: Path | str, *, fsync: str = "batch"
+) -> AsyncIterator[SqliteDatabase]:
+    db = SqliteDatabase(path, fsync=fsync)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+async def open_queue_store(
+    db: SqliteDatabase, *, deleted_ttl: int = DEFAULT_DELETED_TTL, clock=time.time
+) -> SqliteQueueStore:
+    """A queue store on `db`, with rows deleted longer than `deleted_ttl` ago removed."""
+    store = SqliteQueueStore(db, deleted_ttl=deleted_ttl, clock=clock)
+    await store.compact()
+    return store

@@ -1,0 +1,244 @@
+"""What the SQLite backend promises beyond the shared contract: group commit, fsync
+modes, a coherent cache, soft delete, bulk import and disk-full errors."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+import trio
+
+from store.interfaces import Message, NotifierCreds, Party, QueueRecord, StoreError, WriteResult
+from store.sqlite import (
+    DB_FILE,
+    SqliteDatabase,
+    SqliteMessageStore,
+    open_queue_store,
+    open_sqlite_database,
+)
+
+
+def new_id() -> bytes:
+    return os.urandom(24)
+
+
+def record() -> QueueRecord:
+    return QueueRecord(new_id(), new_id(), os.urandom(44), os.urandom(32), None, True)
+
+
+def msg(ts: int = 1, size: int = 10) -> Message:
+    return Message(new_id(), ts, b"T", os.urandom(size))
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / DB_FILE
+
+
+async def test_concurrent_writes_share_transactions_and_all_commit(db_path):
+    async with open_sqlite_database(db_path) as db:
+        store = SqliteMessageStore(db)
+        rid = new_id()
+        sent = [msg(ts=i) for i in range(50)]
+        results: dict[int, WriteResult] = {}
+
+        async def write(i: int) -> None:
+            results[i] = await store.write_message(rid, sent[i], 128)
+
+        before = db.commits
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for i in range(len(sent)):
+                    nursery.start_soon(write, i)
+        assert db.commits - before < len(sent)
+        assert list(results.values()).count(WriteResult.STORED) == 49
+        assert {m.msg_id async for m in store.iter_messages(rid)} == {m.msg_id for m in sent}
+
+
+async def test_a_write_returns_only_once_its_transaction_is_visible_to_another_connection(
+    db_path,
+):
+    async with open_sqlite_database(db_path, fsync="always") as db:
+        store = SqliteMessageStore(db)
+        rid, m = new_id(), msg()
+        await store.write_message(rid, m, 128)
+        other = sqlite3.connect(db_path)
+        try:
+            rows = other.execute("SELECT msg_id FROM messages WHERE recipient_id = ?", (rid,))
+            assert rows.fetchall() == [(m.msg_id,)]
+        finally:
+            other.close()
+
+
+async def test_a_failing_op_does_not_fail_the_ops_committed_with_it(db_path):
+    async with open_sqlite_database(db_path) as db:
+        store = SqliteMessageStore(db)
+        rid = new_id()
+        errors: list[StoreError] = []
+
+        def broken(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+        async def bad() -> None:
+            try:
+                await db.write(broken)
+            except StoreError as exc:
+                errors.append(exc)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.write_message, rid, msg(), 128)
+                for _ in range(3):
+                    nursery.start_soon(bad)
+                    nursery.start_soon(store.write_message, rid, msg(), 128)
+        assert len(errors) == 3 and all(e.error.tag == "STORE" for e in errors)
+        assert await store.queue_size(rid) == 4
+
+
+async def test_a_write_whose_caller_is_cancelled_still_commits(db_path):
+    async with open_sqlite_database(db_path) as db:
+        store = SqliteMessageStore(db)
+        rid, m = new_id(), msg()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            result = await store.write_message(rid, m, 128)
+        assert result is WriteResult.STORED_INTO_EMPTY
+        assert await store.peek_message(rid) == m
+
+
+@pytest.mark.parametrize(("fsync", "level"), [("never", 0), ("batch", 1), ("always", 2)])
+async def test_fsync_modes_set_the_synchronous_pragma(db_path, fsync, level):
+    async with open_sqlite_database(db_path, fsync=fsync) as db:
+        assert await db.read(lambda c: c.execute("PRAGMA synchronous").fetchone()[0]) == level
+        assert await db.read(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0]) == "wal"
+
+
+def test_an_unknown_fsync_mode_is_refused(db_path):
+    with pytest.raises(ValueError, match="fsync"):
+        SqliteDatabase(db_path, fsync="sometimes")
+
+
+async def test_a_full_disk_becomes_a_store_error_and_the_store_keeps_working(db_path):
+    async with open_sqlite_database(db_path) as db:
+        store = SqliteMessageStore(db)
+        rid = new_id()
+        await store.write_message(rid, msg(), 10_000)
+        pages = await db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+        await db.read(lambda c: c.execute(f"PRAGMA max_page_count={pages + 8}"))
+        with pytest.raises(StoreError) as caught:
+            for _ in range(100):
+                await store.write_message(rid, msg(size=16_000), 10_000)
+        assert caught.value.error.tag == "STORE"
+        assert "full" in str(caught.value.error.arg)
+        size = await store.queue_size(rid)
+        assert await store.delete_queue_messages(rid) == size
+        await db.read(lambda c: c.execute("PRAGMA max_page_count=1000000"))
+        assert await store.write_message(rid, msg(), 10) is WriteResult.STORED_INTO_EMPTY
+
+
+async def test_using_a_closed_database_is_a_store_error(db_path):
+    async with open_sqlite_database(db_path) as db:
+        store = SqliteMessageStore(db)
+    with pytest.raises(StoreError):
+        await store.peek_message(new_id())
+    with pytest.raises(StoreError):
+        await store.write_message(new_id(), msg(), 1)
+
+
+async def test_concurrent_misses_for_one_queue_read_the_database_once(db_path):
+    rec = record()
+    async with open_sqlite_database(db_path) as db:
+        await (await open_queue_store(db)).add_queue(rec)
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        found = []
+
+        async def lookup() -> None:
+            found.append(await queues.get_queue(Party.SENDER, rec.sender_id))
+
+        before = db.reads
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for _ in range(5):
+                    nursery.start_soon(lookup)
+        assert found == [rec] * 5
+        assert db.reads - before == 1
+        assert await queues.get_queue(Party.RECIPIENT, rec.recipient_id) == rec
+        assert db.reads - before == 1
+
+
+async def test_a_lookup_racing_a_delete_never_revives_the_queue(db_path):
+    rec = record()
+    async with open_sqlite_database(db_path) as db:
+        await (await open_queue_store(db)).add_queue(rec)
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(queues.get_queue, Party.SENDER, rec.sender_id)
+                nursery.start_soon(queues.delete_queue, rec.recipient_id)
+                nursery.start_soon(queues.get_queue, Party.RECIPIENT, rec.recipient_id)
+        for party, eid in ((Party.SENDER, rec.sender_id), (Party.RECIPIENT, rec.recipient_id)):
+            assert await queues.get_queue(party, eid) is None
+
+
+async def test_a_deleted_queue_row_stays_until_compaction(db_path):
+    rec = record()
+    clock = [1_000_000.0]
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, deleted_ttl=100, clock=lambda: clock[0])
+        await queues.add_queue(rec)
+        await queues.delete_queue(rec.recipient_id)
+
+        def rows(c: sqlite3.Connection) -> int:
+            return c.execute("SELECT count(*) FROM queues").fetchone()[0]
+
+        assert await db.read(rows) == 1
+        assert await queues.compact() == 0
+        clock[0] += 101
+        assert await queues.compact() == 1
+        assert await db.read(rows) == 0
+
+
+async def test_bulk_import_inserts_queues_and_messages_in_one_transaction(db_path):
+    recs = [record() for _ in range(300)]
+    recs[0] = QueueRecord(
+        new_id(), new_id(), b"k", b"d", b"s", False, notifier=NotifierCreds(new_id(), b"n", b"x")
+    )
+    msgs = [(recs[i % 3].recipient_id, msg(ts=i)) for i in range(30)]
+    async with open_sqlite_database(db_path) as db:
+        before = db.commits
+        assert await db.bulk_import(recs, msgs) == (300, 30)
+        assert db.commits - before == 1
+    async with open_sqlite_database(db_path) as db:
+        queues, messages = await open_queue_store(db), SqliteMessageStore(db)
+        assert await queues.queue_count() == 300
+        assert await queues.get_queue(Party.NOTIFIER, recs[0].notifier.notifier_id) == recs[0]
+        for i in range(3):
+            expected = [m for rid, m in msgs if rid == recs[i].recipient_id]
+            assert [m async for m in messages.iter_messages(recs[i].recipient_id)] == expected
+
+
+async def test_a_bulk_import_with_a_taken_id_inserts_nothing(db_path):
+    taken = record()
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        await queues.add_queue(taken)
+        with pytest.raises(StoreError):
+            await db.bulk_import([record(), taken], [(taken.recipient_id, msg())])
+        assert await queues.queue_count() == 1
+        assert await SqliteMessageStore(db).queue_size(taken.recipient_id) == 0
+
+
+async def test_iteration_pages_through_more_rows_than_one_read_returns(db_path):
+    recs = [record() for _ in range(2500)]
+    rid = new_id()
+    msgs = [(rid, msg(ts=i)) for i in range(1001)]
+    async with open_sqlite_database(db_path) as db:
+        await db.bulk_import(recs, msgs)
+        queues, messages = await open_queue_store(db), SqliteMessageStore(db)
+        seen = [r.recipient_id async for r in queues.iter_queues()]
+        assert sorted(seen) == sorted(r.recipient_id for r in recs)
+        assert [m async for m in messages.iter_messages(rid)] == [m for _, m in msgs]
