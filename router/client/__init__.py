@@ -1,0 +1,51 @@
+"""SMP client over WebSockets, on Trio.
+
+    async with open_client("smp://<keyHash>@127.0.0.1:5224") as client:
+        q = await client.create_queue()
+        await client.send(q.sender_id, b"hello")
+        await client.subscribe(q)
+        event = await client.next_event()
+        await client.ack(q, event.msg_id)
+"""
+
+from ._address import RouterAddress, format_address, parse_address
+from ._client import DEFAULT_EVENT_BUFFER, SMPClient, open_client
+from ._errors import BadResponse, ConnectionClosed, HandshakeError, SMPClientError, SMPError
+from ._types import (
+    AllReceivedEvent,
+    DeletedEvent,
+    EndEvent,
+    Event,
+    MessageEvent,
+    NotificationEvent,
+    NotifierCredentials,
+    RawResponse,
+    RecipientQueue,
+    ServiceEndEvent,
+    UndecryptedMessageEvent,
+)
+
+__all__ = [
+    "DEFAULT_EVENT_BUFFER",
+    "AllReceivedEvent",
+    "BadResponse",
+    "ConnectionClosed",
+    "DeletedEvent",
+    "EndEvent",
+    "Event",
+    "HandshakeError",
+    "MessageEvent",
+    "NotificationEvent",
+    "NotifierCredentials",
+    "RawResponse",
+    "RecipientQueue",
+    "RouterAddress",
+    "SMPClient",
+    "SMPClientError",
+    "SMPError",
+    "ServiceEndEvent",
+    "UndecryptedMessageEvent",
+    "format_address",
+    "open_client",
+    "parse_address",
+]

@@ -1,0 +1,395 @@
+"""`SMPClient`: the SMP commands as methods, over one `Connection`.
+
+High-level methods raise `SMPError` when the router answers `ERR` and
+`BadResponse` when it answers something that does not fit the command. The
+low-level `command` / `commands` return every response as it came, `ERR`
+included, for tests that probe the router with odd input.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import trio
+
+from router.protocol import crypto
+from router.protocol.handshake import SMP_VERSION_MAX, SMP_VERSION_MIN, service_id
+from router.protocol.types import (
+    ACK,
+    DEL,
+    ERR,
+    GET,
+    IDS,
+    INFO,
+    KEY,
+    MSG,
+    NDEL,
+    NEW,
+    NID,
+    NKEY,
+    NSUB,
+    NSUBS,
+    OFF,
+    OK,
+    PING,
+    PONG,
+    QUE,
+    SEND,
+    SKEY,
+    SOKS,
+    SUB,
+    SUBS,
+    Command,
+    ErrorType,
+    ProtocolError,
+    Response,
+)
+
+from ._address import RouterAddress, parse_address
+from ._connection import Connection, Request, Result
+from ._errors import BadResponse, ConnectionClosed, SMPError
+from ._handshake import client_handshake
+from ._transport import Transport
+from ._types import (
+    Event,
+    MessageEvent,
+    NotifierCredentials,
+    RawResponse,
+    RecipientQueue,
+    UndecryptedMessageEvent,
+)
+
+R = TypeVar("R")
+
+DEFAULT_EVENT_BUFFER = 65536
+
+
+@asynccontextmanager
+async def open_client(
+    url_or_address: str,
+    key_hash: bytes | None = None,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    versions: tuple[int, int] = (SMP_VERSION_MIN, SMP_VERSION_MAX),
+    service_seed: bytes | None = None,
+    event_buffer: float = DEFAULT_EVENT_BUFFER,
+) -> AsyncIterator[SMPClient]:
+    """Connect, handshake, and yield a ready `SMPClient`; closed on exit.
+
+    `url_or_address` is ``smp://<keyHash>@host:port`` or a ``ws(s)://`` URL
+    with `key_hash`. An `ssl_context` makes the connection use TLS. With
+    `service_seed` (an Ed25519 seed) the client proves in its hello that it
+    acts for that service (WIRE.md §14.5). `event_buffer` bounds the events
+    waiting to be read; when it is full the reader waits, so a client that
+    subscribes more queues than that with messages waiting must read events
+    while it subscribes.
+    """
+    address = parse_address(url_or_address, key_hash, secure=ssl_context is not None)
+    try:
+        async with trio.open_nursery() as nursery:
+            transport = await Transport.connect(nursery, address, ssl_context)
+            try:
+                session = await client_handshake(
+                    transport, address.key_hash, versions, service_seed
+                )
+            except BaseException:
+                await transport.aclose()
+                raise
+            conn = Connection(transport, session.version, session.session_id, event_buffer)
+            client = SMPClient(conn, address, service_seed)
+            await nursery.start(conn.run)
+            try:
+                yield client
+            finally:
+                await client.aclose()
+    except BaseExceptionGroup as group:
+        # The client's own tasks never raise, so the nursery only wraps the one
+        # exception of the setup or of the caller's block: hand that back as it was.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+class SMPClient:
+    """One connection to a router, speaking as recipient, sender and notifier."""
+
+    def __init__(
+        self, conn: Connection, address: RouterAddress, service_seed: bytes | None = None
+    ) -> None:
+        self._conn = conn
+        self.address = address
+        self._service_seed = service_seed
+        self.service_id: bytes | None = None
+        if service_seed is not None:
+            self.service_id = service_id(crypto.ed25519_public(service_seed))
+
+    # --- connection ----------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """The negotiated SMP version (9 or 10)."""
+        return self._conn.version
+
+    @property
+    def session_id(self) -> bytes:
+        """The session id from the server hello; every signature covers it."""
+        return self._conn.session_id
+
+    @property
+    def closed(self) -> ConnectionClosed | None:
+        """Why the connection ended, or None while it is open."""
+        return self._conn.closed
+
+    async def aclose(self) -> None:
+        """Close the connection; waiting callers get `ConnectionClosed`. Idempotent."""
+        await self._conn.aclose()
+
+    # --- queues this client can decrypt for ------------------------------------
+
+    def add_queue(self, queue: RecipientQueue) -> None:
+        """Let this connection open the MSGs of a queue created elsewhere."""
+        self._conn.queues[queue.recipient_id] = queue
+
+    def forget_queue(self, queue: RecipientQueue) -> None:
+        self._conn.queues.pop(queue.recipient_id, None)
+
+    def add_notifier(self, creds: NotifierCredentials) -> None:
+        """Let this connection open NMSG metadata for `creds.notifier_id`."""
+        self._conn.notifiers[creds.notifier_id] = creds
+
+    # --- low level -------------------------------------------------------------
+
+    async def command(
+        self, entity_id: bytes, cmd: Command | bytes, key_seed: bytes | None = None
+    ) -> Response:
+        """Send one command (bytes are sent as they are), signed when `key_seed` is given."""
+        return _unwrap((await self._conn.request([(entity_id, cmd, key_seed)]))[0])
+
+    async def commands(self, requests: Iterable[Request]) -> list[Response]:
+        """Send `(entity_id, cmd, key_seed)` requests packed into as few blocks as fit."""
+        results = await self._conn.request(list(requests))
+        return [_unwrap(r) for r in results]
+
+    async def send_raw_block(self, block: bytes) -> None:
+        """Send `block` as one WebSocket message, as it is."""
+        await self._conn.send_raw_block(block)
+
+    async def next_raw_response(self) -> Response:
+        """The next response that answers no pending command (e.g. `ERR BLOCK`)."""
+        raw = await self._conn.next_raw()
+        if raw.response is None:
+            raise BadResponse(f"unparsable response {raw.command[:16]!r}")
+        return raw.response
+
+    async def next_raw_transmission(self) -> RawResponse:
+        """Like `next_raw_response`, with the corrId and entity id it came with."""
+        return await self._conn.next_raw()
+
+    # --- events ------------------------------------------------------------------
+
+    async def next_event(self) -> Event:
+        """The next pushed event; `ConnectionClosed` once the connection is over."""
+        return await self._conn.next_event()
+
+    def next_event_nowait(self) -> Event | None:
+        """The next event if one is already waiting, else None."""
+        return self._conn.next_event_nowait()
+
+    def events(self) -> AsyncIterator[Event]:
+        """Iterate over events; ends when this client closes, raises if the router does."""
+        return _EventIterator(self._conn)
+
+    # --- recipient -----------------------------------------------------------------
+
+    async def create_queue(
+        self, subscribe: bool = False, snd_secure: bool = True, basic_auth: bytes | None = None
+    ) -> RecipientQueue:
+        """NEW: a queue with fresh keys, registered so its MSGs are decrypted."""
+        seed, auth_key = crypto.new_ed25519()
+        dh_priv, dh_key = crypto.new_x25519()
+        cmd = NEW(auth_key, dh_key, basic_auth, subscribe, snd_secure)
+        ids = _expect(await self.command(b"", cmd, seed), IDS)
+        try:
+            box = crypto.box_key(dh_priv, ids.srv_dh_key)
+        except ProtocolError as e:
+            raise BadResponse(f"router DH key unusable: {e}") from e
+        queue = RecipientQueue(
+            ids.rcv_id, ids.snd_id, seed, auth_key, dh_priv, ids.srv_dh_key, box, ids.snd_secure
+        )
+        self.add_queue(queue)
+        return queue
+
+    async def secure_queue(self, queue: RecipientQueue, sender_key: bytes) -> None:
+        """KEY: only `sender_key` may send to the queue from now on."""
+        await self._recipient_ok(queue, KEY(sender_key))
+
+    async def subscribe(self, queue: RecipientQueue) -> None:
+        """SUB: a waiting message arrives as a `MessageEvent`."""
+        self.add_queue(queue)
+        resp = (await self._conn.request([_sub(queue)], route_msg=True))[0]
+        _expect(_unwrap(resp), OK, MSG)
+
+    async def subscribe_many(self, queues: Sequence[RecipientQueue]) -> list[ErrorType | None]:
+        """SUB for every queue, packed into few blocks; None or the error, per queue."""
+        for queue in queues:
+            self.add_queue(queue)
+        results = await self._conn.request([_sub(q) for q in queues], route_msg=True)
+        return [_error_of(_unwrap(r), OK, MSG) for r in results]
+
+    async def ack(self, queue: RecipientQueue, msg_id: bytes) -> None:
+        """ACK: the next message, if the router sends it along, becomes an event."""
+        request = (queue.recipient_id, ACK(msg_id), queue.rcv_auth_seed)
+        resp = (await self._conn.request([request], route_msg=True))[0]
+        _expect(_unwrap(resp), OK, MSG)
+
+    async def get(self, queue: RecipientQueue) -> MessageEvent | UndecryptedMessageEvent | None:
+        """GET: the head message, or None when the queue is empty."""
+        self.add_queue(queue)
+        resp = _expect(await self._recipient(queue, GET()), OK, MSG)
+        if type(resp) is OK:
+            return None
+        return self._conn.message_event(queue.recipient_id, resp)  # type: ignore[arg-type]
+
+    async def suspend(self, queue: RecipientQueue) -> None:
+        """OFF: senders are refused from now on."""
+        await self._recipient_ok(queue, OFF())
+
+    async def delete(self, queue: RecipientQueue) -> None:
+        """DEL: the queue and its messages are gone."""
+        await self._recipient_ok(queue, DEL())
+        self.forget_queue(queue)
+
+    async def info(self, queue: RecipientQueue) -> dict:
+        """QUE: the router's debugging view of the queue, as parsed JSON."""
+        resp = _expect(await self._recipient(queue, QUE()), INFO)
+        try:
+            return json.loads(resp.json)
+        except ValueError as e:
+            raise BadResponse(f"INFO is not JSON: {e}") from e
+
+    # --- sender ------------------------------------------------------------------------
+
+    async def secure_sender(self, sender_id: bytes, sender_seed: bytes, sender_key: bytes) -> None:
+        """SKEY: the sender secures the queue with its own key (signed with it)."""
+        _expect(await self.command(sender_id, SKEY(sender_key), sender_seed), OK)
+
+    async def send(
+        self,
+        sender_id: bytes,
+        body: bytes,
+        *,
+        sender_seed: bytes | None = None,
+        notify: bool = False,
+    ) -> None:
+        """SEND `body`; signed when the queue is secured (`sender_seed`)."""
+        cmd = SEND(b"T" if notify else b"F", body)
+        _expect(await self.command(sender_id, cmd, sender_seed), OK)
+
+    async def ping(self) -> None:
+        """PING; the router answers PONG (OK is accepted too, WIRE.md §12.4)."""
+        _expect(await self.command(b"", PING()), PONG, OK)
+
+    # --- notifications -----------------------------------------------------------------
+
+    async def enable_notifications(self, queue: RecipientQueue) -> NotifierCredentials:
+        """NKEY with fresh keys; the returned credentials are registered here."""
+        seed, notifier_key = crypto.new_ed25519()
+        dh_priv, dh_key = crypto.new_x25519()
+        nid = _expect(await self._recipient(queue, NKEY(notifier_key, dh_key)), NID)
+        try:
+            box = crypto.box_key(dh_priv, nid.srv_ntf_dh_key)
+        except ProtocolError as e:
+            raise BadResponse(f"router notifier DH key unusable: {e}") from e
+        creds = NotifierCredentials(
+            queue.recipient_id, nid.notifier_id, seed, notifier_key, dh_priv,
+            nid.srv_ntf_dh_key, box,
+        )
+        self.add_notifier(creds)
+        return creds
+
+    async def disable_notifications(self, queue: RecipientQueue) -> None:
+        """NDEL: the queue has no notifier any more."""
+        await self._recipient_ok(queue, NDEL())
+
+    async def subscribe_notifications(self, creds: NotifierCredentials) -> None:
+        """NSUB: NMSGs for this notifier arrive as `NotificationEvent`s."""
+        self.add_notifier(creds)
+        _expect(await self.command(creds.notifier_id, NSUB(), creds.notifier_seed), OK)
+
+    # --- service subscriptions (WIRE.md §14.5) ---------------------------------------
+
+    async def subscribe_service(self) -> int:
+        """SUBS for this client's service; returns how many queues it covers."""
+        return await self._service_command(SUBS())
+
+    async def subscribe_service_notifications(self) -> int:
+        """NSUBS for this client's service; returns how many notifiers it covers."""
+        return await self._service_command(NSUBS())
+
+    async def _service_command(self, cmd: Command) -> int:
+        if self._service_seed is None or self.service_id is None:
+            raise ValueError("this client was opened without a service key")
+        soks = _expect(await self.command(self.service_id, cmd, self._service_seed), SOKS)
+        return soks.count
+
+    # --- helpers -------------------------------------------------------------------------
+
+    async def _recipient(self, queue: RecipientQueue, cmd: Command) -> Response:
+        return await self.command(queue.recipient_id, cmd, queue.rcv_auth_seed)
+
+    async def _recipient_ok(self, queue: RecipientQueue, cmd: Command) -> None:
+        _expect(await self._recipient(queue, cmd), OK)
+
+
+class _EventIterator:
+    """`async for` over a connection's events (no async generator to finalize)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def __aiter__(self) -> _EventIterator:
+        return self
+
+    async def __anext__(self) -> Event:
+        try:
+            return await self._conn.next_event()
+        except ConnectionClosed as e:
+            if e.local:
+                raise StopAsyncIteration from None
+            raise
+
+
+def _sub(queue: RecipientQueue) -> Request:
+    return (queue.recipient_id, SUB(), queue.rcv_auth_seed)
+
+
+def _unwrap(result: Result) -> Response:
+    if isinstance(result, BadResponse):
+        raise result
+    return result
+
+
+def _expect(resp: Response, *kinds: type[R]) -> R:
+    """`resp` if it is one of `kinds`; `SMPError` for ERR, `BadResponse` otherwise."""
+    if isinstance(resp, kinds):
+        return resp
+    if type(resp) is ERR:
+        raise SMPError(resp.error)
+    names = "/".join(k.__name__ for k in kinds)
+    raise BadResponse(f"expected {names}, got {type(resp).__name__}")
+
+
+def _error_of(resp: Response, *kinds: type) -> ErrorType | None:
+    """None when `resp` is one of `kinds`, the ERR's error otherwise."""
+    if isinstance(resp, kinds):
+        return None
+    if type(resp) is ERR:
+        return resp.error
+    raise BadResponse(f"unexpected {type(resp).__name__}")
+

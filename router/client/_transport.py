@@ -1,0 +1,100 @@
+"""The WebSocket under the client: one SMP block per binary message (WIRE.md §3.4).
+
+This is the one place that touches trio-websocket and sockets. Every failure
+below is translated here, once, into `ConnectionClosed`; code above it never
+catches a trio, trio-websocket or OS exception.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import trio
+import trio_websocket
+
+from router.protocol.block import BLOCK_SIZE
+
+from ._address import RouterAddress
+from ._errors import ConnectionClosed
+
+# A received message is one block; the library's limit only has to admit it.
+MAX_MESSAGE_SIZE = 4 * BLOCK_SIZE
+# Read whole blocks (and a little more) per socket read rather than 4 KiB pieces.
+RECEIVE_BUFFER_SIZE = 4 * BLOCK_SIZE
+# Blocks trio-websocket may hold before its reader waits for ours.
+MESSAGE_QUEUE_SIZE = 16
+CLOSE_TIMEOUT = 5.0
+
+_TRANSPORT_ERRORS = (
+    trio_websocket.ConnectionClosed,
+    trio_websocket.HandshakeError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    OSError,
+)
+
+
+class Transport:
+    """One open WebSocket carrying SMP blocks."""
+
+    __slots__ = ("_ws",)
+
+    def __init__(self, ws: trio_websocket.WebSocketConnection) -> None:
+        self._ws = ws
+
+    @classmethod
+    async def connect(
+        cls,
+        nursery: trio.Nursery,
+        address: RouterAddress,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> Transport:
+        """Open the WebSocket; its reader task runs in `nursery` until `aclose`."""
+        use_ssl: bool | ssl.SSLContext = ssl_context or address.secure
+        try:
+            ws = await trio_websocket.connect_websocket(
+                nursery,
+                address.host,
+                address.port,
+                address.path,
+                use_ssl=use_ssl,
+                message_queue_size=MESSAGE_QUEUE_SIZE,
+                max_message_size=MAX_MESSAGE_SIZE,
+                receive_buffer_size=RECEIVE_BUFFER_SIZE,
+            )
+        except _TRANSPORT_ERRORS as e:
+            raise ConnectionClosed(f"cannot connect to {address.host}:{address.port}: {e}") from e
+        return cls(ws)
+
+    async def send_block(self, block: bytes) -> None:
+        try:
+            await self._ws.send_message(block)
+        except _TRANSPORT_ERRORS as e:
+            raise ConnectionClosed(_reason(e)) from e
+
+    async def receive_block(self) -> bytes:
+        """The next message; it must be a binary message of exactly one block."""
+        try:
+            message = await self._ws.get_message()
+        except _TRANSPORT_ERRORS as e:
+            raise ConnectionClosed(_reason(e)) from e
+        if not isinstance(message, bytes) or len(message) != BLOCK_SIZE:
+            raise ConnectionClosed(f"router sent a message of {len(message)} bytes, not a block")
+        return message
+
+    async def aclose(self) -> None:
+        """Close the WebSocket; gives up politeness after `CLOSE_TIMEOUT`. Idempotent."""
+        with trio.move_on_after(CLOSE_TIMEOUT) as scope:
+            scope.shield = True
+            try:
+                await self._ws.aclose()
+            except _TRANSPORT_ERRORS:
+                pass  # already broken: nothing left to close politely
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, trio_websocket.ConnectionClosed) and e.reason is not None:
+        r = e.reason
+        detail = f": {r.reason}" if r.reason else ""
+        return f"connection closed ({r.code} {r.name}{detail})"
+    return f"connection broken: {e!r}"
