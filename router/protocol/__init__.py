@@ -19,10 +19,8 @@ from .codec import (
     MAX_MESSAGE_LENGTH,
     check_credentials,
     decode_command,
-    decode_error,
     decode_response,
     encode_command,
-    encode_error,
     encode_response,
     encode_response_transmission,
 )
@@ -47,6 +45,7 @@ from .crypto import (
     x25519_public,
 )
 from .encoding import Parser, bool_, encode_key, int64, large, maybe, ss, word16
+from .errors import decode_error, encode_error
 from .handshake import (
     SERVICE_MARKER,
     SMP_VERSION_MAX,

@@ -1,4 +1,4 @@
-"""Commands, responses and error strings (WIRE.md §6, §6.1) and the credential rules (§4.4).
+"""Commands and responses (WIRE.md §6) and the credential rules (§4.4).
 
 A command or response is ``TAG`` or ``TAG SP params``. Decoding splits off the
 tag, looks up its parser and requires the parameters to be consumed exactly:
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .encoding import Parser, encode_key, int64, ss, ss_len
+from .encoding import Parser, encode_key, int64, ss, ss_len, utf8
+from .errors import decode_error, encode_error
 from .types import (
     ACK,
     ALLS,
@@ -49,7 +50,6 @@ from .types import (
     SOKS,
     SUB,
     SUBS,
-    CmdErr,
     Command,
     ErrorType,
     ProtocolError,
@@ -62,10 +62,9 @@ MAX_SEND_FLAGS = 7  # 'T'/'F' plus up to 6 reserved bytes before the SP
 
 # --- parameter-less singletons ------------------------------------------------
 
-_PING, _GET, _OFF, _DEL, _QUE, _NDEL, _NSUB, _SUBS, _NSUBS = (
-    PING(), GET(), OFF(), DEL(), QUE(), NDEL(), NSUB(), SUBS(), NSUBS()
+_PING, _SUB, _GET, _OFF, _DEL, _QUE, _NDEL, _NSUB, _SUBS, _NSUBS = (
+    PING(), SUB(), GET(), OFF(), DEL(), QUE(), NDEL(), NSUB(), SUBS(), NSUBS()
 )
-_SUB_I = SUB()
 _END, _DELD, _OK, _PONG, _ALLS = END(), DELD(), OK(), PONG(), ALLS()
 
 # --- helpers ---------------------------------------------------------------------
@@ -175,7 +174,7 @@ def _parse_nkey(data: bytes, i: int) -> NKEY:
 _COMMAND_PARSERS: dict[bytes, Callable[[bytes, int], object]] = {
     b"PING": _no_params(_PING),
     b"NEW": _parse_new,
-    b"SUB": _no_params(_SUB_I),
+    b"SUB": _no_params(_SUB),
     b"KEY": _parse_key_cmd(KEY),
     b"SKEY": _parse_key_cmd(SKEY),
     b"SEND": _parse_send,
@@ -240,158 +239,6 @@ def encode_command(cmd: Command) -> bytes:
     return _COMMAND_ENCODERS[type(cmd)](cmd)
 
 
-# --- errors ----------------------------------------------------------------------------
-
-_SIMPLE_ERRORS = {
-    tag: ErrorType(tag)
-    for tag in (
-        "BLOCK", "SESSION", "AUTH", "QUOTA", "NO_MSG", "LARGE_MSG", "INTERNAL",
-        "CRYPTO", "SERVICE", "EXPIRED", "DUPLICATE_",
-    )
-}
-_CMD_ERRORS = {e.value.encode(): ErrorType("CMD", e) for e in CmdErr}
-_CMD_ERRORS[b"NO_QUEUE"] = ErrorType("CMD", CmdErr.NO_ENTITY)  # old name, still parsed
-
-
-def encode_error(e: ErrorType) -> bytes:
-    arg = e.arg
-    tag = e.tag.encode()
-    if arg is None:
-        return tag
-    if isinstance(arg, CmdErr):
-        return tag + b" " + arg.value.encode()
-    if isinstance(arg, str):
-        return tag + b" " + arg.encode()
-    return tag + b" " + arg
-
-
-def _token(data: bytes, pos: int) -> tuple[bytes, int]:
-    """The bytes from `pos` up to the next SP (or end), and the position of that SP."""
-    j = data.find(b" ", pos)
-    if j < 0:
-        return data[pos:], len(data)
-    return data[pos:j], j
-
-
-def _utf8(b: bytes) -> str:
-    try:
-        return b.decode()
-    except UnicodeDecodeError:
-        raise ProtocolError(CMD_SYNTAX, "invalid UTF-8") from None
-
-
-_BLOCK_REASONS = (b"reason=spam", b"reason=content")
-
-
-def _blocked_info(b: bytes) -> str:
-    for reason in _BLOCK_REASONS:
-        if b == reason or b.startswith(reason + b",notice="):
-            return _utf8(b)
-    raise ProtocolError(CMD_SYNTAX, "bad block info")
-
-
-def decode_error(data: bytes) -> ErrorType:
-    """An `ERR` payload (WIRE.md §6.1); `ProtocolError(CMD SYNTAX)` if it is not one."""
-    tag, j = _token(data, 0)
-    simple = _SIMPLE_ERRORS.get(tag.decode("latin-1"))
-    if simple is not None:
-        if j != len(data):
-            raise ProtocolError(CMD_SYNTAX, "trailing bytes after error")
-        return simple
-    if j >= len(data):
-        raise ProtocolError(CMD_SYNTAX, "unknown error")
-    rest = data[j + 1 :]
-    if tag == b"CMD":
-        err = _CMD_ERRORS.get(rest)
-        if err is None:
-            raise ProtocolError(CMD_SYNTAX, "bad command error")
-        return err
-    if tag == b"PROXY":
-        _check_proxy_error(rest)
-        return ErrorType("PROXY", rest)
-    if tag == b"STORE":
-        return ErrorType("STORE", _utf8(rest))
-    if tag == b"BLOCKED":
-        return ErrorType("BLOCKED", _blocked_info(rest))
-    raise ProtocolError(CMD_SYNTAX, "unknown error")
-
-
-# Proxy errors are validated against their grammar and then kept encoded.
-_PROXY_SIMPLE = frozenset((b"BASIC_AUTH", b"NO_SESSION"))
-_BROKER_SIMPLE = frozenset((b"TIMEOUT", b"HOST", b"NO_SERVICE"))
-_TRANSPORT_SIMPLE = frozenset((b"BLOCK", b"VERSION", b"LARGE_MSG", b"SESSION", b"NO_AUTH"))
-_HANDSHAKE_ERRORS = frozenset((b"PARSE", b"IDENTITY", b"BAD_AUTH", b"BAD_SERVICE"))
-_NET_SIMPLE = frozenset((b"UNKNOWNCA", b"FAILED", b"TIMEOUT"))
-_NET_WITH_TEXT = frozenset((b"CONNECT", b"TLS", b"SUBSCRIBE"))
-
-
-def _exact_ss(data: bytes, pos: int) -> None:
-    """`data[pos:]` must be exactly one short string."""
-    if pos >= len(data) or pos + 1 + data[pos] != len(data):
-        raise ProtocolError(CMD_SYNTAX, "bad short string")
-
-
-def _check_proxy_error(data: bytes) -> None:
-    # PROTOCOL nests a whole errorType; walk the nesting in a loop, not by recursion,
-    # so a block full of "PROXY PROTOCOL " cannot exhaust the stack.
-    while True:
-        tag, j = _token(data, 0)
-        if tag in _PROXY_SIMPLE and j == len(data):
-            return
-        if j >= len(data):
-            raise ProtocolError(CMD_SYNTAX, "bad proxy error")
-        rest = data[j + 1 :]
-        if tag == b"BROKER":
-            _check_broker_error(rest)
-            return
-        if tag != b"PROTOCOL":
-            raise ProtocolError(CMD_SYNTAX, "bad proxy error")
-        inner, k = _token(rest, 0)
-        if inner != b"PROXY" or k >= len(rest):
-            decode_error(rest)
-            return
-        data = rest[k + 1 :]
-
-
-def _check_broker_error(data: bytes) -> None:
-    tag, j = _token(data, 0)
-    end = j == len(data)
-    if tag in _BROKER_SIMPLE and end:
-        return
-    if tag == b"NETWORK" and end:
-        return
-    if end:
-        raise ProtocolError(CMD_SYNTAX, "bad broker error")
-    rest = data[j + 1 :]
-    if tag in (b"RESPONSE", b"UNEXPECTED"):
-        _exact_ss(data, j + 1)
-    elif tag == b"TRANSPORT":
-        _check_transport_error(rest)
-    elif tag == b"NETWORK":
-        _check_network_error(rest)
-    else:
-        raise ProtocolError(CMD_SYNTAX, "bad broker error")
-
-
-def _check_transport_error(data: bytes) -> None:
-    if data in _TRANSPORT_SIMPLE:
-        return
-    tag, j = _token(data, 0)
-    if tag == b"HANDSHAKE" and j < len(data) and data[j + 1 :] in _HANDSHAKE_ERRORS:
-        return
-    raise ProtocolError(CMD_SYNTAX, "bad transport error")
-
-
-def _check_network_error(data: bytes) -> None:
-    if data in _NET_SIMPLE:
-        return
-    tag, j = _token(data, 0)
-    if tag in _NET_WITH_TEXT and j < len(data):
-        _exact_ss(data, j + 1)
-        return
-    raise ProtocolError(CMD_SYNTAX, "bad network error")
-
-
 # --- responses -------------------------------------------------------------------------
 
 
@@ -438,7 +285,7 @@ def _parse_count(cls: type) -> Callable[[bytes, int], object]:
 
 
 def _parse_info(data: bytes, i: int) -> INFO:
-    return INFO(_utf8(_params(data, i).rest()))
+    return INFO(utf8(_params(data, i).rest()))
 
 
 def _parse_err(data: bytes, i: int) -> ERR:

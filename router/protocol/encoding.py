@@ -115,6 +115,14 @@ class Parser:
             raise self.fail("trailing bytes")
 
 
+def utf8(b: bytes) -> str:
+    """Text from the wire; `ProtocolError(CMD SYNTAX)` if it is not UTF-8."""
+    try:
+        return b.decode()
+    except UnicodeDecodeError:
+        raise ProtocolError(CMD_SYNTAX, "invalid UTF-8") from None
+
+
 def ss(b: bytes) -> bytes:
     n = len(b)
     if n > 255:
