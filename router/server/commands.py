@@ -1,0 +1,339 @@
+"""One handler per verified command (WIRE.md §6, §9).
+
+Each handler gets the connection and the `Verified` command (with the queue
+record looked up while verifying it) and returns the transmissions to send,
+normally one response with the command's corrId; SUB may add a pushed MSG.
+Protocol failures are `ErrorType` values turned into `ERR` here; the stores
+report theirs the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from router.protocol.codec import MAX_MESSAGE_LENGTH, encode_response_transmission
+from router.protocol.crypto import box_key, encrypt_ntf_meta, new_x25519
+from router.protocol.types import (
+    ACK,
+    AUTH,
+    CMD_PROHIBITED,
+    DEL,
+    GET,
+    IDS,
+    INFO,
+    INTERNAL,
+    KEY,
+    LARGE_MSG,
+    NDEL,
+    NEW,
+    NID,
+    NKEY,
+    NMSG,
+    NO_MSG,
+    NSUB,
+    NSUBS,
+    OFF,
+    OK,
+    PFWD,
+    PING,
+    PONG,
+    PROXY_BASIC_AUTH,
+    PROXY_NO_SESSION,
+    PRXY,
+    QUE,
+    QUOTA,
+    SEND,
+    SERVICE,
+    SKEY,
+    SUB,
+    SUBS,
+    ErrorType,
+    Response,
+)
+from store.interfaces import (
+    DUPLICATE,
+    Message,
+    NotifierCreds,
+    QueueRecord,
+    QueueStatus,
+    WriteResult,
+)
+
+from .dispatch import Verified, error_transmission
+from .subscriptions import Event, Sub
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .router import Router
+
+ID_SIZE = 24  # queue ids and message ids (WIRE.md §8)
+_ID_ATTEMPTS = 3  # fresh ids after a DUPLICATE before giving up with INTERNAL
+_OK, _PONG = OK(), PONG()
+
+Handler = Callable[["Connection", Verified], Awaitable[list[bytes]]]
+
+
+def _reply(v: Verified, resp: Response | ErrorType) -> list[bytes]:
+    if isinstance(resp, ErrorType):
+        return [error_transmission(v.corr_id, v.entity_id, resp)]
+    return [encode_response_transmission(v.corr_id, v.entity_id, resp)]
+
+
+def _queue(v: Verified) -> QueueRecord:
+    assert v.queue is not None  # every handler below PING/NEW ran after a queue lookup
+    return v.queue
+
+
+class Commands:
+    def __init__(self, router: Router) -> None:
+        self._r = router
+        self._handlers: dict[type, Handler] = {
+            PING: self._ping, NEW: self._new, SUB: self._sub, KEY: self._key,
+            SKEY: self._skey, SEND: self._send, ACK: self._ack, GET: self._get,
+            OFF: self._off, DEL: self._del, QUE: self._que, NKEY: self._nkey,
+            NDEL: self._ndel, NSUB: self._nsub, SUBS: self._service, NSUBS: self._service,
+            PRXY: self._prxy, PFWD: self._pfwd,
+        }
+
+    async def execute(self, conn: Connection, v: Verified) -> list[bytes]:
+        return await self._handlers[type(v.command)](conn, v)
+
+    # --- no queue -------------------------------------------------------------
+
+    async def _ping(self, conn: Connection, v: Verified) -> list[bytes]:
+        return _reply(v, _PONG)
+
+    async def _prxy(self, conn: Connection, v: Verified) -> list[bytes]:
+        return _reply(v, PROXY_BASIC_AUTH)  # what the reference says when it does not proxy
+
+    async def _pfwd(self, conn: Connection, v: Verified) -> list[bytes]:
+        return _reply(v, PROXY_NO_SESSION)
+
+    async def _service(self, conn: Connection, v: Verified) -> list[bytes]:
+        # Service subscriptions need a service proven in the client hello (WIRE.md §14.5).
+        return _reply(v, SERVICE if conn.service is None else CMD_PROHIBITED)
+
+    # --- creating and securing ------------------------------------------------------
+
+    async def _new(self, conn: Connection, v: Verified) -> list[bytes]:
+        cmd: NEW = v.command  # type: ignore[assignment]
+        config = self._r.config
+        if not config.allow_new_queues or not _password_ok(config.password, cmd.basic_auth):
+            return _reply(v, AUTH)
+        srv_priv, srv_pub = new_x25519()
+        secret = box_key(srv_priv, cmd.rcv_dh_key)
+        for _ in range(_ID_ATTEMPTS):
+            rid, sid = secrets.token_bytes(ID_SIZE), secrets.token_bytes(ID_SIZE)
+            record = QueueRecord(
+                rid, sid, cmd.rcv_auth_key, secret, None, cmd.snd_secure,
+                updated_at=int(time.time()),
+            )
+            error = await self._r.queues.add_queue(record)
+            if error is None:
+                break
+            if error != DUPLICATE:
+                return _reply(v, error)
+        else:
+            return _reply(v, INTERNAL)
+        self._r.counters.queues_created += 1
+        if cmd.subscribe:
+            self._r.subscribe(conn, rid, secret)
+        return _reply(v, IDS(rid, sid, srv_pub, cmd.snd_secure))
+
+    async def _key(self, conn: Connection, v: Verified) -> list[bytes]:
+        cmd: KEY = v.command  # type: ignore[assignment]
+        return await self._secure(v, _queue(v), cmd.sender_key)
+
+    async def _skey(self, conn: Connection, v: Verified) -> list[bytes]:
+        cmd: SKEY = v.command  # type: ignore[assignment]
+        return await self._secure(v, _queue(v), cmd.sender_key)
+
+    async def _secure(self, v: Verified, queue: QueueRecord, key: bytes) -> list[bytes]:
+        """Same key again is OK, another key is AUTH (the store decides, atomically)."""
+        error = await self._r.queues.secure_queue(queue.recipient_id, key)
+        if error is None and queue.sender_key is None:
+            self._r.counters.queues_secured += 1
+        return _reply(v, error or _OK)
+
+    async def _off(self, conn: Connection, v: Verified) -> list[bytes]:
+        return _reply(v, await self._r.queues.suspend_queue(v.entity_id) or _OK)
+
+    async def _del(self, conn: Connection, v: Verified) -> list[bytes]:
+        """Delete messages and notifier before answering; other subscribers get DELD/END."""
+        rid = v.entity_id
+        removed = await self._r.queues.delete_queue(rid)
+        if isinstance(removed, ErrorType):
+            return _reply(v, removed)
+        await self._r.messages.delete_queue_messages(rid)
+        self._r.end_subscriptions(conn, rid, removed)
+        self._r.counters.queues_deleted += 1
+        return _reply(v, _OK)
+
+    # --- messages -----------------------------------------------------------------
+
+    async def _send(self, conn: Connection, v: Verified) -> list[bytes]:
+        cmd: SEND = v.command  # type: ignore[assignment]
+        queue = _queue(v)
+        if len(cmd.body) > MAX_MESSAGE_LENGTH:
+            return _reply(v, LARGE_MSG)
+        if queue.status is QueueStatus.OFF:
+            return _reply(v, AUTH)
+        # Only the notification flag is kept: the MSG body carries 'T'/'F' (WIRE.md §7).
+        msg = Message(secrets.token_bytes(ID_SIZE), int(time.time()), cmd.flags[:1], cmd.body)
+        result = await self._r.messages.write_message(queue.recipient_id, msg, self._r.config.quota)
+        if result is WriteResult.QUOTA_EXCEEDED:
+            self._r.counters.messages_quota_refused += 1
+            return _reply(v, QUOTA)
+        self._r.counters.messages_sent += 1
+        if result is WriteResult.STORED_INTO_EMPTY:
+            self._r.deliverer.stored_into_empty(queue.recipient_id, msg)
+        if cmd.notify and queue.notifier is not None:
+            self._notify(queue, msg)
+        return _reply(v, _OK)
+
+    def _notify(self, queue: QueueRecord, msg: Message) -> None:
+        """NMSG to the notifier's subscriber, if one is connected (best effort, no wait)."""
+        creds = queue.notifier
+        assert creds is not None
+        conn = self._r.ntf_subscribers.get(creds.notifier_id)
+        if conn is None:
+            return
+        nonce, meta = encrypt_ntf_meta(creds.rcv_ntf_dh_secret, msg.msg_id, msg.ts)
+        conn.push_events([encode_response_transmission(b"", creds.notifier_id, NMSG(nonce, meta))])
+
+    async def _sub(self, conn: Connection, v: Verified) -> list[bytes]:
+        rid = v.entity_id
+        sub = conn.subscriptions.get(rid)
+        if sub is not None and sub.get_mode:
+            return _reply(v, CMD_PROHIBITED)
+        if sub is None:
+            sub = self._r.subscribe(conn, rid, _queue(v).rcv_dh_secret)
+        else:
+            # SUB again on this connection sends the head again (reference behaviour).
+            sub.delivered = None
+            conn.deliveries.discard(rid)
+        out = _reply(v, _OK)
+        msg = await self._r.messages.peek_message(rid)
+        if msg is not None and self._r.deliverer.can_push(conn, sub):
+            out.append(self._r.deliverer.message_transmission(b"", rid, sub, msg))
+        return out
+
+    async def _get(self, conn: Connection, v: Verified) -> list[bytes]:
+        rid = v.entity_id
+        sub = conn.subscriptions.get(rid)
+        if sub is None:
+            # GET mode: not registered router-wide, never pushed to, SUB prohibited here.
+            sub = conn.subscriptions[rid] = Sub(rid, _queue(v).rcv_dh_secret, get_mode=True)
+        elif not sub.get_mode:
+            return _reply(v, CMD_PROHIBITED)
+        msg = await self._r.messages.peek_message(rid)
+        if msg is None or conn.subscriptions.get(rid) is not sub:
+            return _reply(v, _OK)
+        return [self._r.deliverer.message_transmission(v.corr_id, rid, sub, msg)]
+
+    async def _ack(self, conn: Connection, v: Verified) -> list[bytes]:
+        """Delete the delivered message and answer with the next one (SUB) or OK."""
+        cmd: ACK = v.command  # type: ignore[assignment]
+        rid = v.entity_id
+        sub = conn.subscriptions.get(rid)
+        if sub is None or sub.delivered is None:
+            return _reply(v, NO_MSG)
+        msg_id = sub.delivered[0]
+        if cmd.msg_id and cmd.msg_id != msg_id:  # an empty id matches (reference code)
+            return _reply(v, NO_MSG)
+        sub.delivered = None
+        deleted, head = await self._r.messages.delete_message(rid, msg_id)
+        if deleted:
+            self._r.counters.messages_acked += 1
+        if head is None or sub.get_mode or not self._r.deliverer.can_push(conn, sub):
+            return _reply(v, _OK)
+        return [self._r.deliverer.message_transmission(v.corr_id, rid, sub, head)]
+
+    async def _que(self, conn: Connection, v: Verified) -> list[bytes]:
+        rid = v.entity_id
+        size = await self._r.messages.queue_size(rid)
+        head = await self._r.messages.peek_message(rid)
+        sub = conn.subscriptions.get(rid)
+        state = self._sub_state(conn, sub)
+        return _reply(v, INFO(queue_info(_queue(v), size, head, sub, state)))
+
+    def _sub_state(self, conn: Connection, sub: Sub | None) -> str:
+        if sub is None:
+            return "noSub"
+        if sub.get_mode:
+            return "prohibitSub"
+        if sub.recipient_id in conn.deliveries:
+            return "subPending"
+        return "subThread" if sub.scope is not None else "noSub"
+
+    # --- notifiers -------------------------------------------------------------------
+
+    async def _nkey(self, conn: Connection, v: Verified) -> list[bytes]:
+        """Add or replace the notifier: a new id and DH key each time (WIRE.md §9)."""
+        cmd: NKEY = v.command  # type: ignore[assignment]
+        queue = _queue(v)
+        srv_priv, srv_pub = new_x25519()
+        secret = box_key(srv_priv, cmd.rcv_ntf_dh_key)
+        for _ in range(_ID_ATTEMPTS):
+            nid = secrets.token_bytes(ID_SIZE)
+            creds = NotifierCreds(nid, cmd.notifier_key, secret)
+            error = await self._r.queues.add_notifier(queue.recipient_id, creds)
+            if error is None:
+                break
+            if error != DUPLICATE:
+                return _reply(v, error)
+        else:
+            return _reply(v, INTERNAL)
+        if queue.notifier is not None:
+            self._r.end_notifier(queue.notifier.notifier_id, Event.NTF_END)
+        return _reply(v, NID(nid, srv_pub))
+
+    async def _ndel(self, conn: Connection, v: Verified) -> list[bytes]:
+        removed = await self._r.queues.delete_notifier(v.entity_id)
+        if removed is not None:
+            self._r.end_notifier(removed.notifier_id, Event.DELETED)
+        return _reply(v, _OK)
+
+    async def _nsub(self, conn: Connection, v: Verified) -> list[bytes]:
+        self._r.subscribe_notifier(conn, v.entity_id)
+        return _reply(v, _OK)
+
+
+def _password_ok(required: bytes | None, given: bytes | None) -> bool:
+    if required is None:
+        return True
+    return given is not None and hmac.compare_digest(required, given)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def queue_info(
+    queue: QueueRecord, size: int, head: Message | None, sub: Sub | None, state: str
+) -> str:
+    """The QUE answer's JSON, in the reference's field names (WIRE.md §6; not normative)."""
+    info: dict[str, object] = {
+        "qiSnd": queue.sender_key is not None,
+        "qiNtf": queue.notifier is not None,
+        "qiSize": size,
+    }
+    if sub is not None:
+        qsub: dict[str, object] = {"qSubThread": state}
+        if sub.delivered is not None:
+            qsub["qDelivered"] = _b64(sub.delivered[0])
+        info["qiSub"] = qsub
+    if head is not None:
+        info["qiMsg"] = {
+            "msgId": _b64(head.msg_id),
+            "msgTs": datetime.fromtimestamp(head.ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "msgType": "quota" if head.quota else "message",
+        }
+    return json.dumps(info, separators=(",", ":"))

@@ -1,0 +1,84 @@
+"""Router configuration: one frozen record, checked when it is made.
+
+Everything an operator can set lives here, with the reference router's
+defaults where the protocol has one (WIRE.md §8). A bad value raises
+`ConfigError` with a message fit to show the operator as one line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SINGLE_TASK = "single-task"
+PER_QUEUE_TASK = "per-queue-task"
+DELIVERY_MODES = (SINGLE_TASK, PER_QUEUE_TASK)
+STORE_KINDS = ("memory", "journal", "sqlite")
+
+# Basic-auth passwords: printable, no space, '@', ':' or '/' (WIRE.md §6).
+_PASSWORD_FORBIDDEN = frozenset(" @:/")
+
+
+class ConfigError(ValueError):
+    """A configuration value the router cannot run with."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    host: str = "127.0.0.1"
+    port: int = 5224  # 0 picks a free port
+    store: str = "memory"  # memory | journal | sqlite
+    data_dir: Path | None = None  # identity and durable stores; None: nothing kept
+    delivery: str = SINGLE_TASK  # or PER_QUEUE_TASK, the design it replaces
+    quota: int = 128  # messages per queue before QUOTA (msgQueueQuota)
+    password: bytes | None = None  # basic auth required by NEW, if set
+    allow_new_queues: bool = True  # False: every NEW is refused with AUTH
+    send_queue_size: int = 64  # batches waiting for a connection's writer
+    stalled_writer_timeout: float = 30.0  # drop a peer that takes longer to accept one block
+    end_batch_interval: float = 0.1  # how often pending END/DELD events are flushed
+    handshake_timeout: float = 120.0  # client hello deadline (WIRE.md §3.3)
+    close_timeout: float = 2.0  # WebSocket closing handshake deadline
+    store_options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data_dir, str):
+            object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if isinstance(self.password, str):
+            object.__setattr__(self, "password", self.password.encode())
+        _check_choice("store", self.store, STORE_KINDS)
+        _check_choice("delivery", self.delivery, DELIVERY_MODES)
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be 0..65535, not {self.port}")
+        if not self.host:
+            raise ConfigError("host must not be empty")
+        if self.quota < 1:
+            raise ConfigError(f"quota must be at least 1, not {self.quota}")
+        if self.send_queue_size < 1:
+            raise ConfigError(f"send queue size must be at least 1, not {self.send_queue_size}")
+        for name in ("stalled_writer_timeout", "end_batch_interval", "handshake_timeout",
+                     "close_timeout"):
+            _check_duration(name, getattr(self, name))
+        if self.password is not None:
+            check_password(self.password)
+        if self.store != "memory" and self.data_dir is None:
+            raise ConfigError(f"the {self.store} store needs a data directory")
+
+
+def check_password(password: bytes) -> None:
+    """The basic-auth rules of WIRE.md §6, so that clients can actually send it."""
+    if not 1 <= len(password) <= 255:
+        raise ConfigError("password must be 1..255 bytes")
+    text = password.decode("latin-1")
+    if any(not c.isprintable() or c in _PASSWORD_FORBIDDEN for c in text):
+        raise ConfigError("password must be printable, without space, '@', ':' or '/'")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def _check_duration(name: str, value: float) -> None:
+    if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name.replace('_', ' ')} must be a positive number of seconds")

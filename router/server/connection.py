@@ -1,0 +1,202 @@
+"""One client connection: its state and the small group of tasks serving it.
+
+Theory of operation (DESIGN.md, STYLE.md principle 7): after the handshake a
+connection runs one nursery with three tasks joined by a bounded memory
+channel (the outbox):
+
+- receive: reads a block, has the dispatcher verify and execute it, and puts
+  the responses into the outbox as one batch (blocking only itself when the
+  outbox is full, which is the back-pressure a fast sender gets);
+- send: takes whatever batches are queued, packs them into as few blocks as
+  fit and writes them; a peer that does not take a block within the
+  configured deadline is dropped (`BlockTransport.send_block`);
+- delivery: the one task that waits for this client's pushes that could not
+  go straight into the outbox: queues in the `deliveries` map, and END/DELD
+  events the router's event task could not hand over without waiting.
+
+In per-queue-task mode each subscribed queue also has a task of its own in
+the same nursery. When one of the three tasks ends, for any reason, the
+nursery is cancelled and the router's cleanup runs in `finally`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from router.protocol.block import BatchPacker
+
+from .deliveries import Deliveries
+from .subscriptions import Sub
+from .transport import BlockTransport, Handshake, TransportClosed
+
+log = logging.getLogger(__name__)
+
+BlockProcessor = Callable[["Connection", bytes], Awaitable[list[bytes]]]
+DeliveryLoop = Callable[["Connection"], Awaitable[None]]
+
+
+class Connection:
+    def __init__(
+        self, conn_id: int, transport: BlockTransport, handshake: Handshake, send_queue_size: int
+    ) -> None:
+        self.id = conn_id
+        self.transport = transport
+        self.version = handshake.version
+        self.session_id = handshake.session_id
+        self.service = handshake.service
+        self.subscriptions: dict[bytes, Sub] = {}
+        self.ntf_subscriptions: set[bytes] = set()  # notifier ids this connection NSUBed
+        self.deliveries = Deliveries()
+        self.overflow_events: list[bytes] = []  # END/DELD/NMSG waiting for outbox room
+        self.closed = False
+        self.close_reason = ""
+        self.nursery: trio.Nursery | None = None
+        self._wakeup = trio.Event()
+        self._outbox, self._outbox_out = trio.open_memory_channel[list[bytes]](send_queue_size)
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.id} {self.transport.remote} v{self.version}>"
+
+    # --- outbox ---------------------------------------------------------------
+
+    def outbox_full(self) -> bool:
+        stats = self._outbox.statistics()
+        return (
+            stats.current_buffer_used >= stats.max_buffer_size
+            and stats.tasks_waiting_receive == 0
+        )
+
+    def push_nowait(self, transmissions: list[bytes]) -> bool:
+        """Queue a batch without waiting; False if the outbox is full.
+
+        A closed connection swallows the batch: its client will never read it.
+        """
+        if self.closed:
+            return True
+        try:
+            self._outbox.send_nowait(transmissions)
+        except trio.WouldBlock:
+            return False
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return True
+        return True
+
+    async def push(self, transmissions: list[bytes]) -> None:
+        try:
+            await self._outbox.send(transmissions)
+        except (trio.ClosedResourceError, trio.BrokenResourceError) as e:
+            raise TransportClosed("connection closed") from e
+
+    def push_events(self, transmissions: list[bytes]) -> None:
+        """Hand over END/DELD/NMSG pushes without waiting, keeping their order."""
+        if self.overflow_events or not self.push_nowait(transmissions):
+            self.overflow_events.extend(transmissions)
+            self.wake_delivery()
+
+    # --- delivery task's wake-up ------------------------------------------------
+
+    def wake_delivery(self) -> None:
+        self._wakeup.set()
+
+    async def wait_delivery_work(self) -> None:
+        """Return once there are overflow events or pending deliveries."""
+        while not (self.overflow_events or self.deliveries):
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+
+    # --- subscriptions ------------------------------------------------------------
+
+    def is_subscribed(self, entity_id: bytes, notifier: bool) -> bool:
+        if notifier:
+            return entity_id in self.ntf_subscriptions
+        sub = self.subscriptions.get(entity_id)
+        return sub is not None and not sub.get_mode
+
+    def drop_subscription(self, recipient_id: bytes) -> Sub | None:
+        """Forget the queue here: no more deliveries, its own task (if any) ends."""
+        sub = self.subscriptions.pop(recipient_id, None)
+        self.deliveries.discard(recipient_id)
+        if sub is not None and sub.scope is not None:
+            sub.scope.cancel()
+        return sub
+
+    # --- tasks ------------------------------------------------------------------
+
+    async def run(self, process_block: BlockProcessor, delivery_loop: DeliveryLoop) -> None:
+        """Serve the client until one of its tasks ends."""
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            nursery.start_soon(self._until_done, self._receive_loop, process_block)
+            nursery.start_soon(self._until_done, self._send_loop)
+            nursery.start_soon(self._until_done, delivery_loop, self)
+
+    def spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
+        """Start a helper task (a per-queue delivery task) in this connection's nursery."""
+        assert self.nursery is not None
+        self.nursery.start_soon(self._closing_on_transport_error, fn, *args)
+
+    def close(self) -> None:
+        """Stop accepting pushes; called once the tasks are gone."""
+        self.closed = True
+        self._outbox.close()
+        self._outbox_out.close()
+
+    def task_count(self) -> int:
+        """Tasks running in this connection's nursery, nested nurseries included."""
+        return 0 if self.nursery is None else _count_tasks(self.nursery)
+
+    async def _until_done(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
+        try:
+            await fn(*args)
+        except TransportClosed as e:
+            self.close_reason = self.close_reason or str(e)
+        finally:
+            assert self.nursery is not None
+            self.nursery.cancel_scope.cancel()
+
+    async def _closing_on_transport_error(
+        self, fn: Callable[..., Awaitable[None]], *args: object
+    ) -> None:
+        try:
+            await fn(*args)
+        except TransportClosed as e:
+            self.close_reason = self.close_reason or str(e)
+            assert self.nursery is not None
+            self.nursery.cancel_scope.cancel()
+
+    async def _receive_loop(self, process_block: BlockProcessor) -> None:
+        while True:
+            block = await self.transport.receive_block()
+            responses = await process_block(self, block)
+            if responses:
+                await self.push(responses)
+
+    async def _send_loop(self) -> None:
+        packer = BatchPacker()
+        outbox = self._outbox_out
+        send_block = self.transport.send_block
+        while True:
+            batch = await outbox.receive()
+            while True:  # drain what is queued now into as few blocks as fit
+                for t in batch:
+                    if not packer.add(t):
+                        await send_block(packer.take_block())
+                        packer.add(t)
+                try:
+                    batch = outbox.receive_nowait()
+                except trio.WouldBlock:
+                    break
+            if len(packer):
+                await send_block(packer.take_block())
+
+
+def _count_tasks(nursery: trio.Nursery) -> int:
+    count = 0
+    for task in nursery.child_tasks:
+        count += 1
+        for child in task.child_nurseries:
+            count += _count_tasks(child)
+    return count

@@ -1,0 +1,181 @@
+"""From a received block to the responses it gets (WIRE.md §2, §4, §9).
+
+Theory of operation. A block is answered in two passes, as the reference
+router does:
+
+1. every transmission is parsed, its credentials checked (§4.4) and its
+   authorization verified against the queue it names (§4.3, §9 "AUTH
+   timing"); failures become `ERR` transmissions right away;
+2. the verified commands run in order, each producing its responses.
+
+The block's answer is the pass-1 errors followed by the pass-2 responses, in
+order, handed to the connection's outbox as one batch. A block that does not
+parse at all gets one `ERR BLOCK` with empty corrId and entity id. A bug in a
+handler is logged and answered `ERR INTERNAL`; it never reaches the
+connection, let alone the router.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from router.protocol.block import decode_batch
+from router.protocol.codec import check_credentials, decode_command, encode_response_transmission
+from router.protocol.crypto import verify_authorization
+from router.protocol.transmission import authorized_bytes, check_auth_length, decode_transmission
+from router.protocol.types import (
+    AUTH,
+    BLOCK,
+    ERR,
+    INTERNAL,
+    NEW,
+    NSUB,
+    NSUBS,
+    PFWD,
+    PING,
+    PRXY,
+    SEND,
+    SKEY,
+    SUBS,
+    Command,
+    ErrorType,
+    ProtocolError,
+    Transmission,
+)
+from store.interfaces import Party, QueueRecord
+
+if TYPE_CHECKING:
+    from .commands import Commands
+    from .connection import Connection
+    from .router import Router
+
+log = logging.getLogger(__name__)
+
+# Commands that touch no queue, so there is nothing to verify them against.
+_UNVERIFIED = (PING, PRXY, PFWD, SUBS, NSUBS)
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """A command whose credentials and authorization passed; `queue` as looked up."""
+
+    corr_id: bytes
+    entity_id: bytes
+    command: Command
+    queue: QueueRecord | None
+
+
+def error_transmission(corr_id: bytes, entity_id: bytes, error: ErrorType) -> bytes:
+    return encode_response_transmission(corr_id, entity_id, ERR(error))
+
+
+_BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
+
+
+class Dispatcher:
+    __slots__ = ("_router", "_commands")
+
+    def __init__(self, router: Router, commands: Commands) -> None:
+        self._router = router
+        self._commands = commands
+
+    async def process_block(self, conn: Connection, block: bytes) -> list[bytes]:
+        try:
+            raw_transmissions = decode_batch(block)
+        except ProtocolError:
+            return list(_BAD_BLOCK)
+        out: list[bytes] = []
+        verified: list[Verified] = []
+        for raw in raw_transmissions:
+            result = await self._verify_guarded(conn, raw)
+            if isinstance(result, Verified):
+                verified.append(result)
+            else:
+                out.append(result)
+        for v in verified:
+            out.extend(await self._execute(conn, v))
+        return out
+
+    async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:
+        try:
+            return await self._verify(conn, raw)
+        except Exception:
+            log.exception("verifying a transmission from %r failed", conn)
+            return error_transmission(b"", b"", INTERNAL)
+
+    async def _execute(self, conn: Connection, v: Verified) -> list[bytes]:
+        try:
+            return await self._commands.execute(conn, v)
+        except ProtocolError as e:
+            return [error_transmission(v.corr_id, v.entity_id, e.error)]
+        except Exception:
+            log.exception("%s from %r failed", type(v.command).__name__, conn)
+            return [error_transmission(v.corr_id, v.entity_id, INTERNAL)]
+
+    async def _verify(self, conn: Connection, raw: bytes) -> Verified | bytes:
+        try:
+            t = decode_transmission(raw)
+        except ProtocolError as e:
+            return error_transmission(b"", b"", e.error)
+        error = check_auth_length(t.authorization)
+        if error is None:
+            try:
+                cmd = decode_command(t.command)
+            except ProtocolError as e:
+                error = e.error
+            else:
+                error = check_credentials(cmd, t)
+        if error is not None:
+            return error_transmission(t.corr_id, t.entity_id, error)
+        result = await self._authorize(conn, t, cmd)
+        if isinstance(result, ErrorType):
+            return error_transmission(t.corr_id, t.entity_id, result)
+        return result
+
+    async def _authorize(
+        self, conn: Connection, t: Transmission, cmd: Command
+    ) -> Verified | ErrorType:
+        """Look the queue up by the party the command speaks for and check the signature.
+
+        Whatever is missing, one verification of the kind the authorization claims
+        still runs (`verify_authorization` uses a dummy key), so the answer time does
+        not reveal which queues or keys exist (WIRE.md §9).
+        """
+        kind = type(cmd)
+        if kind in _UNVERIFIED:
+            return Verified(t.corr_id, t.entity_id, cmd, None)
+        queues = self._router.queues
+        if kind is NEW:
+            key, queue = cmd.rcv_auth_key, None  # type: ignore[union-attr]
+        elif kind is SEND:
+            queue = await queues.get_queue(Party.SENDER, t.entity_id)
+            if queue is not None and queue.sender_key is None and not t.authorization:
+                return Verified(t.corr_id, t.entity_id, cmd, queue)  # unsecured queue
+            if not t.authorization:
+                return AUTH
+            key = None if queue is None else queue.sender_key
+        elif kind is SKEY:
+            queue = await queues.get_queue(Party.SENDER, t.entity_id)
+            key = _skey_key(queue, cmd.sender_key)  # type: ignore[union-attr]
+        elif kind is NSUB:
+            queue = await queues.get_queue(Party.NOTIFIER, t.entity_id)
+            key = None if queue is None or queue.notifier is None else queue.notifier.notifier_key
+        else:
+            queue = await queues.get_queue(Party.RECIPIENT, t.entity_id)
+            key = None if queue is None else queue.recipient_key
+        signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
+        if not verify_authorization(t.authorization, key, signed) or key is None:
+            return AUTH
+        return Verified(t.corr_id, t.entity_id, cmd, queue)
+
+
+def _skey_key(queue: QueueRecord | None, new_key: bytes) -> bytes | None:
+    """SKEY is signed with the key it installs, and only on sndSecure queues whose
+    sender key is unset or the same (WIRE.md §9)."""
+    if queue is None or not queue.snd_secure:
+        return None
+    if queue.sender_key is not None and queue.sender_key != new_key:
+        return None
+    return new_key

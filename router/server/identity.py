@@ -1,0 +1,113 @@
+"""The router's long-lived identity (WIRE.md §14.2).
+
+An Ed25519 key and a self-signed certificate over it. `key_hash` is the
+SHA-256 of the certificate's DER; clients pin it in the router's address
+`smp://<base64url(key_hash) with '=' padding>@host:port` and the router closes
+any connection whose client hello names another hash.
+
+With a data directory the identity is created on first start and read back
+on every later one (files `identity.key`, the 32-byte seed, mode 0600, and
+`identity.crt`, the DER). Without one (the memory store's default) a fresh
+identity is made for each start: the queues do not outlive the process
+either, so a stable address would only promise what the router cannot keep.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nacl.signing import SigningKey
+
+from . import der
+
+KEY_FILE = "identity.key"
+CERT_FILE = "identity.crt"
+COMMON_NAME = "SMP router"
+_ED25519_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
+
+
+class IdentityError(Exception):
+    """The identity files exist but cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterIdentity:
+    seed: bytes  # Ed25519 private seed, 32 bytes
+    certificate: bytes  # self-signed X.509 DER
+
+    @property
+    def key_hash(self) -> bytes:
+        return hashlib.sha256(self.certificate).digest()
+
+    @property
+    def fingerprint(self) -> str:
+        """`key_hash` as it appears in an address: base64url with '=' padding."""
+        return base64.urlsafe_b64encode(self.key_hash).decode()
+
+    def address(self, host: str, port: int) -> str:
+        return f"smp://{self.fingerprint}@{host_port(host, port)}"
+
+
+def host_port(host: str, port: int) -> str:
+    """`host:port`, with an IPv6 literal in brackets as URLs require."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def generate_identity() -> RouterIdentity:
+    seed = secrets.token_bytes(32)
+    spki = _ED25519_SPKI_PREFIX + bytes(SigningKey(seed).verify_key)
+    serial = secrets.randbits(63) + 1
+    tbs = der.tbs_certificate(spki, serial, COMMON_NAME, datetime.now(UTC))
+    signature = SigningKey(seed).sign(tbs).signature
+    return RouterIdentity(seed, der.certificate(tbs, signature))
+
+
+def load_identity(data_dir: Path) -> RouterIdentity | None:
+    """The identity kept in `data_dir`, or None if it has none yet."""
+    key_path, cert_path = data_dir / KEY_FILE, data_dir / CERT_FILE
+    if not key_path.exists() and not cert_path.exists():
+        return None
+    try:
+        seed, cert = key_path.read_bytes(), cert_path.read_bytes()
+    except OSError as e:
+        raise IdentityError(f"cannot read the router identity in {data_dir}: {e}") from e
+    spki = _ED25519_SPKI_PREFIX + bytes(SigningKey(seed).verify_key) if len(seed) == 32 else b""
+    if not spki or spki not in cert:
+        raise IdentityError(f"{key_path} and {cert_path} do not belong together")
+    return RouterIdentity(seed, cert)
+
+
+def save_identity(data_dir: Path, identity: RouterIdentity) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomically(data_dir / KEY_FILE, identity.seed, mode=0o600)
+    _write_atomically(data_dir / CERT_FILE, identity.certificate, mode=0o644)
+
+
+def load_or_create_identity(data_dir: Path | None) -> RouterIdentity:
+    """The data directory's identity, made on first use; a fresh one without a directory."""
+    if data_dir is None:
+        return generate_identity()
+    identity = load_identity(data_dir)
+    if identity is None:
+        identity = generate_identity()
+        try:
+            save_identity(data_dir, identity)
+        except OSError as e:
+            raise IdentityError(f"cannot write the router identity to {data_dir}: {e}") from e
+    return identity
+
+
+def _write_atomically(path: Path, data: bytes, *, mode: int) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,232 @@
+"""The router: shared state, the connection life cycle, and the ways to run it.
+
+`open_router(config)` gives a running `Router` (stores open, identity loaded,
+the END/DELD flush task started) for as long as the `async with` lasts;
+`handle_websocket(router, ws)` serves one WebSocket that a host program has
+already accepted; `serve_router(config)` does both on its own port, reporting
+a `RouterInfo` through `task_status` so a caller can `await nursery.start(...)`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from itertools import count
+
+import trio
+from trio_websocket import WebSocketConnection
+
+from store.interfaces import MessageStore, QueueRecord, QueueStore
+
+from .commands import Commands
+from .config import RouterConfig
+from .connection import Connection
+from .delivery import Deliverer
+from .dispatch import Dispatcher
+from .identity import RouterIdentity, host_port, load_or_create_identity
+from .stats import Counters, RouterStatistics
+from .stores import open_router_stores
+from .subscriptions import Event, PendingEvents, Sub, SubscriberRegistry
+from .transport import BlockTransport, TransportClosed, serve_websockets, server_handshake
+
+log = logging.getLogger(__name__)
+
+
+class Router:
+    """State shared by every connection; created by `open_router`."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        identity: RouterIdentity,
+        queues: QueueStore,
+        messages: MessageStore,
+    ) -> None:
+        self.config = config
+        self.identity = identity
+        self.queues = queues
+        self.messages = messages
+        self.counters = Counters()
+        self.subscribers = SubscriberRegistry()  # recipient id -> connection
+        self.ntf_subscribers = SubscriberRegistry()  # notifier id -> connection
+        self.events = PendingEvents(config.end_batch_interval)
+        self.deliverer = Deliverer(self)
+        self.dispatcher = Dispatcher(self, Commands(self))
+        self.connections: dict[int, Connection] = {}
+        self._ids = count(1)
+
+    @property
+    def key_hash(self) -> bytes:
+        return self.identity.key_hash
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The router's own background work: flushing END/DELD batches."""
+        task_status.started()
+        await self.events.run()
+
+    # --- subscriptions (used by the command handlers) -------------------------------
+
+    def subscribe(self, conn: Connection, recipient_id: bytes, box_key: bytes) -> Sub:
+        """Make `conn` the queue's one subscriber; the connection it displaces gets END."""
+        sub = conn.subscriptions[recipient_id] = Sub(recipient_id, box_key)
+        previous = self.subscribers.subscribe(recipient_id, conn)
+        if previous is not None:
+            previous.drop_subscription(recipient_id)
+            self.events.add(previous, recipient_id, Event.END)
+            self.counters.subscriptions_displaced += 1
+        self.deliverer.start(conn, sub)
+        return sub
+
+    def end_subscriptions(self, conn: Connection, recipient_id: bytes, queue: QueueRecord) -> None:
+        """The queue was deleted by `conn`: every other subscriber gets DELD (END at v9)."""
+        conn.drop_subscription(recipient_id)
+        subscriber = self.subscribers.remove(recipient_id)
+        if subscriber is not None and subscriber is not conn:
+            subscriber.drop_subscription(recipient_id)
+            self.events.add(subscriber, recipient_id, Event.DELETED)
+        if queue.notifier is not None:
+            self.end_notifier(queue.notifier.notifier_id, Event.DELETED)
+
+    def subscribe_notifier(self, conn: Connection, notifier_id: bytes) -> None:
+        conn.ntf_subscriptions.add(notifier_id)
+        previous = self.ntf_subscribers.subscribe(notifier_id, conn)
+        if previous is not None:
+            previous.ntf_subscriptions.discard(notifier_id)
+            self.events.add(previous, notifier_id, Event.NTF_END)
+
+    def end_notifier(self, notifier_id: bytes, event: Event) -> None:
+        subscriber = self.ntf_subscribers.remove(notifier_id)
+        if subscriber is not None:
+            subscriber.ntf_subscriptions.discard(notifier_id)
+            self.events.add(subscriber, notifier_id, event)
+
+    # --- connections ------------------------------------------------------------------
+
+    async def serve_connection(self, ws: WebSocketConnection) -> None:
+        """Handshake, then serve one client until it leaves; never raises for its faults."""
+        transport = BlockTransport(ws, stalled_timeout=self.config.stalled_writer_timeout)
+        try:
+            handshake = await server_handshake(
+                transport, self.key_hash, self.config.handshake_timeout
+            )
+            conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
+            await self._run_connection(conn)
+        except TransportClosed as e:
+            log.debug("connection from %s closed: %s", transport.remote, e)
+        except Exception:
+            log.exception("connection from %s failed", transport.remote)
+        finally:
+            if transport.stalled:
+                self.counters.writers_stalled += 1
+                log.info("dropped %s: it stopped reading", transport.remote)
+            await transport.aclose(0 if transport.stalled else self.config.close_timeout)
+
+    async def _run_connection(self, conn: Connection) -> None:
+        self.connections[conn.id] = conn
+        self.counters.connections_total += 1
+        log.debug("%r connected", conn)
+        try:
+            await conn.run(self.dispatcher.process_block, self.deliverer.delivery_loop)
+        finally:
+            self._cleanup(conn)
+        log.debug("%r closed: %s", conn, conn.close_reason or "done")
+
+    def _cleanup(self, conn: Connection) -> None:
+        """Forget the connection; registry entries only where it is still the subscriber."""
+        conn.close()
+        for rid, sub in conn.subscriptions.items():
+            if not sub.get_mode:
+                self.subscribers.unsubscribe(rid, conn)
+        conn.subscriptions.clear()
+        conn.deliveries.clear()
+        for nid in conn.ntf_subscriptions:
+            self.ntf_subscribers.unsubscribe(nid, conn)
+        conn.ntf_subscriptions.clear()
+        self.events.forget(conn)
+        self.connections.pop(conn.id, None)
+
+    # --- observation ---------------------------------------------------------------------
+
+    def statistics(self) -> RouterStatistics:
+        c = self.counters
+        return RouterStatistics(
+            connections=len(self.connections),
+            connections_total=c.connections_total,
+            subscriptions=len(self.subscribers),
+            pending_deliveries=sum(len(conn.deliveries) for conn in self.connections.values()),
+            queues_created=c.queues_created,
+            queues_secured=c.queues_secured,
+            queues_deleted=c.queues_deleted,
+            messages_sent=c.messages_sent,
+            messages_delivered=c.messages_delivered,
+            messages_acked=c.messages_acked,
+            messages_quota_refused=c.messages_quota_refused,
+            subscriptions_displaced=c.subscriptions_displaced,
+            writers_stalled=c.writers_stalled,
+        )
+
+    def connection_task_counts(self) -> dict[int, int]:
+        """Connection id -> tasks in its nursery (receive, send, delivery, per-queue tasks)."""
+        return {cid: conn.task_count() for cid, conn in self.connections.items()}
+
+    def connection_for_session(self, session_id: bytes) -> Connection | None:
+        """The open connection with this session id (tests find their own connection so)."""
+        for conn in self.connections.values():
+            if conn.session_id == session_id:
+                return conn
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RouterInfo:
+    host: str
+    port: int
+    router: Router
+
+    @property
+    def key_hash(self) -> bytes:
+        return self.router.key_hash
+
+    @property
+    def url(self) -> str:
+        return f"ws://{host_port(self.host, self.port)}"
+
+    @property
+    def address(self) -> str:
+        return self.router.identity.address(self.host, self.port)
+
+
+@asynccontextmanager
+async def open_router(config: RouterConfig) -> AsyncIterator[Router]:
+    """A running router (without a listener) for the duration of the block."""
+    identity = load_or_create_identity(config.data_dir)
+    async with open_router_stores(config) as (queues, messages):
+        router = Router(config, identity, queues, messages)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(router.run)
+            try:
+                yield router
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+async def handle_websocket(router: Router, ws: WebSocketConnection) -> None:
+    """Serve one WebSocket the caller has already accepted, until the client leaves."""
+    await router.serve_connection(ws)
+
+
+async def serve_router(
+    config: RouterConfig, *, task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run the router on `config.host:config.port` until cancelled."""
+    async with open_router(config) as router, trio.open_nursery() as nursery:
+        port = await nursery.start(partial(
+            serve_websockets, router.serve_connection, config.host, config.port,
+            connect_timeout=config.handshake_timeout, close_timeout=config.close_timeout,
+        ))
+        info = RouterInfo(config.host, port, router)
+        log.info("router listening on %s, address %s", info.url, info.address)
+        task_status.started(info)

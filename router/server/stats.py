@@ -1,0 +1,40 @@
+"""Router counters and the frozen record `Router.statistics()` returns.
+
+Counters are plain integers bumped on the hot path; the record is a snapshot
+that callers may keep and compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class Counters:
+    """Monotonic totals, changed only by the router's own tasks."""
+
+    __slots__ = (
+        "connections_total", "queues_created", "queues_secured", "queues_deleted",
+        "messages_sent", "messages_delivered", "messages_acked", "messages_quota_refused",
+        "subscriptions_displaced", "writers_stalled",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterStatistics:
+    connections: int  # open now (handshake done)
+    connections_total: int  # accepted since start
+    subscriptions: int  # queues subscribed now, router-wide
+    pending_deliveries: int  # entries in every client's deliveries map now
+    queues_created: int
+    queues_secured: int
+    queues_deleted: int
+    messages_sent: int  # SENDs stored
+    messages_delivered: int  # MSG written for a recipient (pushed or as a response)
+    messages_acked: int  # messages deleted by ACK
+    messages_quota_refused: int  # SENDs answered ERR QUOTA
+    subscriptions_displaced: int  # END sent because another connection took over
+    writers_stalled: int  # connections dropped for not reading

@@ -1,0 +1,172 @@
+"""SMP blocks over WebSockets, and the router side of the handshake.
+
+One binary WebSocket message is one 16384-byte block (WIRE.md §3.4); a
+message of any other size, or a text message, ends the connection. This is
+the only module that touches trio-websocket: its exceptions (and trio's
+stream errors under it) become `TransportClosed` here, once, so nothing above
+the transport catches library exceptions.
+
+Handshake (WIRE.md §3, §14): the router sends its hello first (versions
+9..10, a fresh random 32-byte session id, no certificate part), then waits a
+bounded time for the client hello. A version outside the range or a key hash
+other than the router's closes the connection without an error block.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    serve_websocket,
+)
+
+from router.protocol.block import BLOCK_SIZE, pad_block, unpad_block
+from router.protocol.handshake import (
+    SMP_VERSION_MAX,
+    SMP_VERSION_MIN,
+    ClientHello,
+    ServerHello,
+    ServiceProof,
+    decode_client_hello,
+    encode_server_hello,
+)
+from router.protocol.types import ProtocolError
+
+log = logging.getLogger(__name__)
+
+SESSION_ID_SIZE = 32
+# Bytes asked of the socket per read: several blocks, so that a batch of
+# 16 KB messages costs few system calls (trio-websocket's default is 4 KB).
+RECEIVE_BUFFER_SIZE = 256 * 1024
+# Whole messages trio-websocket may hold before its reader stops reading.
+MESSAGE_QUEUE_SIZE = 4
+
+_STREAM_ERRORS = (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+class TransportClosed(Exception):
+    """The connection cannot go on: the peer left, broke the framing, or stalled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    version: int
+    session_id: bytes
+    client_key: bytes | None  # the client's X25519 SPKI, unused at v9/v10
+    service: ServiceProof | None  # the service extension's proof, checked by the router
+
+
+class BlockTransport:
+    """Blocks in and out of one accepted WebSocket."""
+
+    __slots__ = ("_ws", "_stalled_timeout", "remote", "stalled")
+
+    def __init__(self, ws: WebSocketConnection, *, stalled_timeout: float) -> None:
+        self._ws = ws
+        self._stalled_timeout = stalled_timeout
+        self.remote = _describe(ws)
+        self.stalled = False  # set when the peer stopped reading
+
+    async def receive_block(self) -> bytes:
+        try:
+            message = await self._ws.get_message()
+        except _STREAM_ERRORS as e:
+            raise TransportClosed("peer closed the connection") from e
+        if isinstance(message, str):
+            raise TransportClosed("text message instead of a block")
+        if len(message) != BLOCK_SIZE:
+            raise TransportClosed(f"message of {len(message)} bytes instead of a block")
+        return message
+
+    async def send_block(self, block: bytes) -> None:
+        """Send one block; a peer that does not take it within the deadline is dropped."""
+        with trio.move_on_after(self._stalled_timeout) as scope:
+            try:
+                await self._ws.send_message(block)
+            except _STREAM_ERRORS as e:
+                raise TransportClosed("peer closed the connection") from e
+        if scope.cancelled_caught:
+            self.stalled = True
+            raise TransportClosed(f"peer did not read for {self._stalled_timeout} s")
+
+    async def aclose(self, timeout: float) -> None:
+        """Close politely within `timeout`; a zero timeout just drops the TCP stream."""
+        with trio.move_on_after(timeout):
+            try:
+                await self._ws.aclose()
+            except _STREAM_ERRORS:
+                pass
+
+
+def _describe(ws: WebSocketConnection) -> str:
+    try:
+        return str(ws.remote)
+    except Exception:  # a gateway's connection may not be socket-based
+        return "?"
+
+
+async def server_handshake(
+    transport: BlockTransport, key_hash: bytes, timeout: float
+) -> Handshake:
+    """Run the router side of the handshake; TransportClosed if the client fails it."""
+    session_id = secrets.token_bytes(SESSION_ID_SIZE)
+    hello = ServerHello(SMP_VERSION_MIN, SMP_VERSION_MAX, session_id)
+    await transport.send_block(pad_block(encode_server_hello(hello)))
+    with trio.move_on_after(timeout) as scope:
+        block = await transport.receive_block()
+    if scope.cancelled_caught:
+        raise TransportClosed("no client hello in time")
+    client = _parse_client_hello(block)
+    if not SMP_VERSION_MIN <= client.version <= SMP_VERSION_MAX:
+        raise TransportClosed(f"client asked for version {client.version}")
+    if client.key_hash != key_hash:
+        raise TransportClosed("client hello names another router identity")
+    return Handshake(client.version, session_id, client.client_key, client.service)
+
+
+def _parse_client_hello(block: bytes) -> ClientHello:
+    try:
+        return decode_client_hello(unpad_block(block))
+    except ProtocolError as e:
+        raise TransportClosed(f"bad client hello: {e}") from e
+
+
+Handler = Callable[[WebSocketConnection], Awaitable[None]]
+
+
+async def serve_websockets(
+    handler: Handler,
+    host: str,
+    port: int,
+    *,
+    connect_timeout: float,
+    close_timeout: float,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept WebSocket upgrades on any path and run `handler` for each; reports the port."""
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(
+            serve_websocket, partial(_accept, handler), host, port, None,
+            message_queue_size=MESSAGE_QUEUE_SIZE,
+            max_message_size=BLOCK_SIZE,
+            receive_buffer_size=RECEIVE_BUFFER_SIZE,
+            connect_timeout=connect_timeout,
+            disconnect_timeout=close_timeout,
+        ))
+        task_status.started(server.listeners[0].port)
+
+
+async def _accept(handler: Handler, request: WebSocketRequest) -> None:
+    try:
+        ws = await request.accept()
+    except _STREAM_ERRORS:
+        return
+    await handler(ws)
