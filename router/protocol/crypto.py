@@ -136,7 +136,8 @@ def verify_authorization(
     kind = _key_kind(key_spki)
     if n == 64:
         if kind is KeyType.ED25519:
-            return _ed25519_ok(authorization, raw_key(key_spki), authorized)  # type: ignore[arg-type]
+            # key_spki was validated by _key_kind: the raw key follows the 12-byte prefix.
+            return _ed25519_ok(authorization, key_spki[12:], authorized)  # type: ignore[index]
         _ed25519_ok(authorization, _DUMMY_ED25519_PK, authorized)
         return False
     if n == 80:

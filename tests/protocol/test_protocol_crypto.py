@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from nacl.public import Box, PrivateKey, PublicKey
 
@@ -192,6 +192,7 @@ def test_authorizations_of_other_lengths_are_rejected(length):
     assert not verify_authorization(b"\x00" * length, pub, SIGNED)
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=300))
 def test_sign_and_verify_agree_on_any_data(data):
     seed, pub = new_ed25519()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.protocol import (
@@ -162,6 +162,7 @@ def test_encoding_the_extension_without_a_client_key_is_refused():
         encode_client_hello(ClientHello(10, KEY_HASH, None, prove_service(seed, SESSION, KEY_HASH)))
 
 
+@settings(deadline=None)
 @given(st.integers(0, 0xFFFF), st.binary(max_size=255), st.binary(max_size=300))
 def test_hellos_with_arbitrary_fields_decode_or_raise_protocol_error(version, key_hash, tail):
     content = version.to_bytes(2, "big") + bytes((len(key_hash),)) + key_hash + tail
@@ -172,6 +173,7 @@ def test_hellos_with_arbitrary_fields_decode_or_raise_protocol_error(version, ke
             pass
 
 
+@settings(deadline=None)
 @given(st.data())
 def test_mutated_service_hellos_decode_or_raise_protocol_error(data):
     _, hello = service_hello()
