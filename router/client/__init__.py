@@ -13,6 +13,7 @@ from ._client import DEFAULT_EVENT_BUFFER, SMPClient, open_client
 from ._errors import BadResponse, ConnectionClosed, HandshakeError, SMPClientError, SMPError
 from ._types import (
     AllReceivedEvent,
+    ClientStatistics,
     DeletedEvent,
     EndEvent,
     Event,
@@ -29,6 +30,7 @@ __all__ = [
     "DEFAULT_EVENT_BUFFER",
     "AllReceivedEvent",
     "BadResponse",
+    "ClientStatistics",
     "ConnectionClosed",
     "DeletedEvent",
     "EndEvent",

@@ -55,6 +55,7 @@ from ._errors import BadResponse, ConnectionClosed, SMPError
 from ._handshake import client_handshake
 from ._transport import Transport
 from ._types import (
+    ClientStatistics,
     Event,
     MessageEvent,
     NotifierCredentials,
@@ -143,6 +144,10 @@ class SMPClient:
     def closed(self) -> ConnectionClosed | None:
         """Why the connection ended, or None while it is open."""
         return self._conn.closed
+
+    def statistics(self) -> ClientStatistics:
+        """Counters of this connection: waiting commands and events, blocks each way."""
+        return self._conn.statistics()
 
     async def aclose(self) -> None:
         """Close the connection; waiting callers get `ConnectionClosed`. Idempotent."""

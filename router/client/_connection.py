@@ -59,6 +59,7 @@ from ._errors import BadResponse, ConnectionClosed
 from ._transport import Transport
 from ._types import (
     AllReceivedEvent,
+    ClientStatistics,
     DeletedEvent,
     EndEvent,
     Event,
@@ -77,6 +78,8 @@ Request = tuple[bytes, Command | bytes, bytes | None]
 Result = Response | BadResponse
 
 RAW_BUFFER = 1024
+# Requests signed and queued between two checkpoints of a large `request`.
+SUBMIT_CHUNK = 2048
 
 
 class _Waiter:
@@ -123,6 +126,8 @@ class Connection:
         # a counter are, without a system call per command.
         self._corr_prefix = os.urandom(16)
         self._corr_next = 0
+        self._blocks_sent = 0
+        self._blocks_received = 0
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -158,34 +163,52 @@ class Connection:
         self._events_send.close()
         self._raw_send.close()
 
+    def statistics(self) -> ClientStatistics:
+        return ClientStatistics(
+            pending_commands=len(self._pending),
+            queued_transmissions=len(self._outbox),
+            events_waiting=self._events_recv.statistics().current_buffer_used,
+            blocks_sent=self._blocks_sent,
+            blocks_received=self._blocks_received,
+        )
+
     # --- requests ------------------------------------------------------------
 
     async def request(self, requests: Sequence[Request], route_msg: bool = False) -> list[Result]:
         """Send `requests` (packed with whatever else is waiting) and return their results."""
-        waiter = self._submit(requests, route_msg)
+        if self._closed is not None:
+            raise self._closed
+        waiter = _Waiter(len(requests))
+        if not requests:
+            return []
+        for start in range(0, len(requests), SUBMIT_CHUNK):
+            if start:
+                # Signing is CPU work: let the writer and reader run between chunks,
+                # so the router already works on the first commands.
+                await trio.lowlevel.checkpoint()
+                if self._closed is not None:
+                    raise self._closed
+            self._submit(waiter, requests, start, route_msg)
         await waiter.done.wait()
         if waiter.error is not None:
             raise waiter.error
         return waiter.results  # type: ignore[return-value]  # all filled once done
 
-    def _submit(self, requests: Sequence[Request], route_msg: bool) -> _Waiter:
-        if self._closed is not None:
-            raise self._closed
-        waiter = _Waiter(len(requests))
-        if not requests:
-            waiter.done.set()
-        outbox = self._outbox
-        for index, (entity_id, cmd, seed) in enumerate(requests):
+    def _submit(
+        self, waiter: _Waiter, requests: Sequence[Request], start: int, route_msg: bool
+    ) -> None:
+        pending, outbox = self._pending, self._outbox
+        for index in range(start, min(start + SUBMIT_CHUNK, len(requests))):
+            entity_id, cmd, seed = requests[index]
             corr_id = self._new_corr_id()
             data = self._encode(corr_id, entity_id, cmd, seed)
             if len(data) > MAX_TRANSMISSION_SIZE:
                 # The reference sender's rule (WIRE.md §2): never sent, reported locally.
                 waiter.resolve(index, ERR(LARGE_MSG))
                 continue
-            self._pending[corr_id] = (waiter, index, route_msg)
+            pending[corr_id] = (waiter, index, route_msg)
             outbox.append(data)
         self._wake.set()
-        return waiter
 
     def _new_corr_id(self) -> bytes:
         n = self._corr_next
@@ -244,6 +267,7 @@ class Connection:
             if not self._outbox:
                 if len(packer):
                     # Nothing else waiting: a partly filled block goes now.
+                    self._blocks_sent += 1
                     await send_block(packer.take_block())
                     continue
                 self._wake = trio.Event()
@@ -252,6 +276,7 @@ class Connection:
             waiting, self._outbox = self._outbox, []
             for data in waiting:
                 if not packer.add(data):
+                    self._blocks_sent += 1
                     await send_block(packer.take_block())
                     packer.add(data)
 
@@ -267,6 +292,7 @@ class Connection:
         receive_block = self._transport.receive_block
         while True:
             block = await receive_block()
+            self._blocks_received += 1
             try:
                 transmissions = [decode_transmission(t) for t in decode_batch(block)]
             except ProtocolError as e:
@@ -344,10 +370,16 @@ class Connection:
         return NotificationEvent(notifier_id, nmsg.nonce, nmsg.enc_meta)
 
     async def _emit(self, event: Event) -> None:
+        # No scheduler round trip per event while the channel has room.
         try:
-            await self._events_send.send(event)
+            self._events_send.send_nowait(event)
+        except trio.WouldBlock:
+            try:
+                await self._events_send.send(event)
+            except trio.ClosedResourceError:
+                pass  # the connection is ending; nobody will read it
         except trio.ClosedResourceError:
-            pass  # the connection is ending; nobody will read it
+            pass
 
     def _put_raw(self, raw: RawResponse) -> None:
         try:

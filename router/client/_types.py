@@ -127,3 +127,14 @@ class RawResponse:
     entity_id: bytes
     command: bytes
     response: Response | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStatistics:
+    """A snapshot of one connection's counters (see `SMPClient.statistics`)."""
+
+    pending_commands: int  # transmissions sent or queued and not answered yet
+    queued_transmissions: int  # waiting for the writer
+    events_waiting: int  # received, not read by the user yet
+    blocks_sent: int
+    blocks_received: int

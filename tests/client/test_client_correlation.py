@@ -9,6 +9,7 @@ import trio
 from smp_fake_peer import PeerConnection, fake_peer, fake_queue
 
 from router.client import BadResponse, SMPError, open_client
+from router.client._connection import SUBMIT_CHUNK
 from router.protocol import BATCH_LIMIT, MAX_BATCH, MAX_TRANSMISSION_SIZE
 from router.protocol.types import (
     AUTH,
@@ -153,3 +154,38 @@ async def test_an_err_answer_raises_smp_error_from_high_level_calls_and_is_retur
                     await call
                 assert e.value.error == AUTH
             assert await c.command(q.recipient_id, SUB(), q.rcv_auth_seed) == ERR(AUTH)
+
+
+async def test_more_subscriptions_than_one_submission_chunk_keep_their_order():
+    queues = [fake_queue() for _ in range(SUBMIT_CHUNK + 300)]
+    refused = {q.recipient_id for q in queues[::7]}
+
+    async def script(conn: PeerConnection) -> None:
+        received = await conn.receive_commands(len(queues))
+        await conn.send([
+            (t.corr_id, t.entity_id, ERR(AUTH) if t.entity_id in refused else OK())
+            for t, _ in received
+        ])
+
+    with trio.fail_after(30):
+        async with fake_peer(script) as peer, open_client(peer.address) as c:
+            results = await c.subscribe_many(queues)
+            stats = c.statistics()
+    assert results == [AUTH if q.recipient_id in refused else None for q in queues]
+    assert stats.pending_commands == 0 and stats.queued_transmissions == 0
+    assert stats.blocks_received >= 1 and stats.blocks_sent <= len(queues) // 100
+
+
+async def test_an_answer_that_arrives_after_its_caller_gave_up_is_dropped_quietly():
+    async def script(conn: PeerConnection) -> None:
+        [(late, _)] = await conn.receive_commands(1)
+        [(t, _)] = await conn.receive_commands(1)
+        await conn.send([(late.corr_id, b"", PONG()), (t.corr_id, b"", PONG())])
+
+    with trio.fail_after(10):
+        async with fake_peer(script) as peer, open_client(peer.address) as c:
+            with trio.move_on_after(0.05):
+                await c.ping()
+            await c.ping()
+            assert c.next_event_nowait() is None
+            assert c.statistics().pending_commands == 0

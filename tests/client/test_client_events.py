@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import trio
+import trio.testing
 from smp_fake_peer import PeerConnection, fake_peer, fake_queue, sealed
 
 from router.client import (
@@ -182,3 +183,25 @@ async def test_events_can_be_iterated_until_the_client_closes():
                 if len(bodies) == len(msgs):
                     await c.aclose()
     assert bodies == [b"\x00", b"\x01", b"\x02"]
+
+
+async def test_a_message_piggybacked_on_an_abandoned_ack_is_still_delivered():
+    q = fake_queue()
+    nxt = sealed(q, b"not lost")
+
+    async def script(conn: PeerConnection) -> None:
+        [(ack, _)] = await conn.receive_commands(1)
+        [(t, _)] = await conn.receive_commands(1)
+        await conn.send([(ack.corr_id, ack.entity_id, nxt), (t.corr_id, b"", PONG())])
+
+    with trio.fail_after(10):
+        async with fake_peer(script) as peer, open_client(peer.address) as c:
+            c.add_queue(q)
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(c.ack, q, b"first")
+                    await trio.testing.wait_all_tasks_blocked()
+                    scope.cancel()
+            await c.ping()
+            event = c.next_event_nowait()
+    assert event is not None and event.body == b"not lost"
