@@ -48,6 +48,7 @@ import trio
 
 from router.protocol.types import AUTH, INTERNAL, ErrorType, store_error
 
+from .factory import StoreOptions, Stores
 from .interfaces import (
     DUPLICATE,
     Message,
@@ -732,3 +733,24 @@ async def open_queue_store(
     store = SqliteQueueStore(db, deleted_ttl=deleted_ttl, clock=clock)
     await store.compact()
     return store
+
+
+@asynccontextmanager
+async def open_sqlite_stores(
+    store_dir: Path | None, options: StoreOptions
+) -> AsyncIterator[Stores]:
+    """Both stores on one database in `store_dir` (the "sqlite" store kind).
+
+    `options.settings` may carry `deleted_ttl` (seconds a deleted queue row is kept).
+    """
+    if store_dir is None:
+        raise ValueError("the sqlite store needs a data directory")
+    ttl = int(options.settings.get("deleted_ttl", DEFAULT_DELETED_TTL))
+    async with open_sqlite_database(store_dir / DB_FILE, fsync=options.fsync) as db:
+        queues = await open_queue_store(db, deleted_ttl=ttl)
+        messages = SqliteMessageStore(db)
+        try:
+            yield Stores("sqlite", queues, messages, store_dir, bulk_import=db.bulk_import)
+        finally:
+            await messages.close()
+            await queues.close()

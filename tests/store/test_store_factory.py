@@ -1,0 +1,177 @@
+"""open_stores: the kind registry, the STORE_KIND marker, memory snapshots and migration."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from store import (
+    KIND_FILE,
+    STORE_KINDS,
+    MemoryMessageStore,
+    MemoryQueueStore,
+    Message,
+    NotifierCreds,
+    Party,
+    QueueRecord,
+    StoreKindMismatch,
+    StoreOptions,
+    Stores,
+    WriteResult,
+    migrate_store,
+    open_stores,
+    read_store_kind,
+    register_store_kind,
+)
+
+
+def new_id() -> bytes:
+    return os.urandom(24)
+
+
+def record(**kw) -> QueueRecord:
+    return QueueRecord(new_id(), new_id(), os.urandom(44), os.urandom(32), None, True, **kw)
+
+
+async def fill(stores: Stores, n_queues: int = 3) -> dict[bytes, list[Message]]:
+    """Queues with 0..n messages each, the last one past its quota (so it holds a marker)."""
+    expected: dict[bytes, list[Message]] = {}
+    for i in range(n_queues):
+        rec = record(notifier=NotifierCreds(new_id(), b"nk", b"d" * 32) if i % 2 else None)
+        assert await stores.queues.add_queue(rec) is None
+        sent = [Message(new_id(), 100 + j, b"T", os.urandom(30)) for j in range(i + 1)]
+        for m in sent:
+            await stores.messages.write_message(rec.recipient_id, m, i + 1)
+        expected[rec.recipient_id] = sent
+    last = list(expected)[-1]
+    refused = Message(new_id(), 999, b"T", b"refused")
+    quota = len(expected[last])
+    result = await stores.messages.write_message(last, refused, quota)
+    assert result is WriteResult.QUOTA_EXCEEDED
+    expected[last].append(Message(refused.msg_id, refused.ts, b"", b"", True))
+    return expected
+
+
+async def contents(stores: Stores) -> dict[bytes, list[Message]]:
+    out = {}
+    async for rec in stores.queues.iter_queues():
+        out[rec.recipient_id] = [m async for m in stores.messages.iter_messages(rec.recipient_id)]
+    return out
+
+
+async def all_records(stores: Stores) -> list[QueueRecord]:
+    return sorted([r async for r in stores.queues.iter_queues()], key=lambda r: r.recipient_id)
+
+
+async def test_memory_stores_without_a_directory_need_no_files():
+    async with open_stores("memory", None) as stores:
+        assert isinstance(stores.queues, MemoryQueueStore)
+        assert isinstance(stores.messages, MemoryMessageStore)
+        assert stores.kind == "memory"
+
+
+async def test_opening_a_fresh_directory_marks_it_with_the_kind(tmp_path):
+    async with open_stores("sqlite", tmp_path / "data") as stores:
+        assert stores.kind == "sqlite"
+    assert (tmp_path / "data" / KIND_FILE).read_text().strip() == "sqlite"
+    assert read_store_kind(tmp_path / "data") == "sqlite"
+
+
+async def test_a_directory_of_another_kind_is_refused_with_the_migrate_command(tmp_path):
+    async with open_stores("sqlite", tmp_path):
+        pass
+    with pytest.raises(StoreKindMismatch) as caught:
+        async with open_stores("memory", tmp_path):
+            pass
+    text = str(caught.value)
+    assert "'sqlite'" in text and "'memory'" in text
+    assert f"smp-router migrate-store --data-dir {tmp_path} --to memory" in text
+    assert (caught.value.found, caught.value.wanted) == ("sqlite", "memory")
+
+
+async def test_an_unknown_kind_is_refused_before_touching_the_directory(tmp_path):
+    with pytest.raises(ValueError, match="unknown store kind 'tape'"):
+        async with open_stores("tape", tmp_path / "d"):
+            pass
+    assert not (tmp_path / "d").exists()
+
+
+async def test_the_sqlite_kind_needs_a_directory():
+    with pytest.raises(ValueError, match="data directory"):
+        async with open_stores("sqlite", None):
+            pass
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_queues_and_messages_survive_a_clean_restart(tmp_path, kind):
+    async with open_stores(kind, tmp_path, fsync="always") as stores:
+        expected = await fill(stores)
+        records = await all_records(stores)
+    async with open_stores(kind, tmp_path) as stores:
+        assert await all_records(stores) == records
+        assert await contents(stores) == expected
+
+
+async def test_memory_stores_are_saved_when_the_context_is_cancelled(tmp_path):
+    rec = record()
+    with trio.CancelScope() as scope:
+        async with open_stores("memory", tmp_path) as stores:
+            await stores.queues.add_queue(rec)
+            scope.cancel()
+            await trio.sleep_forever()
+    async with open_stores("memory", tmp_path) as stores:
+        assert await stores.queues.get_queue(Party.SENDER, rec.sender_id) == rec
+
+
+@pytest.mark.parametrize(("source", "target"), [("memory", "sqlite"), ("sqlite", "memory")])
+async def test_migration_copies_everything_and_switches_the_kind(tmp_path, source, target):
+    async with open_stores(source, tmp_path) as stores:
+        expected = await fill(stores, n_queues=5)
+        records = await all_records(stores)
+    n_messages = sum(map(len, expected.values()))
+    assert await migrate_store(tmp_path, target) == (5, n_messages)
+    assert read_store_kind(tmp_path) == target
+    async with open_stores(target, tmp_path) as stores:
+        assert await all_records(stores) == records
+        assert await contents(stores) == expected
+        last = list(expected)[-1]
+        refused = Message(new_id(), 1, b"T", b"x")
+        assert await stores.messages.write_message(last, refused, 100) is (
+            WriteResult.QUOTA_EXCEEDED
+        )
+    with pytest.raises(StoreKindMismatch):
+        async with open_stores(source, tmp_path):
+            pass
+    assert (tmp_path / f"{source}-store.old").is_dir()
+
+
+async def test_migrating_to_the_current_kind_copies_nothing(tmp_path):
+    async with open_stores("memory", tmp_path) as stores:
+        await fill(stores)
+    assert await migrate_store(tmp_path, "memory") == (0, 0)
+
+
+async def test_a_registered_kind_is_opened_with_its_directory_and_options(tmp_path):
+    seen: list[tuple[Path | None, StoreOptions]] = []
+
+    @asynccontextmanager
+    async def open_test_stores(
+        store_dir: Path | None, options: StoreOptions
+    ) -> AsyncIterator[Stores]:
+        seen.append((store_dir, options))
+        yield Stores("test-kind", MemoryQueueStore(), MemoryMessageStore(), store_dir)
+
+    register_store_kind("test-kind", open_test_stores)
+    try:
+        async with open_stores("test-kind", tmp_path, fsync="never", level=3) as stores:
+            assert stores.kind == "test-kind"
+    finally:
+        del STORE_KINDS["test-kind"]
+    ((store_dir, options),) = seen
+    assert store_dir == tmp_path / "test-kind-store"
+    assert options.fsync == "never" and options.settings == {"level": 3}
