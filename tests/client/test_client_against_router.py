@@ -1,0 +1,152 @@
+"""Smoke tests of the client against the real router on a loopback port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from router.client import (
+    EndEvent,
+    MessageEvent,
+    SMPClient,
+    SMPError,
+    open_client,
+)
+from router.protocol import BLOCK_SIZE, crypto
+from router.protocol.types import AUTH, BLOCK, ERR, NO_MSG
+from router.server import RouterConfig, RouterInfo, serve_router
+
+
+@asynccontextmanager
+async def running_router(**options: object) -> AsyncIterator[RouterInfo]:
+    async with trio.open_nursery() as nursery:
+        info: RouterInfo = await nursery.start(serve_router, RouterConfig(port=0, **options))
+        yield info
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def router_and_client(**options: object) -> AsyncIterator[tuple[RouterInfo, SMPClient]]:
+    async with running_router(**options) as info, open_client(info.address) as client:
+        yield info, client
+
+
+async def test_a_message_goes_from_sender_to_subscribed_recipient_and_is_acknowledged():
+    with trio.fail_after(10):
+        async with router_and_client() as (info, recipient):
+            q = await recipient.create_queue()
+            sender_seed, sender_key = crypto.new_ed25519()
+            await recipient.secure_queue(q, sender_key)
+            async with open_client(info.url, key_hash=info.key_hash) as sender:
+                await sender.send(q.sender_id, b"hello", sender_seed=sender_seed)
+                await sender.send(q.sender_id, b"again", sender_seed=sender_seed)
+            await recipient.subscribe(q)
+            first = await recipient.next_event()
+            assert isinstance(first, MessageEvent) and first.body == b"hello"
+            await recipient.ack(q, first.msg_id)
+            second = await recipient.next_event()
+            assert second.body == b"again" and second.msg_id != first.msg_id
+            await recipient.ack(q, second.msg_id)
+            assert recipient.next_event_nowait() is None
+
+
+async def test_a_sender_secures_a_queue_itself_and_an_unsigned_send_is_then_refused():
+    with trio.fail_after(10):
+        async with router_and_client() as (_, client):
+            q = await client.create_queue(subscribe=True)
+            seed, key = crypto.new_ed25519()
+            await client.secure_sender(q.sender_id, seed, key)
+            with pytest.raises(SMPError) as e:
+                await client.send(q.sender_id, b"unsigned")
+            assert e.value.error == AUTH
+            await client.send(q.sender_id, b"signed", sender_seed=seed)
+            event = await client.next_event()
+            assert event.body == b"signed"
+
+
+async def test_get_reads_the_head_message_and_ack_with_nothing_delivered_is_no_msg():
+    with trio.fail_after(10):
+        async with router_and_client() as (_, client):
+            q = await client.create_queue(snd_secure=False)
+            assert await client.get(q) is None
+            await client.send(q.sender_id, b"polled")
+            message = await client.get(q)
+            assert message is not None and message.body == b"polled"
+            await client.ack(q, message.msg_id)
+            with pytest.raises(SMPError) as e:
+                await client.ack(q, message.msg_id)
+            assert e.value.error == NO_MSG
+
+
+async def test_many_subscriptions_in_one_call_each_get_their_waiting_message():
+    with trio.fail_after(30):
+        async with router_and_client() as (info, client):
+            queues = [await client.create_queue() for _ in range(300)]
+            for q in queues:
+                await client.send(q.sender_id, q.recipient_id)
+            async with open_client(info.address) as other:
+                results = await other.subscribe_many(queues)
+                assert results == [None] * len(queues)
+                bodies = set()
+                for _ in queues:
+                    event = await other.next_event()
+                    bodies.add(event.body)
+                assert bodies == {q.recipient_id for q in queues}
+            assert other.statistics().blocks_sent < len(queues) // 50
+
+
+async def test_a_second_subscriber_takes_over_and_the_first_gets_end():
+    with trio.fail_after(10):
+        async with router_and_client() as (info, first):
+            q = await first.create_queue(subscribe=True)
+            async with open_client(info.address) as second:
+                await second.subscribe(q)
+                assert await first.next_event() == EndEvent(q.recipient_id)
+
+
+async def test_queue_info_suspend_and_delete():
+    with trio.fail_after(10):
+        async with router_and_client() as (_, client):
+            q = await client.create_queue(snd_secure=False)
+            await client.send(q.sender_id, b"x")
+            info = await client.info(q)
+            assert isinstance(info, dict)
+            await client.suspend(q)
+            with pytest.raises(SMPError):
+                await client.send(q.sender_id, b"refused")
+            await client.delete(q)
+            with pytest.raises(SMPError) as e:
+                await client.subscribe(q)
+            assert e.value.error == AUTH
+
+
+async def test_notifications_reach_the_notifier_and_open_with_the_recipient_s_key():
+    with trio.fail_after(10):
+        async with router_and_client() as (info, client):
+            q = await client.create_queue(snd_secure=False)
+            creds = await client.enable_notifications(q)
+            async with open_client(info.address) as notifier:
+                await notifier.subscribe_notifications(creds)
+                await client.send(q.sender_id, b"ping me", notify=True)
+                event = await notifier.next_event()
+            message = await client.get(q)
+            assert event.notifier_id == creds.notifier_id
+            assert (event.msg_id, event.ts) == (message.msg_id, message.ts)
+
+
+async def test_a_malformed_block_is_answered_with_err_block_and_the_connection_survives():
+    with trio.fail_after(10):
+        async with router_and_client() as (_, client):
+            await client.send_raw_block(b"\xff" * BLOCK_SIZE)
+            assert await client.next_raw_response() == ERR(BLOCK)
+            await client.ping()
+
+
+async def test_the_client_negotiates_version_10_with_the_router():
+    with trio.fail_after(10):
+        async with router_and_client() as (_, client):
+            assert client.version == 10
+            assert len(client.session_id) == 32
