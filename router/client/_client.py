@@ -247,6 +247,7 @@ class SMPClient:
 
     async def ack(self, queue: RecipientQueue, msg_id: bytes) -> None:
         """ACK: the next message, if the router sends it along, becomes an event."""
+        self.add_queue(queue)
         request = (queue.recipient_id, ACK(msg_id), queue.rcv_auth_seed)
         resp = (await self._conn.request([request], route_msg=True))[0]
         _expect(_unwrap(resp), OK, MSG)
