@@ -157,7 +157,8 @@ async def open_memory_stores(
     store_dir: Path | None, options: StoreOptions
 ) -> AsyncIterator[Stores]:
     """Memory stores; with a directory, restored from its snapshots at open and saved
-    back when the context exits (on a clean stop, cancellation included)."""
+    back when the context exits (on a clean stop, cancellation included). The
+    snapshots read at open are renamed `*.loaded`, kept until the next save."""
     if store_dir is None:
         yield Stores("memory", MemoryQueueStore(), MemoryMessageStore())
         return
@@ -165,6 +166,11 @@ async def open_memory_stores(
     qfile, mfile = store_dir / QUEUES_SNAPSHOT, store_dir / MESSAGES_SNAPSHOT
     queues = MemoryQueueStore.load(qfile) if qfile.exists() else MemoryQueueStore()
     messages = MemoryMessageStore.load(mfile) if mfile.exists() else MemoryMessageStore()
+    # A loaded snapshot is set aside: after a crash, the next start must not bring
+    # back messages already delivered or queues already deleted.
+    for file in (qfile, mfile):
+        if file.exists():
+            os.replace(file, file.with_name(file.name + ".loaded"))
     try:
         yield Stores("memory", queues, messages, store_dir)
     finally:

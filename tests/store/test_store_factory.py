@@ -117,6 +117,19 @@ async def test_queues_and_messages_survive_a_clean_restart(tmp_path, kind):
         assert await contents(stores) == expected
 
 
+async def test_a_memory_snapshot_is_set_aside_once_loaded(tmp_path):
+    rec = record()
+    async with open_stores("memory", tmp_path) as stores:
+        await stores.queues.add_queue(rec)
+    snapshot = tmp_path / "memory-store" / "queues.snapshot"
+    assert snapshot.exists()
+    async with open_stores("memory", tmp_path) as stores:
+        assert not snapshot.exists()  # a crash now must not revive this state later
+        assert await stores.queues.delete_queue(rec.recipient_id) == rec
+    async with open_stores("memory", tmp_path) as stores:
+        assert await stores.queues.queue_count() == 0
+
+
 async def test_memory_stores_are_saved_when_the_context_is_cancelled(tmp_path):
     rec = record()
     with trio.CancelScope() as scope:
