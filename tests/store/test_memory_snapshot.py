@@ -1,0 +1,69 @@
+"""Memory store snapshot files: round trip, atomic replacement, damage detection."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from store.interfaces import Message, NotifierCreds, QueueRecord, QueueStatus
+from store.memory import MemoryMessageStore, MemoryQueueStore, SnapshotError
+
+
+def new_id() -> bytes:
+    return os.urandom(24)
+
+
+async def saved_stores(tmp_path):
+    queues, messages = MemoryQueueStore(), MemoryMessageStore()
+    rec = QueueRecord(
+        new_id(), new_id(), b"k", b"d", b"s", False, QueueStatus.OFF,
+        NotifierCreds(new_id(), b"n", b"x"), b"svc", None, 42,
+    )  # fmt: skip
+    await queues.add_queue(rec)
+    for i in range(3):
+        await messages.write_message(rec.recipient_id, Message(new_id(), i, b"T", b"b" * i), 2)
+    assert queues.save(tmp_path / "q") == 1
+    assert messages.save(tmp_path / "m") == 3
+    return queues, messages, rec
+
+
+async def test_a_snapshot_round_trips_records_and_messages_with_the_marker(tmp_path):
+    queues, messages, rec = await saved_stores(tmp_path)
+    loaded_q = MemoryQueueStore.load(tmp_path / "q")
+    loaded_m = MemoryMessageStore.load(tmp_path / "m")
+    assert list(loaded_q.records()) == [rec]
+    assert loaded_m.messages(rec.recipient_id) == messages.messages(rec.recipient_id)
+    assert loaded_m.messages(rec.recipient_id)[-1].quota
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "q"]  # no temporary left
+
+
+async def test_saving_again_replaces_the_previous_snapshot(tmp_path):
+    queues, _, rec = await saved_stores(tmp_path)
+    await queues.delete_queue(rec.recipient_id)
+    assert queues.save(tmp_path / "q") == 0
+    assert list(MemoryQueueStore.load(tmp_path / "q").records()) == []
+
+
+@pytest.mark.parametrize("cut", [1, 5, 40])
+async def test_a_truncated_snapshot_is_refused(tmp_path, cut):
+    await saved_stores(tmp_path)
+    data = (tmp_path / "m").read_bytes()
+    (tmp_path / "m").write_bytes(data[:-cut])
+    with pytest.raises(SnapshotError):
+        MemoryMessageStore.load(tmp_path / "m")
+
+
+async def test_a_flipped_byte_is_refused(tmp_path):
+    await saved_stores(tmp_path)
+    data = bytearray((tmp_path / "q").read_bytes())
+    data[20] ^= 0x01
+    (tmp_path / "q").write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match="checksum"):
+        MemoryQueueStore.load(tmp_path / "q")
+
+
+async def test_a_snapshot_of_the_other_kind_is_refused(tmp_path):
+    await saved_stores(tmp_path)
+    with pytest.raises(SnapshotError, match="not a snapshot"):
+        MemoryQueueStore.load(tmp_path / "m")
