@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from store.journal import open_journal
 from store.memory import MemoryMessageStore, MemoryQueueStore
 from store.sqlite import (
     DB_FILE,
@@ -27,6 +28,7 @@ from store.sqlite import (
     open_queue_store,
     open_sqlite_database,
 )
+from store.storelog import open_store_log
 
 
 @dataclass(frozen=True)
@@ -101,12 +103,14 @@ QUEUE_BACKENDS: list[StoreBackend] = [
     StoreBackend("memory", _memory_queues),
     StoreBackend("memory-snapshot", _snapshot_queues, persistent=True),
     StoreBackend("sqlite", _sqlite_queues, persistent=True),
+    StoreBackend("store-log", lambda p: open_store_log(p / "queues.log"), persistent=True),
 ]
 
 MESSAGE_BACKENDS: list[StoreBackend] = [
     StoreBackend("memory", _memory_messages),
     StoreBackend("memory-snapshot", _snapshot_messages, persistent=True),
     StoreBackend("sqlite", _sqlite_messages, persistent=True),
+    StoreBackend("journal", open_journal, persistent=True),
 ]
 
 

@@ -1,0 +1,241 @@
+"""Checksummed line logs, torn-tail recovery, fsync policy and group commit.
+
+Shared by the store log (queue records, store/storelog.py) and the journal's
+state log (store/journal.py). Both are text files of lines
+
+    <crc> SP <payload> LF
+
+where <crc> is the CRC-32 (zlib / IEEE 802.3, the same as java.util.zip.CRC32
+and Spark's `crc32`) of the payload's ASCII bytes, written as exactly 8
+lowercase hex digits. docs/store-log.md describes the format in full.
+
+Reading a log (`read_log`): a crash can only tear what was being appended, so
+bytes after the last LF, and a last complete line that fails its checksum, are
+a torn tail: they are cut off the file with a warning. A bad line anywhere
+else means the file was damaged; the open stops with `LogCorruptError` naming
+file and line, or, with `skip_corrupt`, the line is skipped with a warning.
+
+Group commit (`GroupCommit`): every caller of `wait()` has already written its
+change (to the OS); one leader runs the owner's `commit` (the fsyncs) for all
+callers that arrived within a short window, or while the previous round was
+running, and every one of them returns after that round. The leader's round
+is shielded from cancellation, so a cancelled caller never strands the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from enum import Enum
+from pathlib import Path
+from typing import TypeVar
+
+import trio
+
+from router.protocol.types import store_error
+
+from .interfaces import StoreError
+
+log = logging.getLogger("store")
+
+T = TypeVar("T")
+
+_CRC_HEX = re.compile(rb"[0-9a-f]{8}")
+
+
+class FsyncPolicy(Enum):
+    """When appended data is forced to disk (the `--fsync` option)."""
+
+    NEVER = "never"  # written to the OS only: survives kill -9, not a power loss
+    BATCH = "batch"  # group commit: one fsync covers every change of a short window
+    ALWAYS = "always"  # an fsync before every change returns (concurrent ones may share it)
+
+
+class LogCorruptError(Exception):
+    """A line that is not the last one fails its checksum or does not parse."""
+
+    def __init__(self, path: Path, line_no: int, reason: str) -> None:
+        super().__init__(f"{path}:{line_no}: {reason}")
+        self.path = path
+        self.line_no = line_no
+
+
+# --- lines ------------------------------------------------------------------------
+
+
+def encode_line(payload: str) -> bytes:
+    """One log line, LF included."""
+    data = payload.encode("ascii")
+    return b"%08x %s\n" % (zlib.crc32(data), data)
+
+
+def line_payload(line: bytes) -> str | None:
+    """The payload of one line (without its LF) if the checksum holds, else None."""
+    if len(line) < 9 or line[8:9] != b" " or not _CRC_HEX.fullmatch(line[:8]):
+        return None
+    data = line[9:]
+    if zlib.crc32(data) != int(line[:8], 16):
+        return None
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+def _parse(line: bytes, parse: Callable[[str], T]) -> T | str:
+    """The parsed record, or a reason why the line is bad (as a str)."""
+    payload = line_payload(line)
+    if payload is None:
+        return "checksum mismatch"
+    try:
+        return parse(payload)
+    except ValueError as exc:
+        return f"unreadable record ({exc})"
+
+
+def read_log(path: Path, parse: Callable[[str], T], *, skip_corrupt: bool = False) -> list[T]:
+    """Every record of the log at `path`, in order; cuts a torn tail off the file.
+
+    `parse` turns a payload into a record and raises ValueError for one it
+    cannot read. Nothing here is parsed lazily: a caller gets every record or
+    an exception.
+    """
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    fragment = lines.pop()  # bytes after the last LF: empty unless the tail is torn
+    keep = len(data) - len(fragment)
+    records: list[T] = []
+    offset = 0
+    for line_no, line in enumerate(lines, 1):
+        parsed = _parse(line, parse)
+        if not isinstance(parsed, str):
+            records.append(parsed)
+        elif line_no == len(lines) and not fragment:
+            keep = offset  # the last line is torn: drop it like a fragment
+            log.warning("%s:%d: dropping a torn last line (%s)", path, line_no, parsed)
+        elif skip_corrupt:
+            log.warning("%s:%d: skipping a corrupt line (%s)", path, line_no, parsed)
+        else:
+            raise LogCorruptError(path, line_no, parsed)
+        offset += len(line) + 1
+    if fragment:
+        log.warning(
+            "%s:%d: dropping a torn last line (%d bytes, no newline)",
+            path,
+            len(lines) + 1,
+            len(fragment),
+        )
+    if keep < len(data):
+        truncate_file(path, keep)
+    return records
+
+
+# --- files -----------------------------------------------------------------------
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte (a regular file may take a short write just before ENOSPC)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def truncate_file(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_synced(path: Path, chunks: Iterable[bytes]) -> int:
+    """Create (or replace) `path` with `chunks` and fsync it; returns its size."""
+    size = 0
+    with open(path, "wb", buffering=1 << 16) as f:
+        for chunk in chunks:
+            f.write(chunk)
+            size += len(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    return size
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make renames, creations and deletions in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def io_error(exc: OSError, what: str) -> StoreError:
+    """The one translation of an OSError into what the router answers."""
+    reason = exc.strerror or type(exc).__name__
+    return StoreError(store_error(reason), f"{what}: {exc}")
+
+
+# --- group commit ---------------------------------------------------------------
+
+
+class _Round:
+    __slots__ = ("done", "error", "behind")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+        self.behind = False  # its first caller arrived while another round was running
+
+
+class GroupCommit:
+    """One `commit()` call covers every `wait()` that arrived before it started.
+
+    `commit` must make durable everything its owner wrote before the call
+    (capturing that set before its first await). Its exception, if any, is
+    raised in every caller of that round.
+    """
+
+    def __init__(self, commit: Callable[[], Awaitable[None]], window: float) -> None:
+        self._commit = commit
+        self._window = window
+        self._collecting = _Round()
+        self._running: trio.Event | None = None  # set when the running round ends
+
+    async def wait(self) -> None:
+        mine = self._collecting
+        if self._running is not None:
+            mine.behind = True
+        while not mine.done.is_set():
+            if self._running is None:
+                await self._lead()
+            else:
+                await self._running.wait()
+        if mine.error is not None:
+            raise mine.error
+
+    async def _lead(self) -> None:
+        finished = self._running = trio.Event()
+        try:
+            with trio.CancelScope(shield=True):
+                mine = self._collecting
+                if self._window > 0 and not mine.behind:
+                    await trio.sleep(self._window)  # let concurrent writers join this round
+                self._collecting = _Round()
+                try:
+                    await self._commit()
+                except Exception as exc:  # handed to every caller of this round
+                    mine.error = exc
+                mine.done.set()
+        finally:
+            self._running = None
+            finished.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no round is running (for close)."""
+        while self._running is not None:
+            await self._running.wait()
