@@ -75,6 +75,7 @@ class StoreKindMismatch(Exception):
 
 STORE_KINDS: dict[str, StoreOpener | str] = {
     "memory": "store.factory:open_memory_stores",
+    "journal": "store.journal:open_journal_stores",
     "sqlite": "store.sqlite:open_sqlite_stores",
 }
 
