@@ -34,7 +34,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -449,7 +449,7 @@ def _new_path(path: Path) -> Path:
 
 def _backup_pattern(path: Path) -> re.Pattern[str]:
     stem, suffix = re.escape(path.stem), re.escape(path.suffix)
-    return re.compile(rf"{stem}\.[0-9]{{8}}T[0-9]{{12}}Z(-[0-9]+)?{suffix}")
+    return re.compile(rf"{stem}\.[0-9]{{8}}T[0-9]{{12}}Z{suffix}")
 
 
 def backups_of(path: Path) -> list[Path]:
@@ -460,13 +460,12 @@ def backups_of(path: Path) -> list[Path]:
 
 
 def _backup_path(path: Path) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    candidate = path.with_name(f"{path.stem}.{stamp}{path.suffix}")
-    n = 0
-    while candidate.exists():  # two compactions within one microsecond
-        n += 1
-        candidate = path.with_name(f"{path.stem}.{stamp}-{n}{path.suffix}")
-    return candidate
+    now = datetime.now(UTC)
+    while True:
+        candidate = path.with_name(f"{path.stem}.{now:%Y%m%dT%H%M%S%f}Z{path.suffix}")
+        if not candidate.exists():
+            return candidate
+        now += timedelta(microseconds=1)  # two compactions within one microsecond: keep order
 
 
 def recover_files(path: Path) -> None:
