@@ -7,9 +7,10 @@ any connection whose client hello names another hash.
 
 With a data directory the identity is created on first start and read back
 on every later one (files `identity.key`, the 32-byte seed, mode 0600, and
-`identity.crt`, the DER). Without one (the memory store's default) a fresh
-identity is made for each start: the queues do not outlive the process
-either, so a stable address would only promise what the router cannot keep.
+`identity.crt`, the DER). Without one (only the memory store runs without a
+data directory) a fresh identity is made for each start: the queues do not
+outlive the process either, so a stable address would only promise what the
+router cannot keep.
 """
 
 from __future__ import annotations

@@ -368,6 +368,15 @@ class StatsLog:
         self._interval_seconds = self.interval
         return lines
 
+    def write_due(self, now: float | None = None) -> list[str]:
+        """Roll and write at once, blocking (for tools and tests that drive the log
+        without a Trio loop); returns the lines written."""
+        lines = self.roll(self._wall() if now is None else now)
+        if lines:
+            self._write(lines, self._state_bytes())
+            self._lines_written += len(lines)
+        return lines
+
     def _new_day(self, day_start: int) -> None:
         week_changed, month_changed = period_resets(self._day_start, day_start)
         self.counters.active_day.clear()

@@ -1,17 +1,17 @@
-"""Opening the stores the configuration names.
+"""Opening the stores the configuration names, through `store.open_stores`.
 
-The `store` package's `open_stores(kind, data_dir, ...)` knows every backend;
-without it only the memory stores are available.
+A store that cannot be opened because of the configuration (an unknown kind,
+a data directory holding another kind) is a `ConfigError`, so the command
+line reports it as a usage error rather than a crash.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
-import store
+from store import StoreKindMismatch, open_stores
 from store.interfaces import MessageStore, QueueStore
-from store.memory import MemoryMessageStore, MemoryQueueStore
 
 from .config import ConfigError, RouterConfig
 
@@ -20,23 +20,11 @@ from .config import ConfigError, RouterConfig
 async def open_router_stores(
     config: RouterConfig,
 ) -> AsyncIterator[tuple[QueueStore, MessageStore]]:
-    opener = getattr(store, "open_stores", None)
-    if opener is not None:
-        async with opener(config.store, config.data_dir, **config.store_options) as stores:
-            yield _pair(stores)
-        return
-    if config.store != "memory":
-        raise ConfigError(f"the {config.store} store is not available")
-    queues, messages = MemoryQueueStore(), MemoryMessageStore()
-    try:
-        yield queues, messages
-    finally:
-        await messages.close()
-        await queues.close()
-
-
-def _pair(stores: object) -> tuple[QueueStore, MessageStore]:
-    """Accept either a (queue store, message store) pair or an object holding both."""
-    if isinstance(stores, tuple):
-        return stores  # type: ignore[return-value]
-    return stores.queues, stores.messages  # type: ignore[attr-defined]
+    async with AsyncExitStack() as stack:
+        try:
+            stores = await stack.enter_async_context(
+                open_stores(config.store, config.data_dir, **config.store_options)
+            )
+        except (StoreKindMismatch, ValueError) as e:
+            raise ConfigError(str(e)) from e
+        yield stores.queues, stores.messages

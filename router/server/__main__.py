@@ -1,0 +1,7 @@
+"""`python -m router.server ...` is `smp-router ...`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
