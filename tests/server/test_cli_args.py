@@ -1,0 +1,64 @@
+"""The command line's flags map onto RouterConfig; bad ones are one line and exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from router.server.cli import build_parser, config_from_args, main
+
+
+def test_every_serve_flag_reaches_the_configuration():
+    args = build_parser().parse_args([
+        "serve", "--host", "0.0.0.0", "--port", "0", "--store", "memory", "--quota", "5",
+        "--delivery", "per-queue-task", "--password", "pw", "--data-dir", "/tmp/d",
+        "--send-queue-size", "8", "--stalled-writer-timeout", "2.5", "--end-batch-interval", "1",
+    ])
+    config = config_from_args(args)
+    assert (config.host, config.port, config.quota, config.delivery) == (
+        "0.0.0.0", 0, 5, "per-queue-task"
+    )
+    assert config.password == b"pw" and config.data_dir == Path("/tmp/d")
+    assert (config.send_queue_size, config.stalled_writer_timeout, config.end_batch_interval) == (
+        8, 2.5, 1.0
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--port", "abc"],
+        ["serve", "--delivery", "threads"],
+        ["serve", "--quota", "0"],
+        ["serve", "--no-such-flag"],
+        [],
+    ],
+)
+def test_a_bad_flag_exits_2_with_one_line_on_stderr(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "error" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--port", "70000"],
+        ["serve", "--password", "a b"],
+        ["serve", "--store", "journal"],
+        ["serve", "--stalled-writer-timeout", "0"],
+    ],
+)
+def test_a_bad_configuration_exits_2_with_one_line_on_stderr(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("smp-router: error:")
+
+
+def test_init_creates_an_identity_and_prints_its_fingerprint(tmp_path, capsys):
+    assert main(["init", "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path) in out and out.strip().endswith("=")

@@ -1,0 +1,56 @@
+"""END / DELD encoding of pending events, per connection version."""
+
+from __future__ import annotations
+
+from router.protocol.codec import decode_response
+from router.protocol.transmission import decode_transmission
+from router.protocol.types import DELD, END
+from router.server.subscriptions import Event, SubscriberRegistry, encode_events
+
+
+def decoded(transmissions: list[bytes]) -> list[tuple[bytes, bytes, object]]:
+    out = []
+    for raw in transmissions:
+        t = decode_transmission(raw)
+        out.append((t.corr_id, t.entity_id, decode_response(t.command)))
+    return out
+
+
+def never_subscribed(entity_id: bytes, notifier: bool) -> bool:
+    return False
+
+
+def test_a_deleted_queue_is_deld_at_version_10_and_end_at_version_9():
+    events = [(b"q" * 24, Event.DELETED)]
+    assert decoded(encode_events(10, events, never_subscribed)) == [(b"", b"q" * 24, DELD())]
+    assert decoded(encode_events(9, events, never_subscribed)) == [(b"", b"q" * 24, END())]
+
+
+def test_a_displaced_subscription_is_end_at_every_version():
+    events = [(b"a" * 24, Event.END), (b"n" * 24, Event.NTF_END)]
+    for version in (9, 10):
+        assert [r for _, _, r in decoded(encode_events(version, events, never_subscribed))] == [
+            END(), END()
+        ]
+
+
+def test_an_end_is_skipped_when_the_client_has_subscribed_again_since():
+    def resubscribed(entity_id: bytes, notifier: bool) -> bool:
+        return entity_id == b"a" * 24 and not notifier
+
+    events = [(b"a" * 24, Event.END), (b"b" * 24, Event.END), (b"a" * 24, Event.NTF_END)]
+    assert [e for _, e, _ in decoded(encode_events(10, events, resubscribed))] == [
+        b"b" * 24, b"a" * 24
+    ]
+
+
+def test_the_registry_keeps_one_subscriber_per_queue_and_reports_who_was_displaced():
+    registry = SubscriberRegistry()
+    first, second = object(), object()
+    assert registry.subscribe(b"q", first) is None  # type: ignore[arg-type]
+    assert registry.subscribe(b"q", first) is None  # type: ignore[arg-type]
+    assert registry.subscribe(b"q", second) is first  # type: ignore[arg-type]
+    assert not registry.unsubscribe(b"q", first)  # type: ignore[arg-type]
+    assert registry.get(b"q") is second
+    assert registry.unsubscribe(b"q", second)  # type: ignore[arg-type]
+    assert registry.get(b"q") is None and len(registry) == 0

@@ -1,0 +1,107 @@
+"""The router identity: a self-signed Ed25519 certificate whose hash is the key hash."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import stat
+import subprocess
+
+import pytest
+from nacl.signing import VerifyKey
+
+from router.server import der
+from router.server.identity import (
+    CERT_FILE,
+    KEY_FILE,
+    IdentityError,
+    generate_identity,
+    host_port,
+    load_or_create_identity,
+)
+
+
+def parse_tlv(data: bytes, pos: int = 0) -> tuple[int, bytes, int]:
+    """(tag, value, next position) of one DER element: enough to walk a certificate."""
+    tag, first = data[pos], data[pos + 1]
+    pos += 2
+    if first < 0x80:
+        length = first
+    else:
+        n = first & 0x7F
+        length = int.from_bytes(data[pos : pos + n], "big")
+        pos += n
+    return tag, data[pos : pos + length], pos + length
+
+
+def children(value: bytes) -> list[tuple[int, bytes]]:
+    out, pos = [], 0
+    while pos < len(value):
+        tag, child, pos = parse_tlv(value, pos)
+        out.append((tag, child))
+    return out
+
+
+def test_the_certificate_is_a_signed_x509_structure_over_the_identity_key():
+    identity = generate_identity()
+    tag, body, end = parse_tlv(identity.certificate)
+    assert tag == 0x30 and end == len(identity.certificate)
+    (tbs_tag, tbs), (_, algorithm), (sig_tag, sig) = children(body)
+    assert tbs_tag == 0x30 and sig_tag == 0x03 and sig[0] == 0
+    assert algorithm == der.oid(der.ED25519_OID)
+    fields = children(tbs)
+    assert fields[0] == (0xA0, der.integer(2))  # v3
+    spki = der.sequence(*[der.tlv(t, v) for t, v in children(fields[6][1])])
+    public = spki[-32:]
+    tbs_der = der.sequence(*[der.tlv(t, v) for t, v in fields])
+    VerifyKey(public).verify(tbs_der, sig[1:])
+
+
+def test_the_key_hash_is_the_sha256_of_the_certificate_and_the_fingerprint_is_padded_base64url():
+    identity = generate_identity()
+    assert identity.key_hash == hashlib.sha256(identity.certificate).digest()
+    assert identity.fingerprint.endswith("=") and len(identity.fingerprint) == 44
+    assert base64.urlsafe_b64decode(identity.fingerprint) == identity.key_hash
+
+
+def test_the_address_names_the_key_hash_host_and_port():
+    identity = generate_identity()
+    assert identity.address("127.0.0.1", 5224) == f"smp://{identity.fingerprint}@127.0.0.1:5224"
+    assert host_port("::1", 80) == "[::1]:80"
+
+
+def test_a_data_directory_keeps_the_identity_across_starts(tmp_path):
+    first = load_or_create_identity(tmp_path / "data")
+    second = load_or_create_identity(tmp_path / "data")
+    assert first == second
+    assert stat.S_IMODE((tmp_path / "data" / KEY_FILE).stat().st_mode) == 0o600
+
+
+def test_without_a_data_directory_every_start_gets_a_fresh_identity():
+    assert load_or_create_identity(None).key_hash != load_or_create_identity(None).key_hash
+
+
+def test_identity_files_that_do_not_belong_together_are_refused(tmp_path):
+    load_or_create_identity(tmp_path)
+    (tmp_path / CERT_FILE).write_bytes(generate_identity().certificate)
+    with pytest.raises(IdentityError):
+        load_or_create_identity(tmp_path)
+
+
+def test_a_key_file_without_its_certificate_is_refused(tmp_path):
+    load_or_create_identity(tmp_path)
+    (tmp_path / CERT_FILE).unlink()
+    with pytest.raises(IdentityError):
+        load_or_create_identity(tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_openssl_reads_the_certificate(tmp_path):
+    path = tmp_path / "router.crt"
+    path.write_bytes(generate_identity().certificate)
+    result = subprocess.run(
+        ["openssl", "x509", "-inform", "DER", "-in", str(path), "-noout", "-subject"],
+        capture_output=True, text=True, check=True,
+    )
+    assert "SMP router" in result.stdout
