@@ -1,0 +1,57 @@
+"""Fixtures for end-to-end tests: a real router on 127.0.0.1, port 0, per test.
+
+Every test that takes `router` or `router_factory` runs once per delivery mode
+and once per store kind in `SMP_E2E_STORES` (comma-separated, default
+"memory"), so the whole suite can be pointed at the durable stores with e.g.
+``SMP_E2E_STORES=memory,journal,sqlite pytest tests/e2e``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+
+from router.server import DELIVERY_MODES, RouterConfig, RouterInfo, serve_router
+
+E2E_STORES = [kind for kind in os.environ.get("SMP_E2E_STORES", "memory").split(",") if kind]
+
+# Short END/DELD batching keeps displacement tests quick; everything else is default.
+TEST_DEFAULTS: dict[str, object] = {"host": "127.0.0.1", "port": 0, "end_batch_interval": 0.02}
+
+RouterFactory = Callable[..., Awaitable[RouterInfo]]
+
+
+@pytest.fixture(params=DELIVERY_MODES)
+def delivery(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=E2E_STORES)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def router_factory(
+    nursery: trio.Nursery, delivery: str, store_kind: str, tmp_path
+) -> RouterFactory:
+    """`await router_factory(**config_overrides)` starts a router; stopped after the test."""
+    numbers = itertools.count()
+
+    async def start(**overrides: object) -> RouterInfo:
+        settings = {**TEST_DEFAULTS, "delivery": delivery, "store": store_kind}
+        if store_kind != "memory":
+            settings["data_dir"] = tmp_path / f"router-{next(numbers)}"
+        settings.update(overrides)
+        return await nursery.start(serve_router, RouterConfig(**settings))
+
+    return start
+
+
+@pytest.fixture
+async def router(router_factory: RouterFactory) -> RouterInfo:
+    return await router_factory()

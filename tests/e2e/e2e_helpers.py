@@ -1,0 +1,61 @@
+"""Helpers shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from router.client import RecipientQueue, SMPClient
+from router.protocol import crypto
+from router.protocol.block import BatchPacker
+from router.protocol.transmission import encode_transmission
+from router.protocol.types import IDS, NEW, OK, SEND, Transmission
+from router.server import RouterInfo
+from router.server.connection import Connection
+
+
+async def create_queues(
+    client: SMPClient, n: int, *, subscribe: bool = False, snd_secure: bool = False
+) -> list[RecipientQueue]:
+    """`n` queues made with NEW commands packed into few blocks."""
+    keys = [(crypto.new_ed25519(), crypto.new_x25519()) for _ in range(n)]
+    requests = [
+        (b"", NEW(auth_key, dh_key, None, subscribe, snd_secure), seed)
+        for (seed, auth_key), (_, dh_key) in keys
+    ]
+    queues = []
+    for ((seed, auth_key), (dh_priv, _)), resp in zip(
+        keys, await client.commands(requests), strict=True
+    ):
+        assert isinstance(resp, IDS), resp
+        box = crypto.box_key(dh_priv, resp.srv_dh_key)
+        q = RecipientQueue(
+            resp.rcv_id, resp.snd_id, seed, auth_key, dh_priv, resp.srv_dh_key, box, snd_secure
+        )
+        client.add_queue(q)
+        queues.append(q)
+    return queues
+
+
+async def send_many(client: SMPClient, messages: Sequence[tuple[bytes, bytes]]) -> None:
+    """Unsigned SENDs `(sender_id, body)` packed into few blocks; every one must be OK."""
+    responses = await client.commands([(sid, SEND(b"F", body), None) for sid, body in messages])
+    assert all(isinstance(r, OK) for r in responses), {type(r) for r in responses}
+
+
+async def assert_no_more_events(client: SMPClient) -> None:
+    """Whatever the router pushed before answering PING has arrived by then."""
+    await client.ping()
+    assert client.next_event_nowait() is None
+
+
+def router_connection(info: RouterInfo, client: SMPClient) -> Connection:
+    conn = info.router.connection_for_session(client.session_id)
+    assert conn is not None
+    return conn
+
+
+def raw_block(*transmissions: Transmission) -> bytes:
+    packer = BatchPacker()
+    for t in transmissions:
+        assert packer.add(encode_transmission(t))
+    return packer.take_block()
