@@ -236,7 +236,7 @@ def test_neither_the_log_nor_its_state_holds_queue_ids(tmp_path):
     rid = os.urandom(24)
     counters.record_active_queue(rid)
     stats.save()
-    stats._write(stats.roll(next(clock)), stats._state_bytes())
+    assert stats.write_due(next(clock))
     for file in (path, stats.state_path):
         data = file.read_bytes()
         assert rid not in data and rid.hex().encode() not in data

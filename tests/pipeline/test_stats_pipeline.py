@@ -1,0 +1,291 @@
+"""`smp-pipeline stats` on small logs written by the router's own stats log writer.
+
+Two routers: `eu-1` (logs/eu-1/stats.csv) runs from Monday 2024-04-29 00:00 to
+Thursday 2024-05-02 05:00 UTC, so April and May, one ISO week and a day in
+progress are all covered; `us-2` (logs/us-2.csv) runs on 2024-05-01 only.
+Every hour h of a router's run adds known numbers, so the expected tables are
+computed here in plain Python.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from pipeline import follow
+from pipeline.schemas import STATS_NUMBERS
+from pipeline.stats_io import read_stats_logs, router_name, stats_log_files
+from pipeline.stats_job import StatsOutput, run_increment, run_stats
+from router.server.statslog import COLUMNS, RouterCounters, StatsLog
+
+pytestmark = pytest.mark.spark
+
+HOUR = timedelta(hours=1)
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def hour_numbers(router: str, hour: int) -> dict[str, int]:
+    """What the router counts in its `hour`-th hour (a pattern that varies by hour)."""
+    base = 10 if router == "eu-1" else 100
+    return {
+        "queues_created": hour % 3,
+        "queues_secured": hour % 2,
+        "queues_deleted": 1 if hour % 5 == 0 else 0,
+        "msgs_sent": base + hour,
+        "msgs_delivered": base + hour - 1,
+        "msgs_acknowledged": base + hour - 2,
+        "msgs_expired": hour % 4,
+        "msgs_quota_refused": 1 if hour % 7 == 0 else 0,
+    }
+
+
+def write_router_log(path: Path, router: str, start: str, hours: int) -> None:
+    """Drive the real StatsLog hour by hour, as a running router would."""
+    counters = RouterCounters()
+    now = ts(start)
+    stats = StatsLog(path, counters, wall_clock=lambda: now)
+    stats.restore(now)
+    for hour in range(hours):
+        for name, value in hour_numbers(router, hour).items():
+            setattr(counters, name, getattr(counters, name) + value)
+        counters.subscriptions = 5 + hour % 6
+        counters.clients = 2 + hour % 3
+        for q in range(hour % 4 + 1):  # queue ids repeat: distinct counts stay small
+            counters.record_active_queue(f"{router}-{q + hour // 24}".encode())
+        now += 3600
+        stats.write_due(now)
+    stats.save()
+
+
+def expected_days(router: str, start: str, hours: int) -> dict[str, dict[str, int]]:
+    days: dict[str, dict[str, int]] = {}
+    for hour in range(hours):
+        day = (datetime.fromisoformat(start) + hour * HOUR).date().isoformat()
+        totals = days.setdefault(day, dict.fromkeys(hour_numbers(router, 0), 0))
+        for name, value in hour_numbers(router, hour).items():
+            totals[name] += value
+    return days
+
+
+RUNS = {"eu-1": ("2024-04-29T00:00:00", 77), "us-2": ("2024-05-01T00:00:00", 24)}
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("logs")
+    (root / "eu-1").mkdir()
+    write_router_log(root / "eu-1" / "stats.csv", "eu-1", *RUNS["eu-1"])
+    write_router_log(root / "us-2.csv", "us-2", *RUNS["us-2"])
+    return root
+
+
+@pytest.fixture(scope="module")
+def batch_out(spark, logs, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("out")
+    run_stats(spark, [str(logs)], StatsOutput.at(str(out)))
+    return out
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_pipeline_reads_the_columns_the_router_writes():
+    assert ("time", "period", *STATS_NUMBERS) == COLUMNS
+
+
+def test_router_names_come_from_the_file_or_its_directory(spark, logs):
+    files = stats_log_files([str(logs)])
+    assert sorted(router_name(f) for f in files) == ["eu-1", "us-2"]
+    names = read_stats_logs(spark, [str(logs)]).select("router").distinct().collect()
+    assert sorted(r.router for r in names) == ["eu-1", "us-2"]
+
+
+def test_daily_counts_per_router_match_what_the_router_counted(batch_out):
+    rows = read_csv(batch_out / "router_daily.csv")
+    got = {(r["router"], r["day"]): r for r in rows}
+    for router, (start, hours) in RUNS.items():
+        for day, totals in expected_days(router, start, hours).items():
+            row = got.pop((router, day))
+            assert {k: int(row[k]) for k in totals} == totals
+    assert got == {}
+
+
+def test_a_day_with_its_roll_up_line_is_complete_and_one_in_progress_is_not(batch_out):
+    rows = {
+        (r["router"], r["day"]): r["complete"] for r in read_csv(batch_out / "router_daily.csv")
+    }
+    assert rows[("eu-1", "2024-05-01")] == "true"
+    assert rows[("eu-1", "2024-05-02")] == "false"  # five hours, no P1D line yet
+    assert rows[("us-2", "2024-05-01")] == "true"
+
+
+def test_the_total_adds_the_routers_up_and_recomputes_the_ratio(batch_out):
+    total = {r["day"]: r for r in read_csv(batch_out / "total_daily.csv")}
+    eu = expected_days("eu-1", *RUNS["eu-1"])["2024-05-01"]
+    us = expected_days("us-2", *RUNS["us-2"])["2024-05-01"]
+    row = total["2024-05-01"]
+    assert row["routers"] == "2"
+    assert int(row["msgs_sent"]) == eu["msgs_sent"] + us["msgs_sent"]
+    ratio = (eu["msgs_acknowledged"] + us["msgs_acknowledged"]) / (
+        eu["msgs_sent"] + us["msgs_sent"]
+    )
+    assert float(row["delivery_ratio"]) == pytest.approx(ratio, abs=1e-6)
+    assert total["2024-04-29"]["routers"] == "1"
+
+
+def test_weeks_start_on_monday_and_months_split_at_the_first(batch_out):
+    weekly = read_csv(batch_out / "router_weekly.csv")
+    assert [(r["router"], r["week"], r["days"]) for r in weekly] == [
+        ("eu-1", "2024-04-29", "4"),
+        ("us-2", "2024-04-29", "1"),
+    ]
+    monthly = read_csv(batch_out / "router_monthly.csv")
+    assert [(r["router"], r["month"], r["days"]) for r in monthly] == [
+        ("eu-1", "2024-04-01", "2"),
+        ("eu-1", "2024-05-01", "2"),
+        ("us-2", "2024-05-01", "1"),
+    ]
+    eu_days = expected_days("eu-1", *RUNS["eu-1"])
+    assert int(monthly[0]["msgs_sent"]) == sum(
+        eu_days[d]["msgs_sent"] for d in ("2024-04-29", "2024-04-30")
+    )
+
+
+def test_active_queue_counts_are_the_running_counts_of_their_period(batch_out):
+    daily = {(r["router"], r["day"]): r for r in read_csv(batch_out / "router_daily.csv")}
+    # each day the router saw queue ids <router>-<d>..<router>-<d+3>
+    assert daily[("eu-1", "2024-04-30")]["active_queues_day"] == "4"
+    weekly = {(r["router"], r["week"]): r for r in read_csv(batch_out / "router_weekly.csv")}
+    assert weekly[("eu-1", "2024-04-29")]["active_queues"] == "7"  # ids 0..6 over four days
+    monthly = {(r["router"], r["month"]): r for r in read_csv(batch_out / "router_monthly.csv")}
+    assert monthly[("eu-1", "2024-04-01")]["active_queues"] == "5"  # ids 0..4
+    assert monthly[("eu-1", "2024-05-01")]["active_queues"] == "5"  # ids 2..6, month restarted
+
+
+def test_the_charts_an_operator_looks_at_are_written(batch_out):
+    for name in (
+        "messages_per_day.png",
+        "active_queues.png",
+        "delivery_ratio.png",
+        "expired_and_quota_refused.png",
+    ):
+        assert (batch_out / "charts" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_parquet_tables_are_partitioned_by_their_period(batch_out):
+    days = sorted(p.name for p in (batch_out / "parquet" / "router_daily").glob("day=*"))
+    assert days[0] == "day=2024-04-29" and days[-1] == "day=2024-05-02"
+    assert (batch_out / "parquet" / "total_monthly" / "month=2024-04-01").is_dir()
+
+
+def test_a_repeated_line_after_a_crash_is_counted_once(spark, logs, batch_out, tmp_path):
+    copy = tmp_path / "logs"
+    shutil.copytree(logs, copy)
+    lines = (copy / "us-2.csv").read_text().splitlines()
+    repeat = lines[5].split(",")
+    repeat[5] = "0"  # an earlier snapshot of the same hour: fewer messages
+    with open(copy / "us-2.csv", "a") as f:
+        f.write(",".join(repeat) + "\n")
+    out = tmp_path / "out"
+    run_stats(spark, [str(copy)], StatsOutput.at(str(out)))
+    for table in ("router_daily", "total_weekly"):
+        assert (out / f"{table}.csv").read_text() == (batch_out / f"{table}.csv").read_text()
+
+
+# --- incremental runs --------------------------------------------------------------
+
+
+def split_logs(logs: Path, dest: Path, keep: int) -> list[tuple[Path, str]]:
+    """Copy the logs keeping only their first `keep` lines; returns (copy, rest) pairs."""
+    pairs = []
+    for src in stats_log_files([str(logs)]):
+        target = dest / src.relative_to(logs)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = src.read_text()
+        lines = text.splitlines(keepends=True)
+        target.write_text("".join(lines[:keep]))
+        pairs.append((target, "".join(lines[keep:])))
+    return pairs
+
+
+def assert_same_tables(out: Path, expected: Path) -> None:
+    for table in (
+        "router_daily",
+        "router_weekly",
+        "router_monthly",
+        "total_daily",
+        "total_weekly",
+        "total_monthly",
+    ):
+        assert (out / f"{table}.csv").read_text() == (expected / f"{table}.csv").read_text(), table
+
+
+def test_incremental_runs_end_where_a_whole_run_ends(spark, logs, batch_out, tmp_path):
+    pairs = split_logs(logs, tmp_path / "logs", keep=12)
+    out, ckpt = StatsOutput.at(str(tmp_path / "out")), str(tmp_path / "ckpt")
+    first = run_increment(spark, [str(tmp_path / "logs")], out, ckpt)
+    cuts = [rest.index("\n", len(rest) // 2) + 1 for _, rest in pairs]
+    for (path, rest), cut in zip(pairs, cuts, strict=True):
+        with open(path, "a") as f:
+            f.write(rest[: cut + 7])  # ending in a torn line the router is still writing
+    second = run_increment(spark, [str(tmp_path / "logs")], out, ckpt)
+    for (path, rest), cut in zip(pairs, cuts, strict=True):
+        with open(path, "a") as f:
+            f.write(rest[cut + 7 :])
+    third = run_increment(spark, [str(tmp_path / "logs")], out, ckpt)
+    assert first > 0 and second > 0 and third > 0
+    assert run_increment(spark, [str(tmp_path / "logs")], out, ckpt) == 0
+    assert_same_tables(tmp_path / "out", batch_out)
+
+
+def test_a_run_that_crashed_before_committing_is_redone_without_double_counting(
+    spark, logs, batch_out, tmp_path, monkeypatch
+):
+    pairs = split_logs(logs, tmp_path / "logs", keep=20)
+    out, ckpt = StatsOutput.at(str(tmp_path / "out")), str(tmp_path / "ckpt")
+    run_increment(spark, [str(tmp_path / "logs")], out, ckpt)
+    for path, rest in pairs:
+        with open(path, "a") as f:
+            f.write(rest)
+
+    def crash(*args):
+        raise RuntimeError("killed before the positions were committed")
+
+    with monkeypatch.context() as m:
+        m.setattr(follow, "commit_checkpoint", crash)
+        with pytest.raises(RuntimeError):
+            run_increment(spark, [str(tmp_path / "logs")], out, ckpt)
+    run_increment(spark, [str(tmp_path / "logs")], out, ckpt)
+    assert_same_tables(tmp_path / "out", batch_out)
+
+
+def test_start_latest_skips_what_is_already_there(spark, logs, tmp_path):
+    pairs = split_logs(logs, tmp_path / "logs", keep=1000)
+    out, ckpt = StatsOutput.at(str(tmp_path / "out")), str(tmp_path / "ckpt")
+    assert run_increment(spark, [str(tmp_path / "logs")], out, ckpt, start="latest") == 0
+    path = pairs[0][0]
+    with open(path, "a") as f:
+        f.write("2024-05-03T00:00:00Z,PT1H,1,0,0,9,9,9,0,0,1,1,1,1,1\n")
+    assert run_increment(spark, [str(tmp_path / "logs")], out, ckpt) == 1
+    rows = read_csv(tmp_path / "out" / "router_daily.csv")
+    assert [(r["day"], r["msgs_sent"]) for r in rows] == [("2024-05-03", "9")]
+
+
+def test_start_at_a_time_keeps_lines_of_periods_from_then_on(spark, logs, tmp_path):
+    out, ckpt = StatsOutput.at(str(tmp_path / "out")), str(tmp_path / "ckpt")
+    start = follow.parse_start("2024-05-02T00:00:00+00:00")
+    run_increment(spark, [str(logs)], out, ckpt, start=start)
+    rows = read_csv(tmp_path / "out" / "router_daily.csv")
+    assert [(r["router"], r["day"]) for r in rows] == [("eu-1", "2024-05-02")]
+    assert (
+        int(rows[0]["msgs_sent"]) == expected_days("eu-1", *RUNS["eu-1"])["2024-05-02"]["msgs_sent"]
+    )
