@@ -214,7 +214,10 @@ class Commands:
         if sub is not None and sub.get_mode:
             return _reply(v, CMD_PROHIBITED)
         if sub is None:
-            sub = self._r.subscribe(conn, rid, _queue(v).rcv_dh_secret)
+            # Keyed by the store's own id object, not the copy parsed from this block,
+            # so that an idle subscription holds no bytes object of its own.
+            queue = _queue(v)
+            sub = self._r.subscribe(conn, queue.recipient_id, queue.rcv_dh_secret)
         else:
             # SUB again on this connection sends the head again (reference behaviour).
             sub.delivered = None
