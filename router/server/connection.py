@@ -171,8 +171,10 @@ class Connection:
         while True:
             block = await self.transport.receive_block()
             responses = await process_block(self, block)
+            del block  # an idle connection keeps nothing of its last block alive
             if responses:
                 await self.push(responses)
+            del responses
 
     async def _send_loop(self) -> None:
         packer = BatchPacker()
@@ -189,6 +191,7 @@ class Connection:
                     batch = outbox.receive_nowait()
                 except trio.WouldBlock:
                     break
+            del batch  # nor of its last responses
             if len(packer):
                 await send_block(packer.take_block())
 
