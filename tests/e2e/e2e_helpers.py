@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import trio_websocket
 
 from router.client import RecipientQueue, SMPClient
 from router.protocol import crypto
-from router.protocol.block import BatchPacker
+from router.protocol.block import BLOCK_SIZE, BatchPacker, pad_block, unpad_block
+from router.protocol.handshake import ClientHello, decode_server_hello, encode_client_hello
 from router.protocol.transmission import encode_transmission
 from router.protocol.types import IDS, NEW, OK, SEND, Transmission
 from router.server import RouterInfo
@@ -59,3 +64,30 @@ def raw_block(*transmissions: Transmission) -> bytes:
     for t in transmissions:
         assert packer.add(encode_transmission(t))
     return packer.take_block()
+
+
+@asynccontextmanager
+async def raw_connection(
+    info: RouterInfo, *, version: int = 10, key_hash: bytes | None = None, hello: bool = True,
+    message_queue_size: int = 16,
+) -> AsyncIterator[tuple[trio_websocket.WebSocketConnection, bytes]]:
+    """A bare WebSocket to the router, past the handshake unless `hello` is False.
+
+    Yields the connection and the session id from the server hello; for tests
+    that need to misbehave in ways the client library will not.
+    """
+    async with trio_websocket.open_websocket_url(
+        info.url, message_queue_size=message_queue_size, max_message_size=BLOCK_SIZE
+    ) as ws:
+        server_hello = decode_server_hello(unpad_block(await ws.get_message()))
+        if hello:
+            client_hello = ClientHello(version, info.key_hash if key_hash is None else key_hash)
+            await ws.send_message(pad_block(encode_client_hello(client_hello)))
+        yield ws, server_hello.session_id
+
+
+async def wait_closed(ws: trio_websocket.WebSocketConnection) -> None:
+    """Read until the router closes the connection."""
+    with contextlib.suppress(trio_websocket.ConnectionClosed):
+        while True:
+            await ws.get_message()
