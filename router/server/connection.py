@@ -53,6 +53,7 @@ class Connection:
         self.overflow_events: list[bytes] = []  # END/DELD/NMSG waiting for outbox room
         self.closed = False
         self.close_reason = ""
+        self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
         self._outbox, self._outbox_out = trio.open_memory_channel[list[bytes]](send_queue_size)
@@ -143,6 +144,11 @@ class Connection:
         self.closed = True
         self._outbox.close()
         self._outbox_out.close()
+        self._closed_event.set()
+
+    async def wait_closed(self) -> None:
+        """Return once the connection's tasks are gone and the router has forgotten it."""
+        await self._closed_event.wait()
 
     def task_count(self) -> int:
         """Tasks running in this connection's nursery, nested nurseries included."""

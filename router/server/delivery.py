@@ -93,6 +93,7 @@ class Deliverer:
         elif conn.outbox_full():
             conn.deliveries.add(recipient_id, msg.ts)
             conn.wake_delivery()
+            self._router.counters.messages_deferred += 1
         else:
             # No checkpoint since outbox_full(): send_nowait cannot fail here.
             conn.push_nowait([self.message_transmission(b"", recipient_id, sub, msg)])

@@ -136,7 +136,6 @@ class Router:
 
     def _cleanup(self, conn: Connection) -> None:
         """Forget the connection; registry entries only where it is still the subscriber."""
-        conn.close()
         for rid, sub in conn.subscriptions.items():
             if not sub.get_mode:
                 self.subscribers.unsubscribe(rid, conn)
@@ -147,6 +146,7 @@ class Router:
         conn.ntf_subscriptions.clear()
         self.events.forget(conn)
         self.connections.pop(conn.id, None)
+        conn.close()
 
     # --- observation ---------------------------------------------------------------------
 
@@ -164,6 +164,7 @@ class Router:
             messages_delivered=c.messages_delivered,
             messages_acked=c.messages_acked,
             messages_quota_refused=c.messages_quota_refused,
+            messages_deferred=c.messages_deferred,
             subscriptions_displaced=c.subscriptions_displaced,
             writers_stalled=c.writers_stalled,
         )

@@ -15,7 +15,7 @@ class Counters:
     __slots__ = (
         "connections_total", "queues_created", "queues_secured", "queues_deleted",
         "messages_sent", "messages_delivered", "messages_acked", "messages_quota_refused",
-        "subscriptions_displaced", "writers_stalled",
+        "messages_deferred", "subscriptions_displaced", "writers_stalled",
     )
 
     def __init__(self) -> None:
@@ -36,5 +36,6 @@ class RouterStatistics:
     messages_delivered: int  # MSG written for a recipient (pushed or as a response)
     messages_acked: int  # messages deleted by ACK
     messages_quota_refused: int  # SENDs answered ERR QUOTA
+    messages_deferred: int  # pushes that found the outbox full and went to the deliveries map
     subscriptions_displaced: int  # END sent because another connection took over
     writers_stalled: int  # connections dropped for not reading
