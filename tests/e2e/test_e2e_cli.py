@@ -1,0 +1,143 @@
+"""The `smp-router` command-line contract, tested on the real executable."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from router.client import open_client
+
+SMP_ROUTER = Path(sys.executable).with_name("smp-router")
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "embedded_gateway.py"
+STARTED = re.compile(r"(ws://127\.0\.0\.1:(\d+)).*(smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:(\d+))")
+
+
+def smp_router(*args: str) -> list[str]:
+    if SMP_ROUTER.exists():
+        return [str(SMP_ROUTER), *args]
+    return [sys.executable, "-m", "router.server", *args]
+
+
+async def read_line(stream: trio.abc.ReceiveStream) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = await stream.receive_some(1)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+async def read_rest(stream: trio.abc.ReceiveStream) -> bytes:
+    data = b""
+    while chunk := await stream.receive_some(65536):
+        data += chunk
+    return data
+
+
+@asynccontextmanager
+async def running(command: list[str]) -> AsyncIterator[tuple[trio.Process, str]]:
+    """The process and the first line it printed; killed if the test leaves early."""
+    process = await trio.lowlevel.open_process(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert process.stdout is not None
+        line = (await read_line(process.stdout)).decode()
+        yield process, line
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+@pytest.mark.parametrize("delivery", ["single-task", "per-queue-task"])
+async def test_serve_prints_one_line_with_both_addresses_and_stops_cleanly_on_a_signal(
+    stop_signal, delivery
+):
+    command = smp_router(
+        "serve", "--host", "127.0.0.1", "--port", "0", "--store", "memory",
+        "--delivery", delivery, "--log-level", "warning",
+    )
+    with trio.fail_after(30):
+        async with running(command) as (process, line):
+            match = STARTED.search(line)
+            assert match is not None, line
+            assert match.group(2) == match.group(4) != "0"
+            async with open_client(match.group(3)) as client:
+                q = await client.create_queue(subscribe=True)
+                await client.send(q.sender_id, b"via the cli")
+                assert (await client.next_event()).body == b"via the cli"
+            process.send_signal(stop_signal)
+            assert await process.wait() == 0
+            assert process.stdout is not None
+            assert await read_rest(process.stdout) == b""  # exactly one line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--port", "not-a-port"],
+        ["serve", "--delivery", "threads"],
+        ["serve", "--quota", "-3"],
+        ["serve", "--password", "has space"],
+        ["serve", "--store", "sqlite"],
+        ["launch"],
+    ],
+)
+def test_a_bad_flag_or_configuration_exits_2_with_one_line_and_no_traceback(args):
+    result = subprocess.run(smp_router(*args), capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_port_that_is_taken_exits_1_with_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = subprocess.run(
+            smp_router("serve", "--port", port, "--log-level", "error"),
+            capture_output=True, text=True, timeout=30,
+        )
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+async def test_a_data_directory_keeps_the_router_address_across_restarts(tmp_path):
+    command = smp_router(
+        "serve", "--port", "0", "--data-dir", str(tmp_path), "--log-level", "error"
+    )
+    addresses = []
+    with trio.fail_after(30):
+        for _ in range(2):
+            async with running(command) as (process, line):
+                match = STARTED.search(line)
+                assert match is not None, line
+                addresses.append(match.group(3).split("@")[0])
+                process.send_signal(signal.SIGTERM)
+                assert await process.wait() == 0
+    assert addresses[0] == addresses[1]
+
+
+async def test_the_gateway_example_runs_as_a_script_and_stops_on_sigint():
+    command = [sys.executable, str(EXAMPLE), "--port", "0", "--health-port", "0"]
+    with trio.fail_after(30):
+        async with running(command) as (process, line):
+            assert "ws://127.0.0.1:" in line and "/smp" in line
+            process.send_signal(signal.SIGINT)
+            assert await process.wait() == 0
