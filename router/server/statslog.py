@@ -24,7 +24,7 @@ next to the log after every line and on a clean stop, and added back at start, s
 a restart within an interval keeps counting it. An interval that ended while the
 router was stopped is written at start, with the time it began. A crash between
 appending a line and saving the state can repeat that line at the next start;
-readers keep the last line per (period, time), see docs/stats-log.md.
+readers keep one line per (period, time), see docs/stats-log.md.
 """
 
 from __future__ import annotations
