@@ -109,7 +109,7 @@ async def restartable_router(
 
 
 @dataclass(frozen=True, slots=True)
-class TestQueue:
+class SecuredQueue:
     queue: RecipientQueue
     sender_seed: bytes
 
@@ -118,16 +118,16 @@ class TestQueue:
         return self.queue.recipient_id
 
 
-async def create_queues(address: str, n: int, *, parallel: int = 64) -> list[TestQueue]:
+async def create_queues(address: str, n: int, *, parallel: int = 64) -> list[SecuredQueue]:
     """`n` queues secured with fresh sender keys, created over one connection."""
-    made: list[TestQueue] = []
+    made: list[SecuredQueue] = []
 
     async def make(count: int, client) -> None:
         for _ in range(count):
             q = await client.create_queue()
             seed, key = crypto.new_ed25519()
             await client.secure_queue(q, key)
-            made.append(TestQueue(q, seed))
+            made.append(SecuredQueue(q, seed))
 
     async with open_client(address) as client, trio.open_nursery() as nursery:
         for i in range(parallel):
@@ -137,7 +137,7 @@ async def create_queues(address: str, n: int, *, parallel: int = 64) -> list[Tes
     return made
 
 
-async def send_to(address: str, queue: TestQueue, *bodies: bytes) -> None:
+async def send_to(address: str, queue: SecuredQueue, *bodies: bytes) -> None:
     async with open_client(address) as client:
         for body in bodies:
             await client.send(queue.queue.sender_id, body, sender_seed=queue.sender_seed)
@@ -190,11 +190,12 @@ class EventLog:
 
 async def keep_sending(
     router: RestartableRouter,
-    queues: list[TestQueue],
+    queues: list[SecuredQueue],
     count: int,
     tag: str,
     ok: set[bytes],
     attempted: set[bytes],
+    progress: Progress | None = None,
 ) -> None:
     """Send `count` distinct bodies round-robin over `queues`, across router restarts.
 
@@ -216,6 +217,8 @@ async def keep_sending(
                         pass  # QUOTA while the recipient is away: not answered OK
                     else:
                         ok.add(body)
+                        if progress is not None:
+                            progress.notify()
                     i += 1
         except ConnectionClosed:
             i += 1  # that body's fate is unknown; it stays in `attempted` only
