@@ -8,8 +8,10 @@ the transport catches library exceptions.
 
 Handshake (WIRE.md §3, §14): the router sends its hello first (versions
 9..10, a fresh random 32-byte session id, no certificate part), then waits a
-bounded time for the client hello. A version outside the range or a key hash
-other than the router's closes the connection without an error block.
+bounded time for the client hello. A version outside the range, a key hash
+other than the router's, or a service proof (this router's hello extension,
+WIRE.md §14.5) that does not verify closes the connection without an error
+block. A valid proof is kept for the service commands.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from trio_websocket import (
 )
 
 from router.protocol.block import BLOCK_SIZE, pad_block, unpad_block
+from router.protocol.crypto import verify_service_proof
 from router.protocol.handshake import (
     SMP_VERSION_MAX,
     SMP_VERSION_MIN,
@@ -129,6 +132,9 @@ async def server_handshake(
         raise TransportClosed(f"client asked for version {client.version}")
     if client.key_hash != key_hash:
         raise TransportClosed("client hello names another router identity")
+    service = client.service
+    if service is not None and not verify_service_proof(service, session_id, key_hash):
+        raise TransportClosed("client hello carries a service proof that does not verify")
     return Handshake(client.version, session_id, client.client_key, client.service)
 
 
