@@ -115,10 +115,12 @@ async def open_agent(
     """Run an agent for the duration of the block; its connections close on exit.
 
     `backoff` sets the delays between connection attempts; `batch_size` the
-    most SUBs sent in one `subscribe_many`; `ping_interval` how often an idle
+    most SUBs sent in one `subscribe_many`; `ping_interval` how often each
     connection is checked with PING (None: never) and `ping_timeout` how long
     the PONG may take before the connection counts as lost. `connect` opens a
-    client for an address (default `open_client`); `rng` draws the jitter.
+    client for an address (default `open_client`; pass e.g.
+    ``functools.partial(open_client, ssl_context=ctx)`` for TLS); `rng` draws
+    the jitter.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
