@@ -119,16 +119,9 @@ class Dispatcher:
             t = decode_transmission(raw)
         except ProtocolError as e:
             return error_transmission(b"", b"", e.error)
-        error = check_auth_length(t.authorization)
-        if error is None:
-            try:
-                cmd = decode_command(t.command)
-            except ProtocolError as e:
-                error = e.error
-            else:
-                error = check_credentials(cmd, t)
-        if error is not None:
-            return error_transmission(t.corr_id, t.entity_id, error)
+        cmd = _parse(t)
+        if isinstance(cmd, ErrorType):
+            return error_transmission(t.corr_id, t.entity_id, cmd)
         result = await self._authorize(conn, t, cmd)
         if isinstance(result, ErrorType):
             return error_transmission(t.corr_id, t.entity_id, result)
@@ -169,6 +162,18 @@ class Dispatcher:
         if not verify_authorization(t.authorization, key, signed) or key is None:
             return AUTH
         return Verified(t.corr_id, t.entity_id, cmd, queue)
+
+
+def _parse(t: Transmission) -> Command | ErrorType:
+    """The command, or the error for its authorization length, tag, syntax or credentials."""
+    error = check_auth_length(t.authorization)
+    if error is not None:
+        return error
+    try:
+        cmd = decode_command(t.command)
+    except ProtocolError as e:
+        return e.error
+    return check_credentials(cmd, t) or cmd
 
 
 def _skey_key(queue: QueueRecord | None, new_key: bytes) -> bytes | None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import trio
+
 from router.protocol.codec import decode_response
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import DELD, END
-from router.server.subscriptions import Event, SubscriberRegistry, encode_events
+from router.server.connection import Connection
+from router.server.subscriptions import Event, PendingEvents, SubscriberRegistry, encode_events
+from router.server.transport import Handshake
 
 
 def decoded(transmissions: list[bytes]) -> list[tuple[bytes, bytes, object]]:
@@ -54,3 +58,31 @@ def test_the_registry_keeps_one_subscriber_per_queue_and_reports_who_was_displac
     assert registry.get(b"q") is second
     assert registry.unsubscribe(b"q", second)  # type: ignore[arg-type]
     assert registry.get(b"q") is None and len(registry) == 0
+
+
+class _Transport:
+    remote = "test"
+
+
+def connection(conn_id: int, send_queue_size: int = 1, version: int = 10) -> Connection:
+    handshake = Handshake(version, b"s" * 32, None, None)
+    return Connection(conn_id, _Transport(), handshake, send_queue_size)  # type: ignore[arg-type]
+
+
+async def test_a_client_with_a_full_send_channel_does_not_hold_up_the_events_of_others():
+    events = PendingEvents(interval=0.01)
+    full, free = connection(1), connection(2)
+    assert full.push_nowait([b"filler"]) and full.outbox_full()
+    events.add(full, b"a" * 24, Event.END)
+    events.add(free, b"b" * 24, Event.DELETED)
+    events.flush()  # synchronous: it cannot wait for anyone
+    [batch] = [free._outbox_out.receive_nowait()]
+    assert decoded(batch) == [(b"", b"b" * 24, DELD())]
+    # the full client's END waits for its own delivery task, in order
+    assert decoded(full.overflow_events) == [(b"", b"a" * 24, END())]
+    events.add(full, b"c" * 24, Event.END)
+    events.flush()
+    assert [e for _, e, _ in decoded(full.overflow_events)] == [b"a" * 24, b"c" * 24]
+    with trio.move_on_after(1):
+        await full.wait_delivery_work()
+    assert len(events) == 0
