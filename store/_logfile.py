@@ -184,12 +184,14 @@ def io_error(exc: OSError, what: str) -> StoreError:
 
 
 class _Round:
-    __slots__ = ("done", "error", "behind")
+    __slots__ = ("done", "error", "hurry")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.error: BaseException | None = None
-        self.behind = False  # its first caller arrived while another round was running
+        # No window to wait: a caller arrived while another round was running (so
+        # the round has already collected for a while), or asked for it.
+        self.hurry = False
 
 
 class GroupCommit:
@@ -206,10 +208,14 @@ class GroupCommit:
         self._collecting = _Round()
         self._running: trio.Event | None = None  # set when the running round ends
 
-    async def wait(self) -> None:
+    async def wait(self, *, hurry: bool = False) -> None:
+        """Return once a round that started after this call has ended.
+
+        `hurry` starts that round without waiting for the window (for close).
+        """
         mine = self._collecting
-        if self._running is not None:
-            mine.behind = True
+        if hurry or self._running is not None:
+            mine.hurry = True
         while not mine.done.is_set():
             if self._running is None:
                 await self._lead()
@@ -223,7 +229,7 @@ class GroupCommit:
         try:
             with trio.CancelScope(shield=True):
                 mine = self._collecting
-                if self._window > 0 and not mine.behind:
+                if self._window > 0 and not mine.hurry:
                     await trio.sleep(self._window)  # let concurrent writers join this round
                 self._collecting = _Round()
                 try:
@@ -234,8 +240,3 @@ class GroupCommit:
         finally:
             self._running = None
             finished.set()
-
-    async def wait_idle(self) -> None:
-        """Return once no round is running (for close)."""
-        while self._running is not None:
-            await self._running.wait()

@@ -248,6 +248,9 @@ class _Handles:
         self._evict()
         return h
 
+    def open_count(self) -> int:
+        return len(self._open)
+
     def is_open(self, rid: bytes, seq: int) -> bool:
         return (rid, seq) in self._open
 
@@ -419,6 +422,7 @@ class JournalStatistics:
     queues: int  # queues known (holding messages, or emptied with their file still open)
     messages: int  # committed messages, QUOTA markers included
     pending_writes: int  # written, waiting for their commit
+    open_files: int
     state_log_bytes: int
 
 
@@ -563,7 +567,7 @@ class JournalMessageStore:
             return
         self._closed = True
         if self._policy is not FsyncPolicy.NEVER:
-            await self._group.wait()  # the last round commits every pending write
+            await self._group.wait(hurry=True)  # the last round commits every pending write
         self._handles.close_all()
         os.close(self._state_fd)
 
@@ -572,6 +576,7 @@ class JournalMessageStore:
             queues=len(self._queues),
             messages=sum(q.visible for q in self._queues.values()),
             pending_writes=len(self._pending),
+            open_files=self._handles.open_count(),
             state_log_bytes=self._state_size,
         )
 

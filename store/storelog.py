@@ -651,10 +651,9 @@ class StoreLogQueueStore:
         if self._closed:
             return
         self._closed = True
-        await self._group.wait_idle()
         try:
             if self._policy is not FsyncPolicy.NEVER:
-                await trio.to_thread.run_sync(os.fsync, self._fd)
+                await self._group.wait(hurry=True)  # covers every change made before
         finally:
             os.close(self._fd)
 
