@@ -2,6 +2,7 @@
 
     smp-router serve --host 127.0.0.1 --port 5224 --store memory
     smp-router init --data-dir DIR
+    smp-router migrate-store --data-dir DIR --to sqlite
 
 `serve` prints ONE line to stdout, flushed, once the router accepts
 connections; it contains `ws://HOST:PORT` and the router's address
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import trio
+
+from store import migrate_store
 
 from .config import DELIVERY_MODES, STORE_KINDS, ConfigError, RouterConfig
 from .identity import IdentityError, load_or_create_identity
@@ -55,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve.add_argument("--port", type=int, default=5224, help="port; 0 picks a free one")
     serve.add_argument("--store", choices=STORE_KINDS, default="memory")
-    serve.add_argument("--data-dir", type=Path, help="identity and durable stores")
+    serve.add_argument("--data-dir", type=Path,
+                       help="identity and stores; without it (memory store only) every "
+                       "start has a new identity")
     serve.add_argument("--quota", type=_positive_int, default=128, help="messages per queue")
     serve.add_argument("--delivery", choices=DELIVERY_MODES, default="single-task")
     serve.add_argument("--password", help="basic-auth password required to create queues")
@@ -69,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     init = commands.add_parser("init", help="create the router identity in a data directory")
     init.add_argument("--data-dir", type=Path, required=True)
     init.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    migrate = commands.add_parser(
+        "migrate-store", help="copy a data directory's queues and messages to another store kind"
+    )
+    migrate.add_argument("--data-dir", type=Path, required=True)
+    migrate.add_argument("--to", choices=STORE_KINDS, required=True, dest="to_kind")
+    migrate.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     return parser
 
 
@@ -97,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "init":
             return _init(args.data_dir)
+        if args.command == "migrate-store":
+            return trio.run(_migrate, args.data_dir, args.to_kind)
         config = config_from_args(args)
         trio.run(_serve, config)
     except KeyboardInterrupt:
@@ -109,6 +122,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _init(data_dir: Path) -> int:
     identity = load_or_create_identity(data_dir)
     print(f"router identity in {data_dir}: {identity.fingerprint}", flush=True)
+    return EXIT_OK
+
+
+async def _migrate(data_dir: Path, to_kind: str) -> int:
+    """Stop the router first: the data directory must not be in use while it is copied."""
+    try:
+        queues, messages = await migrate_store(data_dir, to_kind)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    print(f"{data_dir}: {queues} queues and {messages} messages now in a {to_kind} store",
+          flush=True)
     return EXIT_OK
 
 

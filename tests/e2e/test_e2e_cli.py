@@ -7,17 +7,21 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import trio
 
-from router.client import open_client
+from router.client import RecipientQueue, SMPClient, open_client
+from router.server import RouterConfig, serve_router
+from router.server.cli import main
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "embedded_gateway.py"
+T = TypeVar("T")
 STARTED = re.compile(r"(ws://127\.0\.0\.1:(\d+)).*(smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:(\d+))")
 
 
@@ -141,3 +145,31 @@ async def test_the_gateway_example_runs_as_a_script_and_stops_on_sigint():
             assert "ws://127.0.0.1:" in line and "/smp" in line
             process.send_signal(signal.SIGINT)
             assert await process.wait() == 0
+
+
+
+def test_migrate_store_moves_queues_and_messages_to_another_kind_keeping_the_address(tmp_path):
+    async def run(kind: str, work: Callable[[SMPClient], Awaitable[T]]) -> tuple[str, T]:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                config = RouterConfig(port=0, store=kind, data_dir=tmp_path)
+                info = await nursery.start(serve_router, config)
+                async with open_client(info.address) as client:
+                    result = await work(client)
+                nursery.cancel_scope.cancel()
+        return info.address, result
+
+    async def create_and_send(client: SMPClient) -> RecipientQueue:
+        q = await client.create_queue()
+        await client.send(q.sender_id, b"kept")
+        return q
+
+    async def receive(client: SMPClient) -> bytes:
+        await client.subscribe(q)
+        return (await client.next_event()).body
+
+    # a sync test: each router gets its own trio.run, as the command line does
+    address, q = trio.run(run, "journal", create_and_send)
+    assert main(["migrate-store", "--data-dir", str(tmp_path), "--to", "sqlite"]) == 0
+    new_address, body = trio.run(run, "sqlite", receive)
+    assert new_address.split("@")[0] == address.split("@")[0] and body == b"kept"
