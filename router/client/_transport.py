@@ -7,6 +7,7 @@ catches a trio, trio-websocket or OS exception.
 
 from __future__ import annotations
 
+import math
 import ssl
 
 import trio
@@ -37,10 +38,13 @@ _TRANSPORT_ERRORS = (
 class Transport:
     """One open WebSocket carrying SMP blocks."""
 
-    __slots__ = ("_ws",)
+    __slots__ = ("_ws", "_stream")
 
-    def __init__(self, ws: trio_websocket.WebSocketConnection) -> None:
+    def __init__(self, ws: trio_websocket.WebSocketConnection, stream: trio.abc.Stream) -> None:
         self._ws = ws
+        # Kept so that closing always releases the socket: trio-websocket's own
+        # aclose returns early, stream still open, after an abnormal close.
+        self._stream = stream
 
     @classmethod
     async def connect(
@@ -50,21 +54,23 @@ class Transport:
         ssl_context: ssl.SSLContext | None = None,
     ) -> Transport:
         """Open the WebSocket; its reader task runs in `nursery` until `aclose`."""
-        use_ssl: bool | ssl.SSLContext = ssl_context or address.secure
+        stream: trio.abc.Stream | None = None
         try:
-            ws = await trio_websocket.connect_websocket(
+            stream = await _open_stream(address, ssl_context)
+            ws = await trio_websocket.wrap_client_stream(
                 nursery,
-                address.host,
-                address.port,
+                stream,
+                _host_header(address),
                 address.path,
-                use_ssl=use_ssl,
                 message_queue_size=MESSAGE_QUEUE_SIZE,
                 max_message_size=MAX_MESSAGE_SIZE,
                 receive_buffer_size=RECEIVE_BUFFER_SIZE,
             )
         except _TRANSPORT_ERRORS as e:
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
             raise ConnectionClosed(f"cannot connect to {address.host}:{address.port}: {e}") from e
-        return cls(ws)
+        return cls(ws, stream)
 
     async def send_block(self, block: bytes) -> None:
         try:
@@ -83,13 +89,34 @@ class Transport:
         return message
 
     async def aclose(self) -> None:
-        """Close the WebSocket; gives up politeness after `CLOSE_TIMEOUT`. Idempotent."""
-        with trio.move_on_after(CLOSE_TIMEOUT) as scope:
-            scope.shield = True
-            try:
-                await self._ws.aclose()
-            except _TRANSPORT_ERRORS:
-                pass  # already broken: nothing left to close politely
+        """Close the WebSocket; gives up politeness after `CLOSE_TIMEOUT`. Idempotent.
+
+        A caller that is already cancelled skips the closing handshake: the
+        library's reader task has been cancelled with it, so no reply could be read.
+        """
+        if trio.current_effective_deadline() != -math.inf:
+            with trio.move_on_after(CLOSE_TIMEOUT) as scope:
+                scope.shield = True
+                try:
+                    await self._ws.aclose()
+                except _TRANSPORT_ERRORS:
+                    pass  # already broken: nothing left to close politely
+        await trio.aclose_forcefully(self._stream)
+
+
+async def _open_stream(
+    address: RouterAddress, ssl_context: ssl.SSLContext | None
+) -> trio.abc.Stream:
+    if ssl_context is None and not address.secure:
+        return await trio.open_tcp_stream(address.host, address.port)
+    context = ssl_context or ssl.create_default_context()
+    return await trio.open_ssl_over_tcp_stream(
+        address.host, address.port, ssl_context=context, https_compatible=True
+    )
+
+
+def _host_header(address: RouterAddress) -> str:
+    return address.host if address.port in (80, 443) else f"{address.host}:{address.port}"
 
 
 def _reason(e: BaseException) -> str:
