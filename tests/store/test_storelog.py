@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -391,3 +392,10 @@ async def test_a_full_disk_refuses_a_change_and_leaves_no_trace(tmp_path, monkey
     )
     async with open_store_log(path) as store:
         assert list(await all_records(store)) == [later.recipient_id]
+
+
+def test_the_example_in_the_format_document_compacts_as_documented():
+    text = (Path(__file__).parents[2] / "docs" / "store-log.md").read_text()
+    blocks = [b.splitlines() for b in re.findall(r"```\n(.*?)```", text, re.S)]
+    example = next(i for i, b in enumerate(blocks) if b[0].endswith("status=active"))
+    assert compact_records(blocks[example]) == blocks[example + 1]
