@@ -252,6 +252,18 @@ class SMPClient:
         resp = (await self._conn.request([request], route_msg=True))[0]
         _expect(_unwrap(resp), OK, MSG)
 
+    async def ack_many(
+        self, acks: Sequence[tuple[RecipientQueue, bytes]]
+    ) -> list[ErrorType | None]:
+        """ACK several `(queue, msg_id)` at once, packed into few blocks; None or the
+        error, per ACK. Next messages the router sends along become events."""
+        requests: list[Request] = []
+        for queue, msg_id in acks:
+            self.add_queue(queue)
+            requests.append((queue.recipient_id, ACK(msg_id), queue.rcv_auth_seed))
+        results = await self._conn.request(requests, route_msg=True)
+        return [_error_of(_unwrap(r), OK, MSG) for r in results]
+
     async def get(self, queue: RecipientQueue) -> MessageEvent | UndecryptedMessageEvent | None:
         """GET: the head message, or None when the queue is empty."""
         self.add_queue(queue)

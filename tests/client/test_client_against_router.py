@@ -150,3 +150,22 @@ async def test_the_client_negotiates_version_10_with_the_router():
         async with router_and_client() as (_, client):
             assert client.version == 10
             assert len(client.session_id) == 32
+
+
+async def test_ack_many_acknowledges_several_queues_and_next_messages_arrive_as_events():
+    with trio.fail_after(10):
+        async with router_and_client() as (info, recipient):
+            queues = [await recipient.create_queue(snd_secure=False) for _ in range(3)]
+            async with open_client(info.address) as sender:
+                for q in queues:
+                    await sender.send(q.sender_id, b"first")
+                    await sender.send(q.sender_id, b"second")
+            await recipient.subscribe_many(queues)
+            firsts = [await recipient.next_event() for _ in queues]
+            assert {e.body for e in firsts} == {b"first"}
+            by_id = {q.recipient_id: q for q in queues}
+            results = await recipient.ack_many([(by_id[e.recipient_id], e.msg_id) for e in firsts])
+            assert results == [None, None, None]
+            seconds = [await recipient.next_event() for _ in queues]
+            assert {e.body for e in seconds} == {b"second"}
+            assert {e.recipient_id for e in seconds} == set(by_id)

@@ -1,0 +1,84 @@
+"""`python -m bench <name> [options]`: run one benchmark, write bench/results/<name>.*
+
+    python -m bench memory       idle subscriptions and connections, both delivery modes
+    python -m bench throughput   SEND -> MSG -> ACK rate and latency vs a WebSocket echo
+    python -m bench burst        10,000 queues get one message at the same moment
+    python -m bench scale        subscribe time, memory and drain rate from 1k to 200k
+    python -m bench profile      any of the above with the router under pyinstrument
+
+`--quick` runs a small version of each (what the smoke tests use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import harness
+
+NAMES = ("memory", "throughput", "burst", "scale", "profile")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(float(x)) for x in text.split(","))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", choices=NAMES)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition")
+    parser.add_argument("--repeats", type=int, help="repetitions (figures are medians)")
+    parser.add_argument("--sizes", type=_sizes, help="comma-separated sizes, e.g. 1e3,1e4")
+    parser.add_argument("--out", type=Path, help="results directory (default bench/results)")
+    parser.add_argument("--duration", type=float, help="measured seconds per throughput run")
+    parser.add_argument("--clients", type=_sizes, help="throughput: client counts, e.g. 2,10,50")
+    parser.add_argument("--target", choices=("throughput", "burst", "scale", "memory"),
+                        default="throughput", help="profile: the benchmark to profile")
+    parser.add_argument("--profiler", choices=("pyinstrument", "py-spy"),
+                        default="pyinstrument", help="profile: which profiler")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.out is not None:
+        harness.RESULTS_DIR = args.out
+    summary = _run(args)
+    json.dump(summary, sys.stdout, indent=1, default=str)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> object:
+    repeats = args.repeats or (1 if args.quick else 3)
+    if args.name == "memory":
+        from . import memory
+
+        sizes = args.sizes or (memory.QUICK_SIZES if args.quick else memory.SIZES)
+        return memory.run(sizes, repeats=repeats,
+                          max_connections=100 if args.quick else 1000)
+    if args.name == "throughput":
+        from . import throughput
+
+        return throughput.run(quick=args.quick, repeats=repeats, duration=args.duration,
+                              clients=args.clients)
+    if args.name == "burst":
+        from . import burst
+
+        return burst.run(sizes=args.sizes or ((1000,) if args.quick else burst.SIZES),
+                         repeats=repeats)
+    if args.name == "scale":
+        from . import scale
+
+        sizes = args.sizes or (scale.QUICK_SIZES if args.quick else scale.SIZES)
+        return scale.run(sizes, repeats=repeats)
+    from . import profile
+
+    return profile.run(args.target, profiler=args.profiler, quick=args.quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

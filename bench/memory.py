@@ -1,0 +1,145 @@
+"""memory: what an idle subscription and an idle connection cost the router.
+
+For each size N and each delivery mode, in one run: a fresh router process
+gets N queues loaded into its store; then C client connections are opened
+(idle), then the N queues are subscribed over those connections (idle). The
+router's RSS, live Python bytes (tracemalloc, in a second router process with
+tracing on, because tracing itself costs memory) and trio task count are read
+after each phase, after a full gc:
+
+- bytes per idle connection = (after connect - loaded) / C
+- bytes per idle subscription = (after subscribe - after connect) / N
+
+The two modes run back to back at every size and repetition, so their ratio
+is taken from one run; figures are medians over the repetitions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .harness import (
+    RouterProcess,
+    WorkerGroup,
+    connect,
+    log,
+    md_table,
+    median,
+    subscribe,
+    write_results,
+)
+
+MODES = ("single-task", "per-queue-task")
+SIZES = (1_000, 10_000, 100_000, 200_000)
+QUICK_SIZES = (1_000, 10_000)
+WORKERS = 2
+
+
+def connections_for(size: int, max_connections: int) -> int:
+    return max(1, min(max_connections, size // 10))
+
+
+def measure_once(mode: str, size: int, connections: int, traced: bool) -> dict[str, Any]:
+    """One router, three phases; the figures of one (mode, size) point."""
+    with RouterProcess(mode, tracemalloc=traced) as router:
+        router.call("preload", start=0, count=size)
+        loaded = router.call("stats", gc=True)
+        with WorkerGroup(router.address, WORKERS) as workers:
+            per_worker = connect(workers, connections)
+            connected = router.call("stats", gc=True)
+            seconds, _ = subscribe(workers, per_worker, 0, size)
+            subscribed = router.call("stats", gc=True)
+    key = "traced" if traced else "rss"
+    return {
+        "loaded": loaded[key],
+        "connected": connected[key],
+        "subscribed": subscribed[key],
+        "per_connection": (connected[key] - loaded[key]) / connections,
+        "per_subscription": (subscribed[key] - connected[key]) / size,
+        "tasks_connected": connected["tasks"],
+        "tasks_subscribed": subscribed["tasks"],
+        "subscribe_seconds": seconds,
+        "subscriptions": subscribed["statistics"]["subscriptions"],
+    }
+
+
+def run(
+    sizes: tuple[int, ...] = SIZES,
+    repeats: int = 3,
+    max_connections: int = 1000,
+    traced_runs: int = 1,
+) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = []
+    for rep in range(repeats):
+        for size in sizes:
+            c = connections_for(size, max_connections)
+            point: dict[str, Any] = {"size": size, "connections": c, "repeat": rep}
+            for mode in MODES:
+                log(f"memory: {mode} N={size} C={c} run {rep + 1}/{repeats}")
+                point[mode] = measure_once(mode, size, c, traced=False)
+                if rep < traced_runs:
+                    point[mode]["traced"] = measure_once(mode, size, c, traced=True)
+            point["ratio_per_subscription"] = (
+                point["per-queue-task"]["per_subscription"]
+                / point["single-task"]["per_subscription"]
+            )
+            runs.append(point)
+    summary = summarize(runs, sizes)
+    write_results("memory", {"parameters": {"sizes": sizes, "repeats": repeats,
+                                            "max_connections": max_connections},
+                             "summary": summary, "runs": runs}, table(summary))
+    return summary
+
+
+def summarize(runs: list[dict[str, Any]], sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    out = []
+    for size in sizes:
+        points = [p for p in runs if p["size"] == size]
+        row: dict[str, Any] = {"size": size, "connections": points[0]["connections"]}
+        for mode in MODES:
+            plain = [p[mode] for p in points]
+            traced = [p[mode]["traced"] for p in points if "traced" in p[mode]]
+            row[mode] = {
+                "rss_subscribed": median(x["subscribed"] for x in plain),
+                "rss_per_subscription": median(x["per_subscription"] for x in plain),
+                "rss_per_connection": median(x["per_connection"] for x in plain),
+                "traced_per_subscription": median(x["per_subscription"] for x in traced),
+                "traced_per_connection": median(x["per_connection"] for x in traced),
+                "tasks": median(x["tasks_subscribed"] for x in plain),
+                "subscribe_seconds": median(x["subscribe_seconds"] for x in plain),
+            }
+        row["ratio_rss"] = median(p["ratio_per_subscription"] for p in points)
+        single, per_queue = row["single-task"], row["per-queue-task"]
+        if single["traced_per_subscription"] and per_queue["traced_per_subscription"]:
+            row["ratio_traced"] = (
+                per_queue["traced_per_subscription"] / single["traced_per_subscription"]
+            )
+        else:
+            row["ratio_traced"] = None
+        out.append(row)
+    return out
+
+
+def table(summary: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in summary:
+        s, q = r["single-task"], r["per-queue-task"]
+        rows.append([
+            r["size"], r["connections"],
+            s["rss_per_subscription"], s["traced_per_subscription"],
+            q["rss_per_subscription"], q["traced_per_subscription"],
+            r["ratio_rss"], r["ratio_traced"],
+            s["tasks"], q["tasks"],
+            s["rss_per_connection"], s["traced_per_connection"],
+            (s["rss_subscribed"] or 0) / 2**20, (q["rss_subscribed"] or 0) / 2**20,
+        ])
+    return md_table(
+        ["subscriptions", "connections",
+         "single B/sub (RSS)", "single B/sub (traced)",
+         "per-queue B/sub (RSS)", "per-queue B/sub (traced)",
+         "ratio (RSS)", "ratio (traced)",
+         "tasks single", "tasks per-queue",
+         "B/idle conn (RSS)", "B/idle conn (traced)",
+         "RSS single MiB", "RSS per-queue MiB"],
+        rows,
+    )

@@ -1,0 +1,297 @@
+"""The router under test, in a process of its own, with a control pipe for the benchmarks.
+
+    python -m bench.router_process --delivery single-task [--tracemalloc]
+
+runs `serve_router` on 127.0.0.1 (port 0 unless given) exactly as
+`smp-router serve` does, and prints the same one line with ``ws://HOST:PORT``
+and ``smp://KEYHASH@HOST:PORT``. It then reads one JSON request per line on
+stdin and answers each with one JSON line on stdout. The control requests
+reach into the running router, which the plain CLI cannot offer:
+
+- ``{"op": "preload", "start": i, "count": n, "secured": true}``: queue
+  records for the queues `i .. i+n-1` of `bench.identities`, straight into
+  the queue store (no NEW, no key generation);
+- ``{"op": "inject", "start": i, "count": n, "body_size": b}``: one message
+  into each of those queues, in one scheduler turn, through the same store
+  write and delivery trigger a SEND uses once it has been verified;
+- ``{"op": "stats", "gc": true}``: RSS, the number of trio tasks, the
+  router's statistics, tracemalloc figures, gc pauses seen so far;
+- ``{"op": "gc_freeze"}``, ``{"op": "trace_reset_peak"}``,
+  ``{"op": "profile_start"}``, ``{"op": "profile_stop", "path": p}``,
+  ``{"op": "quit"}``.
+
+Nothing here changes how the router serves clients; the requests run as one
+more task in the router's own Trio loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import secrets
+import sys
+import time
+import tracemalloc
+from dataclasses import asdict
+from typing import Any
+
+import psutil
+import trio
+
+from router.server import RouterConfig, RouterInfo, serve_router
+from store.interfaces import Message, WriteResult
+
+from . import identities
+
+
+class GcPauses:
+    """Durations of the collector's runs, by generation, via `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self.reset()
+        gc.callbacks.append(self._callback)
+
+    def reset(self) -> None:
+        self.count = [0, 0, 0]
+        self.max_ms = [0.0, 0.0, 0.0]
+        self.total_ms = [0.0, 0.0, 0.0]
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._started) * 1000
+        g = info["generation"]
+        self.count[g] += 1
+        self.total_ms[g] += ms
+        self.max_ms[g] = max(self.max_ms[g], ms)
+
+    def report(self) -> dict[str, list]:
+        return {"count": self.count, "max_ms": self.max_ms, "total_ms": self.total_ms}
+
+
+def _count_tasks(nursery: trio.Nursery) -> int:
+    n = 0
+    for task in nursery.child_tasks:
+        n += 1
+        for child in task.child_nurseries:
+            n += _count_tasks(child)
+    return n
+
+
+def trio_task_count() -> int:
+    """Every task in this trio run, the root task included."""
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    return 1 + sum(_count_tasks(n) for n in root.child_nurseries)
+
+
+class Control:
+    def __init__(self, info: RouterInfo, args: argparse.Namespace) -> None:
+        self.info = info
+        self.router = info.router
+        self.args = args
+        self.process = psutil.Process()
+        self.gc_pauses = GcPauses()
+        self.profiler: Any = None
+
+    async def serve(self) -> None:
+        stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+        buffer = b""
+        while True:
+            chunk = await stdin.receive_some(65536)
+            if not chunk:
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                request = json.loads(line)
+                if request["op"] == "quit":
+                    _answer({"ok": True})
+                    return
+                try:
+                    reply = await getattr(self, "op_" + request["op"])(request)
+                except Exception as e:  # noqa: BLE001 - reported to the benchmark, not raised
+                    reply = {"error": repr(e)}
+                _answer(reply)
+
+    async def op_preload(self, req: dict) -> dict:
+        queues = self.router.queues
+        add = getattr(queues, "add_queue_nowait", None)
+        started = time.perf_counter()
+        for i in range(req["start"], req["start"] + req["count"]):
+            record = identities.queue_record(i, secured=req.get("secured", True))
+            error = add(record) if add is not None else await queues.add_queue(record)
+            if error is not None:
+                return {"error": f"queue {i}: {error}"}
+            if i % 5000 == 0:
+                await trio.lowlevel.checkpoint()
+        return {"ok": True, "seconds": time.perf_counter() - started}
+
+    async def op_inject(self, req: dict) -> dict:
+        """One message per queue, all before the router's loop runs anything else."""
+        router = self.router
+        messages = router.messages
+        write = getattr(messages, "write_message_nowait", None)
+        body = b"x" * req.get("body_size", 256)
+        ts = int(time.time())
+        quota = router.config.quota
+        into_empty = 0
+        started_wall = time.monotonic()
+        started = time.perf_counter()
+        for i in range(req["start"], req["start"] + req["count"]):
+            rid = identities.recipient_id(i)
+            msg = Message(secrets.token_bytes(24), ts, b"F", body)
+            if write is not None:
+                result = write(rid, msg, quota)
+            else:
+                result = await messages.write_message(rid, msg, quota)
+            router.counters.messages_sent += 1
+            if result is WriteResult.STORED_INTO_EMPTY:
+                into_empty += 1
+                router.deliverer.stored_into_empty(rid, msg)
+        return {
+            "ok": True, "into_empty": into_empty, "started": started_wall,
+            "seconds": time.perf_counter() - started,
+        }
+
+    async def op_stats(self, req: dict) -> dict:
+        gc_ms = None
+        if req.get("gc"):
+            started = time.perf_counter()
+            gc.collect()
+            gc_ms = (time.perf_counter() - started) * 1000
+        mem = self.process.memory_info()
+        stats = self.router.statistics()
+        reply: dict[str, Any] = {
+            "rss": mem.rss,
+            "hwm": _vm_hwm(),
+            "tasks": trio_task_count(),
+            "connection_tasks": sum(self.router.connection_task_counts().values()),
+            "statistics": asdict(stats),
+            "gc_pauses": self.gc_pauses.report(),
+            "full_gc_ms": gc_ms,
+            "gc_objects": len(gc.get_objects()) if req.get("objects") else None,
+            "messages_stored": _message_count(self.router.messages),
+        }
+        if tracemalloc.is_tracing():
+            current, peak = tracemalloc.get_traced_memory()
+            reply["traced"] = current
+            reply["traced_peak"] = peak
+        return reply
+
+    async def op_reset_hwm(self, req: dict) -> dict:
+        """Restart the kernel's peak-RSS counter (VmHWM) and the gc pause record."""
+        self.gc_pauses.reset()
+        try:
+            with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError as e:
+            return {"ok": False, "error": str(e)}
+        return {"ok": True}
+
+    async def op_snapshot(self, req: dict) -> dict:
+        """The biggest changes in live memory by source line since the previous call."""
+        if not tracemalloc.is_tracing():
+            return {"error": "start the router with --tracemalloc"}
+        gc.collect()
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)]
+        )
+        previous, self.snapshot = getattr(self, "snapshot", None), snapshot
+        if previous is None:
+            return {"ok": True, "top": []}
+        stats = snapshot.compare_to(previous, req.get("group_by", "lineno"))
+        top = [
+            {"where": " <- ".join(f"{f.filename}:{f.lineno}" for f in reversed(s.traceback)),
+             "size_diff": s.size_diff, "count_diff": s.count_diff}
+            for s in stats[: req.get("limit", 20)]
+        ]
+        return {"ok": True, "top": top}
+
+    async def op_gc_freeze(self, req: dict) -> dict:
+        gc.collect()
+        gc.freeze()
+        return {"ok": True, "frozen": gc.get_freeze_count()}
+
+    async def op_trace_reset_peak(self, req: dict) -> dict:
+        if tracemalloc.is_tracing():
+            tracemalloc.reset_peak()
+        return {"ok": True}
+
+    async def op_profile_start(self, req: dict) -> dict:
+        from pyinstrument import Profiler
+
+        self.profiler = Profiler(interval=req.get("interval", 0.001), async_mode="disabled")
+        self.profiler.start()
+        return {"ok": True}
+
+    async def op_profile_stop(self, req: dict) -> dict:
+        profiler, self.profiler = self.profiler, None
+        if profiler is None:
+            return {"error": "no profile running"}
+        profiler.stop()
+        path = req["path"]
+        with open(path + ".txt", "w") as f:
+            f.write(profiler.output_text(unicode=True, color=False, show_all=False))
+        with open(path + ".html", "w") as f:
+            f.write(profiler.output_html())
+        return {"ok": True, "text": path + ".txt", "html": path + ".html"}
+
+
+def _message_count(messages: object) -> int | None:
+    count = getattr(messages, "message_count", None)
+    return count() if count is not None else None
+
+
+def _vm_hwm() -> int | None:
+    try:
+        with open(f"/proc/{os.getpid()}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _answer(reply: dict) -> None:
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
+
+
+async def _main(args: argparse.Namespace) -> None:
+    config = RouterConfig(
+        host=args.host, port=args.port, store="memory", delivery=args.delivery,
+        quota=args.quota, send_queue_size=args.send_queue_size,
+    )
+    async with trio.open_nursery() as nursery:
+        info: RouterInfo = await nursery.start(serve_router, config)
+        print(f"smp-router listening on {info.url} address {info.address}", flush=True)
+        await Control(info, args).serve()
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.router_process")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--delivery", default="single-task")
+    parser.add_argument("--quota", type=int, default=128)
+    parser.add_argument("--send-queue-size", type=int, default=64)
+    parser.add_argument("--tracemalloc", action="store_true")
+    parser.add_argument("--tracemalloc-frames", type=int, default=1)
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper())
+    if args.tracemalloc:
+        tracemalloc.start(args.tracemalloc_frames)
+    trio.run(_main, args)
+
+
+if __name__ == "__main__":
+    main()
