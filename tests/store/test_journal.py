@@ -230,8 +230,13 @@ async def test_concurrent_writers_each_keep_their_order_under_every_fsync_policy
 
 async def test_a_batch_of_concurrent_writes_shares_its_fsyncs(tmp_path, monkeypatch):
     rounds = []
-    real = journal._fsync_all
-    monkeypatch.setattr(journal, "_fsync_all", lambda fds, d: (rounds.append(fds), real(fds, d)))
+    real = journal._fsync_parallel
+
+    async def fsync_parallel(fds: list[int], directory: Path | None) -> list[OSError]:
+        rounds.append(fds)
+        return await real(fds, directory)
+
+    monkeypatch.setattr(journal, "_fsync_parallel", fsync_parallel)
     with trio.fail_after(10):
         async with open_journal(tmp_path, fsync="batch") as store:
             async with trio.open_nursery() as nursery:
