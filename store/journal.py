@@ -43,13 +43,9 @@ nothing.
 from __future__ import annotations
 
 import os
-import re
-import struct
-import zlib
-from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +53,18 @@ import trio
 
 from router.protocol.types import INTERNAL, store_error
 
+from ._journal_files import (
+    Entry,
+    Handles,
+    Pos,
+    QueueFiles,
+    decode_message,
+    encode_message,
+    parse_state_line,
+    recover,
+    state_line,
+    write_state_new,
+)
 from ._logfile import (
     FsyncPolicy,
     GroupCommit,
@@ -64,7 +72,6 @@ from ._logfile import (
     fsync_dir,
     io_error,
     log,
-    read_log,
     write_all,
 )
 from .factory import StoreOptions, Stores
@@ -75,344 +82,14 @@ __all__ = [
     "FsyncPolicy",
     "JournalMessageStore",
     "JournalStatistics",
+    "Pos",
     "decode_message",
     "encode_message",
     "open_journal",
     "open_journal_stores",
+    "parse_state_line",
+    "state_line",
 ]
-
-# --- message records ---------------------------------------------------------------
-#
-# record  = u32 length of payload | u32 CRC-32 of payload | payload   (big endian)
-# payload = kind ('M' message, 'Q' QUOTA marker) | u8 n | msg_id (n bytes) | i64 ts
-#           | u16 m | flags (m bytes) | body (the rest)
-
-_HEADER = struct.Struct(">II")
-_META = struct.Struct(">qH")
-_MAX_PAYLOAD = 1 << 24  # far above any SMP message: a larger length is damage
-_KIND_MESSAGE, _KIND_QUOTA = ord("M"), ord("Q")
-
-
-def encode_message(m: Message) -> bytes:
-    """A message's record, header included."""
-    payload = b"".join(
-        (
-            bytes((_KIND_QUOTA if m.quota else _KIND_MESSAGE, len(m.msg_id))),
-            m.msg_id,
-            _META.pack(m.ts, len(m.flags)),
-            m.flags,
-            m.body,
-        )
-    )
-    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
-
-
-def _meta(payload: bytes) -> tuple[bool, bytes, int, int]:
-    """(quota, msg_id, ts, offset of flags) of a payload; ValueError if malformed."""
-    if len(payload) < 2 or payload[0] not in (_KIND_MESSAGE, _KIND_QUOTA):
-        raise ValueError("unknown record kind")
-    n = payload[1]
-    if len(payload) < 2 + n + _META.size:
-        raise ValueError("record too short")
-    ts, m = _META.unpack_from(payload, 2 + n)
-    start = 2 + n + _META.size
-    if len(payload) < start + m:
-        raise ValueError("flags run past the record")
-    return payload[0] == _KIND_QUOTA, payload[2 : 2 + n], ts, start
-
-
-def decode_message(record: bytes) -> Message:
-    """The message of one whole record; ValueError if it is torn or corrupt."""
-    if len(record) < _HEADER.size:
-        raise ValueError("record too short")
-    n, crc = _HEADER.unpack_from(record)
-    payload = record[_HEADER.size :]
-    if len(payload) != n or zlib.crc32(payload) != crc:
-        raise ValueError("record checksum mismatch")
-    quota, msg_id, ts, start = _meta(payload)
-    m = _META.unpack_from(payload, start - _META.size)[1]
-    return Message(msg_id, ts, payload[start : start + m], payload[start + m :], quota)
-
-
-# --- positions and the state log ------------------------------------------------------
-
-_INT = re.compile(r"[0-9]+")
-_FILE = re.compile(r"([0-9a-f]+)\.([0-9]+)\.msgs")
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Pos:
-    """A place in a queue's files: file number, byte offset, messages in that file before it."""
-
-    seq: int
-    offset: int
-    count: int = field(default=0, compare=False)
-
-
-_ORIGIN = Pos(0, 0, 0)
-
-
-def state_line(rid: bytes, read: Pos, write: Pos) -> str:
-    return f"{rid.hex()} {read.seq} {read.offset} {write.seq} {write.offset} {write.count}"
-
-
-def parse_state_line(payload: str) -> tuple[bytes, tuple[Pos, Pos] | None]:
-    """(recipient id, (read, write)) of a state line, or (id, None) for a forgotten queue."""
-    parts = payload.split(" ")
-    if not re.fullmatch(r"(?:[0-9a-f]{2})+", parts[0]):
-        raise ValueError("bad queue id")
-    rid = bytes.fromhex(parts[0])
-    if parts[1:] == ["-"]:
-        return rid, None
-    if len(parts) != 6 or not all(_INT.fullmatch(p) for p in parts[1:]):
-        raise ValueError("a state line has a queue id and five numbers")
-    rs, ro, ws, wo, wc = map(int, parts[1:])
-    read, write = Pos(rs, ro), Pos(ws, wo, wc)
-    if read > write:
-        raise ValueError("read position after write position")
-    return rid, (read, write)
-
-
-# --- in-memory state ---------------------------------------------------------------------
-
-
-class _Handle:
-    __slots__ = ("fd", "pins", "doomed")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.pins = 0  # writes waiting for an fsync of this file
-        self.doomed = False  # close once unpinned
-
-
-@dataclass(slots=True, eq=False)
-class _Entry:
-    queue: _Queue
-    seq: int
-    offset: int
-    size: int
-    end: Pos  # the write position just after this record
-    msg_id: bytes
-    ts: int
-    quota: bool
-    handle: _Handle | None = None  # pinned until its commit round ends
-    failed: bool = False  # rolled back: its writer gets StoreError
-    discarded: bool = False  # its queue was emptied before the commit: nothing to record
-
-
-class _Queue:
-    """One queue's messages: `entries[:visible]` committed, the rest pending."""
-
-    __slots__ = ("rid", "entries", "visible", "write", "logged", "committed", "first_seq", "head")
-
-    def __init__(self, rid: bytes, write: Pos = _ORIGIN, first_seq: int = 0) -> None:
-        self.rid = rid
-        self.entries: deque[_Entry] = deque()
-        self.visible = 0
-        self.write = write  # where the next record goes (pending writes included)
-        self.logged = write  # the write position in the queue's latest state line
-        self.committed = write  # the write position that is durable and visible
-        self.first_seq = first_seq  # the oldest file of the queue that may exist
-        self.head: Message | None = None  # entries[0], read from disk once
-
-    def read_pos(self) -> Pos:
-        if self.visible:
-            e = self.entries[0]
-            return Pos(e.seq, e.offset)
-        return self.committed
-
-
-class _Handles:
-    """An LRU of open message files; pinned handles are never evicted."""
-
-    def __init__(self, directory: Path, limit: int) -> None:
-        self._dir = directory
-        self._limit = limit
-        self._open: OrderedDict[tuple[bytes, int], _Handle] = OrderedDict()
-        self.evicted: list[tuple[bytes, int]] = []  # for the store to forget idle empty queues
-
-    def path(self, rid: bytes, seq: int) -> Path:
-        return self._dir / f"{rid.hex()}.{seq}.msgs"
-
-    def get(self, rid: bytes, seq: int, *, create: bool, empty: bool = False) -> _Handle:
-        """The file's handle; `create` makes the file, `empty` also cuts it to nothing."""
-        key = (rid, seq)
-        h = self._open.get(key)
-        if h is not None:
-            self._open.move_to_end(key)
-            return h
-        flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
-        if empty:
-            flags |= os.O_TRUNC  # a fresh file must not carry anything left from before
-        h = self._open[key] = _Handle(os.open(self.path(rid, seq), flags, 0o600))
-        self._evict()
-        return h
-
-    def open_count(self) -> int:
-        return len(self._open)
-
-    def is_open(self, rid: bytes, seq: int) -> bool:
-        return (rid, seq) in self._open
-
-    def _evict(self) -> None:
-        excess = len(self._open) - self._limit
-        if excess <= 0:
-            return
-        victims = []
-        for key, h in self._open.items():
-            if not h.pins:
-                victims.append(key)
-                if len(victims) == excess:
-                    break
-        for key in victims:
-            self.release(self._open.pop(key))
-            self.evicted.append(key)
-
-    def drop(self, rid: bytes, seq: int) -> None:
-        h = self._open.pop((rid, seq), None)
-        if h is not None:
-            self.release(h)
-
-    @staticmethod
-    def release(h: _Handle) -> None:
-        if h.pins:
-            h.doomed = True
-        else:
-            os.close(h.fd)
-
-    @staticmethod
-    def unpin(h: _Handle) -> None:
-        h.pins -= 1
-        if not h.pins and h.doomed:
-            os.close(h.fd)
-
-    def close_all(self) -> None:
-        for h in self._open.values():
-            self.release(h)
-        self._open.clear()
-
-
-# --- recovery (blocking; runs on a worker thread at open) ------------------------------
-
-
-@dataclass(slots=True)
-class _Scanned:
-    offset: int
-    size: int
-    msg_id: bytes
-    ts: int
-    quota: bool
-
-
-def scan_file(path: Path, start: int, limit: int | None) -> tuple[int, list[_Scanned]]:
-    """The whole records of `path` from `start` up to `limit` (None: the end of the file).
-
-    Returns where the last good record ends and the records; stops at the
-    first record that is incomplete, fails its CRC or does not parse.
-    """
-    out: list[_Scanned] = []
-    with open(path, "rb", buffering=1 << 16) as f:
-        size = os.fstat(f.fileno()).st_size
-        end = size if limit is None else min(limit, size)
-        off = min(start, end)
-        f.seek(off)
-        while off + _HEADER.size <= end:
-            n, crc = _HEADER.unpack(f.read(_HEADER.size))
-            if n > _MAX_PAYLOAD or off + _HEADER.size + n > end:
-                break
-            payload = f.read(n)
-            if zlib.crc32(payload) != crc:
-                break
-            try:
-                quota, msg_id, ts, _ = _meta(payload)
-            except ValueError:
-                break
-            out.append(_Scanned(off, _HEADER.size + n, msg_id, ts, quota))
-            off += _HEADER.size + n
-    if off < end:
-        log.warning("%s: damaged record at byte %d; dropping the rest of the file", path, off)
-    return off, out
-
-
-def _list_files(directory: Path) -> dict[bytes, dict[int, Path]]:
-    files: dict[bytes, dict[int, Path]] = {}
-    for p in directory.iterdir():
-        m = _FILE.fullmatch(p.name)
-        if m and len(m[1]) % 2 == 0:
-            files.setdefault(bytes.fromhex(m[1]), {})[int(m[2])] = p
-    return files
-
-
-def _truncate(path: Path, size: int) -> None:
-    if path.stat().st_size > size:
-        log.warning("%s: truncating a torn or uncommitted tail at byte %d", path, size)
-        os.truncate(path, size)
-
-
-def _recover_queue(rid: bytes, read: Pos, write: Pos, files: dict[int, Path]) -> _Queue:
-    """A queue's committed messages, with its files cut back to them (blocking)."""
-    q = _Queue(rid)
-    for seq in range(read.seq, write.seq + 1):
-        path = files.get(seq)
-        if path is None:
-            if seq < write.seq or write.offset:
-                log.warning("%s.%d.msgs is missing; its messages are lost", rid.hex(), seq)
-            end, records = 0, []
-        else:
-            start = read.offset if seq == read.seq else 0
-            end, records = scan_file(path, start, write.offset if seq == write.seq else None)
-        if seq == write.seq:  # the next record goes where the last good one ends
-            if path is not None:
-                _truncate(path, end)
-            if end < write.offset:
-                log.warning("%s.%d.msgs: %d bytes lost", rid.hex(), seq, write.offset - end)
-            write = Pos(write.seq, end, write.count)
-        for r in records:  # `end` only matters for pending entries; these are committed
-            q.entries.append(_Entry(q, seq, r.offset, r.size, write, r.msg_id, r.ts, r.quota))
-    q.visible = len(q.entries)
-    q.write = q.logged = q.committed = write
-    q.first_seq = q.entries[0].seq if q.entries else write.seq
-    return q
-
-
-def _delete_files(paths: Iterable[Path]) -> None:
-    for p in paths:
-        p.unlink(missing_ok=True)
-
-
-def recover(directory: Path, *, skip_corrupt: bool) -> dict[bytes, _Queue]:
-    """Read the state log, cut every queue's files back to it, compact the state log."""
-    directory.mkdir(parents=True, exist_ok=True)
-    state = directory / "state.log"
-    new = directory / "state.log.new"
-    if new.exists():
-        log.warning("%s: removing an unfinished compaction", new)
-        new.unlink()
-    positions: dict[bytes, tuple[Pos, Pos]] = {}
-    if state.exists():
-        for rid, pos in read_log(state, parse_state_line, skip_corrupt=skip_corrupt):
-            if pos is None:
-                positions.pop(rid, None)
-            else:
-                positions[rid] = pos
-    files = _list_files(directory)
-    queues: dict[bytes, _Queue] = {}
-    for rid, (read, write) in positions.items():
-        q = _recover_queue(rid, read, write, files.get(rid, {}))
-        keep = range(q.first_seq, q.write.seq + 1) if q.entries else range(0)
-        _delete_files(p for seq, p in files.get(rid, {}).items() if seq not in keep)
-        if q.entries:
-            queues[rid] = q
-    for rid in files.keys() - positions.keys():
-        _delete_files(files[rid].values())
-    lines = [state_line(q.rid, q.read_pos(), q.committed) for q in queues.values()]
-    data = b"".join(map(encode_line, lines))
-    if not state.exists() or state.read_bytes() != data:
-        os.close(_write_state_new(directory, data, sync=True))
-        os.replace(new, state)
-        fsync_dir(directory)
-    return queues
-
 
 # --- the store ---------------------------------------------------------------------------
 
@@ -432,7 +109,7 @@ class JournalMessageStore:
     def __init__(
         self,
         directory: Path,
-        queues: dict[bytes, _Queue],
+        queues: dict[bytes, QueueFiles],
         *,
         fsync: FsyncPolicy,
         window: float,
@@ -444,8 +121,8 @@ class JournalMessageStore:
         self._queues = queues
         self._policy = fsync
         self._rotate_after = rotate_after
-        self._handles = _Handles(directory, max_open_files)
-        self._pending: list[_Entry] = []  # written, waiting for a commit round
+        self._handles = Handles(directory, max_open_files)
+        self._pending: list[Entry] = []  # written, waiting for a commit round
         self._dir_dirty = False  # a file was created since the last directory fsync
         self._state_dirty = False  # state lines since the last state-log fsync
         self._state_path = directory / "state.log"
@@ -506,7 +183,7 @@ class JournalMessageStore:
         else:
             result = WriteResult.STORED if stored else WriteResult.STORED_INTO_EMPTY
         if q is None:
-            q = self._queues[recipient_id] = _Queue(recipient_id)
+            q = self._queues[recipient_id] = QueueFiles(recipient_id)
         entry = self._append(q, message)
         await self._commit(entry)
         return result
@@ -596,7 +273,7 @@ class JournalMessageStore:
         if self._broken is not None:
             raise StoreError(INTERNAL, self._broken)
 
-    def _append(self, q: _Queue, message: Message) -> _Entry:
+    def _append(self, q: QueueFiles, message: Message) -> Entry:
         """Write the record to the queue's file (to the OS); the entry is pending."""
         w = q.write
         if w.count >= self._rotate_after:
@@ -616,7 +293,7 @@ class JournalMessageStore:
         if w.offset == 0:
             self._dir_dirty = True  # a new file: its directory entry needs an fsync too
         end = Pos(w.seq, w.offset + len(record), w.count + 1)
-        e = _Entry(q, w.seq, w.offset, len(record), end, message.msg_id, message.ts, message.quota)
+        e = Entry(q, w.seq, w.offset, len(record), end, message.msg_id, message.ts, message.quota)
         e.handle = h
         h.pins += 1
         q.write = end
@@ -633,7 +310,7 @@ class JournalMessageStore:
             self._broken = f"cannot cut back {self._handles.path(rid, seq)}: {exc}"
             log.error("%s", self._broken)
 
-    async def _commit(self, entry: _Entry) -> None:
+    async def _commit(self, entry: Entry) -> None:
         if self._policy is FsyncPolicy.NEVER:
             await self._commit_round()
         else:
@@ -661,7 +338,7 @@ class JournalMessageStore:
                     e.handle = None
         await self._compact_state_if_long()
 
-    async def _sync_data(self, batch: list[_Entry]) -> None:
+    async def _sync_data(self, batch: list[Entry]) -> None:
         if self._policy is FsyncPolicy.NEVER:
             return
         fds = list({id(e.handle): e.handle.fd for e in batch if e.handle is not None}.values())
@@ -673,7 +350,7 @@ class JournalMessageStore:
             self._roll_back({e.queue for e in batch if not (e.failed or e.discarded)})
             raise io_error(errors[0], f"fsync of message files in {self._dir}") from errors[0]
 
-    def _log_positions(self, ends: dict[_Queue, Pos]) -> None:
+    def _log_positions(self, ends: dict[QueueFiles, Pos]) -> None:
         if not ends:
             return
         for q, end in ends.items():
@@ -686,7 +363,7 @@ class JournalMessageStore:
             self._roll_back(set(ends))
             raise
 
-    async def _sync_state(self, ends: dict[_Queue, Pos]) -> None:
+    async def _sync_state(self, ends: dict[QueueFiles, Pos]) -> None:
         if self._policy is FsyncPolicy.NEVER:
             return
         try:
@@ -702,7 +379,7 @@ class JournalMessageStore:
                 log.error("cannot restate positions after a failed fsync: %s", exc)
             raise
 
-    def _roll_back(self, queues: set[_Queue]) -> None:
+    def _roll_back(self, queues: set[QueueFiles]) -> None:
         """Undo every pending write of `queues`: their files end at the last commit again."""
         for q in queues:
             if self._queues.get(q.rid) is not q:
@@ -722,12 +399,12 @@ class JournalMessageStore:
 
     # --- reading and deleting -------------------------------------------------------------
 
-    def _head(self, q: _Queue) -> Message:
+    def _head(self, q: QueueFiles) -> Message:
         if q.head is None:
             q.head = self._read(q.entries[0])
         return q.head
 
-    def _read(self, e: _Entry) -> Message:
+    def _read(self, e: Entry) -> Message:
         try:
             h = self._handles.get(e.queue.rid, e.seq, create=False)
             data = os.pread(h.fd, e.size, e.offset)
@@ -741,7 +418,7 @@ class JournalMessageStore:
             where = f"{self._handles.path(e.queue.rid, e.seq)} at byte {e.offset}"
             raise StoreError(INTERNAL, f"{where}: {exc}") from exc
 
-    def _advance(self, q: _Queue, n: int) -> None:
+    def _advance(self, q: QueueFiles, n: int) -> None:
         """Delete the queue's `n` oldest visible messages: state line first, then memory."""
         read = Pos(q.entries[n].seq, q.entries[n].offset) if q.visible > n else q.committed
         self._append_state([state_line(q.rid, read, q.logged)])
@@ -753,7 +430,7 @@ class JournalMessageStore:
         q.first_seq = max(q.first_seq, read.seq)
         self._retire_if_idle(q)
 
-    def _retire_if_idle(self, q: _Queue) -> None:
+    def _retire_if_idle(self, q: QueueFiles) -> None:
         """Forget an empty queue whose file is closed (it costs nothing until written again)."""
         if not q.entries and not self._handles.is_open(q.rid, q.write.seq):
             try:
@@ -761,7 +438,7 @@ class JournalMessageStore:
             except StoreError as exc:  # it stays known; the next open drops it
                 log.warning("cannot forget empty queue %s: %s", q.rid.hex(), exc)
 
-    def _forget(self, q: _Queue) -> None:
+    def _forget(self, q: QueueFiles) -> None:
         """Drop the queue and every message in it: state line `-`, then its files."""
         self._append_state([f"{q.rid.hex()} -"])
         for e in q.entries:
@@ -773,7 +450,7 @@ class JournalMessageStore:
         if self._queues.get(q.rid) is q:
             del self._queues[q.rid]
 
-    def _delete_files(self, q: _Queue, seqs: range) -> None:
+    def _delete_files(self, q: QueueFiles, seqs: range) -> None:
         for seq in seqs:
             self._handles.drop(q.rid, seq)
             try:
@@ -841,7 +518,7 @@ class JournalMessageStore:
         new = self._dir / "state.log.new"
         self._spill = []
         try:
-            fd = await trio.to_thread.run_sync(lambda: _write_state_new(self._dir, data, sync=sync))
+            fd = await trio.to_thread.run_sync(lambda: write_state_new(self._dir, data, sync=sync))
         except OSError as exc:
             self._spill = None
             log.warning("%s: compaction failed, keeping the long log: %s", self._state_path, exc)
@@ -865,20 +542,6 @@ class JournalMessageStore:
                 await trio.to_thread.run_sync(fsync_dir, self._dir)
             except (OSError, StoreError) as exc:
                 log.warning("%s: fsync after compaction failed: %s", self._state_path, exc)
-
-
-def _write_state_new(directory: Path, data: bytes, *, sync: bool) -> int:
-    new = directory / "state.log.new"
-    fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-    try:
-        write_all(fd, data)
-        if sync:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        new.unlink(missing_ok=True)
-        raise
-    return fd
 
 
 _FSYNC_THREADS = 8  # a disk serves concurrent fsyncs of different files much faster
