@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from router.protocol.codec import MAX_MESSAGE_LENGTH, encode_response_transmission
-from router.protocol.crypto import box_key, encrypt_ntf_meta, new_x25519
+from router.protocol.crypto import box_key, new_x25519
 from router.protocol.types import (
     ACK,
     AUTH,
@@ -35,7 +35,6 @@ from router.protocol.types import (
     NEW,
     NID,
     NKEY,
-    NMSG,
     NO_MSG,
     NSUB,
     NSUBS,
@@ -50,8 +49,8 @@ from router.protocol.types import (
     QUE,
     QUOTA,
     SEND,
-    SERVICE,
     SKEY,
+    SOKS,
     SUB,
     SUBS,
     ErrorType,
@@ -61,6 +60,7 @@ from store.interfaces import (
     DUPLICATE,
     Message,
     NotifierCreds,
+    Party,
     QueueRecord,
     QueueStatus,
     WriteResult,
@@ -98,7 +98,7 @@ class Commands:
             PING: self._ping, NEW: self._new, SUB: self._sub, KEY: self._key,
             SKEY: self._skey, SEND: self._send, ACK: self._ack, GET: self._get,
             OFF: self._off, DEL: self._del, QUE: self._que, NKEY: self._nkey,
-            NDEL: self._ndel, NSUB: self._nsub, SUBS: self._service, NSUBS: self._service,
+            NDEL: self._ndel, NSUB: self._nsub, SUBS: self._subs, NSUBS: self._nsubs,
             PRXY: self._prxy, PFWD: self._pfwd,
         }
 
@@ -116,9 +116,14 @@ class Commands:
     async def _pfwd(self, conn: Connection, v: Verified) -> list[bytes]:
         return _reply(v, PROXY_NO_SESSION)
 
-    async def _service(self, conn: Connection, v: Verified) -> list[bytes]:
-        # Service subscriptions need a service proven in the client hello (WIRE.md §14.5).
-        return _reply(v, SERVICE if conn.service is None else CMD_PROHIBITED)
+    # --- service subscriptions (services.py) ------------------------------------------
+
+    async def _subs(self, conn: Connection, v: Verified) -> list[bytes]:
+        """SOKS n now; the messages follow from the delivery task, then ALLS."""
+        return _reply(v, SOKS(await self._r.services.subscribe_queues(conn)))
+
+    async def _nsubs(self, conn: Connection, v: Verified) -> list[bytes]:
+        return _reply(v, SOKS(await self._r.services.subscribe_notifiers(conn)))
 
     # --- creating and securing ------------------------------------------------------
 
@@ -133,6 +138,8 @@ class Commands:
             rid, sid = secrets.token_bytes(ID_SIZE), secrets.token_bytes(ID_SIZE)
             record = QueueRecord(
                 rid, sid, cmd.rcv_auth_key, secret, None, cmd.snd_secure,
+                # subMode S subscribes the queue here, so it joins this connection's service
+                rcv_service_id=conn.service_id if cmd.subscribe else None,
                 updated_at=int(time.time()),
             )
             error = await self._r.queues.add_queue(record)
@@ -172,6 +179,8 @@ class Commands:
         if isinstance(removed, ErrorType):
             return _reply(v, removed)
         await self._r.messages.delete_queue_messages(rid)
+        if removed.notifier is not None:
+            self._r.notifications.forget(removed.notifier.notifier_id)
         self._r.end_subscriptions(conn, rid, removed)
         self._r.counters.queues_deleted += 1
         return _reply(v, _OK)
@@ -195,28 +204,21 @@ class Commands:
         if result is WriteResult.STORED_INTO_EMPTY:
             self._r.deliverer.stored_into_empty(queue.recipient_id, msg)
         if cmd.notify and queue.notifier is not None:
-            self._notify(queue, msg)
+            self._r.notifications.notify(queue.notifier, msg)  # sent with the next batch
         return _reply(v, _OK)
-
-    def _notify(self, queue: QueueRecord, msg: Message) -> None:
-        """NMSG to the notifier's subscriber, if one is connected (best effort, no wait)."""
-        creds = queue.notifier
-        assert creds is not None
-        conn = self._r.ntf_subscribers.get(creds.notifier_id)
-        if conn is None:
-            return
-        nonce, meta = encrypt_ntf_meta(creds.rcv_ntf_dh_secret, msg.msg_id, msg.ts)
-        conn.push_events([encode_response_transmission(b"", creds.notifier_id, NMSG(nonce, meta))])
 
     async def _sub(self, conn: Connection, v: Verified) -> list[bytes]:
         rid = v.entity_id
         sub = conn.subscriptions.get(rid)
         if sub is not None and sub.get_mode:
             return _reply(v, CMD_PROHIBITED)
+        queue = _queue(v)
+        # The queue joins this connection's service, or leaves its old one (services.py).
+        await self._r.services.associate(conn, queue, Party.RECIPIENT)
+        sub = conn.subscriptions.get(rid)  # another connection may have taken it meanwhile
         if sub is None:
             # Keyed by the store's own id object, not the copy parsed from this block,
             # so that an idle subscription holds no bytes object of its own.
-            queue = _queue(v)
             sub = self._r.subscribe(conn, queue.recipient_id, queue.rcv_dh_secret)
         else:
             # SUB again on this connection sends the head again (reference behaviour).
@@ -295,17 +297,26 @@ class Commands:
         else:
             return _reply(v, INTERNAL)
         if queue.notifier is not None:
+            # The old notifier is gone with its pending NMSGs; its subscriber gets END.
+            self._r.notifications.forget(queue.notifier.notifier_id)
             self._r.end_notifier(queue.notifier.notifier_id, Event.NTF_END)
         return _reply(v, NID(nid, srv_pub))
 
     async def _ndel(self, conn: Connection, v: Verified) -> list[bytes]:
         removed = await self._r.queues.delete_notifier(v.entity_id)
         if removed is not None:
+            self._r.notifications.forget(removed.notifier_id)
             self._r.end_notifier(removed.notifier_id, Event.DELETED)
         return _reply(v, _OK)
 
     async def _nsub(self, conn: Connection, v: Verified) -> list[bytes]:
-        self._r.subscribe_notifier(conn, v.entity_id)
+        """Subscribe the notifier here; NMSGs waiting for it go with the next batch."""
+        queue = _queue(v)
+        assert queue.notifier is not None  # verified against its key
+        await self._r.services.associate(conn, queue, Party.NOTIFIER)
+        nid = queue.notifier.notifier_id  # the store's id object, as for SUB
+        self._r.subscribe_notifier(conn, nid)
+        self._r.notifications.subscribed(nid)
         return _reply(v, _OK)
 
 

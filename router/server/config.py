@@ -37,6 +37,7 @@ class RouterConfig:
     send_queue_size: int = 64  # batches waiting for a connection's writer
     stalled_writer_timeout: float = 30.0  # drop a peer that takes longer to accept one block
     end_batch_interval: float = 0.1  # how often pending END/DELD events are flushed
+    ntf_batch_interval: float = 0.05  # how long NMSGs gather before a batch is sent
     handshake_timeout: float = 120.0  # client hello deadline (WIRE.md §3.3)
     close_timeout: float = 2.0  # WebSocket closing handshake deadline
     store_options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
@@ -56,7 +57,8 @@ class RouterConfig:
             raise ConfigError(f"quota must be at least 1, not {self.quota}")
         if self.send_queue_size < 1:
             raise ConfigError(f"send queue size must be at least 1, not {self.send_queue_size}")
-        for name in ("stalled_writer_timeout", "end_batch_interval", "handshake_timeout",
+        for name in ("stalled_writer_timeout", "end_batch_interval", "ntf_batch_interval",
+                     "handshake_timeout",
                      "close_timeout"):
             _check_duration(name, getattr(self, name))
         if self.password is not None:

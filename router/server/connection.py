@@ -11,8 +11,10 @@ channel (the outbox):
   fit and writes them; a peer that does not take a block within the
   configured deadline is dropped (`BlockTransport.send_block`);
 - delivery: the one task that waits for this client's pushes that could not
-  go straight into the outbox: queues in the `deliveries` map, and END/DELD
-  events the router's event task could not hand over without waiting.
+  go straight into the outbox: queues in the `deliveries` map, END/DELD
+  events the router's event task could not hand over without waiting, and
+  the catch-up walk of a service subscription (`services.py`), which starts
+  once the SUBS answer is in the outbox, so `SOKS` precedes its messages.
 
 In per-queue-task mode each subscribed queue also has a task of its own in
 the same nursery. When one of the three tasks ends, for any reason, the
@@ -23,14 +25,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from router.protocol.block import BatchPacker
+from router.protocol.handshake import service_id
 
 from .deliveries import Deliveries
 from .subscriptions import Sub
 from .transport import BlockTransport, Handshake, TransportClosed
+
+if TYPE_CHECKING:
+    from .services import CatchUp
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +53,14 @@ class Connection:
         self.transport = transport
         self.version = handshake.version
         self.session_id = handshake.session_id
-        self.service = handshake.service
+        self.service = handshake.service  # proven in the client hello (WIRE.md §14.5)
+        self.service_id = None if self.service is None else service_id(self.service.service_key)
         self.subscriptions: dict[bytes, Sub] = {}
         self.ntf_subscriptions: set[bytes] = set()  # notifier ids this connection NSUBed
         self.deliveries = Deliveries()
-        self.overflow_events: list[bytes] = []  # END/DELD/NMSG waiting for outbox room
+        self.overflow_events: list[bytes] = []  # END/DELD/ENDS waiting for outbox room
+        self.catch_up: CatchUp | None = None  # a SUBS walk the delivery task is doing
+        self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
         self.closed = False
         self.close_reason = ""
         self._closed_event = trio.Event()
@@ -103,10 +113,17 @@ class Connection:
         self._wakeup.set()
 
     async def wait_delivery_work(self) -> None:
-        """Return once there are overflow events or pending deliveries."""
-        while not (self.overflow_events or self.deliveries):
+        """Return once there are overflow events, pending deliveries or a catch-up."""
+        while not (self.overflow_events or self.deliveries or self.catch_up):
             await self._wakeup.wait()
             self._wakeup = trio.Event()
+
+    def start_catch_up_after_response(self) -> None:
+        """Called once a block's answers are in the outbox: a SUBS among them may
+        now start its walk, whose messages thus follow its SOKS."""
+        if self.next_catch_up is not None:
+            self.catch_up, self.next_catch_up = self.next_catch_up, None
+            self.wake_delivery()
 
     # --- subscriptions ------------------------------------------------------------
 
@@ -181,6 +198,7 @@ class Connection:
             if responses:
                 await self.push(responses)
             del responses
+            self.start_catch_up_after_response()
 
     async def _send_loop(self) -> None:
         packer = BatchPacker()

@@ -5,7 +5,9 @@ Theory of operation. A queue's next message reaches its subscriber by one of
 the reference router's three triggers (WIRE.md §9): with the SUB response,
 with the ACK response, or when a SEND lands in an empty queue. The first two
 are answers to the subscriber's own command and leave with its responses; the
-third is a push, and it is the one this module is about.
+third is a push, and it is the one this module is about. A service
+subscription's catch-up (`services.py`) also runs in the delivery task below
+and pushes with the same checks.
 
 single-task (default): the SEND's own task writes the MSG straight into the
 subscriber's outbox with `send_nowait` when the subscriber is idle (nothing
@@ -99,14 +101,17 @@ class Deliverer:
             conn.push_nowait([self.message_transmission(b"", recipient_id, sub, msg)])
 
     async def delivery_loop(self, conn: Connection) -> None:
-        """The connection's one delivery task (both modes; only events in per-queue mode)."""
+        """The connection's one delivery task, in both modes: events that found the
+        outbox full, deferred pushes (single-task mode) and service catch-ups."""
         while True:
             await conn.wait_delivery_work()
             if conn.overflow_events:
                 events, conn.overflow_events = conn.overflow_events, []
                 await conn.push(events)
-            else:
+            elif conn.deliveries:
                 await self._deliver_head(conn, conn.deliveries.pop_oldest())
+            else:
+                await self._router.services.catch_up_step(conn)
 
     async def _deliver_head(self, conn: Connection, recipient_id: bytes) -> None:
         sub = conn.subscriptions.get(recipient_id)

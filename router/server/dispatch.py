@@ -37,6 +37,7 @@ from router.protocol.types import (
     PING,
     PRXY,
     SEND,
+    SERVICE,
     SKEY,
     SUBS,
     Command,
@@ -54,7 +55,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Commands that touch no queue, so there is nothing to verify them against.
-_UNVERIFIED = (PING, PRXY, PFWD, SUBS, NSUBS)
+_UNVERIFIED = (PING, PRXY, PFWD)
+# Commands of the service extension: verified against the service key of the hello.
+_SERVICE = (SUBS, NSUBS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +158,14 @@ class Dispatcher:
         elif kind is NSUB:
             queue = await queues.get_queue(Party.NOTIFIER, t.entity_id)
             key = None if queue is None or queue.notifier is None else queue.notifier.notifier_key
+        elif kind in _SERVICE:
+            key, queue = _service_key(conn, t.entity_id), None
         else:
             queue = await queues.get_queue(Party.RECIPIENT, t.entity_id)
             key = None if queue is None else queue.recipient_key
         signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
         if not verify_authorization(t.authorization, key, signed) or key is None:
-            return AUTH
+            return SERVICE if kind in _SERVICE and conn.service is None else AUTH
         return Verified(t.corr_id, t.entity_id, cmd, queue)
 
 
@@ -174,6 +179,14 @@ def _parse(t: Transmission) -> Command | ErrorType:
     except ProtocolError as e:
         return e.error
     return check_credentials(cmd, t) or cmd
+
+
+def _service_key(conn: Connection, entity_id: bytes) -> bytes | None:
+    """SUBS / NSUBS name the service proven in this connection's hello and are
+    signed with its key (docs/protocol.md, "Service subscriptions")."""
+    if conn.service is None or entity_id != conn.service_id:
+        return None
+    return conn.service.service_key
 
 
 def _skey_key(queue: QueueRecord | None, new_key: bytes) -> bytes | None:

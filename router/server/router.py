@@ -27,6 +27,8 @@ from .connection import Connection
 from .delivery import Deliverer
 from .dispatch import Dispatcher
 from .identity import RouterIdentity, host_port, load_or_create_identity
+from .notifications import Notifications
+from .services import Services
 from .stats import Counters, RouterStatistics
 from .stores import open_router_stores
 from .subscriptions import Event, PendingEvents, Sub, SubscriberRegistry
@@ -53,6 +55,8 @@ class Router:
         self.subscribers = SubscriberRegistry()  # recipient id -> connection
         self.ntf_subscribers = SubscriberRegistry()  # notifier id -> connection
         self.events = PendingEvents(config.end_batch_interval)
+        self.notifications = Notifications(self.ntf_subscribers, config.ntf_batch_interval)
+        self.services = Services(self)
         self.deliverer = Deliverer(self)
         self.dispatcher = Dispatcher(self, Commands(self))
         self.connections: dict[int, Connection] = {}
@@ -63,9 +67,11 @@ class Router:
         return self.identity.key_hash
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The router's own background work: flushing END/DELD batches."""
-        task_status.started()
-        await self.events.run()
+        """The router's own background work: flushing END/DELD and NMSG batches."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.events.run)
+            nursery.start_soon(self.notifications.run)
+            task_status.started()
 
     # --- subscriptions (used by the command handlers) -------------------------------
 
@@ -145,6 +151,7 @@ class Router:
             self.ntf_subscribers.unsubscribe(nid, conn)
         conn.ntf_subscriptions.clear()
         self.events.forget(conn)
+        self.services.forget(conn)
         self.connections.pop(conn.id, None)
         conn.close()
 

@@ -1,0 +1,178 @@
+"""NMSG: the notifications of flagged SENDs, kept per notifier and sent in batches.
+
+Theory of operation (WIRE.md §6, §7, §8; the reference router's ntfStore):
+
+- Every SEND with the notification flag to a queue that has a notifier adds
+  one NMSG for that notifier id, whether or not a notifier is subscribed
+  now: a notification server that reconnects gets what it missed. The NMSG
+  is built at once (metadata boxed with the notifier's DH secret and a fresh
+  random nonce) and kept as its encoded transmission.
+- What is kept per notifier is bounded (`max_pending`, oldest dropped first)
+  and expires after `ttl` seconds, as the reference drops notifications
+  after 24 hours. DEL, NDEL and an NKEY that replaces the notifier drop the
+  notifier's pending NMSGs before the command is answered.
+- One router task flushes every `interval` seconds: the notifier ids with
+  something pending and a subscriber are grouped by subscriber connection,
+  and each connection gets all of its NMSGs as one batch, which its send
+  task packs into as few blocks as fit (about 80 NMSGs per block).
+- The flush never waits on a client. A connection whose send channel is full
+  (or still has earlier events waiting) is skipped; its NMSGs stay here,
+  still bounded, and the next flush tries again. Others are not held up.
+- The subscriber is looked up when the flush runs, so NMSGs queued before a
+  NSUB/NSUBS takeover go to the new subscriber, not the displaced one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from router.protocol.codec import encode_response_transmission
+from router.protocol.crypto import encrypt_ntf_meta
+from router.protocol.types import NMSG
+from store.interfaces import Message, NotifierCreds
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .subscriptions import SubscriberRegistry
+
+NTF_TTL = 24 * 3600  # seconds a notification is kept (WIRE.md §8)
+NTF_EXPIRE_INTERVAL = 3600.0  # how often expired notifications are dropped
+NTF_MAX_PENDING = 64  # kept per notifier; a notification server needs the latest ones
+
+_Pending = deque[tuple[int, bytes]]  # (ts of the message, encoded NMSG transmission)
+
+
+class Notifications:
+    __slots__ = (
+        "_subscribers", "_interval", "_ttl", "_max_pending", "_clock",
+        "_pending", "_ready_ids", "_ready", "sent", "dropped",
+    )
+
+    def __init__(
+        self,
+        subscribers: SubscriberRegistry,
+        interval: float,
+        *,
+        ttl: int = NTF_TTL,
+        max_pending: int = NTF_MAX_PENDING,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._subscribers = subscribers  # notifier id -> its NSUB connection
+        self._interval = interval
+        self._ttl = ttl
+        self._max_pending = max_pending
+        self._clock = clock
+        self._pending: dict[bytes, _Pending] = {}
+        self._ready_ids: set[bytes] = set()  # pending and subscribed: the next flush sends them
+        self._ready = trio.Event()
+        self.sent = 0  # NMSGs handed to a connection
+        self.dropped = 0  # NMSGs dropped: over the bound or expired
+
+    def __len__(self) -> int:
+        """NMSGs waiting, subscribed or not."""
+        return sum(len(p) for p in self._pending.values())
+
+    def pending(self, notifier_id: bytes) -> int:
+        p = self._pending.get(notifier_id)
+        return 0 if p is None else len(p)
+
+    # --- changes (called by command handlers; never wait) -----------------------------
+
+    def notify(self, creds: NotifierCreds, msg: Message) -> None:
+        """A flagged SEND was stored: queue its NMSG for the notifier."""
+        nid = creds.notifier_id
+        nonce, meta = encrypt_ntf_meta(creds.rcv_ntf_dh_secret, msg.msg_id, msg.ts)
+        t = encode_response_transmission(b"", nid, NMSG(nonce, meta))
+        pending = self._pending.get(nid)
+        if pending is None:
+            pending = self._pending[nid] = deque(maxlen=self._max_pending)
+        elif len(pending) == self._max_pending:
+            self.dropped += 1
+        pending.append((msg.ts, t))
+        self._mark_ready(nid)
+
+    def subscribed(self, notifier_id: bytes) -> None:
+        """A connection subscribed to the notifier: what is pending goes at the next flush."""
+        if notifier_id in self._pending:
+            self._mark_ready(notifier_id)
+
+    def forget(self, notifier_id: bytes) -> int:
+        """The notifier is gone (DEL, NDEL, replaced by NKEY): drop its NMSGs."""
+        self._ready_ids.discard(notifier_id)
+        pending = self._pending.pop(notifier_id, None)
+        return 0 if pending is None else len(pending)
+
+    def _mark_ready(self, notifier_id: bytes) -> None:
+        if self._subscribers.get(notifier_id) is not None:
+            self._ready_ids.add(notifier_id)
+            self._ready.set()
+
+    # --- the router task ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flush_loop)
+            nursery.start_soon(self._expire_loop)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._ready.wait()
+            await trio.sleep(self._interval)
+            self.flush()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await trio.sleep(NTF_EXPIRE_INTERVAL)
+            self.expire()
+
+    def flush(self) -> None:
+        """Hand each subscriber its NMSGs as one batch; skip (and retry later) full ones."""
+        self._ready = trio.Event()
+        ids, self._ready_ids = self._ready_ids, set()
+        by_conn: dict[Connection, list[bytes]] = {}
+        for nid in ids:
+            conn = self._subscribers.get(nid)
+            if conn is not None and not conn.closed:
+                by_conn.setdefault(conn, []).append(nid)
+        for conn, nids in by_conn.items():
+            if conn.overflow_events or conn.outbox_full():
+                self._ready_ids.update(nids)  # this client is behind: keep them for it
+                continue
+            batch = self._take(nids)
+            if batch:
+                # No checkpoint since outbox_full(): this cannot be refused.
+                conn.push_nowait(batch)
+                self.sent += len(batch)
+        if self._ready_ids:
+            self._ready.set()
+
+    def _take(self, notifier_ids: list[bytes]) -> list[bytes]:
+        cutoff = self._clock() - self._ttl
+        batch: list[bytes] = []
+        for nid in notifier_ids:
+            for ts, t in self._pending.pop(nid, ()):
+                if ts >= cutoff:
+                    batch.append(t)
+                else:
+                    self.dropped += 1
+        return batch
+
+    def expire(self) -> int:
+        """Drop notifications older than the TTL; returns how many."""
+        cutoff = self._clock() - self._ttl
+        expired = 0
+        for nid in list(self._pending):
+            pending = self._pending[nid]
+            while pending and pending[0][0] < cutoff:
+                pending.popleft()
+                expired += 1
+            if not pending:
+                del self._pending[nid]
+                self._ready_ids.discard(nid)
+        self.dropped += expired
+        return expired
