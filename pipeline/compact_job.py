@@ -22,14 +22,7 @@ import zlib
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .compact_transforms import (
-    bad_lines,
-    create_lines,
-    fold_queues,
-    live_queues,
-    parse_store_lines,
-    shard_of,
-)
+from .compact_transforms import BAD_SHARD, fold_queues, output_lines, parse_store_lines
 
 log = logging.getLogger(__name__)
 TAIL_BYTES = 65536  # far more than one store log line
@@ -88,7 +81,8 @@ class _Files:
     def move_single_part(self, directory: str, target: str) -> None:
         """Move the one data file Spark wrote in `directory` to `target`."""
         fs, d = self._fs_path(directory)
-        parts = [s.getPath() for s in fs.listStatus(d) if s.getPath().getName().startswith("part-")]
+        listing = fs.listStatus(d) if fs.exists(d) else []  # no directory: an empty shard
+        parts = [s.getPath() for s in listing if s.getPath().getName().startswith("part-")]
         _, t = self._fs_path(target)
         if fs.exists(t):
             fs.delete(t, False)
@@ -98,6 +92,10 @@ class _Files:
         if len(parts) != 1:
             raise RuntimeError(f"expected one output file in {directory}, found {len(parts)}")
         fs.rename(parts[0], t)
+
+    def exists(self, path: str) -> bool:
+        fs, p = self._fs_path(path)
+        return bool(fs.exists(p))
 
     def mkdirs(self, path: str) -> None:
         fs, p = self._fs_path(path)
@@ -139,16 +137,16 @@ def _drop_whole_fragments(raw: DataFrame, files: _Files, paths: list[str]) -> Da
     return raw
 
 
-def _check_bad_lines(bad: list, files: _Files, paths: list[str]) -> None:
-    for row in bad:
-        path = paths[row["file_no"]]
+def _check_bad_lines(bad: list[tuple[int, int, str]], files: _Files, paths: list[str]) -> None:
+    """Allow one unreadable line per file if it is that file's torn last line."""
+    for file_no, count, last_value in bad:
+        path = paths[file_no]
         fragment, last = _torn_tail(files.tail(path))
-        torn = fragment if fragment else last
-        if row["lines"] == 1 and row["last_value"] == torn:
+        if count == 1 and last_value == (fragment or last):
             log.warning("compact: %s: dropping a torn last line", path)
             continue
         raise CorruptLogError(
-            f"{path}: {row['lines']} unreadable line(s) that are not a torn last line; "
+            f"{path}: {count} unreadable line(s) that are not a torn last line; "
             "the router would refuse this log too"
         )
 
@@ -159,45 +157,44 @@ def run_compact(
     """Compact `inputs` (replayed in order) into `out`; returns the number of queues."""
     started = time.monotonic()
     files = _Files(spark)
+    staging = f"{out}.parts"
+    files.delete(staging)
     log.info("compact: reading %d store log(s)", len(inputs))
     raw = _drop_whole_fragments(read_store_logs(spark, inputs), files, inputs)
     parsed = parse_store_lines(raw)
     if partitions:
         parsed = parsed.repartition(partitions, "key")
-    folded = fold_queues(parsed).persist()
+    lines = output_lines(fold_queues(parsed), shards)
+    log.info("compact: replaying records per queue and writing %d shard(s)", shards)
+    (
+        lines.repartition(shards + 1, "shard")
+        .sortWithinPartitions("shard", "line")
+        .write.partitionBy("shard")
+        .text(staging)
+    )
     try:
-        log.info("compact: replaying records per queue")
-        _check_bad_lines(bad_lines(folded).collect(), files, inputs)
-        lines = create_lines(live_queues(folded)).select(
-            shard_of(F.col("rid"), shards).alias("shard"), "line"
-        )
-        queues = _write(lines, out, shards, files)
+        _check_bad_lines(_read_bad(spark, files, staging), files, inputs)
+        queues = spark.read.text(staging).where(F.col("shard") >= 0).count()
+        _move_shards(files, staging, out, shards)
     finally:
-        folded.unpersist()
+        files.delete(staging)
     log.info("compact: %d queue(s) in %.1f s", queues, time.monotonic() - started)
     return queues
 
 
-def _write(lines: DataFrame, out: str, shards: int, files: _Files) -> int:
-    staging = f"{out}.parts"
-    files.delete(staging)
-    lines = lines.persist()
-    try:
-        queues = lines.count()
-        log.info("compact: writing %d line(s) into %d file(s)", queues, shards)
-        (
-            lines.repartition(shards, "shard")
-            .sortWithinPartitions("shard", "line")
-            .write.partitionBy("shard")
-            .text(staging)
-        )
-    finally:
-        lines.unpersist()
+def _read_bad(spark: SparkSession, files: _Files, staging: str) -> list[tuple[int, int, str]]:
+    directory = f"{staging}/shard={BAD_SHARD}"
+    if not files.exists(directory):
+        return []
+    rows = spark.read.text(directory).collect()
+    parts = [row.value.split("\t", 2) for row in rows]
+    return [(int(file_no), int(count), last) for file_no, count, last in parts]
+
+
+def _move_shards(files: _Files, staging: str, out: str, shards: int) -> None:
     if shards == 1:
         files.move_single_part(f"{staging}/shard=0", out)
-    else:
-        files.mkdirs(out)
-        for shard in range(shards):
-            files.move_single_part(f"{staging}/shard={shard}", f"{out}/shard-{shard}.log")
-    files.delete(staging)
-    return queues
+        return
+    files.mkdirs(out)
+    for shard in range(shards):
+        files.move_single_part(f"{staging}/shard={shard}", f"{out}/shard-{shard}.log")

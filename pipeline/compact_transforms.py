@@ -178,29 +178,23 @@ def fold_queues(parsed: DataFrame) -> DataFrame:
     )
 
 
-def bad_lines(folded: DataFrame) -> DataFrame:
-    """Per input file with unreadable lines: how many, and the latest one's text."""
-    return folded.where(F.col("key").startswith(BAD_KEY_PREFIX)).select(
-        F.expr(f"cast(substring(key, {len(BAD_KEY_PREFIX) + 1}) as int)").alias("file_no"),
-        "lines",
-        "last_value",
-    )
-
-
 def _after_create(seq: str, value: Column, default: Column) -> Column:
     return F.when(F.col(seq) > F.col("c_seq"), value).otherwise(default)
 
 
-def live_queues(folded: DataFrame) -> DataFrame:
-    """The queues the log leaves in place, with every field of their `create` line."""
-    exists = (
+def _exists() -> Column:
+    return (
         ~F.col("key").startswith(BAD_KEY_PREFIX)
         & F.col("c_seq").isNotNull()
         & (F.col("d_seq").isNull() | (F.col("d_seq") < F.col("c_seq")))
     )
+
+
+def _queue_columns() -> list[Column]:
+    """Every field of a queue's `create` line, from the fold's columns."""
     cr = F.col("cr")
     notifier = _after_create("n_seq", F.col("n_val"), F.struct(cr["nid"], cr["nkey"], cr["ndh"]))
-    return folded.where(exists).select(
+    return [
         F.col("updated_at").alias("ts"),
         F.col("key").alias("rid"),
         cr["sid"].alias("sid"),
@@ -214,30 +208,30 @@ def live_queues(folded: DataFrame) -> DataFrame:
         notifier.getField("ndh").alias("ndh"),
         _after_create("r_seq", F.col("r_val"), cr["rsvc"]).alias("rsvc"),
         _after_create("ns_seq", F.col("ns_val"), cr["nsvc"]).alias("nsvc"),
-    )
+    ]
+
+
+def live_queues(folded: DataFrame) -> DataFrame:
+    """The queues the log leaves in place, with every field of their `create` line."""
+    return folded.where(_exists()).select(*_queue_columns())
+
+
+CREATE_ORDER = (
+    "ts", "rid", "sid", "rkey", "rdh", "skey", "secure", "status",
+    "nid", "nkey", "ndh", "rsvc", "nsvc",
+)  # fmt: skip
+
+
+def _create_line() -> Column:
+    # concat() is null when the value is, and concat_ws() skips nulls: absent fields vanish
+    pairs = [F.concat(F.lit(f"{name}="), F.col(name).cast("string")) for name in CREATE_ORDER]
+    payload = F.concat_ws(" ", F.lit("create"), *pairs)
+    return F.concat(checksum(payload), F.lit(" "), payload)
 
 
 def create_lines(queues: DataFrame) -> DataFrame:
     """(rid, line): each queue as the router's `create` line, checksum included."""
-    order = (
-        "ts",
-        "rid",
-        "sid",
-        "rkey",
-        "rdh",
-        "skey",
-        "secure",
-        "status",
-        "nid",
-        "nkey",
-        "ndh",
-        "rsvc",
-        "nsvc",
-    )
-    # concat() is null when the value is, and concat_ws() skips nulls: absent fields vanish
-    pairs = [F.concat(F.lit(f"{name}="), F.col(name).cast("string")) for name in order]
-    payload = F.concat_ws(" ", F.lit("create"), *pairs)
-    return queues.select("rid", F.concat(checksum(payload), F.lit(" "), payload).alias("line"))
+    return queues.select("rid", _create_line().alias("line"))
 
 
 def shard_of(rid_b64: Column, shards: int) -> Column:
@@ -250,7 +244,29 @@ def shard_of(rid_b64: Column, shards: int) -> Column:
     return F.pmod(head, F.lit(shards)).cast("int")
 
 
-def compacted(raw: DataFrame, shards: int = 1) -> DataFrame:
-    """(file_no, block, row, value) -> (shard, line): the whole compaction."""
-    queues = live_queues(fold_queues(parse_store_lines(raw)))
-    return create_lines(queues).select(shard_of(F.col("rid"), shards).alias("shard"), "line")
+BAD_SHARD = -1
+
+
+def output_lines(folded: DataFrame, shards: int = 1) -> DataFrame:
+    """(shard, line) of every live queue, plus one row per damaged input file in
+    shard BAD_SHARD whose line is `file_no TAB count TAB latest bad line`.
+
+    The job writes both at once and checks the BAD_SHARD rows before it moves
+    the output into place: one pass over the input.
+    """
+    bad = F.col("key").startswith(BAD_KEY_PREFIX)
+    kept = folded.where(bad | _exists()).select(
+        bad.alias("bad"), "key", "lines", "last_value", *_queue_columns()
+    )
+    bad_info = F.concat_ws(
+        "\t",
+        F.expr(f"substring(key, {len(BAD_KEY_PREFIX) + 1})"),
+        F.col("lines").cast("string"),
+        F.col("last_value"),
+    )
+    return kept.select(
+        F.when(F.col("bad"), F.lit(BAD_SHARD))
+        .otherwise(shard_of(F.col("rid"), shards))
+        .alias("shard"),
+        F.when(F.col("bad"), bad_info).otherwise(_create_line()).alias("line"),
+    )
