@@ -150,6 +150,7 @@ class Commands:
         else:
             return _reply(v, INTERNAL)
         self._r.counters.queues_created += 1
+        self._r.queue_active(rid)
         if cmd.subscribe:
             self._r.subscribe(conn, rid, secret)
         return _reply(v, IDS(rid, sid, srv_pub, cmd.snd_secure))
@@ -167,6 +168,7 @@ class Commands:
         error = await self._r.queues.secure_queue(queue.recipient_id, key)
         if error is None and queue.sender_key is None:
             self._r.counters.queues_secured += 1
+            self._r.queue_active(queue.recipient_id)
         return _reply(v, error or _OK)
 
     async def _off(self, conn: Connection, v: Verified) -> list[bytes]:
@@ -196,6 +198,8 @@ class Commands:
             return _reply(v, AUTH)
         # Only the notification flag is kept: the MSG body carries 'T'/'F' (WIRE.md §7).
         msg = Message(secrets.token_bytes(ID_SIZE), int(time.time()), cmd.flags[:1], cmd.body)
+        await self._r.expire_before_send(queue.recipient_id)
+        self._r.queue_active(queue.recipient_id)
         result = await self._r.messages.write_message(queue.recipient_id, msg, self._r.config.quota)
         if result is WriteResult.QUOTA_EXCEEDED:
             self._r.counters.messages_quota_refused += 1
@@ -225,6 +229,7 @@ class Commands:
             sub.delivered = None
             conn.deliveries.discard(rid)
         out = _reply(v, _OK)
+        self._r.queue_active(rid)
         msg = await self._r.messages.peek_message(rid)
         if msg is not None and self._r.deliverer.can_push(conn, sub):
             out.append(self._r.deliverer.message_transmission(b"", rid, sub, msg))
@@ -257,6 +262,7 @@ class Commands:
         deleted, head = await self._r.messages.delete_message(rid, msg_id)
         if deleted:
             self._r.counters.messages_acked += 1
+            self._r.queue_active(rid)
         if head is None or sub.get_mode or not self._r.deliverer.can_push(conn, sub):
             return _reply(v, _OK)
         return [self._r.deliverer.message_transmission(v.corr_id, rid, sub, head)]

@@ -15,6 +15,10 @@ SINGLE_TASK = "single-task"
 PER_QUEUE_TASK = "per-queue-task"
 DELIVERY_MODES = (SINGLE_TASK, PER_QUEUE_TASK)
 STORE_KINDS = ("memory", "journal", "sqlite")
+FSYNC_POLICIES = ("never", "batch", "always")
+DEFAULT_MESSAGE_TTL = 21 * 24 * 3600  # seconds (WIRE.md §8)
+DEFAULT_EXPIRE_INTERVAL = 2 * 3600  # seconds between expiration passes (WIRE.md §8)
+DEFAULT_STATS_INTERVAL = 3600  # seconds per stats log line
 
 # Basic-auth passwords: printable, no space, '@', ':' or '/' (WIRE.md §6).
 _PASSWORD_FORBIDDEN = frozenset(" @:/")
@@ -40,15 +44,24 @@ class RouterConfig:
     ntf_batch_interval: float = 0.05  # how long NMSGs gather before a batch is sent
     handshake_timeout: float = 120.0  # client hello deadline (WIRE.md §3.3)
     close_timeout: float = 2.0  # WebSocket closing handshake deadline
+    fsync: str = "batch"  # when durable stores force data to disk: never | batch | always
+    message_ttl: float = DEFAULT_MESSAGE_TTL  # messages older than this are removed
+    expire_interval: float = DEFAULT_EXPIRE_INTERVAL  # how often expiration runs
+    expire_on_send: bool = False  # also expire a queue's old messages on every SEND to it
+    stats_log: Path | None = None  # CSV statistics log (docs/stats-log.md); None: not written
+    stats_interval: int = DEFAULT_STATS_INTERVAL  # seconds per line; divides a day
     store_options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.data_dir, str):
             object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if isinstance(self.stats_log, str):
+            object.__setattr__(self, "stats_log", Path(self.stats_log))
         if isinstance(self.password, str):
             object.__setattr__(self, "password", self.password.encode())
         _check_choice("store", self.store, STORE_KINDS)
         _check_choice("delivery", self.delivery, DELIVERY_MODES)
+        _check_choice("fsync", self.fsync, FSYNC_POLICIES)
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, not {self.port}")
         if not self.host:
@@ -59,10 +72,14 @@ class RouterConfig:
             raise ConfigError(f"send queue size must be at least 1, not {self.send_queue_size}")
         for name in ("stalled_writer_timeout", "end_batch_interval", "ntf_batch_interval",
                      "handshake_timeout",
-                     "close_timeout"):
+                     "close_timeout", "message_ttl", "expire_interval"):
             _check_duration(name, getattr(self, name))
         if self.password is not None:
             check_password(self.password)
+        if not isinstance(self.stats_interval, int) or self.stats_interval < 1 or (
+            86400 % self.stats_interval
+        ):
+            raise ConfigError("stats interval must be a whole number of seconds dividing a day")
         if self.store != "memory" and self.data_dir is None:
             raise ConfigError(f"the {self.store} store needs a data directory")
 

@@ -45,7 +45,7 @@ from router.protocol.types import (
     ProtocolError,
     Transmission,
 )
-from store.interfaces import Party, QueueRecord
+from store.interfaces import Party, QueueRecord, StoreError
 
 if TYPE_CHECKING:
     from .commands import Commands
@@ -104,6 +104,9 @@ class Dispatcher:
     async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:
         try:
             return await self._verify(conn, raw)
+        except StoreError as e:  # the queue lookup failed: answer what the store says
+            log.warning("queue lookup for %r failed: %s", conn, e)
+            return error_transmission(b"", b"", e.error)
         except Exception:
             log.exception("verifying a transmission from %r failed", conn)
             return error_transmission(b"", b"", INTERNAL)
@@ -112,6 +115,9 @@ class Dispatcher:
         try:
             return await self._commands.execute(conn, v)
         except ProtocolError as e:
+            return [error_transmission(v.corr_id, v.entity_id, e.error)]
+        except StoreError as e:  # disk full, I/O error: not stored, never OK
+            log.warning("%s from %r failed in the store: %s", type(v.command).__name__, conn, e)
             return [error_transmission(v.corr_id, v.entity_id, e.error)]
         except Exception:
             log.exception("%s from %r failed", type(v.command).__name__, conn)

@@ -1,7 +1,8 @@
 """The router: shared state, the connection life cycle, and the ways to run it.
 
 `open_router(config)` gives a running `Router` (stores open, identity loaded,
-the END/DELD flush task started) for as long as the `async with` lasts;
+the END/DELD flush, message expiration and stats log tasks started) for as
+long as the `async with` lasts;
 `handle_websocket(router, ws)` serves one WebSocket that a host program has
 already accepted; `serve_router(config)` does both on its own port, reporting
 a `RouterInfo` through `task_status` so a caller can `await nursery.start(...)`.
@@ -26,10 +27,13 @@ from .config import RouterConfig
 from .connection import Connection
 from .delivery import Deliverer
 from .dispatch import Dispatcher
+from .expiry import Expirer
 from .identity import RouterIdentity, host_port, load_or_create_identity
 from .notifications import Notifications
 from .services import Services
 from .stats import Counters, RouterStatistics
+from .statsfeed import FedCounters, run_stats_log
+from .statslog import StatsLog
 from .stores import open_router_stores
 from .subscriptions import Event, PendingEvents, Sub, SubscriberRegistry
 from .transport import BlockTransport, TransportClosed, serve_websockets, server_handshake
@@ -61,17 +65,48 @@ class Router:
         self.dispatcher = Dispatcher(self, Commands(self))
         self.connections: dict[int, Connection] = {}
         self._ids = count(1)
+        self.expirer = Expirer(
+            messages, ttl=config.message_ttl, interval=config.expire_interval,
+            on_expired=self._count_expired,
+        )
+        self.stats_log: StatsLog | None = None
+        self._activity: FedCounters | None = None
+        if config.stats_log is not None:
+            self._activity = FedCounters(self.statistics)
+            self.stats_log = StatsLog(
+                config.stats_log, self._activity, interval=config.stats_interval
+            )
 
     @property
     def key_hash(self) -> bytes:
         return self.identity.key_hash
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The router's own background work: flushing END/DELD and NMSG batches."""
+        """The router's own background work: flushing END/DELD batches, expiring old
+        messages, writing the stats log."""
         async with trio.open_nursery() as nursery:
+            if self.stats_log is not None:
+                assert self._activity is not None
+                await nursery.start(run_stats_log, self.stats_log, self._activity)
+            await nursery.start(self.expirer.run)
             nursery.start_soon(self.events.run)
             nursery.start_soon(self.notifications.run)
             task_status.started()
+
+    # --- hooks for the command handlers --------------------------------------------
+
+    def queue_active(self, recipient_id: bytes) -> None:
+        """The queue was used (created, secured, sent to, subscribed, acknowledged on)."""
+        if self._activity is not None:
+            self._activity.record_active_queue(recipient_id)
+
+    async def expire_before_send(self, recipient_id: bytes) -> None:
+        """With `expire_on_send`, drop the queue's expired messages before a SEND."""
+        if self.config.expire_on_send:
+            await self.expirer.expire_queue(recipient_id)
+
+    def _count_expired(self, n: int) -> None:
+        self.counters.messages_expired += n
 
     # --- subscriptions (used by the command handlers) -------------------------------
 
@@ -174,6 +209,7 @@ class Router:
             messages_deferred=c.messages_deferred,
             subscriptions_displaced=c.subscriptions_displaced,
             writers_stalled=c.writers_stalled,
+            messages_expired=c.messages_expired,
         )
 
     def connection_task_counts(self) -> dict[int, int]:

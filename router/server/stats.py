@@ -15,7 +15,7 @@ class Counters:
     __slots__ = (
         "connections_total", "queues_created", "queues_secured", "queues_deleted",
         "messages_sent", "messages_delivered", "messages_acked", "messages_quota_refused",
-        "messages_deferred", "subscriptions_displaced", "writers_stalled",
+        "messages_deferred", "subscriptions_displaced", "writers_stalled", "messages_expired",
     )
 
     def __init__(self) -> None:
@@ -39,3 +39,4 @@ class RouterStatistics:
     messages_deferred: int  # pushes that found the outbox full and went to the deliveries map
     subscriptions_displaced: int  # END sent because another connection took over
     writers_stalled: int  # connections dropped for not reading
+    messages_expired: int = 0  # messages removed for being older than the message TTL

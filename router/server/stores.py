@@ -2,7 +2,10 @@
 
 A store that cannot be opened because of the configuration (an unknown kind,
 a data directory holding another kind) is a `ConfigError`, so the command
-line reports it as a usage error rather than a crash.
+line reports it as a usage error rather than a crash. A store whose files
+cannot be read (a corrupt line in the middle of a log, a damaged snapshot, an
+I/O error) is a `StoreOpenError` naming the file, and for a corrupt log line
+the option that skips it.
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from store import StoreKindMismatch, open_stores
-from store.interfaces import MessageStore, QueueStore
+from store import SnapshotError, StoreKindMismatch, open_stores
+from store.interfaces import MessageStore, QueueStore, StoreError
+from store.storelog import LogCorruptError, StoreLogError
 
 from .config import ConfigError, RouterConfig
 
@@ -23,8 +27,21 @@ async def open_router_stores(
     async with AsyncExitStack() as stack:
         try:
             stores = await stack.enter_async_context(
-                open_stores(config.store, config.data_dir, **config.store_options)
+                open_stores(
+                    config.store, config.data_dir, fsync=config.fsync, **config.store_options
+                )
             )
+        except LogCorruptError as e:
+            raise StoreOpenError(
+                f"{e}; start with --skip-corrupt to leave that line out "
+                "(it stays in the log's backup)"
+            ) from e
+        except (SnapshotError, StoreLogError, StoreError) as e:
+            raise StoreOpenError(f"cannot open the {config.store} store: {e}") from e
         except (StoreKindMismatch, ValueError) as e:
             raise ConfigError(str(e)) from e
         yield stores.queues, stores.messages
+
+
+class StoreOpenError(Exception):
+    """The stores could not be opened from their files; the message says which and why."""
