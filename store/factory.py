@@ -13,10 +13,14 @@ manager factory `opener(store_dir, options) -> Stores` that opens both stores
 under `store_dir` (None for a memory-only run), and closes them on exit.
 `register_store_kind()` adds one at run time.
 
-Migration (`migrate_store`) copies into a fresh `<kind>-store.tmp/`, renames
-it into place, and only then rewrites `STORE_KIND`: a crash at any point
-leaves the directory opening as one complete kind. The old kind's files are
-kept as `<kind>-store.old/`.
+Migration (`migrate_store`) copies into a fresh `<kind>-store.tmp/`, checks
+that the copy holds as many queues as the source and, queue by queue, as
+many messages (`MigrationCheckError` otherwise, and nothing is switched),
+renames it into place, and only then rewrites `STORE_KIND`: a crash at any
+point leaves the directory opening as one complete kind. The old kind's files
+are kept as `<kind>-store.old/`. A `progress(phase, done, total)` callback
+hears about every batch: phase "queues" counts queues, phase "messages"
+counts the queues whose messages were copied.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ KIND_FILE = "STORE_KIND"
 MIGRATE_COMMAND = "smp-router migrate-store --data-dir {data_dir} --to {kind}"
 
 BulkImport = Callable[[list[QueueRecord], list[tuple[bytes, Message]]], Awaitable[Any]]
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 @dataclass(slots=True)
@@ -57,6 +62,10 @@ class StoreOptions:
 
 
 StoreOpener = Callable[[Path | None, StoreOptions], AbstractAsyncContextManager[Stores]]
+
+
+class MigrationCheckError(Exception):
+    """The copy does not hold what the source holds; the data directory was not switched."""
 
 
 class StoreKindMismatch(Exception):
@@ -186,10 +195,15 @@ MIGRATE_BATCH = 2000  # queues (with their messages) per bulk-import transaction
 
 
 async def migrate_store(
-    data_dir: Path | str, to_kind: str, *, fsync: str = "batch", **settings: Any
+    data_dir: Path | str,
+    to_kind: str,
+    *,
+    fsync: str = "batch",
+    progress: Progress | None = None,
+    **settings: Any,
 ) -> tuple[int, int]:
-    """Copy every queue and message of the directory's current kind into `to_kind`
-    and switch the directory over; returns (queues, messages) copied."""
+    """Copy every queue and message of the directory's current kind into `to_kind`,
+    check the counts, and switch the directory over; returns (queues, messages) copied."""
     data_dir = Path(data_dir)
     from_kind = read_store_kind(data_dir)
     if from_kind is None:
@@ -202,7 +216,8 @@ async def migrate_store(
     options = StoreOptions(fsync=fsync, settings=settings)
     async with open_stores(from_kind, data_dir) as src:
         async with store_opener(to_kind)(tmp, options) as dst:
-            counts = await copy_stores(src, dst)
+            counts = await copy_stores(src, dst, progress)
+            await check_copy(src, dst, counts)
     _set_aside(final, data_dir / f"{to_kind}-store.old")
     os.replace(tmp, final)
     _fsync_dir(data_dir)
@@ -217,25 +232,64 @@ def _set_aside(path: Path, backup: Path) -> None:
         os.replace(path, backup)
 
 
-async def copy_stores(src: Stores, dst: Stores) -> tuple[int, int]:
+async def copy_stores(
+    src: Stores, dst: Stores, progress: Progress | None = None
+) -> tuple[int, int]:
     """Copy every queue, then every message, from `src` into `dst`; returns the counts."""
+    report = progress or _no_progress
     n_queues = n_messages = 0
+    total = await src.queues.queue_count()
+    report("queues", 0, total)
     batch: list[QueueRecord] = []
     async for rec in src.queues.iter_queues():
         batch.append(rec)
         if len(batch) >= MIGRATE_BATCH:
             n_queues += await _put_queues(dst, batch)
             batch = []
+            report("queues", n_queues, total)
     n_queues += await _put_queues(dst, batch)
+    report("queues", n_queues, total)
+    rids = [rid async for rid in src.messages.queue_ids()]
+    report("messages", 0, len(rids))
     pending: list[tuple[bytes, Message]] = []
-    async for rid in src.messages.queue_ids():
+    for done, rid in enumerate(rids, 1):
         async for m in src.messages.iter_messages(rid):
             pending.append((rid, m))
         if len(pending) >= MIGRATE_BATCH:
             n_messages += await _put_messages(dst, pending)
             pending = []
+            report("messages", done, len(rids))
     n_messages += await _put_messages(dst, pending)
+    report("messages", len(rids), len(rids))
     return n_queues, n_messages
+
+
+async def check_copy(src: Stores, dst: Stores, counts: tuple[int, int]) -> None:
+    """Raise MigrationCheckError unless `dst` holds every queue and message of `src`."""
+    n_queues, n_messages = counts
+    src_queues, dst_queues = await src.queues.queue_count(), await dst.queues.queue_count()
+    if not src_queues == dst_queues == n_queues:
+        raise MigrationCheckError(
+            f"queue count check failed: source {src_queues}, copied {n_queues}, "
+            f"destination {dst_queues}"
+        )
+    found = 0
+    async for rid in src.messages.queue_ids():
+        want, got = await src.messages.queue_size(rid), await dst.messages.queue_size(rid)
+        if want != got:
+            raise MigrationCheckError(
+                f"message count check failed for queue {rid.hex()}: source {want}, "
+                f"destination {got}"
+            )
+        found += got
+    if found != n_messages:
+        raise MigrationCheckError(
+            f"message count check failed: copied {n_messages}, destination {found}"
+        )
+
+
+def _no_progress(phase: str, done: int, total: int) -> None:
+    return None
 
 
 async def _put_queues(dst: Stores, records: list[QueueRecord]) -> int:

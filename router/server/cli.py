@@ -4,6 +4,13 @@
     smp-router init --data-dir DIR
     smp-router migrate-store --data-dir DIR --to sqlite
 
+Without `--store`, `serve` keeps its queues and messages: it uses the kind
+already in the data directory, or the journal store in a fresh one, and the
+data directory defaults to `$XDG_DATA_HOME/smp-router` (or
+`~/.local/share/smp-router`). `--store memory` without `--data-dir` keeps
+nothing; with one, undelivered messages are saved on SIGINT/SIGTERM and
+restored at the next start.
+
 `serve` prints ONE line to stdout, flushed, once the router accepts
 connections; it contains `ws://HOST:PORT` and the router's address
 `smp://KEYHASH@HOST:PORT`. SIGINT and SIGTERM stop it cleanly (exit 0). A bad
@@ -16,24 +23,43 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import trio
 
-from store import migrate_store
+from store import MigrationCheckError, migrate_store, read_store_kind
 
-from .config import DELIVERY_MODES, STORE_KINDS, ConfigError, RouterConfig
+from .config import (
+    DEFAULT_EXPIRE_INTERVAL,
+    DEFAULT_MESSAGE_TTL,
+    DEFAULT_STATS_INTERVAL,
+    DELIVERY_MODES,
+    FSYNC_POLICIES,
+    STORE_KINDS,
+    ConfigError,
+    RouterConfig,
+)
 from .identity import IdentityError, load_or_create_identity
 from .router import RouterInfo, serve_router
+from .stores import StoreOpenError
 
 log = logging.getLogger("smp-router")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_STORE = "journal"  # the kind a fresh data directory gets without --store
+STATS_LOG_NAME = "stats.csv"  # the stats log's name in the data directory
+
+
+def default_data_dir() -> Path:
+    """`$XDG_DATA_HOME/smp-router`, or `~/.local/share/smp-router` (XDG base directories)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "smp-router"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,10 +83,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the router")
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve.add_argument("--port", type=int, default=5224, help="port; 0 picks a free one")
-    serve.add_argument("--store", choices=STORE_KINDS, default="memory")
+    serve.add_argument("--store", choices=STORE_KINDS,
+                       help="where queues and messages are kept (default: the kind in the "
+                       f"data directory, else {DEFAULT_STORE})")
     serve.add_argument("--data-dir", type=Path,
-                       help="identity and stores; without it (memory store only) every "
-                       "start has a new identity")
+                       help="identity, stores and stats log (default: "
+                       f"{default_data_dir()}); with --store memory and no data directory "
+                       "nothing is kept and every start has a new identity")
+    serve.add_argument("--fsync", choices=FSYNC_POLICIES, default="batch",
+                       help="when stored data is forced to disk: never, batch (one fsync "
+                       "per short window of writes), always")
+    serve.add_argument("--skip-corrupt", action="store_true",
+                       help="start even if a store log has a corrupt line (it is left out)")
+    serve.add_argument("--message-ttl", type=float, default=DEFAULT_MESSAGE_TTL,
+                       help="seconds an undelivered message is kept (default 21 days)")
+    serve.add_argument("--expire-interval", type=float, default=DEFAULT_EXPIRE_INTERVAL,
+                       help="seconds between passes that remove expired messages")
+    serve.add_argument("--expire-on-send", action="store_true",
+                       help="also remove a queue's expired messages on every SEND to it")
+    serve.add_argument("--stats-log", type=Path,
+                       help=f"CSV statistics log (default: {STATS_LOG_NAME} in the data "
+                       "directory, if there is one)")
+    serve.add_argument("--no-stats-log", action="store_true", help="write no statistics log")
+    serve.add_argument("--stats-interval", type=int, default=DEFAULT_STATS_INTERVAL,
+                       help="seconds per stats log line; must divide a day")
     serve.add_argument("--quota", type=_positive_int, default=128, help="messages per queue")
     serve.add_argument("--delivery", choices=DELIVERY_MODES, default="single-task")
     serve.add_argument("--password", help="basic-auth password required to create queues")
@@ -83,12 +129,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def store_and_data_dir(store: str | None, data_dir: Path | None) -> tuple[str, Path | None]:
+    """The store kind and data directory `serve` uses for its --store and --data-dir."""
+    if store == "memory" and data_dir is None:
+        return store, None
+    data_dir = data_dir if data_dir is not None else default_data_dir()
+    if store is None:
+        store = read_store_kind(data_dir) or DEFAULT_STORE
+    return store, data_dir
+
+
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
+    store, data_dir = store_and_data_dir(args.store, args.data_dir)
+    stats_log = args.stats_log
+    if stats_log is None and data_dir is not None:
+        stats_log = data_dir / STATS_LOG_NAME
     return RouterConfig(
         host=args.host,
         port=args.port,
-        store=args.store,
-        data_dir=args.data_dir,
+        store=store,
+        data_dir=data_dir,
+        fsync=args.fsync,
+        message_ttl=args.message_ttl,
+        expire_interval=args.expire_interval,
+        expire_on_send=args.expire_on_send,
+        stats_log=None if args.no_stats_log else stats_log,
+        stats_interval=args.stats_interval,
+        store_options={"skip_corrupt": True} if args.skip_corrupt else {},
         delivery=args.delivery,
         quota=args.quota,
         password=None if args.password is None else args.password.encode(),
@@ -127,13 +194,48 @@ def _init(data_dir: Path) -> int:
 
 async def _migrate(data_dir: Path, to_kind: str) -> int:
     """Stop the router first: the data directory must not be in use while it is copied."""
+    bar = ProgressBar(sys.stderr)
     try:
-        queues, messages = await migrate_store(data_dir, to_kind)
+        queues, messages = await migrate_store(data_dir, to_kind, progress=bar.update)
     except ValueError as e:
         raise ConfigError(str(e)) from e
-    print(f"{data_dir}: {queues} queues and {messages} messages now in a {to_kind} store",
-          flush=True)
+    finally:
+        bar.close()
+    print(f"{data_dir}: {queues} queues and {messages} messages now in a {to_kind} store "
+          "(counts checked)", flush=True)
     return EXIT_OK
+
+
+class ProgressBar:
+    """One line per phase on a stream, redrawn in place on a terminal, else printed at
+    every tenth of the way (so a log file gets a few lines, not thousands)."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._phase: str | None = None
+        self._shown = -1
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if phase != self._phase:
+            self.close()
+            self._phase, self._shown = phase, -1
+        tenth = 10 if total == 0 else done * 10 // total
+        if not self._tty and tenth == self._shown:
+            return
+        self._shown = tenth
+        filled = self.WIDTH if total == 0 else done * self.WIDTH // total
+        line = f"{phase:>8} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total}"
+        self._stream.write(("\r" + line) if self._tty else line + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._tty and self._phase is not None:
+            self._stream.write("\n")
+            self._stream.flush()
+        self._phase = None
 
 
 async def _serve(config: RouterConfig) -> None:
@@ -153,6 +255,9 @@ def _report(exc: BaseException) -> int:
     if isinstance(cause, ConfigError | IdentityError):
         sys.stderr.write(f"smp-router: error: {cause}\n")
         return EXIT_USAGE
+    if isinstance(cause, StoreOpenError | MigrationCheckError):
+        sys.stderr.write(f"smp-router: error: {cause}\n")
+        return EXIT_FAILED
     if isinstance(cause, KeyboardInterrupt):
         return EXIT_OK
     if isinstance(cause, OSError):

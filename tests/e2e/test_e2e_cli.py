@@ -96,7 +96,7 @@ async def test_serve_prints_one_line_with_both_addresses_and_stops_cleanly_on_a_
         ["serve", "--delivery", "threads"],
         ["serve", "--quota", "-3"],
         ["serve", "--password", "has space"],
-        ["serve", "--store", "sqlite"],
+        ["serve", "--fsync", "sometimes"],
         ["launch"],
     ],
 )
@@ -115,7 +115,7 @@ def test_a_port_that_is_taken_exits_1_with_one_line():
         taken.listen()
         port = str(taken.getsockname()[1])
         result = subprocess.run(
-            smp_router("serve", "--port", port, "--log-level", "error"),
+            smp_router("serve", "--port", port, "--store", "memory", "--log-level", "error"),
             capture_output=True, text=True, timeout=30,
         )
     assert result.returncode == 1

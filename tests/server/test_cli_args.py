@@ -48,7 +48,7 @@ def test_a_bad_flag_exits_2_with_one_line_on_stderr(argv, capsys):
     [
         ["serve", "--port", "70000"],
         ["serve", "--password", "a b"],
-        ["serve", "--store", "journal"],
+        ["serve", "--message-ttl", "0"],
         ["serve", "--stalled-writer-timeout", "0"],
     ],
 )
