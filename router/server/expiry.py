@@ -47,14 +47,14 @@ class Expirer:
         self.ttl = ttl
         self.interval = interval
         self._on_expired = on_expired
-        self._wall = wall_clock
+        self.wall_clock = wall_clock  # the time messages are compared with
         self.expired_total = 0
         self.passes = 0  # completed passes
         self._pass_done = trio.Event()
 
     def cutoff(self) -> int:
         """Messages stamped before this Unix second are expired."""
-        return int(self._wall() - self.ttl)
+        return int(self.wall_clock() - self.ttl)
 
     async def expire_queue(self, recipient_id: bytes, before_ts: int | None = None) -> int:
         """Expire one queue's old head messages; returns how many went."""

@@ -13,18 +13,25 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
+import trio
+
 from store import SnapshotError, StoreKindMismatch, open_stores
 from store.interfaces import MessageStore, QueueStore, StoreError
 from store.storelog import LogCorruptError, StoreLogError
 
 from .config import ConfigError, RouterConfig
 
+# A router is normally stopped by cancelling it; closing its stores (the last
+# group commit, the snapshot of a memory store) must still run to the end.
+STORE_CLOSE_TIMEOUT = 60.0
+
 
 @asynccontextmanager
 async def open_router_stores(
     config: RouterConfig,
 ) -> AsyncIterator[tuple[QueueStore, MessageStore]]:
-    async with AsyncExitStack() as stack:
+    stack = AsyncExitStack()
+    try:
         try:
             stores = await stack.enter_async_context(
                 open_stores(
@@ -41,6 +48,9 @@ async def open_router_stores(
         except (StoreKindMismatch, ValueError) as e:
             raise ConfigError(str(e)) from e
         yield stores.queues, stores.messages
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(STORE_CLOSE_TIMEOUT):
+            await stack.aclose()
 
 
 class StoreOpenError(Exception):

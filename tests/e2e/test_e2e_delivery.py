@@ -179,6 +179,7 @@ async def test_deleting_a_queue_tells_the_subscriber_on_another_connection(
             assert router.router.statistics().subscriptions == 0
 
 
+@pytest.mark.scale
 async def test_a_thousand_queues_subscribed_in_batches_get_every_message_once_in_order(router):
     with trio.fail_after(60):
         async with open_client(router.address) as recipient, open_client(router.address) as sender:
@@ -209,6 +210,7 @@ async def test_a_thousand_queues_subscribed_in_batches_get_every_message_once_in
             await assert_no_more_events(recipient)
 
 
+@pytest.mark.scale
 async def test_a_thousand_subscribed_empty_queues_each_get_their_pushed_message_once(router):
     with trio.fail_after(60):
         async with open_client(router.address) as recipient, open_client(router.address) as sender:

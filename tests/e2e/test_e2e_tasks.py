@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 from e2e_helpers import create_queues, router_connection, send_many
 
@@ -11,6 +12,7 @@ from router.server import SINGLE_TASK
 CONNECTION_TASKS = 3  # receive, send, delivery
 
 
+@pytest.mark.scale
 async def test_a_client_with_1000_busy_queues_has_as_many_router_tasks_as_one_with_1_queue(
     router_factory, delivery, store_kind
 ):
