@@ -1,0 +1,80 @@
+"""Migration reports its progress and refuses to switch a directory over to a copy
+whose counts differ from the source."""
+
+from __future__ import annotations
+
+import os
+from contextlib import asynccontextmanager
+
+import pytest
+
+from store import (
+    STORE_KINDS,
+    Message,
+    MigrationCheckError,
+    QueueRecord,
+    Stores,
+    migrate_store,
+    open_stores,
+    read_store_kind,
+)
+from store.factory import store_opener
+
+
+def record() -> QueueRecord:
+    return QueueRecord(os.urandom(24), os.urandom(24), os.urandom(44), os.urandom(32), None, True)
+
+
+async def fill(data_dir, kind: str = "journal", queues: int = 3) -> None:
+    async with open_stores(kind, data_dir) as stores:
+        for i in range(queues):
+            rec = record()
+            assert await stores.queues.add_queue(rec) is None
+            for j in range(i):
+                await stores.messages.write_message(
+                    rec.recipient_id, Message(os.urandom(24), 100 + j, b"F", b"m"), 10
+                )
+
+
+async def test_progress_is_reported_per_phase_up_to_the_totals(tmp_path):
+    await fill(tmp_path)
+    seen: list[tuple[str, int, int]] = []
+    assert await migrate_store(tmp_path, "sqlite", progress=lambda *p: seen.append(p)) == (3, 3)
+    assert seen[0] == ("queues", 0, 3) and ("queues", 3, 3) in seen
+    assert seen[-1] == ("messages", 2, 2)  # two of the three queues hold messages
+
+
+async def test_a_copy_that_lost_a_message_is_refused_and_the_directory_keeps_its_kind(
+    tmp_path, monkeypatch
+):
+    await fill(tmp_path)
+    real = store_opener("memory")
+
+    @asynccontextmanager
+    async def lossy(store_dir, options):
+        async with real(store_dir, options) as stores:
+            yield Stores(stores.kind, stores.queues, _DropsOne(stores.messages), store_dir)
+
+    monkeypatch.setitem(STORE_KINDS, "memory", lossy)
+    with pytest.raises(MigrationCheckError, match="message count"):
+        await migrate_store(tmp_path, "memory")
+    assert read_store_kind(tmp_path) == "journal"
+    async with open_stores("journal", tmp_path) as stores:
+        assert await stores.queues.queue_count() == 3
+
+
+class _DropsOne:
+    """A message store that silently drops the first message written to it."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+        self._dropped = False
+
+    async def write_message(self, rid, message, quota):
+        if not self._dropped:
+            self._dropped = True
+            return None
+        return await self._inner.write_message(rid, message, quota)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
