@@ -5,6 +5,7 @@
     python -m bench burst        10,000 queues get one message at the same moment
     python -m bench scale        subscribe time, memory and drain rate from 1k to 200k
     python -m bench profile      any of the above with the router under pyinstrument
+    python -m bench stores       throughput per store kind vs memory; restart with 100k queues
 
 `--quick` runs a small version of each (what the smoke tests use).
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from . import harness
 
-NAMES = ("memory", "throughput", "burst", "scale", "profile")
+NAMES = ("memory", "throughput", "burst", "scale", "profile", "stores")
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -75,6 +76,11 @@ def _run(args: argparse.Namespace) -> object:
 
         sizes = args.sizes or (scale.QUICK_SIZES if args.quick else scale.SIZES)
         return scale.run(sizes, repeats=repeats)
+    if args.name == "stores":
+        from . import stores
+
+        return stores.run(quick=args.quick, repeats=repeats, duration=args.duration,
+                          sizes=args.sizes)
     from . import profile
 
     return profile.run(args.target, profiler=args.profiler, quick=args.quick)
