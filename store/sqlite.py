@@ -18,10 +18,13 @@ transaction of its own, so one failing op cannot fail its neighbours. Waiting
 for a commit is shielded from cancellation: an op that was handed over always
 completes, and its caller always updates its cache to match.
 
-`--fsync` maps onto PRAGMA synchronous: never -> OFF, batch -> NORMAL (WAL:
-a commit survives a crash of the router, and group commit keeps the number
-of syncs low), always -> FULL (each committed batch is synced before any of
-its writers is answered).
+`--fsync` maps onto PRAGMA synchronous: never -> OFF (a commit is written to
+the OS, so it survives a crash of the router, not a power loss), batch and
+always -> FULL (each committed transaction is synced before any of its
+writers is answered). Group commit makes FULL cheap: one sync covers every
+write that arrived while the previous transaction was being committed, which
+is what `batch` promises; the two differ only for the journal, whose batch
+also waits a short window for more writers.
 
 `SqliteQueueStore` keeps a cache of queue records (recipient id -> record,
 plus sender and notifier indexes) that is loaded on a miss and always updated
@@ -64,7 +67,7 @@ T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 
 DB_FILE = "store.sqlite3"
-FSYNC_MODES = {"never": "OFF", "batch": "NORMAL", "always": "FULL"}
+FSYNC_MODES = {"never": "OFF", "batch": "FULL", "always": "FULL"}
 DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
 _SCHEMA_VERSION = 1
 _PAGE = 1000  # rows per worker call when iterating

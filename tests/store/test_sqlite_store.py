@@ -108,7 +108,7 @@ async def test_a_write_whose_caller_is_cancelled_still_commits(db_path):
         assert await store.peek_message(rid) == m
 
 
-@pytest.mark.parametrize(("fsync", "level"), [("never", 0), ("batch", 1), ("always", 2)])
+@pytest.mark.parametrize(("fsync", "level"), [("never", 0), ("batch", 2), ("always", 2)])
 async def test_fsync_modes_set_the_synchronous_pragma(db_path, fsync, level):
     async with open_sqlite_database(db_path, fsync=fsync) as db:
         assert await db.read(lambda c: c.execute("PRAGMA synchronous").fetchone()[0]) == level
