@@ -40,6 +40,11 @@ from store.interfaces import Message
 from .config import PER_QUEUE_TASK
 from .subscriptions import Sub
 
+# MSGs the delivery task hands to the writer at once. Each is a block of its own
+# on the wire; the outbox holds `send_queue_size` batches, so this also bounds
+# what a reader that stopped reading can have waiting (64 x 4 x 16 KB = 4 MB).
+DELIVERY_BATCH = 4
+
 if TYPE_CHECKING:
     from .connection import Connection
     from .router import Router
@@ -109,19 +114,37 @@ class Deliverer:
                 events, conn.overflow_events = conn.overflow_events, []
                 await conn.push(events)
             elif conn.deliveries:
-                await self._deliver_head(conn, conn.deliveries.pop_oldest())
+                batch = await self._take_heads(conn)
+                if batch:
+                    await conn.push(batch)
             else:
                 await self._router.services.catch_up_step(conn)
 
-    async def _deliver_head(self, conn: Connection, recipient_id: bytes) -> None:
+    async def _take_heads(self, conn: Connection) -> list[bytes]:
+        """MSGs for the oldest waiting queues, up to `DELIVERY_BATCH` of them as one
+        outbox batch: a burst costs one hand-over to the writer per batch, not per MSG."""
+        batch: list[bytes] = []
+        deliveries = conn.deliveries
+        while deliveries and len(batch) < DELIVERY_BATCH:
+            transmission = await self._head_transmission(conn, deliveries.pop_oldest())
+            if transmission is not None:
+                batch.append(transmission)
+        return batch
+
+    async def _head_transmission(self, conn: Connection, recipient_id: bytes) -> bytes | None:
         sub = conn.subscriptions.get(recipient_id)
         if not self.can_push(conn, sub):
-            return
+            return None
         msg = await self._router.messages.peek_message(recipient_id)
         if msg is None or not self.can_push(conn, sub):
-            return
+            return None
         assert sub is not None
-        await conn.push([self.message_transmission(b"", recipient_id, sub, msg)])
+        return self.message_transmission(b"", recipient_id, sub, msg)
+
+    async def _deliver_head(self, conn: Connection, recipient_id: bytes) -> None:
+        transmission = await self._head_transmission(conn, recipient_id)
+        if transmission is not None:
+            await conn.push([transmission])
 
     async def _queue_task(self, conn: Connection, sub: Sub) -> None:
         assert sub.scope is not None
