@@ -175,8 +175,10 @@ def main() -> None:
     )
     print(HEADER)
     for records in args.records:
+        load = os.getloadavg()[0]
         for row in bench_size(records, args):
             print(row, flush=True)
+        print(f"load average (1 min) when the {records:,} run began: {load:.1f}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -78,16 +78,21 @@ def _synth_parser(commands: argparse._SubParsersAction) -> None:
 
 def main(argv: Sequence[str] | None = None, *, spark_submit: bool = False) -> int:
     args = build_parser(spark_submit).parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    _log_to_stderr(args.log_level.upper())
     try:
         return _dispatch(args)
     except (ValueError, FileNotFoundError) as exc:
         log.error("%s", exc)
         return 2
+
+
+def _log_to_stderr(level: str) -> None:
+    """Progress lines of the pipeline's own loggers (Spark's bar is separate)."""
+    log.setLevel(level)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    log.handlers = [handler]
+    log.propagate = False
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -64,7 +64,12 @@ class _Files:
 
     def _fs_path(self, path: str):
         p = self._jvm.org.apache.hadoop.fs.Path(path)
-        return p.getFileSystem(self._conf), p
+        fs = p.getFileSystem(self._conf)
+        if fs.getUri().getScheme() == "file":
+            # the raw local file system: no `.name.crc` files next to a router's log
+            fs = self._jvm.org.apache.hadoop.fs.RawLocalFileSystem()
+            fs.initialize(self._jvm.java.net.URI.create("file:///"), self._conf)
+        return fs, p
 
     def tail(self, path: str) -> bytes:
         fs, p = self._fs_path(path)
