@@ -15,11 +15,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import trio
 
 from pipeline import follow
 from pipeline.schemas import STATS_NUMBERS
 from pipeline.stats_io import read_stats_logs, router_name, stats_log_files
 from pipeline.stats_job import StatsOutput, run_increment, run_stats
+from router.client import open_client
+from router.server import RouterConfig, serve_router
 from router.server.statslog import COLUMNS, RouterCounters, StatsLog
 
 pytestmark = pytest.mark.spark
@@ -289,3 +292,43 @@ def test_start_at_a_time_keeps_lines_of_periods_from_then_on(spark, logs, tmp_pa
     assert (
         int(rows[0]["msgs_sent"]) == expected_days("eu-1", *RUNS["eu-1"])["2024-05-02"]["msgs_sent"]
     )
+
+
+# --- a stats log written by the running router -------------------------------------
+
+
+async def run_router_with_traffic(stats_log: Path, messages: int) -> None:
+    """Serve, send and receive `messages` messages, wait for the line that counts them."""
+    config = RouterConfig(port=0, stats_log=stats_log, stats_interval=1)
+    async with trio.open_nursery() as nursery:
+        info = await nursery.start(serve_router, config)
+        stats = info.router.stats_log
+        async with open_client(info.address) as client:
+            queue = await client.create_queue()
+            for n in range(messages):
+                await client.send(queue.sender_id, b"m%d" % n)
+            await client.subscribe(queue)
+            for _ in range(messages):
+                await client.ack(queue, (await client.next_event()).msg_id)
+            await stats.wait_lines_written(stats.statistics()["lines_written"] + 1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_logs_written_by_running_routers_are_summed_per_router_and_in_total(spark, tmp_path):
+    with trio.fail_after(60):
+        await run_router_with_traffic(tmp_path / "logs" / "r1" / "stats.csv", 3)
+        await run_router_with_traffic(tmp_path / "logs" / "r2.csv", 5)
+    out = StatsOutput.at(str(tmp_path / "out"))
+    await trio.to_thread.run_sync(run_stats, spark, [str(tmp_path / "logs")], out)
+    per_router: dict[str, dict[str, int]] = {}
+    for row in read_csv(tmp_path / "out" / "router_daily.csv"):
+        sums = per_router.setdefault(row["router"], {"sent": 0, "acked": 0, "created": 0})
+        sums["sent"] += int(row["msgs_sent"])
+        sums["acked"] += int(row["msgs_acknowledged"])
+        sums["created"] += int(row["queues_created"])
+    assert per_router == {
+        "r1": {"sent": 3, "acked": 3, "created": 1},
+        "r2": {"sent": 5, "acked": 5, "created": 1},
+    }
+    totals = read_csv(tmp_path / "out" / "total_monthly.csv")
+    assert sum(int(r["msgs_sent"]) for r in totals) == 8
