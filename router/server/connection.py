@@ -206,6 +206,9 @@ class Connection:
         send_block = self.transport.send_block
         while True:
             batch = await outbox.receive()
+            # One pass of the scheduler first: responses that other tasks are about to
+            # queue (the next block of the same client, a push) share this block.
+            await trio.lowlevel.checkpoint()
             while True:  # drain what is queued now into as few blocks as fit
                 for t in batch:
                     if not packer.add(t):
