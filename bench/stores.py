@@ -128,15 +128,18 @@ async def _measure(address: str, duration: float, warmup: float) -> float:
             q = await recipients[j].create_queue()
             owned[j].append(q)
             pairs.append((senders[j], q))
-        for client, queues in zip(recipients, owned, strict=True):
-            await client.subscribe_many(queues)
-            nursery.start_soon(_recipient, client, {q.recipient_id: q for q in queues}, counts)
-        for client, q in pairs:
-            nursery.start_soon(_sender, client, q)
-        await trio.sleep(warmup)
-        before, t0 = counts[0], time.perf_counter()
-        await trio.sleep(duration)
-        rate = (counts[0] - before) / (time.perf_counter() - t0)
+        # The load in a nursery of its own, so it stops before the clients close.
+        async with trio.open_nursery() as load:
+            for client, queues in zip(recipients, owned, strict=True):
+                await client.subscribe_many(queues)
+                load.start_soon(_recipient, client, {q.recipient_id: q for q in queues}, counts)
+            for client, q in pairs:
+                load.start_soon(_sender, client, q)
+            await trio.sleep(warmup)
+            before, t0 = counts[0], time.perf_counter()
+            await trio.sleep(duration)
+            rate = (counts[0] - before) / (time.perf_counter() - t0)
+            load.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
     return rate
 
