@@ -5,6 +5,7 @@
     python -m bench burst        10,000 queues get one message at the same moment
     python -m bench scale        subscribe time, memory and drain rate from 1k to 200k
     python -m bench profile      any of the above with the router under pyinstrument
+    python -m bench compare      router CPU per operation, this checkout vs --base DIR
     python -m bench stores       throughput per store kind vs memory; restart with 100k queues
 
 `--quick` runs a small version of each (what the smoke tests use).
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                         default="throughput", help="profile: the benchmark to profile")
     parser.add_argument("--profiler", choices=("pyinstrument", "py-spy"),
                         default="pyinstrument", help="profile: which profiler")
+    parser.add_argument("--base", type=Path, help="compare: the other source tree")
     return parser
 
 
@@ -81,6 +83,12 @@ def _run(args: argparse.Namespace) -> object:
 
         return stores.run(quick=args.quick, repeats=repeats, duration=args.duration,
                           sizes=args.sizes)
+    if args.name == "compare":
+        from . import compare
+
+        if args.base is None:
+            raise SystemExit("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
+        return compare.run(args.base, repeats=args.repeats or 4)
     from . import profile
 
     return profile.run(args.target, profiler=args.profiler, quick=args.quick)

@@ -44,15 +44,17 @@ class RouterProcess:
     """`python -m bench.router_process` and its control pipe."""
 
     def __init__(
-        self, delivery: str, *, tracemalloc: bool = False, extra: Sequence[str] = ()
+        self, delivery: str, *, tracemalloc: bool = False, extra: Sequence[str] = (),
+        root: Path | None = None,
     ) -> None:
+        """`root`: the source tree to run the router from (another checkout, to compare)."""
         cmd = [sys.executable, "-m", "bench.router_process", "--delivery", delivery, *extra]
         if tracemalloc:
             cmd.append("--tracemalloc")
         self.delivery = delivery
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=root or Path(__file__).resolve().parent.parent,
         )
         assert self.proc.stdout is not None
         line = _readline(self.proc.stdout, START_TIMEOUT)

@@ -43,24 +43,36 @@ def measure_once(mode: str, size: int, connections: int, traced: bool) -> dict[s
     """One router, three phases; the figures of one (mode, size) point."""
     with RouterProcess(mode, tracemalloc=traced) as router:
         router.call("preload", start=0, count=size)
-        loaded = router.call("stats", gc=True)
+        loaded = _phase(router)
         with WorkerGroup(router.address, WORKERS) as workers:
             per_worker = connect(workers, connections)
-            connected = router.call("stats", gc=True)
+            connected = _phase(router)
             seconds, _ = subscribe(workers, per_worker, 0, size)
-            subscribed = router.call("stats", gc=True)
+            subscribed = _phase(router)
     key = "traced" if traced else "rss"
+    # Each phase is measured from the previous one's trimmed RSS: free C heap left
+    # behind by earlier phases is not charged to the next one.
+    base = "trimmed" if key == "rss" else key
     return {
         "loaded": loaded[key],
         "connected": connected[key],
         "subscribed": subscribed[key],
-        "per_connection": (connected[key] - loaded[key]) / connections,
-        "per_subscription": (subscribed[key] - connected[key]) / size,
+        "per_connection": (connected[key] - loaded[base]) / connections,
+        "per_subscription": (subscribed[key] - connected[base]) / size,
+        "per_connection_trimmed": (connected["trimmed"] - loaded["trimmed"]) / connections,
+        "per_subscription_trimmed": (subscribed["trimmed"] - connected["trimmed"]) / size,
         "tasks_connected": connected["tasks"],
         "tasks_subscribed": subscribed["tasks"],
         "subscribe_seconds": seconds,
         "subscriptions": subscribed["statistics"]["subscriptions"],
     }
+
+
+def _phase(router: RouterProcess) -> dict[str, Any]:
+    """Stats after a full gc, plus the RSS once glibc has returned its free heap."""
+    stats = router.call("stats", gc=True)
+    stats["trimmed"] = router.call("malloc_trim")["rss"]
+    return stats
 
 
 def run(
@@ -103,12 +115,17 @@ def summarize(runs: list[dict[str, Any]], sizes: tuple[int, ...]) -> list[dict[s
                 "rss_subscribed": median(x["subscribed"] for x in plain),
                 "rss_per_subscription": median(x["per_subscription"] for x in plain),
                 "rss_per_connection": median(x["per_connection"] for x in plain),
+                "trimmed_per_subscription": median(x["per_subscription_trimmed"] for x in plain),
+                "trimmed_per_connection": median(x["per_connection_trimmed"] for x in plain),
                 "traced_per_subscription": median(x["per_subscription"] for x in traced),
                 "traced_per_connection": median(x["per_connection"] for x in traced),
                 "tasks": median(x["tasks_subscribed"] for x in plain),
                 "subscribe_seconds": median(x["subscribe_seconds"] for x in plain),
             }
         row["ratio_rss"] = median(p["ratio_per_subscription"] for p in points)
+        row["ratio_trimmed"] = median(
+            p["per-queue-task"]["per_subscription_trimmed"]
+            / p["single-task"]["per_subscription_trimmed"] for p in points)
         single, per_queue = row["single-task"], row["per-queue-task"]
         if single["traced_per_subscription"] and per_queue["traced_per_subscription"]:
             row["ratio_traced"] = (
@@ -126,20 +143,22 @@ def table(summary: list[dict[str, Any]]) -> str:
         s, q = r["single-task"], r["per-queue-task"]
         rows.append([
             r["size"], r["connections"],
-            s["rss_per_subscription"], s["traced_per_subscription"],
-            q["rss_per_subscription"], q["traced_per_subscription"],
-            r["ratio_rss"], r["ratio_traced"],
+            s["rss_per_subscription"], s["trimmed_per_subscription"],
+            s["traced_per_subscription"],
+            q["rss_per_subscription"], q["trimmed_per_subscription"],
+            q["traced_per_subscription"],
+            r["ratio_rss"], r["ratio_trimmed"], r["ratio_traced"],
             s["tasks"], q["tasks"],
             s["rss_per_connection"], s["traced_per_connection"],
             (s["rss_subscribed"] or 0) / 2**20, (q["rss_subscribed"] or 0) / 2**20,
         ])
     return md_table(
         ["subscriptions", "connections",
-         "single B/sub (RSS)", "single B/sub (traced)",
-         "per-queue B/sub (RSS)", "per-queue B/sub (traced)",
-         "ratio (RSS)", "ratio (traced)",
+         "single B/sub RSS", "single B/sub RSS trimmed", "single B/sub traced",
+         "per-queue B/sub RSS", "per-queue B/sub RSS trimmed", "per-queue B/sub traced",
+         "ratio RSS", "ratio RSS trimmed", "ratio traced",
          "tasks single", "tasks per-queue",
-         "B/idle conn (RSS)", "B/idle conn (traced)",
+         "B/idle conn RSS", "B/idle conn traced",
          "RSS single MiB", "RSS per-queue MiB"],
         rows,
     )

@@ -85,7 +85,12 @@ def summarize_collapsed(text: str, top: int = 40) -> str:
         own[frames[-1]] += n
         for frame in set(frames):
             inclusive[frame] += n
-    lines = [f"samples: {total}", "", "own time (function and line):"]
+    by_package: collections.Counter[str] = collections.Counter()
+    for frame, n in own.items():
+        by_package[_package(frame)] += n
+    lines = [f"samples: {total}", "", "own time by package:"]
+    lines += [f"{n / total * 100:6.1f}%  {p}" for p, n in by_package.most_common()]
+    lines += ["", "own time (function and line):"]
     lines += [f"{n / total * 100:6.1f}%  {f}" for f, n in own.most_common(top)]
     lines += ["", "inclusive time:"]
     lines += [f"{n / total * 100:6.1f}%  {f}" for f, n in inclusive.most_common(top + 20)]
@@ -142,3 +147,28 @@ def run(target: str = "throughput", profiler: str = "pyinstrument", quick: bool 
         result = scenario(router, _Profiler(profiler, router, name), quick)
     result.update({"target": target, "mode": mode})
     return result
+
+
+_PACKAGES = (
+    ("nacl/", "PyNaCl (Ed25519 verify, XSalsa20-Poly1305)"),
+    ("trio_websocket/", "trio-websocket"),
+    ("wsproto/", "wsproto (framing, unmasking)"),
+    ("h11/", "h11"),
+    ("trio/_socket.py", "socket system calls (trio._socket)"),
+    ("trio/_core/_io_epoll.py", "epoll (trio)"),
+    ("trio/", "trio (scheduling, channels, cancel scopes)"),
+    ("router/protocol/", "router.protocol"),
+    ("router/server/", "router.server"),
+    ("store/", "store"),
+    ("sortedcontainers/", "sortedcontainers"),
+    ("bench/", "bench control pipe"),
+)
+
+
+def _package(frame: str) -> str:
+    """The package a collapsed-stack frame ``func (path:line)`` belongs to."""
+    location = frame.rpartition("(")[2]
+    for prefix, name in _PACKAGES:
+        if location.startswith(prefix) or f"/{prefix}" in location:
+            return name
+    return "other (stdlib, interpreter)"

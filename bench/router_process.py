@@ -213,6 +213,17 @@ class Control:
         ]
         return {"ok": True, "top": top}
 
+    async def op_malloc_trim(self, req: dict) -> dict:
+        """Give free C heap memory back to the system (glibc), then report RSS."""
+        import ctypes
+
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError as e:
+            return {"error": str(e)}
+        return {"ok": True, "rss": self.process.memory_info().rss}
+
     async def op_gc_freeze(self, req: dict) -> dict:
         gc.collect()
         gc.freeze()

@@ -70,6 +70,8 @@ def scale_once(mode: str, size: int, idle_connections: int = 0) -> dict[str, Any
             connect(workers, idle_connections)
             after = router.call("stats", gc=True)["rss"]
             out["rss_per_idle_connection"] = (after - before) / idle_connections
+        router.call("gc_freeze")
+        out["full_gc_ms_frozen"] = router.call("stats", gc=True)["full_gc_ms"]
     return out
 
 
@@ -92,7 +94,8 @@ def run(sizes: tuple[int, ...] = SIZES, repeats: int = 2) -> dict[str, Any]:
     return {"summary": summary, "projection": projection}
 
 
-FIELDS = ("subs_per_s", "rss", "rss_empty", "full_gc_ms", "tasks", "drain_msgs_per_s",
+FIELDS = ("subs_per_s", "rss", "rss_empty", "full_gc_ms", "full_gc_ms_frozen", "tasks",
+          "drain_msgs_per_s",
           "drain_router_cpu_us_per_msg", "rss_per_idle_connection")
 
 
@@ -126,6 +129,7 @@ def project(summary: list[dict[str, Any]]) -> dict[str, Any]:
         xs = [r["size"] for r in fit_rows]
         intercept, slope = _fit(xs, [r[mode]["rss"] for r in fit_rows])
         _, gc_slope = _fit(xs, [r[mode]["full_gc_ms"] or 0.0 for r in fit_rows])
+        _, frozen_slope = _fit(xs, [r[mode]["full_gc_ms_frozen"] or 0.0 for r in fit_rows])
         per_conn = summary[0][mode]["rss_per_idle_connection"] or 0.0
         big = fit_rows[-1][mode]
         memory = intercept + slope * PROJECT_SUBSCRIPTIONS + per_conn * PROJECT_CONNECTIONS
@@ -138,6 +142,7 @@ def project(summary: list[dict[str, Any]]) -> dict[str, Any]:
             "connections_memory_gib": per_conn * PROJECT_CONNECTIONS / 2**30,
             "subscribe_all_seconds": PROJECT_SUBSCRIPTIONS / big["subs_per_s"],
             "full_gc_ms": gc_slope * PROJECT_SUBSCRIPTIONS,
+            "full_gc_ms_after_freeze": frozen_slope * PROJECT_SUBSCRIPTIONS,
             "trio_tasks": (PROJECT_SUBSCRIPTIONS + 5 * PROJECT_CONNECTIONS
                            if mode == "per-queue-task" else 5 * PROJECT_CONNECTIONS),
         }
@@ -152,10 +157,12 @@ def table(summary: list[dict[str, Any]], projection: dict[str, Any]) -> str:
         for mode in MODES:
             m = r[mode]
             rows.append([r["size"], mode, m["subs_per_s"], m["rss"] / 2**20,
-                         (m["rss"] - m["rss_empty"]) / r["size"], m["full_gc_ms"], m["tasks"],
+                         (m["rss"] - m["rss_empty"]) / r["size"], m["full_gc_ms"],
+                         m["full_gc_ms_frozen"], m["tasks"],
                          m["drain_msgs_per_s"], m["drain_router_cpu_us_per_msg"]])
     text = md_table(["subscriptions", "mode", "SUB/s (1 conn)", "RSS MiB",
-                     "RSS of subscribing / sub (B)", "full gc ms", "trio tasks",
+                     "RSS of subscribing / sub (B)", "full gc ms",
+                     "full gc ms after gc.freeze()", "trio tasks",
                      "drain msg/s (1 conn)", "router CPU us/msg (drain)"], rows)
     lines = [text, "", f"Projection to {PROJECT_SUBSCRIPTIONS:,} subscriptions over "
              f"{PROJECT_CONNECTIONS:,} connections (linear fit of RSS for N >= 10k):", ""]
@@ -168,7 +175,8 @@ def table(summary: list[dict[str, Any]], projection: dict[str, Any]) -> str:
             f"({p['bytes_per_subscribed_queue']:.0f} B per subscribed queue incl. its record = "
             f"{p['subscriptions_memory_gib']:.2f} GiB, {p['bytes_per_idle_connection'] / 1024:.0f}"
             f" KiB per idle connection = {p['connections_memory_gib']:.2f} GiB), "
-            f"{p['trio_tasks']:,} trio tasks, full gc pass ~{p['full_gc_ms']:.0f} ms, "
+            f"{p['trio_tasks']:,} trio tasks, full gc pass ~{p['full_gc_ms']:.0f} ms "
+            f"(~{p['full_gc_ms_after_freeze']:.0f} ms once gc.freeze() has run), "
             f"subscribing everything ~{p['subscribe_all_seconds']:.0f} s of router time"
             + (f", draining one message per queue ~{p['drain_all_seconds']:.0f} s"
                if p.get("drain_all_seconds") else ""))
