@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import harness
 
-NAMES = ("memory", "throughput", "burst", "scale", "profile", "stores")
+NAMES = ("memory", "throughput", "burst", "scale", "profile", "stores", "compare")
 
 
 def _sizes(text: str) -> tuple[int, ...]:
