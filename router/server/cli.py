@@ -5,7 +5,7 @@
     smp-router migrate-store --data-dir DIR --to sqlite
 
 Without `--store`, `serve` keeps its queues and messages: it uses the kind
-already in the data directory, or the journal store in a fresh one, and the
+already in the data directory, or the sqlite store in a fresh one, and the
 data directory defaults to `$XDG_DATA_HOME/smp-router` (or
 `~/.local/share/smp-router`). `--store memory` without `--data-dir` keeps
 nothing; with one, undelivered messages are saved on SIGINT/SIGTERM and
@@ -52,7 +52,10 @@ log = logging.getLogger("smp-router")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 LOG_LEVELS = ("debug", "info", "warning", "error")
-DEFAULT_STORE = "journal"  # the kind a fresh data directory gets without --store
+# The kind a fresh data directory gets without --store: with fsync batch it needs
+# one sync per group of writes where the journal syncs every queue file written,
+# and it opens without reading every queue (docs/stores.md, bench/RESULTS-stores.md).
+DEFAULT_STORE = "sqlite"
 STATS_LOG_NAME = "stats.csv"  # the stats log's name in the data directory
 
 

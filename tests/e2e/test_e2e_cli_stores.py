@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from router.client import RecipientQueue, SMPError, open_client
+from router.server.cli import DEFAULT_STORE
 from router.server.statslog import HEADER
 from store import KIND_FILE
 
@@ -80,7 +81,7 @@ async def test_serve_without_store_flags_keeps_messages_in_the_default_data_dire
     with trio.fail_after(60):
         async with serving() as address:
             q = await leave_a_message(address)
-        assert (data_dir / KIND_FILE).read_text().strip() == "journal"
+        assert (data_dir / KIND_FILE).read_text().strip() == DEFAULT_STORE
         assert (data_dir / "stats.csv").read_text().splitlines()[0] == HEADER
         async with serving() as address:
             assert await receive(address, q) == b"still here"
