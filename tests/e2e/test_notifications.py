@@ -115,6 +115,7 @@ async def test_ndel_and_del_end_the_notifier_subscription(router, version, ended
             await ntf.subscribe_notifications(creds1)
             await ntf.subscribe_notifications(creds2)
             await recipient.disable_notifications(q1)
+            await recipient.disable_notifications(q1)  # no notifier any more: still OK
             assert await ntf.next_event() == ended(creds1.notifier_id)
             await recipient.delete(q2)
             assert await ntf.next_event() == ended(creds2.notifier_id)
