@@ -32,6 +32,7 @@ from . import identities
 
 CONNECT_CONCURRENCY = 64
 SUBSCRIBE_CHUNK = 2000
+ACKS_IN_FLIGHT = 2  # ack_many calls a recipient connection has out at once
 
 
 def worker_main(pipe: Pipe, address: str, index: int) -> None:
@@ -156,7 +157,8 @@ class Worker:
 
     async def _drain_client(self, client: SMPClient, expect: int, state: dict) -> None:
         received = 0
-        async with trio.open_nursery() as acks:
+        async with trio.open_nursery() as nursery:
+            acker = Acker(client, self.queues, nursery, state)
             while received < expect:
                 batch = await _event_batch(client)
                 now = time.monotonic()
@@ -166,14 +168,7 @@ class Worker:
                 received += len(messages)
                 state["received"] += len(messages)
                 state["last"] = now
-                acks.start_soon(self._ack, client, messages, state)
-
-    async def _ack(self, client: SMPClient, messages: list[MessageEvent], state: dict) -> None:
-        if not messages:
-            return
-        results = await client.ack_many([(self.queues[m.recipient_id], m.msg_id)
-                                         for m in messages])
-        state["errors"] += sum(r is not None for r in results)
+                acker.add(messages)
 
     async def op_wait(self, req: dict) -> dict:
         job = self.jobs.pop(req["job"])
@@ -254,7 +249,8 @@ class Worker:
         latencies = result["latencies"]
         deadline = req["stop"] + req.get("grace", 1.0)
         with trio.move_on_at(_trio_time(deadline)):
-            async with trio.open_nursery() as acks:
+            async with trio.open_nursery() as nursery:
+                acker = Acker(client, self.queues, nursery, result, "receive_errors")
                 while True:
                     batch = await _event_batch(client)
                     now_ns = time.monotonic_ns()
@@ -266,13 +262,7 @@ class Worker:
                         for m in messages:
                             if not m.quota:  # the QUOTA marker carries no send time
                                 latencies.append(now_ns - int.from_bytes(m.body[:8], "big"))
-                    acks.start_soon(self._ack_counting, client, messages, result)
-
-    async def _ack_counting(self, client: SMPClient, messages: list, result: dict) -> None:
-        if messages:
-            results = await client.ack_many([(self.queues[m.recipient_id], m.msg_id)
-                                             for m in messages])
-            result["receive_errors"] += sum(r is not None for r in results)
+                    acker.add(messages)
 
     # --- the ceiling: plain WebSocket echo ---------------------------------------------------
 
@@ -345,6 +335,39 @@ async def _echo_connection(
         with trio.move_on_at(_trio_time(stop + 2.0)):
             await reader()
         nursery.cancel_scope.cancel()
+
+
+class Acker:
+    """ACKs for one connection, with at most `ACKS_IN_FLIGHT` `ack_many` calls out at
+    a time: messages that arrive meanwhile wait and go together in the next call,
+    as a client with a steady stream of messages batches them (few blocks, each
+    with many ACKs, instead of a 16 KB block per message)."""
+
+    def __init__(self, client: SMPClient, queues: dict[bytes, RecipientQueue],
+                 nursery: trio.Nursery, counters: dict, errors_key: str = "errors") -> None:
+        self.client = client
+        self.queues = queues
+        self.nursery = nursery
+        self.counters = counters
+        self.errors_key = errors_key
+        self.pending: list[MessageEvent] = []
+        self.in_flight = 0
+
+    def add(self, messages: list[MessageEvent]) -> None:
+        self.pending.extend(messages)
+        if self.pending and self.in_flight < ACKS_IN_FLIGHT:
+            self.in_flight += 1
+            self.nursery.start_soon(self._send)
+
+    async def _send(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending, []
+                results = await self.client.ack_many(
+                    [(self.queues[m.recipient_id], m.msg_id) for m in batch])
+                self.counters[self.errors_key] += sum(r is not None for r in results)
+        finally:
+            self.in_flight -= 1
 
 
 # --- helpers ------------------------------------------------------------------------
