@@ -124,6 +124,16 @@ def message_backend(request: pytest.FixtureRequest) -> StoreBackend:
     return request.param
 
 
+@pytest.fixture(params=[b for b in QUEUE_BACKENDS if b.persistent], ids=lambda b: b.id)
+def persistent_queue_backend(request: pytest.FixtureRequest) -> StoreBackend:
+    return request.param
+
+
+@pytest.fixture(params=[b for b in MESSAGE_BACKENDS if b.persistent], ids=lambda b: b.id)
+def persistent_message_backend(request: pytest.FixtureRequest) -> StoreBackend:
+    return request.param
+
+
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     return tmp_path / "store"

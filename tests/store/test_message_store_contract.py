@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from store.interfaces import Message, WriteResult
 
 QUOTA = 4
@@ -261,20 +259,20 @@ async def test_an_empty_store_lists_no_queues(messages):
 # --- reopen ------------------------------------------------------------------------------
 
 
-async def test_a_persistent_store_keeps_every_message_across_a_reopen(message_backend, store_path):
-    if not message_backend.persistent:
-        pytest.skip("not a persistent backend")
+async def test_a_persistent_store_keeps_every_message_across_a_reopen(
+    persistent_message_backend, store_path
+):
     a, b, gone = new_id(), new_id(), new_id()
     sent_a = [msg(ts=i) for i in range(3)]
     sent_b = [msg(ts=i) for i in range(QUOTA)]
     refused = msg(ts=50)
-    async with message_backend.open(store_path) as store:
+    async with persistent_message_backend.open(store_path) as store:
         await write_all(store, a, sent_a)
         await store.delete_message(a, sent_a[0].msg_id)
         await write_all(store, b, sent_b + [refused])
         await write_all(store, gone, [msg(), msg()])
         await store.delete_queue_messages(gone)
-    async with message_backend.open(store_path) as store:
+    async with persistent_message_backend.open(store_path) as store:
         assert await all_queue_ids(store) == {a, b}
         assert await store.queue_size(a) == 2
         assert await store.write_message(b, msg(), QUOTA) is WriteResult.QUOTA_EXCEEDED

@@ -347,14 +347,14 @@ async def test_an_empty_store_has_no_queues(queues):
 # --- reopen -------------------------------------------------------------------------
 
 
-async def test_a_persistent_store_keeps_everything_across_a_reopen(queue_backend, store_path):
-    if not queue_backend.persistent:
-        pytest.skip("not a persistent backend")
+async def test_a_persistent_store_keeps_everything_across_a_reopen(
+    persistent_queue_backend, store_path
+):
     kept = make_record(notifier=make_notifier())
     changed = make_record(notifier=make_notifier())
     gone = make_record(notifier=make_notifier())
     key, new_ntf = b"sk" + os.urandom(42), make_notifier()
-    async with queue_backend.open(store_path) as store:
+    async with persistent_queue_backend.open(store_path) as store:
         for rec in (kept, changed, gone):
             assert await store.add_queue(rec) is None
         await store.secure_queue(changed.recipient_id, key)
@@ -363,7 +363,7 @@ async def test_a_persistent_store_keeps_everything_across_a_reopen(queue_backend
         await store.set_service(changed.recipient_id, Party.RECIPIENT, b"svc")
         await store.delete_queue(gone.recipient_id)
         expected = await store.get_queue(Party.RECIPIENT, changed.recipient_id)
-    async with queue_backend.open(store_path) as store:
+    async with persistent_queue_backend.open(store_path) as store:
         assert await store.queue_count() == 2
         assert await store.get_queue(Party.RECIPIENT, kept.recipient_id) == kept
         assert await store.get_queue(Party.NOTIFIER, kept.notifier.notifier_id) == kept
@@ -381,14 +381,14 @@ async def test_a_persistent_store_keeps_everything_across_a_reopen(queue_backend
         assert await store.delete_queue(gone.recipient_id) == AUTH
 
 
-async def test_a_persistent_store_can_be_changed_after_a_reopen(queue_backend, store_path):
-    if not queue_backend.persistent:
-        pytest.skip("not a persistent backend")
+async def test_a_persistent_store_can_be_changed_after_a_reopen(
+    persistent_queue_backend, store_path
+):
     rec = make_record()
-    async with queue_backend.open(store_path) as store:
+    async with persistent_queue_backend.open(store_path) as store:
         await store.add_queue(rec)
-    async with queue_backend.open(store_path) as store:
+    async with persistent_queue_backend.open(store_path) as store:
         assert await store.add_queue(rec) == DUPLICATE
         assert same_queue(await store.delete_queue(rec.recipient_id), rec)
-    async with queue_backend.open(store_path) as store:
+    async with persistent_queue_backend.open(store_path) as store:
         assert await store.queue_count() == 0
