@@ -7,8 +7,9 @@ scheduler turn, through the store write and delivery trigger that a verified
 SEND uses (so the burst really arrives "at the same moment", without N
 signature checks spreading it out). The client reads every MSG and ACKs it.
 
-Reported: time from the injection to the last MSG at the client (drain
-time), messages per second, the router's peak RSS during the burst (sampled
+Reported: time from the injection until the client has the router's answer
+to its last ACK, i.e. every queue is empty again (drain time), messages per
+second, when the first and the last MSG arrived, the router's peak RSS during the burst (sampled
 from outside every 5 ms, and the kernel's VmHWM), its RSS and trio task
 count before, and its CPU time.
 """
@@ -49,10 +50,11 @@ def burst_once(mode: str, size: int, body_size: int = BODY_SIZE) -> dict[str, An
             time.sleep(0.05)
         cpu1 = router.cpu_seconds()
         after = router.call("stats")
-    drain = reply["last"] - injected["started"]
+    drain = reply["last_ack"] - injected["started"]
     return {
         "drain_seconds": drain,
         "msgs_per_s": size / drain,
+        "last_msg_seconds": reply["last"] - injected["started"],
         "first_message_ms": (reply["first"] - injected["started"]) * 1000,
         "inject_seconds": injected["seconds"],
         "rss_before": before["rss"],
@@ -88,7 +90,8 @@ def run(sizes: tuple[int, ...] = SIZES, repeats: int = 3) -> dict[str, Any]:
         row: dict[str, Any] = {"size": size}
         for mode in MODES:
             row[mode] = {k: median(p[mode][k] for p in points) for k in (
-                "drain_seconds", "msgs_per_s", "first_message_ms", "rss_before",
+                "drain_seconds", "msgs_per_s", "first_message_ms", "last_msg_seconds",
+                "rss_before",
                 "peak_over_before", "tasks", "router_cpu_seconds")}
         row["drain_ratio"] = median(p["drain_ratio"] for p in points)
         row["peak_ratio"] = median(p["peak_ratio"] for p in points)
@@ -105,11 +108,13 @@ def table(summary: list[dict[str, Any]]) -> str:
         for mode in MODES:
             m = r[mode]
             rows.append([r["size"], mode, m["drain_seconds"], m["msgs_per_s"],
-                         m["first_message_ms"], m["peak_over_before"] / 2**20,
+                         m["first_message_ms"], m["last_msg_seconds"],
+                         m["peak_over_before"] / 2**20,
                          m["rss_before"] / 2**20, m["tasks"], m["router_cpu_seconds"]])
     ratios = "\n".join(
         f"- N={r['size']}: per-queue-task / single-task drain time {r['drain_ratio']:.2f}, "
         f"peak memory growth {r['peak_ratio']:.1f}x" for r in summary)
-    return md_table(["queues", "mode", "drain s", "msg/s", "first MSG ms",
+    return md_table(["queues", "mode", "drain s (last ACK answered)", "msg/s",
+                     "first MSG ms", "last MSG s",
                      "peak RSS growth MiB", "RSS before MiB", "trio tasks",
                      "router CPU s"], rows) + "\n\n" + ratios

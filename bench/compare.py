@@ -45,7 +45,7 @@ def drain(root: Path | None, mode: str) -> dict[str, float]:
         injected = router.call("inject", start=0, count=QUEUES)
         reply = workers.call_all({"op": "wait", "job": "drain"})[0]
         return {"sub_us": sub_us, "drain_us": (router.cpu_seconds() - cpu) / QUEUES * 1e6,
-                "drain_rate": QUEUES / (reply["last"] - injected["started"])}
+                "drain_rate": QUEUES / (reply["last_ack"] - injected["started"])}
 
 
 def throughput(root: Path | None, mode: str) -> dict[str, float]:

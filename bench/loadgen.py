@@ -136,7 +136,7 @@ class Worker:
         """Client i reads and ACKs `expect[i]` messages; `drain_wait` gives the times."""
         job = self.jobs["drain"] = Job()
         expect = req["expect"]
-        state = {"first": None, "last": None, "received": 0, "errors": 0}
+        state = {"first": None, "last": None, "last_ack": None, "received": 0, "errors": 0}
 
         involved = [self.clients[i] for i, n in enumerate(expect) if n]
 
@@ -366,6 +366,7 @@ class Acker:
                 results = await self.client.ack_many(
                     [(self.queues[m.recipient_id], m.msg_id) for m in batch])
                 self.counters[self.errors_key] += sum(r is not None for r in results)
+                self.counters["last_ack"] = time.monotonic()
         finally:
             self.in_flight -= 1
 

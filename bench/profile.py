@@ -123,7 +123,7 @@ def _burst(router: RouterProcess, prof: _Profiler, quick: bool) -> dict[str, Any
         injected = router.call("inject", start=0, count=n)
         reply = workers.call_all({"op": "wait", "job": "drain"})[0]
         out = prof.stop()
-    return {"profiler": out, "drain_seconds": reply["last"] - injected["started"]}
+    return {"profiler": out, "drain_seconds": reply["last_ack"] - injected["started"]}
 
 
 def _scale(router: RouterProcess, prof: _Profiler, quick: bool) -> dict[str, Any]:

@@ -62,7 +62,7 @@ def scale_once(mode: str, size: int, idle_connections: int = 0) -> dict[str, Any
             cpu0 = router.cpu_seconds()
             injected = router.call("inject", start=0, count=size)
             reply = workers.call_all({"op": "wait", "job": "drain", "timeout": 900})[0]
-            out["drain_seconds"] = reply["last"] - injected["started"]
+            out["drain_seconds"] = reply["last_ack"] - injected["started"]
             out["drain_msgs_per_s"] = size / out["drain_seconds"]
             out["drain_router_cpu_us_per_msg"] = (router.cpu_seconds() - cpu0) / size * 1e6
         if idle_connections:
