@@ -141,8 +141,8 @@ def project(summary: list[dict[str, Any]]) -> dict[str, Any]:
             "subscriptions_memory_gib": slope * PROJECT_SUBSCRIPTIONS / 2**30,
             "connections_memory_gib": per_conn * PROJECT_CONNECTIONS / 2**30,
             "subscribe_all_seconds": PROJECT_SUBSCRIPTIONS / big["subs_per_s"],
-            "full_gc_ms": gc_slope * PROJECT_SUBSCRIPTIONS,
-            "full_gc_ms_after_freeze": frozen_slope * PROJECT_SUBSCRIPTIONS,
+            "full_gc_ms": max(0.0, gc_slope * PROJECT_SUBSCRIPTIONS),
+            "full_gc_ms_after_freeze": max(0.0, frozen_slope * PROJECT_SUBSCRIPTIONS),
             "trio_tasks": (PROJECT_SUBSCRIPTIONS + 5 * PROJECT_CONNECTIONS
                            if mode == "per-queue-task" else 5 * PROJECT_CONNECTIONS),
         }
