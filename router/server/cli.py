@@ -22,6 +22,7 @@ Operator messages go to stderr through `logging`.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -245,11 +246,24 @@ async def _serve(config: RouterConfig) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             info: RouterInfo = await nursery.start(serve_router, config)
+            freeze_loaded_state()
             print(f"smp-router listening on {info.url} address {info.address}", flush=True)
             async for signum in signals:
                 log.info("stopping on %s", signal.Signals(signum).name)
                 break
             nursery.cancel_scope.cancel()
+
+
+def freeze_loaded_state() -> None:
+    """Keep what is alive once the stores are loaded out of later full collections.
+
+    Queue records, stored messages and the program itself live as long as the
+    process; a full gc pass walks every tracked object, which with 100k loaded
+    queues is about 100 ms of a stalled router (bench/RESULTS.md). Frozen
+    objects are still freed by reference counting when they go.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _report(exc: BaseException) -> int:
