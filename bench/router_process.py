@@ -33,9 +33,11 @@ import logging
 import os
 import secrets
 import sys
+import tempfile
 import time
 import tracemalloc
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -275,16 +277,40 @@ def _answer(reply: dict) -> None:
     sys.stdout.flush()
 
 
+async def _write_snapshot(data_dir: Path, count: int) -> None:
+    """A memory-store snapshot of the bench queues 0..count-1, for the router to load."""
+    from store import open_stores
+
+    async with open_stores("memory", data_dir) as stores:
+        for i in range(count):
+            stores.queues.add_queue_nowait(identities.queue_record(i, secured=True))
+
+
 async def _main(args: argparse.Namespace) -> None:
-    config = RouterConfig(
-        host=args.host, port=args.port, store="memory", delivery=args.delivery,
-        quota=args.quota, send_queue_size=args.send_queue_size,
-    )
-    async with trio.open_nursery() as nursery:
-        info: RouterInfo = await nursery.start(serve_router, config)
-        print(f"smp-router listening on {info.url} address {info.address}", flush=True)
-        await Control(info, args).serve()
-        nursery.cancel_scope.cancel()
+    with tempfile.TemporaryDirectory(prefix="smp-bench-") as tmp:
+        data_dir = None
+        if args.snapshot_queues:
+            data_dir = Path(tmp)
+            await _write_snapshot(data_dir, args.snapshot_queues)
+        config = RouterConfig(
+            host=args.host, port=args.port, store="memory", data_dir=data_dir,
+            delivery=args.delivery, quota=args.quota, send_queue_size=args.send_queue_size,
+        )
+        async with trio.open_nursery() as nursery:
+            info: RouterInfo = await nursery.start(serve_router, config)
+            _as_the_cli_does_once_loaded()
+            print(f"smp-router listening on {info.url} address {info.address}", flush=True)
+            await Control(info, args).serve()
+            nursery.cancel_scope.cancel()
+
+
+def _as_the_cli_does_once_loaded() -> None:
+    """What `smp-router serve` runs between starting the router and printing its line."""
+    from router.server import cli
+
+    freeze = getattr(cli, "freeze_loaded_state", None)  # absent from older trees
+    if freeze is not None:
+        freeze()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -294,6 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delivery", default="single-task")
     parser.add_argument("--quota", type=int, default=128)
     parser.add_argument("--send-queue-size", type=int, default=64)
+    parser.add_argument("--snapshot-queues", type=int, default=0,
+                        help="start from a memory-store snapshot holding this many queues")
     parser.add_argument("--tracemalloc", action="store_true")
     parser.add_argument("--tracemalloc-frames", type=int, default=1)
     parser.add_argument("--log-level", default="warning")

@@ -53,6 +53,7 @@ def scale_once(mode: str, size: int, idle_connections: int = 0) -> dict[str, Any
             "subscribe_seconds": sub["seconds"],
             "subs_per_s": size / sub["seconds"],
             "rss_empty": empty["rss"],
+            "full_gc_ms_records": empty["full_gc_ms"],
             "rss": loaded["rss"],
             "full_gc_ms": loaded["full_gc_ms"],
             "tasks": loaded["tasks"],
@@ -94,7 +95,8 @@ def run(sizes: tuple[int, ...] = SIZES, repeats: int = 2) -> dict[str, Any]:
     return {"summary": summary, "projection": projection}
 
 
-FIELDS = ("subs_per_s", "rss", "rss_empty", "full_gc_ms", "full_gc_ms_frozen", "tasks",
+FIELDS = ("subs_per_s", "rss", "rss_empty", "full_gc_ms", "full_gc_ms_records",
+          "full_gc_ms_frozen", "tasks",
           "drain_msgs_per_s",
           "drain_router_cpu_us_per_msg", "rss_per_idle_connection")
 
