@@ -76,6 +76,14 @@ def scale_once(mode: str, size: int, idle_connections: int = 0) -> dict[str, Any
     return out
 
 
+def loaded_at_start(size: int) -> dict[str, Any]:
+    """A router started on a memory snapshot of `size` queues, as `smp-router serve`
+    would be: the full gc pass right after start (the CLI freezes what it loaded)."""
+    with RouterProcess("single-task", extra=["--snapshot-queues", str(size)]) as router:
+        stats = router.call("stats", gc=True)
+    return {"full_gc_ms": stats["full_gc_ms"], "rss": stats["rss"]}
+
+
 def run(sizes: tuple[int, ...] = SIZES, repeats: int = 2) -> dict[str, Any]:
     runs = []
     for rep in range(repeats):
@@ -85,6 +93,7 @@ def run(sizes: tuple[int, ...] = SIZES, repeats: int = 2) -> dict[str, Any]:
                 log(f"scale: {mode} N={size} run {rep + 1}/{repeats}")
                 idle = IDLE_CONNECTIONS if size == sizes[0] else 0
                 point[mode] = scale_once(mode, size, idle)
+            point["loaded_at_start"] = loaded_at_start(size)
             runs.append(point)
     summary = summarize(runs, sizes)
     projection = project(summary)
@@ -108,6 +117,8 @@ def summarize(runs: list[dict[str, Any]], sizes: tuple[int, ...]) -> list[dict[s
         row: dict[str, Any] = {"size": size}
         for mode in MODES:
             row[mode] = {f: median(p[mode].get(f) for p in points) for f in FIELDS}
+        row["loaded_at_start_full_gc_ms"] = median(
+            p["loaded_at_start"]["full_gc_ms"] for p in points)
         out.append(row)
     return out
 
@@ -159,13 +170,16 @@ def table(summary: list[dict[str, Any]], projection: dict[str, Any]) -> str:
         for mode in MODES:
             m = r[mode]
             rows.append([r["size"], mode, m["subs_per_s"], m["rss"] / 2**20,
-                         (m["rss"] - m["rss_empty"]) / r["size"], m["full_gc_ms"],
-                         m["full_gc_ms_frozen"], m["tasks"],
+                         (m["rss"] - m["rss_empty"]) / r["size"], m["full_gc_ms_records"],
+                         m["full_gc_ms"], m["full_gc_ms_frozen"], m["tasks"],
                          m["drain_msgs_per_s"], m["drain_router_cpu_us_per_msg"]])
     text = md_table(["subscriptions", "mode", "SUB/s (1 conn)", "RSS MiB",
-                     "RSS of subscribing / sub (B)", "full gc ms",
-                     "full gc ms after gc.freeze()", "trio tasks",
+                     "RSS of subscribing / sub (B)", "full gc ms, records only",
+                     "full gc ms, subscribed", "full gc ms after gc.freeze()", "trio tasks",
                      "drain msg/s (1 conn)", "router CPU us/msg (drain)"], rows)
+    text += "\n\nFull gc pass right after a start on a memory snapshot of N queues " \
+        "(`smp-router serve` freezes what it loaded): " + ", ".join(
+            f"N={r['size']:,}: {r['loaded_at_start_full_gc_ms']:.2f} ms" for r in summary)
     lines = [text, "", f"Projection to {PROJECT_SUBSCRIPTIONS:,} subscriptions over "
              f"{PROJECT_CONNECTIONS:,} connections (linear fit of RSS for N >= 10k):", ""]
     for mode in MODES:
