@@ -5,10 +5,9 @@ and once per store kind: memory, journal and sqlite (the durable ones in a
 fresh data directory per router). `SMP_E2E_STORES` (comma-separated) narrows
 or names the kinds, e.g. ``SMP_E2E_STORES=sqlite pytest tests/e2e``.
 
-Tests marked `scale` (a thousand queues and more) run on the memory store only
-in the default run: on the journal each of their rounds fsyncs a thousand
-queue files, which makes them take minutes without testing anything the other
-tests do not. Setting `SMP_E2E_STORES` runs them on the kinds it names too.
+Tests marked `scale` (a thousand queues and more) are the slow ones on the
+durable stores (on the journal a round of writes fsyncs up to a thousand queue
+files); ``pytest -m "not scale"`` leaves them out for a quick run.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import trio
 from router.server import DELIVERY_MODES, RouterConfig, RouterInfo, serve_router
 
 ALL_STORES = "memory,journal,sqlite"
-STORES_CHOSEN = "SMP_E2E_STORES" in os.environ
 E2E_STORES = [kind for kind in os.environ.get("SMP_E2E_STORES", ALL_STORES).split(",") if kind]
 
 # Short END/DELD batching keeps displacement tests quick; everything else is default.
@@ -33,23 +31,7 @@ RouterFactory = Callable[..., Awaitable[RouterInfo]]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "scale: a large end-to-end test; durable stores only when SMP_E2E_STORES is set"
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if STORES_CHOSEN:
-        return
-    keep, drop = [], []
-    for item in items:
-        params = getattr(item, "callspec", None)
-        kind = params.params.get("store_kind") if params is not None else None
-        scale = item.get_closest_marker("scale") is not None
-        (drop if scale and kind not in (None, "memory") else keep).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    config.addinivalue_line("markers", "scale: a large end-to-end test (a thousand queues or more)")
 
 
 @pytest.fixture(params=DELIVERY_MODES)
