@@ -247,9 +247,16 @@ class JournalMessageStore:
         if self._closed:
             return
         self._closed = True
-        if self._policy is not FsyncPolicy.NEVER:
-            await self._group.wait(hurry=True)  # the last round commits every pending write
-        async with self._compacting:
+        # Shielded, so that a caller already cancelled still commits pending writes
+        # and waits out a running state-log compaction; the files are closed in any case.
+        try:
+            with trio.move_on_after(CLOSE_LIMIT) as scope:
+                scope.shield = True
+                if self._policy is not FsyncPolicy.NEVER:
+                    await self._group.wait(hurry=True)  # the last round commits every pending write
+                async with self._compacting:
+                    pass
+        finally:
             self._handles.close_all()
             os.close(self._state_fd)
 
@@ -544,6 +551,7 @@ class JournalMessageStore:
                 log.warning("%s: fsync after compaction failed: %s", self._state_path, exc)
 
 
+CLOSE_LIMIT = 60.0  # seconds close() may spend committing before it just closes the files
 _FSYNC_THREADS = 8  # a disk serves concurrent fsyncs of different files much faster
 
 

@@ -331,6 +331,22 @@ async def test_a_closed_store_refuses_writes(tmp_path):
         await store.write_message(new_id(), msg(), QUOTA)
 
 
+async def test_a_store_closed_by_a_cancelled_caller_commits_and_releases_its_files(tmp_path):
+    rid = new_id()
+    m = msg()
+    store = await JournalMessageStore.open(tmp_path)
+    await store.write_message(rid, m, QUOTA)
+    assert store.statistics().open_files > 0
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await store.close()
+    assert store.statistics().open_files == 0
+    with pytest.raises(OSError):
+        os.fstat(store._state_fd)
+    async with open_journal(tmp_path) as reopened:
+        assert await listed(reopened, rid) == [m]
+
+
 # --- a full disk and failing fsyncs --------------------------------------------------------------
 
 
