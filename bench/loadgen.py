@@ -313,8 +313,14 @@ async def _echo_connection(
 
     async def writer() -> None:
         await _sleep_until(t_start - req.get("warmup", 0.0))
+        rate = req.get("rate")  # messages per second per connection: open loop
+        next_at = time.monotonic()
         while time.monotonic() < stop:
-            await window.acquire()
+            if rate:
+                next_at += 1.0 / rate
+                await _sleep_until(next_at)
+            else:
+                await window.acquire()
             outstanding[0] += 1
             await ws.send_message(time.monotonic_ns().to_bytes(8, "big") + pad)
 
@@ -323,7 +329,8 @@ async def _echo_connection(
             message = await ws.get_message()
             now_ns = time.monotonic_ns()
             outstanding[0] -= 1
-            window.release()
+            if not req.get("rate"):
+                window.release()
             if t_start <= now_ns / 1e9 <= t_end:
                 result["received"] += 1
                 latencies.append(now_ns - int.from_bytes(message[:8], "big"))

@@ -71,14 +71,16 @@ def _sleep_until(t: float) -> None:
         time.sleep(delay)
 
 
-def echo_run(clients: int, duration: float) -> dict[str, Any]:
+def echo_run(clients: int, duration: float, rate: float | None = None) -> dict[str, Any]:
+    """The echo server under `clients` connections, each with `ECHO_WINDOW` messages
+    in flight, or sending `rate` messages per second whatever the answers do."""
     with EchoServer() as echo, WorkerGroup(echo.url, WORKERS) as workers:
         per_worker = split(clients, WORKERS)
         workers.call([{"op": "echo_connect", "url": echo.url, "count": n} if n else None
                       for n in per_worker])
         window = _window(duration)
-        workers.call([{"op": "echo_start", "window": ECHO_WINDOW, **window} if n else None
-                      for n in per_worker])
+        workers.call([{"op": "echo_start", "window": ECHO_WINDOW, "rate": rate, **window}
+                      if n else None for n in per_worker])
         _sleep_until(window["t_start"])
         cpu0 = _cpu(echo.ps)
         _sleep_until(window["t_end"])
@@ -241,6 +243,8 @@ def run(quick: bool = False, repeats: int = 3, duration: float | None = None,
             log(f"throughput: {mode} open loop at {target_rate:.0f} msg/s")
             point["at_target"][mode] = router_run(mode, clients[-1], duration, target_rate)
         point["light"] = {}
+        log(f"throughput: echo light load, {LIGHT_RATE:.0f} msg/s")
+        point["light_echo"] = echo_run(1, light_duration, rate=LIGHT_RATE)
         for mode in MODES:
             log(f"throughput: {mode} light load, {background} idle subscriptions")
             point["light"][mode] = light_load_run(mode, background, light_duration)
@@ -265,10 +269,13 @@ def summarize(runs: list[dict[str, Any]], clients: tuple[int, ...]) -> dict[str,
     rows = []
     for c in clients:
         entries = [r["by_clients"][str(c)] for r in runs]
-        row: dict[str, Any] = {"clients": c,
-                               "echo_msgs_per_s": median(e["echo"]["msgs_per_s"] for e in entries),
-                               "echo_p50": median(_lat(e["echo"], "p50") for e in entries),
-                               "echo_p99": median(_lat(e["echo"], "p99") for e in entries)}
+        row: dict[str, Any] = {
+            "clients": c,
+            "echo_msgs_per_s": median(e["echo"]["msgs_per_s"] for e in entries),
+            "echo_p50": median(_lat(e["echo"], "p50") for e in entries),
+            "echo_p99": median(_lat(e["echo"], "p99") for e in entries),
+            "echo_cpu_us_per_msg": median(e["echo"]["server_cpu_us_per_msg"] for e in entries),
+        }
         for mode in MODES:
             row[mode] = {
                 "msgs_per_s": median(e[mode]["msgs_per_s"] for e in entries),
@@ -277,6 +284,12 @@ def summarize(runs: list[dict[str, Any]], clients: tuple[int, ...]) -> dict[str,
                 "p99": median(_lat(e[mode], "p99") for e in entries),
                 "p999": median(_lat(e[mode], "p999") for e in entries),
                 "router_cpu": median(e[mode]["router_cpu"] for e in entries),
+                "cpu_us_per_msg": median(e[mode]["router_cpu_us_per_msg"] for e in entries),
+                # What router / echo would be if each server had a core of its own.
+                "cpu_ratio": median(e["echo"]["server_cpu_us_per_msg"]
+                                    / e[mode]["router_cpu_us_per_msg"] for e in entries),
+                "blocks_in": median(e[mode]["blocks_in_per_msg"] for e in entries),
+                "blocks_out": median(e[mode]["blocks_out_per_msg"] for e in entries),
             }
         rows.append(row)
     at_target: dict[str, Any] = {
@@ -305,6 +318,15 @@ def summarize(runs: list[dict[str, Any]], clients: tuple[int, ...]) -> dict[str,
                 "gc2_count": median(x["gc_pauses"]["count"][2] for x in ls),
                 "gc_max_ms": median(max(x["gc_pauses"]["max_ms"]) for x in ls),
             }
+    echo = [r["light_echo"] for r in runs]
+    light["echo round trip"] = {
+        "msgs_per_s": median(x["msgs_per_s"] for x in echo),
+        "p50": median(_lat(x, "p50") for x in echo),
+        "p99": median(_lat(x, "p99") for x in echo),
+        "p999": median(_lat(x, "p999") for x in echo),
+        "max": median(_lat(x, "max") for x in echo),
+        "gc2_count": None, "gc_max_ms": None,
+    }
     return {"by_clients": rows, "at_target": at_target, "light": light}
 
 
@@ -315,11 +337,21 @@ def table(summary: dict[str, Any]) -> str:
         rows.append([r["clients"], r["echo_msgs_per_s"], s["msgs_per_s"], s["ratio"],
                      q["msgs_per_s"], q["ratio"], s["p50"], s["p99"], s["p999"],
                      q["p50"], q["p99"], q["p999"], s["router_cpu"]])
+    cpu_rows = []
+    for r in summary["by_clients"]:
+        for mode in MODES:
+            m = r[mode]
+            cpu_rows.append([r["clients"], mode, m["cpu_us_per_msg"], r["echo_cpu_us_per_msg"],
+                             m["cpu_ratio"], m["router_cpu"], m["blocks_in"], m["blocks_out"]])
     out = ["### Saturated (closed loop)", "", md_table(
         ["clients", "echo msg/s", "single msg/s", "single / echo", "per-queue msg/s",
          "per-queue / echo", "single p50 ms", "single p99 ms", "single p99.9 ms",
          "per-queue p50 ms", "per-queue p99 ms", "per-queue p99.9 ms", "router CPU (cores)"],
         rows)]
+    out += ["", "### CPU per message (same runs)", "", md_table(
+        ["clients", "mode", "router CPU us/msg", "echo server CPU us/msg",
+         "echo / router CPU", "router cores busy", "blocks in / msg", "blocks out / msg"],
+        cpu_rows)]
     t = summary["at_target"]
     out += ["", f"### Open loop at half the echo ceiling ({t['rate']:.0f} msg/s offered, "
             f"{t['clients']} clients)", "", md_table(
