@@ -39,7 +39,7 @@ def test_throughput_writes_rates_latencies_and_the_echo_ceiling(results_in: Path
     assert row["single-task"]["msgs_per_s"] > 0 and row["per-queue-task"]["msgs_per_s"] > 0
     assert set(data["summary"]["light"]) == {
         "single-task plain", "single-task frozen", "per-queue-task plain",
-        "per-queue-task frozen",
+        "per-queue-task frozen", "echo round trip",
     }
 
 
@@ -62,3 +62,12 @@ def test_scale_writes_a_projection_and_a_plot(results_in: Path, monkeypatch: pyt
 def test_profile_saves_the_router_profile(results_in: Path):
     result = profile.run("scale", profiler="pyinstrument", quick=True)
     assert Path(result["profiler"]["text"]).read_text()
+
+
+def test_collapsed_stacks_are_summarised_by_package_and_function():
+    text = profile.summarize_collapsed(
+        "run (trio/_core/_run.py:1);crypto_sign_open (nacl/bindings/crypto_sign.py:103) 3\n"
+        "run (trio/_core/_run.py:1);send_block (router/server/transport.py:94) 1\n"
+    )
+    assert "samples: 4" in text
+    assert "75.0%  PyNaCl" in text and "25.0%  router.server" in text
