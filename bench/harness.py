@@ -314,7 +314,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "cpu": _cpu_model(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
 
 
