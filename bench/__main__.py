@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profiler", choices=("pyinstrument", "py-spy"),
                         default="pyinstrument", help="profile: which profiler")
     parser.add_argument("--base", type=Path, help="compare: the other source tree")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="memory: live bytes of an idle connection and subscription by source")
     return parser
 
 
@@ -60,6 +62,8 @@ def _run(args: argparse.Namespace) -> object:
     if args.name == "memory":
         from . import memory
 
+        if args.breakdown:
+            return memory.breakdown()
         sizes = args.sizes or (memory.QUICK_SIZES if args.quick else memory.SIZES)
         return memory.run(sizes, repeats=repeats,
                           max_connections=100 if args.quick else 1000)

@@ -162,3 +162,76 @@ def table(summary: list[dict[str, Any]]) -> str:
          "RSS single MiB", "RSS per-queue MiB"],
         rows,
     )
+
+
+# --- where an idle connection's and an idle subscription's bytes are -----------------
+
+FRAME_SIZE = 16_384
+BREAKDOWN_CONNECTIONS = 200
+BREAKDOWN_SUBSCRIPTIONS = 20_000
+
+_OWNERS = (
+    ("trio_websocket/", "trio-websocket"),
+    ("wsproto/", "wsproto"),
+    ("h11/", "h11"),
+    ("trio/", "trio"),
+    ("<attrs generated methods trio.", "trio"),
+    ("router/server/", "router.server"),
+    ("router/protocol/", "router.protocol"),
+    ("store/", "store"),
+    ("sortedcontainers/", "sortedcontainers"),
+)
+
+
+def _owner(where: str) -> str:
+    for marker, name in _OWNERS:
+        if marker in where:
+            return name
+    return "other"
+
+
+def breakdown(mode: str = "single-task") -> dict[str, Any]:
+    """Live bytes per idle connection and per idle subscription, by source line and by
+    package (tracemalloc snapshots of one router, before and after each phase)."""
+    c, n = BREAKDOWN_CONNECTIONS, BREAKDOWN_SUBSCRIPTIONS
+    with RouterProcess(mode, tracemalloc=True) as router:
+        router.call("preload", start=0, count=n)
+        router.call("snapshot")
+        with WorkerGroup(router.address, 1) as workers:
+            per_worker = connect(workers, c)
+            per_connection = router.call("snapshot", limit=500)["top"]
+            subscribe(workers, per_worker, 0, n)
+            per_subscription = router.call("snapshot", limit=500)["top"]
+    result = {"mode": mode, "connections": c, "subscriptions": n}
+    for name, top, count in (("connection", per_connection, c),
+                             ("subscription", per_subscription, n)):
+        owners: dict[str, float] = {}
+        for t in top:
+            owners[_owner(t["where"])] = owners.get(_owner(t["where"]), 0.0) + t["size_diff"]
+        result[name] = {
+            "total_bytes": sum(t["size_diff"] for t in top) / count,
+            # Whole frames still referenced (trio-websocket's reader keeps the last
+            # chunk it read and the last message it parsed while it waits).
+            "frame_buffers": sum(t["size_diff"] for t in top
+                                 if t["size_diff"] / count >= 0.9 * FRAME_SIZE) / count,
+            "by_package": {k: v / count for k, v in sorted(owners.items(), key=lambda kv: -kv[1])},
+            "top_lines": [{"where": t["where"], "bytes": t["size_diff"] / count,
+                           "objects": t["count_diff"] / count} for t in top[:12]],
+        }
+    write_results("memory-breakdown", result, breakdown_table(result))
+    return result
+
+
+def breakdown_table(result: dict[str, Any]) -> str:
+    out = []
+    for name in ("connection", "subscription"):
+        r = result[name]
+        out += [f"### Per idle {name}: {r['total_bytes']:,.0f} B live ({result['mode']}, "
+                f"{result['connections']} connections, {result['subscriptions']:,} "
+                "subscriptions)", "",
+                f"Of which whole 16 KB frames still referenced: {r['frame_buffers']:,.0f} B.", "",
+                md_table(["package", "bytes"], list(r["by_package"].items())), "",
+                md_table(["source line", "bytes", "objects"],
+                         [[t["where"].split("site-packages/")[-1].split("/work/main/")[-1],
+                           t["bytes"], t["objects"]] for t in r["top_lines"]]), ""]
+    return "\n".join(out)

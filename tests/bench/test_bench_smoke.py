@@ -71,3 +71,14 @@ def test_collapsed_stacks_are_summarised_by_package_and_function():
     )
     assert "samples: 4" in text
     assert "75.0%  PyNaCl" in text and "25.0%  router.server" in text
+
+
+def test_memory_breakdown_attributes_live_bytes_to_packages(
+    results_in: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(memory, "BREAKDOWN_CONNECTIONS", 3)
+    monkeypatch.setattr(memory, "BREAKDOWN_SUBSCRIPTIONS", 100)
+    memory.breakdown()
+    data = _figures(results_in, "memory-breakdown")
+    assert data["connection"]["total_bytes"] > 0
+    assert "router.server" in data["subscription"]["by_package"]
