@@ -311,6 +311,11 @@ class SMPClient:
         """PING; the router answers PONG (OK is accepted too, WIRE.md §12.4)."""
         _expect(await self.command(b"", PING()), PONG, OK)
 
+    async def websocket_ping(self) -> None:
+        """A WebSocket-level ping (a few bytes, not a 16 KB block), answered by the
+        router's WebSocket layer: a cheap keepalive for an idle connection."""
+        await self._conn.websocket_ping()
+
     # --- notifications -----------------------------------------------------------------
 
     async def enable_notifications(self, queue: RecipientQueue) -> NotifierCredentials:

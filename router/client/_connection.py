@@ -230,6 +230,11 @@ class Connection:
             raise self._closed
         await self._transport.send_block(block)
 
+    async def websocket_ping(self) -> None:
+        if self._closed is not None:
+            raise self._closed
+        await self._transport.ping()
+
     # --- events and raw responses ---------------------------------------------
 
     async def next_event(self) -> Event:

@@ -78,6 +78,13 @@ class Transport:
         except _TRANSPORT_ERRORS as e:
             raise ConnectionClosed(_reason(e)) from e
 
+    async def ping(self) -> None:
+        """A WebSocket ping, returning once the peer's WebSocket layer has answered."""
+        try:
+            await self._ws.ping()
+        except _TRANSPORT_ERRORS as e:
+            raise ConnectionClosed(_reason(e)) from e
+
     async def receive_block(self) -> bytes:
         """The next message; it must be a binary message of exactly one block."""
         try:

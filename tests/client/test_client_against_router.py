@@ -169,3 +169,10 @@ async def test_ack_many_acknowledges_several_queues_and_next_messages_arrive_as_
             seconds = [await recipient.next_event() for _ in queues]
             assert {e.body for e in seconds} == {b"second"}
             assert {e.recipient_id for e in seconds} == set(by_id)
+
+
+async def test_a_websocket_ping_is_answered_by_the_router_and_the_connection_stays_usable():
+    with trio.fail_after(10):
+        async with router_and_client() as (_, client):
+            await client.websocket_ping()
+            await client.ping()
