@@ -97,6 +97,13 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - counted, the runner decides
             ready(f"{type(e).__name__}: {e}")
 
+    async def op_websocket_ping(self, req: dict) -> dict:
+        """Every client sends one WebSocket ping and waits for the router's pong."""
+        async with trio.open_nursery() as nursery:
+            for client in self.clients:
+                nursery.start_soon(client.websocket_ping)
+        return {"pinged": len(self.clients)}
+
     async def op_close_clients(self, req: dict) -> dict:
         clients, self.clients = self.clients, []
         for client in clients:

@@ -82,3 +82,4 @@ def test_memory_breakdown_attributes_live_bytes_to_packages(
     data = _figures(results_in, "memory-breakdown")
     assert data["connection"]["total_bytes"] > 0
     assert "router.server" in data["subscription"]["by_package"]
+    assert "freed_per_connection_by_a_websocket_ping" in data
