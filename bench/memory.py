@@ -229,7 +229,8 @@ def breakdown(mode: str = "single-task") -> dict[str, Any]:
 
 
 def breakdown_table(result: dict[str, Any]) -> str:
-    out = [f"One WebSocket ping from each idle client afterwards frees "
+    out = ["### Live bytes of idle connections and subscriptions, by source", "",
+           f"One WebSocket ping from each idle client afterwards frees "
            f"{result['freed_per_connection_by_a_websocket_ping']:,.0f} B per connection "
            "in the router (the frame its WebSocket reader held).", ""]
     for name in ("connection", "subscription"):
