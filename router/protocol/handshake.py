@@ -13,7 +13,8 @@ and the client answers with::
 it holds an Ed25519 service key by signing `service_signed_bytes` (session id,
 key hash and the service key itself). A v9/v10 peer that does not know it
 stops parsing before it. Hellos are block content (not padded) and may carry
-trailing bytes, which are ignored. Failures raise `ProtocolError(HANDSHAKE)`.
+trailing bytes, which are ignored. A marker without an X25519 client key
+before it makes the hello malformed. Failures raise `ProtocolError(HANDSHAKE)`.
 """
 
 from __future__ import annotations
@@ -141,6 +142,17 @@ def _service_proof(p: Parser) -> ServiceProof | None:
     return ServiceProof(service_key, signature)
 
 
+def _misplaced_marker(p: Parser) -> bool:
+    """True if the service marker stands where the client key should be, or right
+    after a short string that is not an X25519 key: a service hello without its
+    client key, which would otherwise be read as a hello proving no service."""
+    rest = p.data[p.pos :]
+    if rest.startswith(SERVICE_MARKER):
+        return True
+    after_key = 1 + rest[0] if rest else 0
+    return rest[after_key : after_key + len(SERVICE_MARKER)] == SERVICE_MARKER
+
+
 def decode_client_hello(data: bytes) -> ClientHello:
     p = Parser(data, error=HANDSHAKE)
     version = p.word16()
@@ -148,8 +160,11 @@ def decode_client_hello(data: bytes) -> ClientHello:
     if version < _AUTH_KEY_VERSION:
         return ClientHello(version, key_hash)
     client_key = _x25519_key(p)
-    service = _service_proof(p) if client_key is not None else None
-    return ClientHello(version, key_hash, client_key, service)
+    if client_key is None:
+        if _misplaced_marker(p):
+            raise p.fail("service extension without an X25519 client key before it")
+        return ClientHello(version, key_hash)
+    return ClientHello(version, key_hash, client_key, _service_proof(p))
 
 
 def negotiate_version(

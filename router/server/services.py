@@ -23,10 +23,13 @@ hello; `Connection.service_id` is then set.
   only one of them sends a given message.
 - Displacement. A second connection proving the same service that sends
   SUBS takes over: the first gets `ENDS n` (n: the count of its own SOKS),
-  loses its catch-up and every recipient subscription at once (they are
-  all the service's queues), and the queues move to the new connection as
-  its catch-up reaches them. Meanwhile they are simply unsubscribed: SENDs
-  are stored and the catch-up finds them.
+  loses its catch-up and, at once, every queue its walk subscribed or found
+  subscribed (`ServiceSubscription.subs`); the queues move to the new
+  connection as its catch-up reaches them. Meanwhile they are simply
+  unsubscribed: SENDs are stored and the catch-up finds them. A queue the
+  first connection subscribed with plain SUB and its walk never reached is
+  an individual subscription: it stays there until the new walk takes it,
+  which sends its END (docs/protocol.md, "END and ENDS").
 - NSUBS does the same for the notifier side without delivering anything:
   the notifier ids are registered at once, then any NMSGs waiting for them
   go out with the next notification flush. There is no ALLS after NSUBS.
@@ -46,6 +49,7 @@ from store.interfaces import Party, QueueRecord
 if TYPE_CHECKING:
     from .connection import Connection
     from .router import Router
+    from .subscriptions import Sub
 
 CATCH_UP_STEP = 64  # queues looked at between two checks for other delivery work
 _ALLS = encode_response_transmission(b"", b"", ALLS())
@@ -67,8 +71,19 @@ class CatchUp:
 
 @dataclass(slots=True)
 class ServiceSubscription:
+    """One connection's service subscription on one side.
+
+    It holds the `Sub` records the SUBS walk made or found (recipient side)
+    or the notifier ids NSUBS subscribed (notifier side). A takeover ends
+    exactly these with one ENDS;
+    anything else the connection subscribed with plain SUB / NSUB stays an
+    individual subscription, which gets its own END when it is taken.
+    """
+
     conn: Connection
     count: int  # the n of its SOKS
+    subs: set[Sub] = field(default_factory=set)  # recipient side
+    notifier_ids: set[bytes] = field(default_factory=set)  # notifier side
 
 
 @dataclass(slots=True)
@@ -86,8 +101,16 @@ class _Registry:
     ) -> ServiceSubscription | None:
         """Make `conn` the subscriber; the other connection's subscription it replaces."""
         previous = self.subscriptions.get(service_id)
+        if previous is not None and previous.conn is conn:
+            previous.count = count  # SUBS again: what the first one holds stays held
+            return None
         self.subscriptions[service_id] = ServiceSubscription(conn, count)
-        return previous if previous is not None and previous.conn is not conn else None
+        return previous
+
+    def held_by(self, service_id: bytes, conn: Connection) -> ServiceSubscription | None:
+        """`conn`'s service subscription, if it is the service's subscriber."""
+        s = self.subscriptions.get(service_id)
+        return s if s is not None and s.conn is conn else None
 
     def forget(self, conn: Connection) -> None:
         service_id = conn.service_id
@@ -129,10 +152,13 @@ class Services:
         return count
 
     def _end_receiver(self, previous: ServiceSubscription) -> None:
+        """ENDS for the queues the service subscription holds; queues this connection
+        subscribed with plain SUB stay its own until the new walk takes them (END)."""
         conn = previous.conn
         conn.catch_up = conn.next_catch_up = None
-        for rid, sub in list(conn.subscriptions.items()):
-            if not sub.get_mode:
+        for sub in previous.subs:
+            rid = sub.recipient_id
+            if conn.subscriptions.get(rid) is sub:
                 conn.drop_subscription(rid)
                 self._r.subscribers.unsubscribe(rid, conn)
         self._send_ends(conn, previous.count)
@@ -161,10 +187,11 @@ class Services:
     async def _catch_up_queue(self, conn: Connection, service_id: bytes, rid: bytes) -> bool:
         """Subscribe one queue of the walk and push its head; True if a message went out."""
         queue = await self._r.queues.get_queue(Party.RECIPIENT, rid)
+        held = self.receivers.held_by(service_id, conn)
         if (
             queue is None  # deleted since SUBS
             or queue.rcv_service_id != service_id  # taken by another subscriber since
-            or self.receivers.get(service_id) is not conn
+            or held is None
         ):
             return False
         rid = queue.recipient_id
@@ -173,6 +200,7 @@ class Services:
             sub = self._r.subscribe(conn, rid, queue.rcv_dh_secret)
         elif sub.get_mode:
             return False  # GET was used on this connection: SUB is prohibited here too
+        held.subs.add(sub)
         msg = await self._r.messages.peek_message(rid)
         deliverer = self._r.deliverer
         if msg is None or not deliverer.can_push(conn, sub):
@@ -190,18 +218,24 @@ class Services:
         previous = self.notifiers.take_over(service_id, conn, len(records))
         if previous is not None:
             self._end_notifier(previous)
+        held = self.notifiers.held_by(service_id, conn)
+        assert held is not None  # just taken over
         for record in records:
             if record.notifier is not None:
                 nid = record.notifier.notifier_id
                 self._r.subscribe_notifier(conn, nid)
                 self._r.notifications.subscribed(nid)
+                held.notifier_ids.add(nid)
         return len(records)
 
     def _end_notifier(self, previous: ServiceSubscription) -> None:
+        """ENDS for the notifiers NSUBS subscribed; ones subscribed with plain NSUB stay
+        until the new NSUBS takes them, which sends their END."""
         conn = previous.conn
-        for nid in conn.ntf_subscriptions:
-            self._r.ntf_subscribers.unsubscribe(nid, conn)
-        conn.ntf_subscriptions.clear()
+        for nid in previous.notifier_ids:
+            if nid in conn.ntf_subscriptions:
+                conn.ntf_subscriptions.discard(nid)
+                self._r.ntf_subscribers.unsubscribe(nid, conn)
         self._send_ends(conn, previous.count)
 
     # --- connections -----------------------------------------------------------------

@@ -151,8 +151,22 @@ def test_a_malformed_service_extension_is_a_handshake_error(tail):
     assert info.value.error == HANDSHAKE
 
 
-def test_the_extension_is_not_read_without_a_client_key():
-    content = b"\x00\x0a\x20" + KEY_HASH + SERVICE_MARKER + b"\x00\x00"
+@pytest.mark.parametrize("version", [9, 10])
+def test_the_service_marker_without_a_client_key_is_a_malformed_hello(version):
+    # docs/protocol.md#service-extension: the marker must follow an X25519 client key
+    seed, _ = new_ed25519()
+    proof = prove_service(seed, SESSION, KEY_HASH)
+    extension = SERVICE_MARKER + b"\x2c" + proof.service_key + b"\x40" + proof.signature
+    head = version.to_bytes(2, "big") + b"\x20" + KEY_HASH
+    ed25519_key = b"\x2c" + proof.service_key  # a short string, but not an X25519 key
+    for content in (head + extension, head + SERVICE_MARKER, head + ed25519_key + extension):
+        with pytest.raises(ProtocolError) as info:
+            decode_client_hello(content)
+        assert info.value.error == HANDSHAKE
+
+
+def test_trailing_bytes_without_a_client_key_are_still_ignored():
+    content = b"\x00\x0a\x20" + KEY_HASH + b"\x03abc" + b"SVC"
     assert decode_client_hello(content) == ClientHello(10, KEY_HASH)
 
 
