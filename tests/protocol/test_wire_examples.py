@@ -1,17 +1,43 @@
-"""The worked examples of the SMP wire reference, reproduced byte for byte."""
+"""The worked examples and the command table of docs/protocol.md, checked against the codec.
+
+The examples are read from the page itself (code blocks marked ``hex <name>``),
+so the page cannot drift from the code: every example must be recomputed here
+from the page's own inputs, and every example on the page must be known here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
 
 from router.protocol import (
-    BLOCK_SIZE,
+    ALLS,
+    AUTH,
+    DELD,
+    END,
+    ENDS,
+    ERR,
     IDS,
+    INFO,
+    MSG,
     NEW,
+    NID,
+    NMSG,
+    OK,
     PING,
     PONG,
+    SOKS,
     SUB,
     ClientHello,
     ServerHello,
+    ServiceProof,
     Transmission,
     authorize,
     authorized_bytes,
+    box_key,
     decode_batch,
     decode_client_hello,
     decode_command,
@@ -19,7 +45,6 @@ from router.protocol import (
     decode_server_hello,
     decode_transmission,
     ed25519_public,
-    ed25519_spki,
     encode_batches,
     encode_client_hello,
     encode_command,
@@ -27,108 +52,238 @@ from router.protocol import (
     encode_response_transmission,
     encode_server_hello,
     encode_transmission,
+    encrypt_msg_body,
     pad_block,
+    prove_service,
+    service_id,
+    service_signed_bytes,
     verify_authorization,
-    x25519_spki,
+    verify_service_proof,
+    x25519_public,
 )
+from router.protocol import types as t
 
-CORR_ID = bytes(range(1, 25))
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+
+# The fixed inputs the page states in prose ("Inputs"), besides its key blocks.
 SESSION_ID = b"\xaa" * 32
+KEY_HASH = b"\xbb" * 32
 RCV_ID = b"\x11" * 24
-# RFC 8032 section 7.1, test 1.
-SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
-PUBLIC = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
-SUB_SIGNATURE = bytes.fromhex(
-    "e67958a5b33dcf80df36cb1116a4dd52a8eeccd53f97079f2e4cd98983394983"
-    "fa151a46c22265e539d3dbd8302e189a04e85c59d35c328b505e4e7a94e7c404"
+SND_ID = b"\x22" * 24
+MSG_ID = b"\x33" * 24
+MSG_TS = 1_700_000_000
+
+_BLOCK_RE = re.compile(r"^```hex (\S+)[^\n]*\n(.*?)^```", re.M | re.S)
+_TOKEN_RE = re.compile(r'"[^"]*"|\S+')
+
+
+def parse_hex(text: str) -> bytes:
+    """The bytes of one example block (grammar in the page's "Worked examples")."""
+    out = bytearray()
+    for line in text.splitlines():
+        for token in _TOKEN_RE.findall(line.split(";", 1)[0]):
+            if token == "|":
+                continue
+            if token.startswith('"'):
+                out += token[1:-1].encode("ascii")
+            elif "*" in token:
+                byte, count = token.split("*")
+                out += bytes.fromhex(byte) * int(count)
+            else:
+                out += bytes.fromhex(token)
+    return bytes(out)
+
+
+def page_examples() -> dict[str, bytes]:
+    examples: dict[str, bytes] = {}
+    for name, body in _BLOCK_RE.findall(PAGE.read_text(encoding="utf-8")):
+        assert name not in examples, f"example {name} appears twice"
+        examples[name] = parse_hex(body)
+    return examples
+
+
+EX = page_examples()
+
+
+def _ping_like(tag_command: bytes) -> bytes:
+    corr_id = EX["corr-id"]
+    tr = encode_transmission(Transmission(b"", corr_id, b"", tag_command))
+    [block] = encode_batches([tr])
+    return block
+
+
+def _sub_block() -> bytes:
+    signature = authorize(EX["ed25519-seed"], SESSION_ID, EX["corr-id"], RCV_ID, b"SUB")
+    tr = encode_transmission(Transmission(signature, EX["corr-id"], RCV_ID, encode_command(SUB())))
+    [block] = encode_batches([tr])
+    return block
+
+
+def _service_proof() -> ServiceProof:
+    return prove_service(EX["service-seed"], SESSION_ID, KEY_HASH)
+
+
+def _new_command() -> bytes:
+    cmd = NEW(EX["ed25519-spki"], EX["client-x25519-spki"], None, subscribe=True, snd_secure=True)
+    return encode_command(cmd)
+
+
+def _ids() -> bytes:
+    return encode_response(IDS(RCV_ID, SND_ID, EX["router-x25519-spki"], snd_secure=True))
+
+
+def _msg_key() -> bytes:
+    return box_key(EX["client-x25519-private"], EX["router-x25519-spki"])
+
+
+# Each example on the page, computed by the codec from the page's inputs.
+COMPUTED = {
+    "corr-id": lambda: bytes(range(1, 25)),
+    "ed25519-spki": lambda: ed25519_public(EX["ed25519-seed"]),
+    "service-spki": lambda: ed25519_public(EX["service-seed"]),
+    "client-x25519-spki": lambda: x25519_public(EX["client-x25519-private"]),
+    "router-x25519-spki": lambda: x25519_public(EX["router-x25519-private"]),
+    "router-hello": lambda: encode_server_hello(ServerHello(9, 10, SESSION_ID)),
+    "client-hello": lambda: encode_client_hello(
+        ClientHello(10, KEY_HASH, EX["client-x25519-spki"])
+    ),
+    "service-signed-bytes": lambda: service_signed_bytes(
+        SESSION_ID, KEY_HASH, EX["service-spki"]
+    ),
+    "service-signature": lambda: _service_proof().signature,
+    "service-id": lambda: service_id(EX["service-spki"]),
+    "service-client-hello": lambda: encode_client_hello(
+        ClientHello(10, KEY_HASH, EX["client-x25519-spki"], _service_proof())
+    ),
+    "ping-block": lambda: _ping_like(encode_command(PING())),
+    "pong-block": lambda: encode_batches(
+        [encode_response_transmission(EX["corr-id"], b"", PONG())]
+    )[0],
+    "sub-authorized": lambda: authorized_bytes(SESSION_ID, EX["corr-id"], RCV_ID, b"SUB"),
+    "sub-signature": lambda: authorize(
+        EX["ed25519-seed"], SESSION_ID, EX["corr-id"], RCV_ID, b"SUB"
+    ),
+    "sub-block": _sub_block,
+    "new-command": _new_command,
+    "ids-response": _ids,
+    "msg-box-key": _msg_key,
+    "msg-plain": lambda: MSG_TS.to_bytes(8, "big") + b"T" + b" " + b"hi",
+    "msg-enc-body-head": lambda: encrypt_msg_body(_msg_key(), MSG_ID, MSG_TS, b"T", b"hi")[:32],
+    "soks-3": lambda: encode_response(SOKS(3)),
+    "ends-2": lambda: encode_response(ENDS(2)),
+    "alls": lambda: encode_response(ALLS()),
+}
+
+
+# Private keys on the page: inputs, checked through the public keys derived from them.
+INPUTS = {"ed25519-seed", "service-seed", "client-x25519-private", "router-x25519-private"}
+
+
+def test_every_example_on_the_page_is_checked_and_every_checked_one_is_on_the_page():
+    assert set(EX) == set(COMPUTED) | INPUTS
+
+
+@pytest.mark.parametrize("name", sorted(COMPUTED))
+def test_example_matches_the_codec_byte_for_byte(name):
+    assert EX[name] == COMPUTED[name](), name
+
+
+# --- what the examples say beyond their bytes -------------------------------------------
+
+
+def test_the_example_inputs_are_the_published_test_vectors():
+    # RFC 8032 7.1 tests 1 and 2, RFC 7748 6.1 (public keys), NaCl's box test (the shared key)
+    assert EX["ed25519-spki"].endswith(bytes.fromhex(
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"))
+    assert EX["service-spki"].endswith(bytes.fromhex(
+        "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c"))
+    assert EX["client-x25519-spki"].endswith(bytes.fromhex(
+        "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"))
+    assert EX["router-x25519-spki"].endswith(bytes.fromhex(
+        "de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f"))
+
+
+def test_stated_sizes_hold():
+    assert len(EX["ping-block"]) == len(EX["sub-block"]) == 16384
+    assert len(EX["sub-authorized"]) == 86
+    assert len(EX["new-command"]) == 97
+    assert len(EX["ids-response"]) == 100
+    assert len(EX["service-signed-bytes"]) == 122
+    assert len(EX["service-client-hello"]) == 194
+    [sub] = decode_batch(EX["sub-block"])
+    assert len(sub) == 118
+
+
+def test_the_examples_decode_back_to_what_they_show():
+    [ping] = decode_batch(EX["ping-block"])
+    tr = decode_transmission(ping)
+    assert (tr.authorization, tr.corr_id, tr.entity_id) == (b"", EX["corr-id"], b"")
+    assert decode_command(tr.command) == PING()
+    assert decode_response(decode_transmission(decode_batch(EX["pong-block"])[0]).command) == PONG()
+    assert decode_server_hello(EX["router-hello"]) == ServerHello(9, 10, SESSION_ID)
+    hello = decode_client_hello(EX["service-client-hello"])
+    assert hello.service == ServiceProof(EX["service-spki"], EX["service-signature"])
+    assert verify_service_proof(hello.service, SESSION_ID, KEY_HASH)
+    assert hashlib.sha256(EX["service-spki"]).digest()[:24] == EX["service-id"]
+    assert verify_authorization(
+        EX["sub-signature"], EX["ed25519-spki"], EX["sub-authorized"]
+    )
+    assert pad_block(EX["router-hello"])[:2] == b"\x00\x25"
+
+
+def test_the_signed_service_context_has_no_length_byte():
+    assert EX["service-signed-bytes"][:12] == b"SMP-SERVICE" + b"\x20"
+
+
+# --- the command table -------------------------------------------------------------------
+
+_TABLE_ROW_RE = re.compile(
+    r"^\| `([A-Z]+)` \| (client|router) \| `([0-9a-f ]+)` \| ([^|]+) \|", re.M
 )
-ED_PREFIX = bytes.fromhex("302a300506032b6570032100")
-X_PREFIX = bytes.fromhex("302a300506032b656e032100")
-X_PUBLIC = bytes(range(100, 132))
+
+# One value of each command and response, to compare with the table's bytes.
+SAMPLES = {
+    "PING": PING(), "SUB": SUB(), "NEW": None,
+    "KEY": t.KEY(EX["ed25519-spki"]), "SKEY": t.SKEY(EX["ed25519-spki"]),
+    "SEND": t.SEND(b"T", b"hi"), "ACK": t.ACK(MSG_ID), "GET": t.GET(), "OFF": t.OFF(),
+    "DEL": t.DEL(), "QUE": t.QUE(), "NKEY": t.NKEY(EX["ed25519-spki"], EX["client-x25519-spki"]),
+    "NDEL": t.NDEL(), "NSUB": t.NSUB(), "SUBS": t.SUBS(), "NSUBS": t.NSUBS(),
+    "PRXY": t.PRXY(b"x"), "PFWD": t.PFWD(b"x"),
+    "IDS": None, "MSG": MSG(MSG_ID, b"\x00" * 16122), "NID": NID(RCV_ID, EX["router-x25519-spki"]),
+    "NMSG": NMSG(b"\x00" * 24, b"\x00" * 144), "END": END(), "DELD": DELD(), "OK": OK(),
+    "PONG": PONG(), "INFO": INFO("{}"), "ERR": ERR(AUTH), "SOKS": SOKS(1), "ENDS": ENDS(1),
+    "ALLS": ALLS(),
+}
 
 
-def ping_block_bytes(tag: bytes) -> bytes:
-    head = b"\x00\x22" + b"\x01" + b"\x00\x1f" + b"\x00" + b"\x18" + CORR_ID + b"\x00" + tag
-    return head + b"#" * 16348
+def command_table() -> list[tuple[str, str, bytes, str]]:
+    section = PAGE.read_text(encoding="utf-8").split('<a id="command-table"></a>', 1)[1]
+    section = section.split("<a id=", 1)[0]
+    return [
+        (name, sender, bytes.fromhex(tag), after.strip())
+        for name, sender, tag, after in _TABLE_ROW_RE.findall(section)
+    ]
 
 
-def test_ping_block_is_byte_exact():
-    t = encode_transmission(Transmission(b"", CORR_ID, b"", encode_command(PING())))
-    assert encode_batches([t]) == [ping_block_bytes(b"PING")]
+def test_the_command_table_lists_every_command_and_response_once():
+    names = [row[0] for row in command_table()]
+    assert len(names) == len(set(names))
+    assert set(names) == set(SAMPLES)
 
 
-def test_ping_block_decodes_to_one_ping_transmission():
-    [raw] = decode_batch(ping_block_bytes(b"PING"))
-    t = decode_transmission(raw)
-    assert (t.authorization, t.corr_id, t.entity_id) == (b"", CORR_ID, b"")
-    assert decode_command(t.command) == PING()
-
-
-def test_pong_reply_differs_from_ping_only_in_the_tag():
-    t = encode_response_transmission(CORR_ID, b"", PONG())
-    [block] = encode_batches([t])
-    assert block == ping_block_bytes(b"PONG")
-    assert decode_response(decode_transmission(decode_batch(block)[0]).command) == PONG()
-
-
-def test_signed_sub_signs_the_86_byte_authorized_form():
-    signed = authorized_bytes(SESSION_ID, CORR_ID, RCV_ID, b"SUB")
-    assert signed == b"\x20" + SESSION_ID + b"\x18" + CORR_ID + b"\x18" + RCV_ID + b"SUB"
-    assert len(signed) == 86
-    assert ed25519_public(SEED) == ED_PREFIX + PUBLIC
-
-
-def test_signed_sub_signature_matches_rfc8032_key_1():
-    assert authorize(SEED, SESSION_ID, CORR_ID, RCV_ID, b"SUB") == SUB_SIGNATURE
-    signed = authorized_bytes(SESSION_ID, CORR_ID, RCV_ID, b"SUB")
-    assert verify_authorization(SUB_SIGNATURE, ed25519_spki(PUBLIC), signed)
-
-
-def test_signed_sub_transmission_is_118_bytes_and_block_prefix_matches():
-    t = encode_transmission(
-        Transmission(SUB_SIGNATURE, CORR_ID, RCV_ID, encode_command(SUB()))
-    )
-    assert t == b"\x40" + SUB_SIGNATURE + b"\x18" + CORR_ID + b"\x18" + RCV_ID + b"SUB"
-    assert len(t) == 118
-    [block] = encode_batches([t])
-    assert block[:8] == bytes.fromhex("0079010076 40e679".replace(" ", ""))
-    assert len(block) == BLOCK_SIZE
-
-
-def test_new_command_is_97_bytes_in_the_documented_layout():
-    cmd = NEW(ED_PREFIX + PUBLIC, X_PREFIX + X_PUBLIC, None, subscribe=True, snd_secure=True)
-    expected = (
-        b"NEW " + b"\x2c" + ED_PREFIX + PUBLIC + b"\x2c" + X_PREFIX + X_PUBLIC + b"0" + b"S" + b"T"
-    )
-    assert encode_command(cmd) == expected
-    assert len(expected) == 97
-    assert decode_command(expected) == cmd
-
-
-def test_ids_response_is_100_bytes_in_the_documented_layout():
-    snd_id = b"\x22" * 24
-    resp = IDS(RCV_ID, snd_id, x25519_spki(X_PUBLIC), snd_secure=True)
-    expected = b"IDS " + b"\x18" + RCV_ID + b"\x18" + snd_id + b"\x2c" + X_PREFIX + X_PUBLIC + b"T"
-    assert encode_response(resp) == expected
-    assert len(expected) == 100
-    assert decode_response(expected) == resp
-
-
-def test_server_hello_without_cert_part():
-    hello = ServerHello(9, 9, SESSION_ID)
-    content = encode_server_hello(hello)
-    assert content == b"\x00\x09\x00\x09\x20" + SESSION_ID
-    block = pad_block(content)
-    assert block[:2] == b"\x00\x25" and len(block) == BLOCK_SIZE
-    assert decode_server_hello(content) == hello
-
-
-def test_client_hello_with_and_without_client_key():
-    key_hash = bytes(range(200, 232))
-    bare = ClientHello(9, key_hash)
-    assert encode_client_hello(bare) == b"\x00\x09\x20" + key_hash
-    with_key = ClientHello(9, key_hash, x25519_spki(X_PUBLIC))
-    expected = b"\x00\x09\x20" + key_hash + b"\x2c" + X_PREFIX + X_PUBLIC
-    assert encode_client_hello(with_key) == expected
-    assert decode_client_hello(expected) == with_key
-    assert decode_client_hello(b"\x00\x09\x20" + key_hash) == bare
+@pytest.mark.parametrize("row", command_table(), ids=lambda row: row[0])
+def test_the_command_table_gives_each_tag_and_whether_parameters_follow(row):
+    name, sender, tag, after = row
+    assert tag == name.encode("ascii")
+    value = SAMPLES[name]
+    if value is None:
+        encoded = _new_command() if name == "NEW" else _ids()
+    elif sender == "client":
+        encoded = encode_command(value)
+    else:
+        encoded = encode_response(value)
+    if after == "—":
+        assert encoded == tag
+    else:
+        assert after.startswith("`SP")
+        assert encoded.startswith(tag + b" ")
