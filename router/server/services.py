@@ -1,5 +1,5 @@
 """Service subscriptions: SUBS, NSUBS, ENDS and ALLS (WIRE.md §11, §14.5;
-docs/protocol.md, "Service subscriptions").
+docs/protocol.md#services).
 
 Theory of operation. A connection may prove a service identity in its client
 hello; `Connection.service_id` is then set.
@@ -29,7 +29,7 @@ hello; `Connection.service_id` is then set.
   unsubscribed: SENDs are stored and the catch-up finds them. A queue the
   first connection subscribed with plain SUB and its walk never reached is
   an individual subscription: it stays there until the new walk takes it,
-  which sends its END (docs/protocol.md, "END and ENDS").
+  which sends its END (docs/protocol.md#end-and-ends).
 - NSUBS does the same for the notifier side without delivering anything:
   the notifier ids are registered at once, then any NMSGs waiting for them
   go out with the next notification flush. There is no ALLS after NSUBS.
