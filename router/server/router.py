@@ -151,7 +151,8 @@ class Router:
         transport = BlockTransport(ws, stalled_timeout=self.config.stalled_writer_timeout)
         try:
             handshake = await server_handshake(
-                transport, self.key_hash, self.config.handshake_timeout
+                transport, self.key_hash, self.config.handshake_timeout,
+                self.identity.hello_certificates(),
             )
             conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
             await self._run_connection(conn)

@@ -7,7 +7,8 @@ stream errors under it) become `TransportClosed` here, once, so nothing above
 the transport catches library exceptions.
 
 Handshake (WIRE.md §3, §14): the router sends its hello first (versions
-9..10, a fresh random 32-byte session id, no certificate part), then waits a
+9..10, a fresh random 32-byte session id, its identity certificate and a
+signed key), then waits a
 bounded time for the client hello. A version outside the range, a key hash
 other than the router's, or a service proof (this router's hello extension,
 WIRE.md §14.5) that does not verify closes the connection without an error
@@ -119,11 +120,19 @@ def _describe(ws: WebSocketConnection) -> str:
 
 
 async def server_handshake(
-    transport: BlockTransport, key_hash: bytes, timeout: float
+    transport: BlockTransport,
+    key_hash: bytes,
+    timeout: float,
+    certificates: tuple[tuple[bytes, ...], bytes] | None = None,
 ) -> Handshake:
-    """Run the router side of the handshake; TransportClosed if the client fails it."""
+    """Run the router side of the handshake; TransportClosed if the client fails it.
+
+    `certificates` (chain, signed key) go into the server hello, so the client
+    can check the router's identity before it answers.
+    """
     session_id = secrets.token_bytes(SESSION_ID_SIZE)
-    hello = ServerHello(SMP_VERSION_MIN, SMP_VERSION_MAX, session_id)
+    chain, signed_key = certificates if certificates is not None else ((), None)
+    hello = ServerHello(SMP_VERSION_MIN, SMP_VERSION_MAX, session_id, chain, signed_key)
     await transport.send_block(pad_block(encode_server_hello(hello)))
     with trio.move_on_after(timeout) as scope:
         block = await transport.receive_block()
