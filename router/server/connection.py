@@ -9,7 +9,7 @@ channel (the outbox):
   outbox is full, which is the back-pressure a fast sender gets);
 - send: takes whatever batches are queued, packs them into as few blocks as
   fit and writes them; a peer that does not take a block within the
-  configured deadline is dropped (`BlockTransport.send_block`);
+  configured deadline is dropped (the transport's `send_block`);
 - delivery: the one task that waits for this client's pushes that could not
   go straight into the outbox: queues in the `deliveries` map, END/DELD
   events the router's event task could not hand over without waiting, and
@@ -34,7 +34,7 @@ from router.protocol.handshake import service_id
 
 from .deliveries import Deliveries
 from .subscriptions import Sub
-from .transport import BlockTransport, Handshake, TransportClosed
+from .transport import BlockStream, Handshake, TransportClosed
 
 if TYPE_CHECKING:
     from .services import CatchUp
@@ -47,7 +47,7 @@ DeliveryLoop = Callable[["Connection"], Awaitable[None]]
 
 class Connection:
     def __init__(
-        self, conn_id: int, transport: BlockTransport, handshake: Handshake, send_queue_size: int
+        self, conn_id: int, transport: BlockStream, handshake: Handshake, send_queue_size: int
     ) -> None:
         self.id = conn_id
         self.transport = transport
@@ -63,6 +63,7 @@ class Connection:
         self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
         self.closed = False
         self.close_reason = ""
+        self.last_activity = trio.current_time()  # when the client last sent a block
         self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
         self._wakeup = trio.Event()
@@ -156,6 +157,12 @@ class Connection:
         assert self.nursery is not None
         self.nursery.start_soon(self._closing_on_transport_error, fn, *args)
 
+    def close_now(self, reason: str) -> None:
+        """End the connection's tasks (the router's cleanup follows)."""
+        self.close_reason = self.close_reason or reason
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
+
     def close(self) -> None:
         """Stop accepting pushes; called once the tasks are gone."""
         self.closed = True
@@ -193,6 +200,7 @@ class Connection:
     async def _receive_loop(self, process_block: BlockProcessor) -> None:
         while True:
             block = await self.transport.receive_block()
+            self.last_activity = trio.current_time()
             responses = await process_block(self, block)
             del block  # an idle connection keeps nothing of its last block alive
             if responses:
