@@ -30,9 +30,13 @@ from urllib.parse import unquote, urlsplit
 
 import trio
 
+from router.server.edge import (  # noqa: F401 - HttpRequest re-exported for hooks
+    ACCEPT_WEBSOCKET,
+    HttpRequest,
+    HttpResponse,
+)
 from router.server.identity import host_port
 
-from ._http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse  # noqa: F401 - re-exported
 from .origins import OriginPolicy
 
 SMP_PATH = "/smp"

@@ -3,6 +3,7 @@
     smp-router serve --host 127.0.0.1 --port 5224 --store memory
     smp-router init --data-dir DIR
     smp-router migrate-store --data-dir DIR --to sqlite
+    smp-router gateway --port 8080 --store memory    (router/gateway/cli.py)
 
 Without `--store`, `serve` keeps its queues and messages: it uses the kind
 already in the data directory, or the sqlite store in a fresh one, and the
@@ -33,6 +34,7 @@ from typing import NoReturn, TextIO
 
 import trio
 
+from router.gateway.cli import add_gateway_command, gateway_config, run_gateway
 from store import MigrationCheckError, migrate_store, read_store_kind
 
 from .config import (
@@ -130,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--data-dir", type=Path, required=True)
     migrate.add_argument("--to", choices=STORE_KINDS, required=True, dest="to_kind")
     migrate.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    add_gateway_command(commands, serve)
     return parser
 
 
@@ -182,7 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate-store":
             return trio.run(_migrate, args.data_dir, args.to_kind)
         config = config_from_args(args)
-        trio.run(_serve, config)
+        if args.command == "gateway":
+            trio.run(run_gateway, gateway_config(args, config))
+        else:
+            trio.run(_serve, config)
     except KeyboardInterrupt:
         return EXIT_OK  # a SIGINT before the signal handler was in place
     except BaseException as e:  # noqa: BLE001 - the one place that turns failures into exit codes
