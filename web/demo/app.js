@@ -89,6 +89,7 @@ function renderMessages() {
     }),
   );
   $("empty").hidden = messages.size > 0;
+  list.hidden = messages.size === 0;
   list.scrollTop = list.scrollHeight;
 }
 
@@ -278,6 +279,7 @@ async function main() {
   $("create").addEventListener("click", () => createConversation().catch(report));
   $("reset").addEventListener("click", () => leave().catch(report));
   $("copy").addEventListener("click", () => navigator.clipboard?.writeText($("invitation").value));
+  $("create").disabled = false;
   $("composer").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const text = $("message").value.trim();
