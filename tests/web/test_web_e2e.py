@@ -225,11 +225,13 @@ async def test_err_answers_are_those_of_the_python_client(node: str, nursery: tr
         assert await js.call("get", client="js", queue="q") is None
 
 
-async def test_wrong_key_hash_never_gets_a_command_through(
+async def test_wrong_key_hash_fails_the_connect(
     node: str, nursery: trio.Nursery
 ) -> None:
     info = await start_router(nursery)
     async with node_driver(node) as js:
-        await js.call("connect", client="js", url=info.url, keyHash=bytes(32).hex())
-        err = await js.error("create", client="js", queue="q")
-        assert err.name in ("ConnectionClosed", "HandshakeError"), err
+        err = await js.error("connect", client="js", url=info.url, keyHash=bytes(32).hex())
+        assert err.name == "HandshakeError", err
+        assert "key hash" in str(err)
+        # With the right one, the same call connects.
+        assert (await connect_js(js, info))["version"] == 10

@@ -33,7 +33,8 @@ const EMPTY = new Uint8Array(0);
  * and resolve to a ready SMPClient. `keyHash` is the router's 32-byte identity
  * (Uint8Array). Options: `WebSocket` (the constructor to use, by default the
  * global one), `versions` ([min, max], default [9, 10]), `timeout` (ms for the
- * connection and the handshake, default 15000).
+ * connection and the handshake, default 15000), `confirm` (default true: wait
+ * for one PING answer, so that a refused hello fails here).
  */
 export async function connect(url, keyHash, options = {}) {
   const WebSocketImpl = options.WebSocket ?? globalThis.WebSocket;
@@ -58,12 +59,31 @@ export async function connect(url, keyHash, options = {}) {
     }
     const clientKey = crypto.newX25519().publicKey;
     socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey })));
-    return new SMPClient(socket, version, hello.sessionId, url);
+    const client = new SMPClient(socket, version, hello.sessionId, url);
+    if (options.confirm ?? true) await confirmHello(client);
+    return client;
   } catch (e) {
     socket.close(e instanceof ConnectionClosed ? e : new HandshakeError(String(e)));
     throw e;
   } finally {
     clearTimeout(timer);
+  }
+}
+
+/**
+ * The router answers nothing to a client hello it accepts and closes the
+ * connection on one it refuses (a key hash that is not its own). One PING
+ * round trip tells the two apart before `connect` resolves, so a wrong key
+ * hash is a HandshakeError here rather than a failure of the first command.
+ */
+async function confirmHello(client) {
+  try {
+    await client.ping();
+  } catch (e) {
+    if (!(e instanceof ConnectionClosed)) throw e;
+    throw new HandshakeError(
+      `the router closed the connection after the hello (${e.message}): is the key hash right?`,
+    );
   }
 }
 
