@@ -235,3 +235,38 @@ async def test_wrong_key_hash_fails_the_connect(
         assert "key hash" in str(err)
         # With the right one, the same call connects.
         assert (await connect_js(js, info))["version"] == 10
+
+
+async def test_notifications_and_suspend(node: str, nursery: trio.Nursery) -> None:
+    info = await start_router(nursery, ntf_batch_interval=0.01)
+    async with node_driver(node) as js, open_client(info.address) as py:
+        await connect_js(js, info)
+        await connect_js(js, info, name="notifier")
+        fields = await js.call("create", client="js", queue="q", sndSecure=False)
+        creds = await js.call("enableNotifications", client="js", queue="q")
+        await js.call("subscribeNotifications", client="notifier", queue="q")
+
+        # A SEND with notify from Python: one NMSG, opened to the msgId the MSG carries.
+        sender_id = bytes.fromhex(fields["senderId"])
+        await py.send(sender_id, b"ring", notify=True)
+        await py.send(sender_id, b"quiet")
+        nmsg = await js.call("event", client="notifier")
+        assert nmsg["type"] == "notification" and nmsg["notifierId"] == creds["notifierId"]
+        await js.call("subscribe", client="js", queue="q")
+        msg = await js.call("event", client="js")
+        assert (msg["text"], msg["msgId"], msg["ts"]) == ("ring", nmsg["msgId"], nmsg["ts"])
+        assert await js.call("noEvent", client="notifier") is None
+
+        # NDEL: the notifier's subscriber is told (DELD at v10); NSUB is AUTH afterwards.
+        await js.call("disableNotifications", client="js", queue="q")
+        assert (await js.call("event", client="notifier"))["type"] == "deleted"
+        err = await js.error("subscribeNotifications", client="notifier", queue="q")
+        assert err.type == "AUTH"
+
+        # OFF: senders are refused, in both clients alike.
+        await js.call("suspend", client="js", queue="q")
+        err = await js.error("send", client="js", senderId=fields["senderId"], text="late")
+        assert (err.name, err.type) == ("SMPError", "AUTH")
+        with pytest.raises(SMPError) as py_err:
+            await py.send(sender_id, b"late")
+        assert str(py_err.value.error) == "AUTH"

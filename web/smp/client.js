@@ -169,6 +169,7 @@ export class SMPClient {
     this.sessionId = sessionId;
     this.url = url;
     this.queues = new Map(); // hex(recipientId) -> queue, to open MSG bodies
+    this.notifiers = new Map(); // hex(notifierId) -> credentials, to open NMSG metadata
     this.pending = new Map(); // hex(corrId) -> {resolve, routeMsg}
     this.outbox = [];
     this.flushScheduled = false;
@@ -374,7 +375,7 @@ export class SMPClient {
       case "DELD":
         return { type: "deleted", recipientId: entityId };
       case "NMSG":
-        return { type: "notification", notifierId: entityId, nonce: response.nonce, encMeta: response.encMeta };
+        return this.notificationEvent(entityId, response);
       default:
         return null;
     }
@@ -392,6 +393,25 @@ export class SMPClient {
       }
     }
     return { type: "undecrypted", recipientId, msgId: msg.msgId, encBody: msg.encBody };
+  }
+
+  /** A "notification" event; msgId and ts are filled in when this client holds the notifier's box key. */
+  notificationEvent(notifierId, nmsg) {
+    const event = { type: "notification", notifierId, nonce: nmsg.nonce, encMeta: nmsg.encMeta, msgId: null, ts: null };
+    const creds = this.notifiers.get(toHex(notifierId));
+    if (creds) {
+      try {
+        Object.assign(event, crypto.decryptNtfMeta(creds.ntfBoxKey, nmsg.nonce, nmsg.encMeta));
+      } catch (e) {
+        if (!(e instanceof ProtocolError)) throw e; // handed on sealed
+      }
+    }
+    return event;
+  }
+
+  /** Let this connection open the NMSG metadata of a notifier (see enableNotifications). */
+  addNotifier(creds) {
+    this.notifiers.set(toHex(creds.notifierId), creds);
   }
 
   // --- recipient ----------------------------------------------------------
@@ -473,7 +493,7 @@ export class SMPClient {
     expect(await this.command(senderId, { type: "SKEY", senderKey }, senderSeed), "OK");
   }
 
-  /** SEND `body` (Uint8Array); signed when the queue is secured (`senderSeed`). */
+  /** SEND `body` (Uint8Array); signed when the queue is secured (`senderSeed`); `notify` sets flag T. */
   async send(senderId, body, { senderSeed = null, notify = false } = {}) {
     const cmd = { type: "SEND", flags: notify ? "T" : "F", body };
     expect(await this.command(senderId, cmd, senderSeed), "OK");
@@ -491,7 +511,7 @@ export class SMPClient {
     const dh = crypto.newX25519();
     const cmd = { type: "NKEY", notifierKey: auth.publicKey, rcvNtfDhKey: dh.publicKey };
     const nid = expect(await this.recipient(queue, cmd), "NID");
-    return {
+    const creds = {
       recipientId: queue.recipientId,
       notifierId: nid.notifierId.slice(),
       notifierSeed: auth.seed,
@@ -500,10 +520,13 @@ export class SMPClient {
       srvNtfDhKey: nid.srvNtfDhKey.slice(),
       ntfBoxKey: crypto.boxKey(dh.privateKey, nid.srvNtfDhKey),
     };
+    this.addNotifier(creds);
+    return creds;
   }
 
   /** NSUB: NMSGs for this notifier arrive as "notification" events. */
   async subscribeNotifications(creds) {
+    this.addNotifier(creds);
     expect(await this.command(creds.notifierId, { type: "NSUB" }, creds.notifierSeed), "OK");
   }
 

@@ -15,6 +15,7 @@ const clients = new Map();
 const queues = new Map();
 const stores = new Map();
 const durables = new Map();
+const notifiers = new Map(); // by the name of their queue
 
 const hexFields = (obj) =>
   Object.fromEntries(Object.entries(obj).map(([k, v]) => [k, v instanceof Uint8Array ? toHex(v) : v]));
@@ -147,7 +148,7 @@ const OPS = {
   },
   async send(a) {
     const senderSeed = a.seed ? fromHex(a.seed) : null;
-    await client(a.client).send(fromHex(a.senderId), body(a), { senderSeed });
+    await client(a.client).send(fromHex(a.senderId), body(a), { senderSeed, notify: Boolean(a.notify) });
     return null;
   },
   async suspend(a) {
@@ -159,7 +160,17 @@ const OPS = {
     return null;
   },
   async enableNotifications(a) {
-    return hexFields(await client(a.client).enableNotifications(queue(a.queue)));
+    const creds = await client(a.client).enableNotifications(queue(a.queue));
+    notifiers.set(a.queue, creds);
+    return hexFields(creds);
+  },
+  async subscribeNotifications(a) {
+    await client(a.client).subscribeNotifications(notifiers.get(a.queue));
+    return null;
+  },
+  async disableNotifications(a) {
+    await client(a.client).disableNotifications(queue(a.queue));
+    return null;
   },
   /** Any command bytes, signed with a queue's recipient key if `signWith` names one. */
   async raw(a) {
