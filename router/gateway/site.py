@@ -13,9 +13,9 @@ URL layout (one port):
 The upgrade on `/smp` and the health page are refused with 403 for a page of
 a foreign origin (origins.py). The health page never carries CORS headers,
 so no other site's page can read the router's statistics. The client's
-modules (`/smp/`, `/vendor/`) carry `Access-Control-Allow-Origin` for the
-allowed origins only, so a page served elsewhere can import them when its
-origin is on the allow-list.
+modules (`/smp/`, `/vendor/`) and `/demo/config.json` carry
+`Access-Control-Allow-Origin` for the allowed origins only, so a page served
+elsewhere can import them when its origin is on the allow-list.
 """
 
 from __future__ import annotations
@@ -113,6 +113,11 @@ def _json(document: Mapping[str, object]) -> HttpResponse:
     return HttpResponse(200, body, JSON, (*COMMON_HEADERS, NO_STORE))
 
 
+def _with_headers(response: HttpResponse, extra: list[tuple[str, str]]) -> HttpResponse:
+    return HttpResponse(response.status, response.body, response.content_type,
+                        (*response.headers, *extra))
+
+
 def _redirect(location: str, status: int = 302) -> HttpResponse:
     return _text(status, f"see {location}", ("location", location))
 
@@ -163,7 +168,8 @@ class GatewaySite:
                 return _text(403, "origin not allowed")
             return _json({"status": "ok", "statistics": dict(self._statistics())})
         if path == CONFIG_PATH:
-            return _json(client_config(self.config, request.header("host")))
+            config = _json(client_config(self.config, request.header("host")))
+            return _with_headers(config, self._cors(request))
         for prefix, base in self._roots.items():
             if path.startswith(prefix):
                 return await self._file(request, base, path[len(prefix):], prefix != DEMO_PREFIX)

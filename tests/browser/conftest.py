@@ -96,6 +96,20 @@ def tls_gateway(tmp_path_factory) -> Iterator[Gateway]:
 
 
 @pytest.fixture
+def start_gateway() -> Iterator:
+    """Starts gateways with extra options (stopped at the end of the test)."""
+    started: list[Gateway] = []
+
+    def start(*extra: str) -> Gateway:
+        started.append(_start_gateway(*extra))
+        return started[-1]
+
+    yield start
+    for running in started:
+        _stop(running)
+
+
+@pytest.fixture
 def foreign_site(tmp_path) -> Iterator[tuple[str, Path]]:
     """A plain static web server on another loopback port: another origin.
     Yields its URL and the directory it serves."""

@@ -156,3 +156,39 @@ def test_the_chat_works_over_https_and_wss(
     finally:
         alice_context.close()
         bob_context.close()
+
+
+EMBEDDING_PAGE = """<!doctype html><title>embedding</title><pre id="log"></pre>
+<script type="module">
+  import { connect, utf8, fromUtf8, fromBase64url } from "%(page_url)ssmp/index.js";
+  const log = (line) => document.getElementById("log").textContent += line + "\\n";
+  try {
+    const { smpUrl, keyHash } = await (await fetch("%(page_url)sdemo/config.json")).json();
+    const client = await connect(smpUrl, fromBase64url(keyHash));
+    const queue = await client.createQueue({ sndSecure: false });
+    await client.send(queue.senderId, utf8("hello from another origin"));
+    await client.subscribe(queue);
+    const event = await client.nextEvent();
+    log("received: " + fromUtf8(event.body));
+    await client.ack(queue, event.msgId);
+  } catch (e) {
+    log("failed: " + e);
+  }
+</script>"""
+
+
+def test_a_page_of_an_allowed_origin_embeds_the_client_module(
+    browser: Browser, start_gateway, foreign_site
+):
+    """README's example: the page lives elsewhere, its origin is on --allow-origin."""
+    url, directory = foreign_site
+    gateway = start_gateway("--allow-origin", url.rstrip("/"))
+    (directory / "index.html").write_text(EMBEDDING_PAGE % {"page_url": gateway.page_url})
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url)
+        expect(page.locator("#log")).to_have_text("received: hello from another origin\n")
+    finally:
+        context.close()

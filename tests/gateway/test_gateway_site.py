@@ -166,6 +166,10 @@ async def test_client_modules_carry_cors_only_for_allowed_origins(web_root):
     assert foreign.status == 200 and header(foreign, "access-control-allow-origin") is None
     demo = await site(request("/demo/app.js", origin=FRIEND))
     assert header(demo, "access-control-allow-origin") is None
+    config = await site(request("/demo/config.json", origin=FRIEND))
+    assert header(config, "access-control-allow-origin") == FRIEND
+    config = await site(request("/demo/config.json", origin="https://evil.example"))
+    assert header(config, "access-control-allow-origin") is None
 
 
 def test_origins_are_normalized_as_browsers_write_them():
