@@ -183,7 +183,9 @@ def test_javascript_reads_python_blocks_hellos_and_boxes(node: str, tmp_path: Pa
     hello, hello_certs, client_hello, *rest = results
     assert hello["value"]["sessionId"] == session_id.hex() and hello["same"]
     assert len(hello_certs["value"]["certChain"]) == 2 and hello_certs["same"]
-    assert client_hello["value"] == {"version": 10, "keyHash": key_hash.hex(), "clientKey": x.hex()}
+    assert client_hello["value"] == {
+        "version": 10, "keyHash": key_hash.hex(), "clientKey": x.hex(), "service": None,
+    }
     decoded_blocks, rest = rest[: len(blocks)], rest[len(blocks) :]
     assert [t for b in decoded_blocks for t in b["value"]] == [t.hex() for t in transmissions]
     assert all(b["same"] for b in decoded_blocks), "JavaScript packs the same blocks as Python"

@@ -10,6 +10,7 @@ import { ss } from "./encoding.js";
 import { CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError } from "./errors.js";
 import { KeyType, ed25519Spki, keyType, rawKey, x25519Spki } from "./keys.js";
 import nacl from "./nacl.js";
+import { serviceSignedBytes } from "./handshake.js";
 import { authorizedBytes } from "./transmission.js";
 
 export const MSG_PADDED_SIZE = 16106;
@@ -154,4 +155,16 @@ export function decryptNtfMeta(key32, nonce, encMeta) {
 export function encryptNtfMeta(key32, msgId, ts, nonce = nacl.randomBytes(NONCE_SIZE)) {
   const meta = concat(ss(msgId), int64(ts));
   return { nonce, encMeta: nacl.box.after(pad(meta, NTF_META_PADDED_SIZE), nonce, key32) };
+}
+
+/** The client hello's proof of holding the service key `seed32`: {serviceKey, signature}. */
+export function proveService(seed32, sessionId, keyHash) {
+  const serviceKey = ed25519Public(seed32);
+  return { serviceKey, signature: sign(seed32, serviceSignedBytes(sessionId, keyHash, serviceKey)) };
+}
+
+/** The entity id of SUBS / NSUBS / ENDS: SHA-256 of the service SPKI, first 24 bytes. */
+export async function serviceId(serviceKey) {
+  const digest = await globalThis.crypto.subtle.digest("SHA-256", serviceKey);
+  return new Uint8Array(digest).slice(0, 24);
 }
