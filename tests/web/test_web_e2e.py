@@ -20,7 +20,7 @@ from web_helpers import (
 )
 
 from router.client import DeletedEvent, EndEvent, MessageEvent, SMPError, open_client
-from router.protocol import crypto
+from router.protocol import crypto, service_id
 from router.server import RouterInfo
 
 MAX_BODY = 16064
@@ -270,3 +270,39 @@ async def test_notifications_and_suspend(node: str, nursery: trio.Nursery) -> No
         with pytest.raises(SMPError) as py_err:
             await py.send(sender_id, b"late")
         assert str(py_err.value.error) == "AUTH"
+
+
+async def test_service_subscription(node: str, nursery: trio.Nursery) -> None:
+    info = await start_router(nursery)
+    service_seed, _ = crypto.new_ed25519()
+    async with node_driver(node) as js, open_client(info.address) as py:
+        await connect_js(js, info, name="s1", serviceSeed=service_seed.hex())
+        fields = await js.call("create", client="s1", queue="q", sndSecure=False, subscribe=True)
+        await js.call("close", client="s1")
+        await py.send(bytes.fromhex(fields["senderId"]), b"while away")
+
+        # A new connection of the same service gets the queue back with SUBS.
+        await connect_js(js, info, name="s2", serviceSeed=service_seed.hex())
+        await js.call("addQueue", client="s2", queue="q", fields=fields)  # its key opens the MSG
+        answer = await js.call("subscribeService", client="s2")
+        assert answer["count"] == 1
+        assert bytes.fromhex(answer["serviceId"]) == service_id(crypto.ed25519_public(service_seed))
+        msg = await js.call("event", client="s2")
+        assert (msg["type"], msg["text"]) == ("message", "while away")
+        assert (await js.call("event", client="s2"))["type"] == "all-received"
+
+        # A third takes the service over: the second gets ENDS with its count.
+        await connect_js(js, info, name="s3", serviceSeed=service_seed.hex())
+        assert (await js.call("subscribeService", client="s3"))["count"] == 1
+        ends = await js.call("event", client="s2")
+        assert (ends["type"], ends["count"]) == ("service-end", 1)
+
+        # Without a service in the hello, SUBS is refused, as for the Python client.
+        await connect_js(js, info, name="plain")
+        service = service_id(crypto.ed25519_public(service_seed))
+        js_answer = await js.call(
+            "raw", client="plain", entityId=service.hex(), command=b"SUBS".hex(),
+            seed=service_seed.hex(),
+        )
+        py_answer = await py.command(service, b"SUBS", service_seed)
+        assert js_answer["error"] == str(py_answer.error) == "SERVICE"

@@ -34,7 +34,9 @@ const EMPTY = new Uint8Array(0);
  * (Uint8Array). Options: `WebSocket` (the constructor to use, by default the
  * global one), `versions` ([min, max], default [9, 10]), `timeout` (ms for the
  * connection and the handshake, default 15000), `confirm` (default true: wait
- * for one PING answer, so that a refused hello fails here).
+ * for one PING answer, so that a refused hello fails here), `serviceSeed` (an
+ * Ed25519 seed: the hello proves this connection acts for that service, see
+ * docs/protocol.md "Service subscriptions").
  */
 export async function connect(url, keyHash, options = {}) {
   const WebSocketImpl = options.WebSocket ?? globalThis.WebSocket;
@@ -58,8 +60,14 @@ export async function connect(url, keyHash, options = {}) {
       );
     }
     const clientKey = crypto.newX25519().publicKey;
-    socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey })));
+    const serviceSeed = options.serviceSeed ?? null;
+    const service = serviceSeed ? crypto.proveService(serviceSeed, hello.sessionId, keyHash) : null;
+    socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey, service })));
     const client = new SMPClient(socket, version, hello.sessionId, url);
+    if (service) {
+      client.serviceSeed = serviceSeed;
+      client.serviceId = await crypto.serviceId(service.serviceKey);
+    }
     if (options.confirm ?? true) await confirmHello(client);
     return client;
   } catch (e) {
@@ -173,6 +181,8 @@ export class SMPClient {
     this.pending = new Map(); // hex(corrId) -> {resolve, routeMsg}
     this.outbox = [];
     this.flushScheduled = false;
+    this.serviceSeed = null;
+    this.serviceId = null; // set by connect() for a service connection
     this.corrPrefix = crypto.randomBytes(16);
     this.corrNext = 0;
     this.events = [];
@@ -376,6 +386,10 @@ export class SMPClient {
         return { type: "deleted", recipientId: entityId };
       case "NMSG":
         return this.notificationEvent(entityId, response);
+      case "ENDS":
+        return { type: "service-end", serviceId: entityId, count: response.count };
+      case "ALLS":
+        return { type: "all-received" };
       default:
         return null;
     }
@@ -532,6 +546,23 @@ export class SMPClient {
 
   async disableNotifications(queue) {
     await this.recipientOk(queue, { type: "NDEL" });
+  }
+
+  // --- service subscriptions ------------------------------------------------
+
+  /** SUBS: every queue associated with this connection's service; resolves to their count. */
+  async subscribeService() {
+    return this.serviceCommand("SUBS");
+  }
+
+  /** NSUBS: the same for the service's notifiers. */
+  async subscribeServiceNotifications() {
+    return this.serviceCommand("NSUBS");
+  }
+
+  async serviceCommand(type) {
+    if (!this.serviceSeed) throw new TypeError("this client was connected without a serviceSeed");
+    return expect(await this.command(this.serviceId, { type }, this.serviceSeed), "SOKS").count;
   }
 
   // --- helpers --------------------------------------------------------------
