@@ -12,7 +12,7 @@
 // with jitter) and connects again, and so on until stop(). A queue the router
 // refuses with AUTH (deleted, or wrong keys), and a queue another connection
 // took over (END) or that was deleted (DELD), leaves the set, with an event.
-// Other SUB errors leave the queue in the set for the next connection.
+// Other SUB errors are taken as temporary: SUB again after a delay.
 
 import { toHex } from "./bytes.js";
 import { Backoff } from "./backoff.js";
@@ -110,7 +110,7 @@ export class SMPAgent {
    * message again to the next one.
    */
   async ack(event) {
-    if (event.client !== this.client || event.client.closed) return false;
+    if (!event.queue || event.client !== this.client || event.client.closed) return false;
     try {
       await event.client.ack(event.queue, event.msgId);
     } catch (e) {
@@ -158,7 +158,7 @@ export class SMPAgent {
     this.client = null;
   }
 
-  async subscribe(client, queues) {
+  async subscribe(client, queues, attempt = 0) {
     if (!queues.length) return;
     let errors;
     try {
@@ -168,13 +168,27 @@ export class SMPAgent {
       throw e;
     }
     const up = [];
+    const again = [];
     queues.forEach((queue, i) => {
       const error = errors[i];
       if (!error) up.push(queue);
       else if (error.type === AUTH) this.drop(queue.recipientId, "refused", error);
-      else this.emit({ type: "subscribe-error", queue, error });
+      else {
+        again.push(queue);
+        this.emit({ type: "subscribe-error", queue, error });
+      }
     });
     if (up.length) this.emit({ type: "up", queues: up });
+    if (again.length) this.retryLater(client, again, attempt);
+  }
+
+  /** A temporary refusal (INTERNAL, say): SUB again after a delay, on the same connection. */
+  retryLater(client, queues, attempt) {
+    setTimeout(() => {
+      if (client !== this.client || client.closed) return; // the next connection subscribes them
+      const still = queues.filter((q) => this.queues.get(toHex(q.recipientId)) === q);
+      this.subscribe(client, still, attempt + 1);
+    }, this.backoff.delay(attempt, this.random));
   }
 
   drop(recipientId, reason, error = null) {

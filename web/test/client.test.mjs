@@ -197,6 +197,28 @@ describe("SMPAgent", () => {
     assert.equal(agent.status, "stopped");
   });
 
+  test("a temporary SUB error (INTERNAL) is retried after a delay on the same connection", async () => {
+    let subs = 0;
+    const { FakeWebSocket, sockets } = fakeSocketClass(pingingRouter((ws, ts) => {
+      subs++;
+      ws.push(...ts.map((t) => [t.corrId, t.entityId, subs === 1 ? { type: "ERR", error: "INTERNAL" } : { type: "OK" }]));
+    }));
+    const backoff = new Backoff({ initial: 1, maximum: 2 });
+    const agent = new SMPAgent({ url: "ws://r/", keyHash: KEY_HASH, WebSocket: FakeWebSocket, backoff });
+    const events = [];
+    const up = new Promise((resolve) => agent.onEvent((ev) => {
+      events.push(ev.type === "subscribe-error" ? `error ${ev.error.type}` : ev.type);
+      if (ev.type === "up") resolve();
+    }));
+    agent.addQueue({ recipientId: Uint8Array.of(4), rcvAuthSeed: crypto.randomBytes(32) });
+    agent.start();
+    await up;
+    assert.deepEqual(events.filter((e) => e !== "status"), ["error INTERNAL", "up"]);
+    assert.equal(subs, 2);
+    assert.equal(sockets.length, 1);
+    await agent.stop();
+  });
+
   test("a queue refused with AUTH, or taken over (END), leaves the set with an event", async () => {
     const { FakeWebSocket } = fakeSocketClass(pingingRouter((ws, ts) => {
       ws.push(...ts.map((t) => [t.corrId, t.entityId, t.entityId[0] === 1 ? { type: "ERR", error: "AUTH" } : { type: "OK" }]));
