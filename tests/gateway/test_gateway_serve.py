@@ -184,3 +184,33 @@ def test_half_a_tls_pair_exits_2(tmp_path):
         capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+async def test_with_a_data_directory_the_gateway_keeps_its_address_and_messages(tmp_path):
+    data_dir = tmp_path / "data"
+
+    async def run(work):
+        config = GatewayConfig(RouterConfig(port=0, store="sqlite", data_dir=data_dir),
+                               tmp_path)
+        async with trio.open_nursery() as nursery:
+            info: GatewayInfo = await nursery.start(serve_gateway, config)
+            result = await work(info)
+            nursery.cancel_scope.cancel()
+        return info.key_hash, result
+
+    async def leave_a_message(info: GatewayInfo):
+        async with open_client(info.address) as client:
+            queue = await client.create_queue()
+            await client.send(queue.sender_id, b"kept")
+            return queue
+
+    with trio.fail_after(20):
+        first_key, queue = await run(leave_a_message)
+
+        async def collect(info: GatewayInfo):
+            async with open_client(info.address) as client:
+                await client.subscribe(queue)
+                return (await client.next_event()).body
+
+        second_key, body = await run(collect)
+    assert first_key == second_key and body == b"kept"
