@@ -50,3 +50,10 @@ def test_a_bad_flag_is_one_line_and_exit_code_2(capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "max pending" in err
+
+
+def test_a_missing_certificate_is_one_line_and_exit_code_2(tmp_path: Path, capsys):
+    code = main(["serve", "--store", "memory", "--port", "0",
+                 "--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(tmp_path / "k.pem")])
+    assert code == 2
+    assert "TLS certificate" in capsys.readouterr().err
