@@ -109,8 +109,8 @@ class EdgeLimits:
 
     upgrade_timeout: float = 10.0  # seconds from accept to a complete request head
     max_request_bytes: int = 8192  # request line and headers
-    max_pending: int = 512  # connections in the upgrade or SMP handshake, in total
-    max_pending_per_address: int = 16  # the same, from one remote address
+    max_pending: int = 1024  # connections in the upgrade or SMP handshake, in total
+    max_pending_per_address: int = 128  # the same, from one remote address
     max_connections: int = 50_000  # every open connection; lowered to fit the fd limit
     fd_headroom: int = 64  # descriptors kept free for stores, logs and refusals
     max_message_frames: int = 16  # frames of one message (a block)
