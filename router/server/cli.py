@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a client may take to read one block before it is dropped")
     serve.add_argument("--end-batch-interval", type=float, default=0.1,
                        help="seconds between flushes of END/DELD events")
+    _add_listener_arguments(serve)
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     init = commands.add_parser("init", help="create the router identity in a data directory")
     init.add_argument("--data-dir", type=Path, required=True)
@@ -134,6 +135,34 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     add_gateway_command(commands, serve)
     return parser
+
+
+# The listener's limits: flag, type, help (README "Limits of the listener"); each
+# defaults to the RouterConfig field of the same name.
+_LISTENER_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--upgrade-timeout", float, "seconds a new connection has to send its HTTP request"),
+    ("--max-pending", int, "connections in the upgrade or SMP handshake, in total"),
+    ("--max-pending-per-address", int, "the same, from one remote address"),
+    ("--max-connections", int, "open connections (lowered to fit the descriptor limit)"),
+    ("--max-message-frames", int, "WebSocket frames one block may be split into"),
+    ("--message-timeout", float, "seconds from a block's first frame to its last"),
+    ("--keepalive-interval", float, "seconds of silence before a client is pinged"),
+    ("--keepalive-timeout", float, "seconds a pinged client has to answer"),
+    ("--idle-timeout", float, "drop clients without subscriptions silent this long"),
+    ("--tls-cert", Path, "PEM certificate chain: listen for wss:// (with --tls-key)"),
+    ("--tls-key", Path, "the certificate's private key"),
+)
+
+
+def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, kind, text in _LISTENER_FLAGS:
+        parser.add_argument(flag, type=kind, help=text)
+
+
+def _listener_options(args: argparse.Namespace) -> dict[str, object]:
+    """The listener flags given on the command line, as RouterConfig fields."""
+    names = (flag[2:].replace("-", "_") for flag, _, _ in _LISTENER_FLAGS)
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def store_and_data_dir(store: str | None, data_dir: Path | None) -> tuple[str, Path | None]:
@@ -169,6 +198,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         send_queue_size=args.send_queue_size,
         stalled_writer_timeout=args.stalled_writer_timeout,
         end_batch_interval=args.end_batch_interval,
+        **_listener_options(args),  # type: ignore[arg-type]
     )
 
 

@@ -52,8 +52,8 @@ class RouterConfig:
     stats_interval: int = DEFAULT_STATS_INTERVAL  # seconds per line; divides a day
     # The listener's limits (README "Limits of the listener").
     upgrade_timeout: float = 10.0  # from accept to a complete HTTP request head
-    max_pending: int = 512  # connections in the upgrade or SMP handshake, in total
-    max_pending_per_address: int = 16  # the same, from one remote address
+    max_pending: int = 1024  # connections in the upgrade or SMP handshake, in total
+    max_pending_per_address: int = 128  # the same, from one remote address
     max_connections: int = 50_000  # all connections; lowered to fit RLIMIT_NOFILE
     max_message_frames: int = 16  # WebSocket frames one block may come in
     message_timeout: float = 10.0  # from a block's first frame to its last

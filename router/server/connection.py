@@ -1,8 +1,8 @@
 """One client connection: its state and the small group of tasks serving it.
 
 Theory of operation (DESIGN.md, STYLE.md principle 7): after the handshake a
-connection runs one nursery with three tasks joined by a bounded memory
-channel (the outbox):
+connection runs three tasks (the receive loop in the connection's own task,
+the other two in its nursery) joined by a bounded memory channel (the outbox):
 
 - receive: reads a block, has the dispatcher verify and execute it, and puts
   the responses into the outbox as one batch (blocking only itself when the
@@ -66,6 +66,7 @@ class Connection:
         self.last_activity = trio.current_time()  # when the client last sent a block
         self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
+        self._receiving = False  # the receive loop runs (in the task that called run())
         self._wakeup = trio.Event()
         self._outbox, self._outbox_out = trio.open_memory_channel[list[bytes]](send_queue_size)
 
@@ -145,12 +146,17 @@ class Connection:
     # --- tasks ------------------------------------------------------------------
 
     async def run(self, process_block: BlockProcessor, delivery_loop: DeliveryLoop) -> None:
-        """Serve the client until one of its tasks ends."""
+        """Serve the client until one of its tasks ends. The receive loop runs in the
+        calling task itself: one task fewer per connection than a child of its own."""
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
-            nursery.start_soon(self._until_done, self._receive_loop, process_block)
             nursery.start_soon(self._until_done, self._send_loop)
             nursery.start_soon(self._until_done, delivery_loop, self)
+            self._receiving = True
+            try:
+                await self._until_done(self._receive_loop, process_block)
+            finally:
+                self._receiving = False
 
     def spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
         """Start a helper task (a per-queue delivery task) in this connection's nursery."""
@@ -175,8 +181,11 @@ class Connection:
         await self._closed_event.wait()
 
     def task_count(self) -> int:
-        """Tasks running in this connection's nursery, nested nurseries included."""
-        return 0 if self.nursery is None else _count_tasks(self.nursery)
+        """Tasks serving this connection: the receiving one and those in its nursery,
+        nested nurseries included."""
+        if self.nursery is None:
+            return 0
+        return int(self._receiving) + _count_tasks(self.nursery)
 
     async def _until_done(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
         try:

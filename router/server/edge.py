@@ -109,8 +109,8 @@ class EdgeLimits:
 
     upgrade_timeout: float = 10.0  # seconds from accept to a complete request head
     max_request_bytes: int = 8192  # request line and headers
-    max_pending: int = 512  # connections in the upgrade or SMP handshake, in total
-    max_pending_per_address: int = 16  # the same, from one remote address
+    max_pending: int = 1024  # connections in the upgrade or SMP handshake, in total
+    max_pending_per_address: int = 128  # the same, from one remote address
     max_connections: int = 50_000  # every open connection; lowered to fit the fd limit
     fd_headroom: int = 64  # descriptors kept free for stores, logs and refusals
     max_message_frames: int = 16  # frames of one message (a block)
@@ -332,6 +332,7 @@ class EdgeListener:
         self._accept_scope: trio.CancelScope | None = None
         self._last_fd_log = -math.inf
         self.fd_exhaustions = 0  # accepts that failed for lack of descriptors
+        self._closed_one = trio.Event()  # set (and renewed) whenever a connection ends
 
     @property
     def port(self) -> int:
@@ -344,6 +345,11 @@ class EdgeListener:
     @property
     def suspended(self) -> bool:
         return self._suspended
+
+    async def wait_connections_at_most(self, count: int) -> None:
+        """Return once no more than `count` connections are open."""
+        while self.open_connections > count:
+            await self._closed_one.wait()
 
     def suspend(self) -> None:
         """Stop accepting; open connections go on, new ones wait in the kernel's backlog."""
@@ -422,8 +428,10 @@ class EdgeListener:
                 await self._handler(transport)
         finally:
             release_pending()
-            self.open_connections -= 1
             await trio.aclose_forcefully(stream)
+            self.open_connections -= 1
+            self._closed_one.set()
+            self._closed_one = trio.Event()
 
     async def _refuse(self, stream: trio.SocketStream, why: str) -> None:
         """503 for a client the caps keep out; a flood of them is just closed."""

@@ -12,6 +12,7 @@ already accepted; `serve_router(config)` does both on its own listener
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from trio_websocket import WebSocketConnection
 from store.interfaces import MessageStore, QueueRecord, QueueStore
 
 from .commands import Commands
-from .config import RouterConfig
+from .config import ConfigError, RouterConfig
 from .connection import Connection
 from .delivery import Deliverer
 from .dispatch import Dispatcher
@@ -330,7 +331,10 @@ async def serve_router(
     answers a plain GET of "/"."""
     tls = None
     if config.tls_cert is not None and config.tls_key is not None:
-        tls = tls_context(config.tls_cert, config.tls_key)
+        try:
+            tls = tls_context(config.tls_cert, config.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
     async with open_router(config) as router, trio.open_nursery() as nursery:
         router.info_page = info_page
         listener: EdgeListener = await nursery.start(partial(
