@@ -4,10 +4,11 @@
     smp-router gateway --host 0.0.0.0 --port 443 --tls-cert cert.pem --tls-key key.pem \
         --allow-origin https://chat.example
 
-It takes every option of `serve` (store, data directory, quotas, ...) and
+It takes every option of `serve` (store, data directory, quotas, the
+listener's limits, `--tls-cert`/`--tls-key` for https:// and wss://) and
 these: `--allow-origin ORIGIN` (repeatable; pages of other origins than the
-gateway's own are refused, origins.py), `--tls-cert`/`--tls-key` (https:// and
-wss://), `--web-root DIR` (default: the repository's web/). Once it accepts it
+gateway's own are refused, origins.py) and `--web-root DIR` (default: the
+repository's web/). Once it accepts it
 prints ONE line to stdout, flushed, holding the page's http(s):// URL, the SMP
 WebSocket's ws(s):// URL and the router's smp:// address.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import logging
 import signal
 from pathlib import Path
@@ -46,8 +46,6 @@ def add_gateway_command(commands: argparse._SubParsersAction, serve: argparse.Ar
     gateway.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                          help="a web page origin (scheme://host[:port]) besides the "
                          "gateway's own that may use the SMP WebSocket; repeatable")
-    gateway.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve https/wss")
-    gateway.add_argument("--tls-key", type=Path, help="the certificate's PEM private key")
     gateway.add_argument("--web-root", type=Path, default=DEFAULT_WEB_ROOT,
                          help="directory with demo/, smp/ and node_modules/tweetnacl/ "
                          "(default: the repository's web/)")
@@ -55,17 +53,13 @@ def add_gateway_command(commands: argparse._SubParsersAction, serve: argparse.Ar
 
 
 def gateway_config(args: argparse.Namespace, router: RouterConfig) -> GatewayConfig:
-    """The gateway's configuration from its arguments and `serve`'s router config;
-    ConfigError (exit code 2) for a bad origin or half a TLS pair."""
+    """The gateway's configuration from its arguments and `serve`'s router config
+    (which holds the listener's limits and TLS files); ConfigError (exit code 2)
+    for a bad origin."""
     try:
         origins = tuple(normalize_origin(o) for o in args.allow_origin)
     except OriginError as e:
         raise ConfigError(f"--allow-origin: {e}") from e
-    for name in ("tls_cert", "tls_key"):
-        path = getattr(args, name)
-        if path is not None and not path.is_file():
-            raise ConfigError(f"--{name.replace('_', '-')} {path}: no such file")
-    router = dataclasses.replace(router, tls_cert=args.tls_cert, tls_key=args.tls_key)
     return GatewayConfig(router, args.web_root, origins)
 
 

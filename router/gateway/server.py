@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import ssl
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import trio
 
 from router.server import RouterConfig, open_router
+from router.server.config import ConfigError
 from router.server.edge import EdgeListener, serve_edge, tls_context
 from router.server.identity import host_port
 from router.server.router import Router, edge_limits
@@ -96,7 +98,12 @@ async def serve_gateway(
     """
     rc = config.router
     secure = rc.tls_cert is not None
-    tls = tls_context(rc.tls_cert, rc.tls_key) if rc.tls_cert and rc.tls_key else None
+    tls = None
+    if rc.tls_cert is not None and rc.tls_key is not None:
+        try:
+            tls = tls_context(rc.tls_cert, rc.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
     for missing in missing_web_files(config.web_root):
         log.warning("the gateway's web root lacks %s: those pages answer 404", missing)
     policy = OriginPolicy(config.allow_origins, secure=secure)

@@ -163,7 +163,7 @@ async def test_the_gateway_command_prints_one_line_serves_and_stops_on_sigterm(t
 @pytest.mark.parametrize(("args", "message"), [
     (["--allow-origin", "chat.example"], "--allow-origin"),
     (["--allow-origin", "https://chat.example/app"], "--allow-origin"),
-    (["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"], "no such file"),
+    (["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"], "TLS certificate"),
 ])
 def test_a_bad_gateway_option_exits_2_with_one_line(args, message):
     result = subprocess.run(
