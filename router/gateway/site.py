@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -76,6 +77,11 @@ class SiteConfig:
     fallback_host: str = "127.0.0.1:8080"  # host:port for a request without Host
 
 
+# A Host header worth repeating in config.json: a name or IPv4 address, or an
+# IPv6 literal in brackets, and an optional port; anything else gets the fallback.
+_AUTHORITY = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
 def key_hash_text(key_hash: bytes) -> str:
     """base64url with '=' padding, as in an smp:// address."""
     return base64.urlsafe_b64encode(key_hash).decode("ascii")
@@ -84,14 +90,13 @@ def key_hash_text(key_hash: bytes) -> str:
 def client_config(config: SiteConfig, host_header: str | None) -> dict[str, str]:
     """What /demo/config.json says: where the page's SMP WebSocket is, for the
     host name the browser used to load the page."""
-    authority = host_header or config.fallback_host
+    authority = host_header if host_header and _AUTHORITY.fullmatch(host_header) else None
+    authority = authority or config.fallback_host
     default_port = 443 if config.secure else 80
     parts = urlsplit(f"//{authority}")
     try:
-        host, port = parts.hostname or "", parts.port or default_port
-    except ValueError:
-        host, port = "", default_port
-    if not host:
+        host, port = parts.hostname or "127.0.0.1", parts.port or default_port
+    except ValueError:  # a port out of range
         authority = config.fallback_host
         parts = urlsplit(f"//{authority}")
         host, port = parts.hostname or "127.0.0.1", parts.port or default_port

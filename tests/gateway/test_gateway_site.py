@@ -118,6 +118,8 @@ def test_the_config_over_tls_uses_wss_and_the_default_port():
     ipv6 = client_config(config, "[::1]:8443")
     assert ipv6["address"].endswith("@[::1]:8443/smp")
     assert client_config(config, None)["smpUrl"] == "wss://127.0.0.1:8080/smp"
+    for odd in ("evil.example/x?", "a b", "h:99999", "user@h", ""):
+        assert client_config(config, odd)["smpUrl"] == "wss://127.0.0.1:8080/smp", odd
 
 
 @pytest.mark.parametrize(("origin", "accepted"), [
