@@ -61,7 +61,7 @@ def _stop(gateway: Gateway) -> None:
         gateway.process.wait()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh (as root)")
