@@ -505,6 +505,8 @@ class EdgeListener:
         for data in protocol.data_to_send():
             if data:
                 await stream.send_all(data)
+        # The protocol's parser keeps the request for the connection's life: not its headers.
+        request.headers.clear()
         if response.status_code != 101:
             return None
         transport = WebSocketTransport(stream, protocol, remote, self.limits, on_established)
