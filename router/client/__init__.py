@@ -10,7 +10,15 @@
 
 from ._address import RouterAddress, format_address, parse_address
 from ._client import DEFAULT_EVENT_BUFFER, SMPClient, open_client
-from ._errors import BadResponse, ConnectionClosed, HandshakeError, SMPClientError, SMPError
+from ._errors import (
+    BadResponse,
+    ConnectionClosed,
+    HandshakeError,
+    IdentityMismatch,
+    SMPClientError,
+    SMPError,
+    UpgradeRejected,
+)
 from ._types import (
     AllReceivedEvent,
     ClientStatistics,
@@ -36,6 +44,7 @@ __all__ = [
     "EndEvent",
     "Event",
     "HandshakeError",
+    "IdentityMismatch",
     "MessageEvent",
     "NotificationEvent",
     "NotifierCredentials",
@@ -47,6 +56,7 @@ __all__ = [
     "SMPError",
     "ServiceEndEvent",
     "UndecryptedMessageEvent",
+    "UpgradeRejected",
     "format_address",
     "open_client",
     "parse_address",

@@ -1,8 +1,14 @@
-"""Router addresses (WIRE.md §14.2): ``smp://<base64url keyHash>@host:port``.
+"""Router addresses: ``smp://<base64url keyHash>@host:port[/path]``.
+
+The path (this project's addition to the address form) is the URL path the
+router's WebSocket is served on, for a router embedded behind a path, e.g.
+``smp://<keyHash>@example.net:443/smp`` for a gateway's ``/smp``; without
+one the path is ``/``.
 
 A router is also reachable by a plain WebSocket URL (``ws://host:port/path`` or
-``wss://...``) when the caller supplies the 32-byte key hash separately. Both
-forms become one `RouterAddress`.
+``wss://...``) with the 32-byte key hash given separately or as the URL's user
+part (``wss://<base64url keyHash>@host:port/path``, one string that names the
+router completely). All forms become one `RouterAddress`.
 """
 
 from __future__ import annotations
@@ -26,15 +32,16 @@ class RouterAddress:
 
     @property
     def address(self) -> str:
-        """The ``smp://`` form of this address."""
-        return format_address(self.key_hash, self.host, self.port)
+        """The ``smp://`` form of this address (with its path, unless it is ``/``)."""
+        return format_address(self.key_hash, self.host, self.port, self.path)
 
 
-def format_address(key_hash: bytes, host: str, port: int) -> str:
-    """``smp://<base64url(keyHash) with '=' padding>@host:port``."""
+def format_address(key_hash: bytes, host: str, port: int, path: str = "/") -> str:
+    """``smp://<base64url(keyHash) with '=' padding>@host:port[/path]``."""
     encoded = base64.urlsafe_b64encode(key_hash).decode("ascii")
     shown = f"[{host}]" if ":" in host else host
-    return f"smp://{encoded}@{shown}:{port}"
+    suffix = "" if path in ("", "/") else path
+    return f"smp://{encoded}@{shown}:{port}{suffix}"
 
 
 def parse_address(
@@ -64,21 +71,36 @@ def _smp_address(parts, key_hash: bytes | None, secure: bool) -> RouterAddress:
     host = (parts.hostname or "").split(",")[0]
     if not host:
         raise ValueError("smp:// address without a host")
-    return RouterAddress(host, parts.port or DEFAULT_SMP_PORT, parsed, secure)
+    return RouterAddress(host, parts.port or DEFAULT_SMP_PORT, parsed, secure, _path(parts))
 
 
 def _ws_address(parts, key_hash: bytes | None) -> RouterAddress:
+    if parts.username:
+        in_url = decode_key_hash(parts.username)
+        if key_hash is not None and key_hash != in_url:
+            raise ValueError("key_hash does not match the one in the URL")
+        key_hash = in_url
     if key_hash is None:
-        raise ValueError("a ws:// URL needs key_hash")
+        raise ValueError(
+            "a ws:// URL needs the router's key hash: pass key_hash, or write it in "
+            "the URL as ws://<base64url keyHash>@host:port/path"
+        )
     _check_key_hash(key_hash)
     if not parts.hostname:
         raise ValueError("ws:// URL without a host")
     secure = parts.scheme == "wss"
     port = parts.port or (443 if secure else 80)
+    return RouterAddress(parts.hostname, port, key_hash, secure, _path(parts))
+
+
+def _path(parts) -> str:
     path = parts.path or "/"
-    if parts.query:
-        path = f"{path}?{parts.query}"
-    return RouterAddress(parts.hostname, port, key_hash, secure, path)
+    return f"{path}?{parts.query}" if parts.query else path
+
+
+def has_key_hash(text: str) -> bool:
+    """Whether the address or URL names the router's key hash itself."""
+    return bool(urlsplit(text).username)
 
 
 def decode_key_hash(text: str) -> bytes:

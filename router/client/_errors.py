@@ -37,5 +37,20 @@ class HandshakeError(ConnectionClosed):
     """The SMP handshake failed: unusable hello, no common version, wrong identity."""
 
 
+class IdentityMismatch(HandshakeError):
+    """The router's identity certificate does not hash to the key hash the client
+    was given: a wrong address, or another router at it. Raised before the
+    client sends its hello."""
+
+
+class UpgradeRejected(ConnectionClosed):
+    """The HTTP server refused the WebSocket upgrade (e.g. 502 or 503 from a
+    reverse proxy while the router restarts, 404 for a wrong path)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
 class BadResponse(SMPClientError):
     """The router sent a response that does not parse or does not answer the command."""

@@ -9,7 +9,6 @@ what every later signature covers (§14.3).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from router.protocol import crypto
@@ -21,11 +20,12 @@ from router.protocol.handshake import (
     ServerHello,
     decode_server_hello,
     encode_client_hello,
+    identity_matches,
     negotiate_version,
 )
 from router.protocol.types import ProtocolError
 
-from ._errors import HandshakeError
+from ._errors import HandshakeError, IdentityMismatch
 from ._transport import Transport
 
 
@@ -68,16 +68,15 @@ def _parse_server_hello(block: bytes) -> ServerHello:
 
 
 def _check_identity(hello: ServerHello, key_hash: bytes) -> None:
-    """When the router shows its certificates, the identity one must match the address.
+    """When the router shows its identity certificate it must hash to the key hash.
 
-    The identity is the second certificate of the chain (the first when there
-    is only one), as the reference computes keyHash (§3.1). Without TLS this
-    only catches a wrong address early; the router itself refuses a client
-    hello with another key hash.
+    This router always shows it (docs/protocol.md, "Identity in the server
+    hello"); a router that does not is left to refuse a client hello with
+    another key hash itself. Without TLS this catches a wrong address early,
+    it does not authenticate the router: the certificate is public.
     """
-    chain = hello.cert_chain
-    if not chain:
-        return
-    identity = chain[1] if len(chain) > 1 else chain[0]
-    if hashlib.sha256(identity).digest() != key_hash:
-        raise HandshakeError("router identity does not match the address key hash")
+    if identity_matches(hello, key_hash) is False:
+        raise IdentityMismatch(
+            "router identity does not match the key hash: wrong address, or another "
+            "router answers at it"
+        )

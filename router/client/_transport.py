@@ -16,7 +16,7 @@ import trio_websocket
 from router.protocol.block import BLOCK_SIZE
 
 from ._address import RouterAddress
-from ._errors import ConnectionClosed
+from ._errors import ConnectionClosed, UpgradeRejected
 
 # A received message is one block; the library's limit only has to admit it.
 MAX_MESSAGE_SIZE = 4 * BLOCK_SIZE
@@ -57,15 +57,10 @@ class Transport:
         stream: trio.abc.Stream | None = None
         try:
             stream = await _open_stream(address, ssl_context)
-            ws = await trio_websocket.wrap_client_stream(
-                nursery,
-                stream,
-                _host_header(address),
-                address.path,
-                message_queue_size=MESSAGE_QUEUE_SIZE,
-                max_message_size=MAX_MESSAGE_SIZE,
-                receive_buffer_size=RECEIVE_BUFFER_SIZE,
-            )
+            ws = await nursery.start(_run_websocket, stream, address)
+        except UpgradeRejected:
+            await trio.aclose_forcefully(stream)
+            raise
         except _TRANSPORT_ERRORS as e:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
@@ -109,6 +104,51 @@ class Transport:
                 except _TRANSPORT_ERRORS:
                     pass  # already broken: nothing left to close politely
         await trio.aclose_forcefully(self._stream)
+
+
+async def _run_websocket(
+    stream: trio.abc.Stream,
+    address: RouterAddress,
+    *,
+    task_status: trio.TaskStatus[trio_websocket.WebSocketConnection] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Open the WebSocket and run its reader until the connection ends.
+
+    trio-websocket raises a refused upgrade (an HTTP answer such as 502)
+    from its reader task, into the nursery the reader runs in. Running the
+    reader in a nursery of its own lets that refusal come out of `start` as
+    `UpgradeRejected` instead of tearing down the caller's nursery.
+    """
+    try:
+        async with trio.open_nursery() as nursery:
+            ws = await trio_websocket.wrap_client_stream(
+                nursery,
+                stream,
+                _host_header(address),
+                address.path,
+                message_queue_size=MESSAGE_QUEUE_SIZE,
+                max_message_size=MAX_MESSAGE_SIZE,
+                receive_buffer_size=RECEIVE_BUFFER_SIZE,
+            )
+            task_status.started(ws)
+    except BaseExceptionGroup as group:
+        rejected = group.subgroup(trio_websocket.ConnectionRejected)
+        if rejected is None:
+            raise
+        refusal = _first_leaf(rejected)
+        raise UpgradeRejected(
+            refusal.status_code,
+            f"{address.host}:{address.port}{address.path} refused the WebSocket upgrade "
+            f"with HTTP {refusal.status_code}",
+        ) from refusal
+
+
+def _first_leaf(group: BaseExceptionGroup) -> trio_websocket.ConnectionRejected:
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    assert isinstance(leaf, trio_websocket.ConnectionRejected)
+    return leaf
 
 
 async def _open_stream(

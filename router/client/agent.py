@@ -55,7 +55,7 @@ import trio
 
 from router.protocol.types import AUTH, NO_MSG, ErrorType
 
-from ._address import parse_address
+from ._address import KEY_HASH_SIZE, has_key_hash, parse_address
 from ._client import SMPClient, open_client
 from ._errors import BadResponse, ConnectionClosed, SMPClientError, SMPError
 from ._types import (
@@ -180,7 +180,7 @@ class Agent:
         `group` puts the queues on a connection of their own for that group.
         Raises ValueError for a bad address or a queue held under another group.
         """
-        parse_address(router)  # fail here, not in the background
+        self._check_address(router)  # fail here, not in the background
         key = (router, group)
         added = self._table.add(key, queues)
         worker = self._workers.get(key)
@@ -190,6 +190,15 @@ class Agent:
         elif added:
             worker.wake()
         return len(added)
+
+    def _check_address(self, router: str) -> None:
+        """A plain ``ws(s)://`` URL without a key hash is fine when the caller's
+        own `connect` supplies the key hash (e.g. ``partial(open_client, key_hash=...)``);
+        the default `open_client` needs it in the address."""
+        if self._connect is open_client or has_key_hash(router):
+            parse_address(router)
+        else:
+            parse_address(router, bytes(KEY_HASH_SIZE))
 
     def remove_queue(self, router: str, recipient_id: bytes) -> bool:
         """Stop wanting the queue; True if it was wanted. Its messages are no longer
@@ -323,7 +332,8 @@ class _Worker:
         # less and less often.
         failures = 0
         while True:
-            served, reason = await self._attempt()
+            served, error = await self._attempt()
+            reason = str(error)
             if self.agent._closing:
                 return
             if served:
@@ -332,18 +342,25 @@ class _Worker:
             failures += 1
             if not served:
                 self.agent._connect_failures += 1
-                self.agent._emit(ConnectFailed(self.router, self.group, failures, reason, delay))
+                self.agent._emit(ConnectFailed(
+                    self.router, self.group, failures, reason, delay,
+                    error if isinstance(error, SMPClientError) else None,
+                ))
             await trio.sleep(delay)
 
-    async def _attempt(self) -> tuple[bool, str]:
-        """Connect and serve one session: (whether a session ran, why it ended or failed)."""
+    async def _attempt(self) -> tuple[bool, str | SMPClientError]:
+        """Connect and serve one session: (whether a session ran, why it ended or failed).
+
+        Every client error is retried: a refused upgrade (a proxy's 502 while the
+        router restarts) as well as a wrong identity (`IdentityMismatch`, which
+        `ConnectFailed.error` lets the application tell apart)."""
         served = False
         try:
             async with self.agent._connect(self.router) as client:
                 served = True
                 return True, await self._serve(client)
         except SMPClientError as e:
-            return served, str(e)
+            return served, e
 
     async def _serve(self, client: SMPClient) -> str:
         table = self.agent._table

@@ -114,6 +114,8 @@ class ConnectFailed:
     attempt: int  # failures in a row, this one included
     reason: str
     retry_in: float
+    # What failed: e.g. `UpgradeRejected` (HTTP status) or `IdentityMismatch` (wrong key hash).
+    error: Exception | None = None
 
 
 @dataclass(frozen=True, slots=True)

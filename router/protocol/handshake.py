@@ -103,6 +103,24 @@ def decode_server_hello(data: bytes) -> ServerHello:
     return ServerHello(min_v, max_v, session_id)
 
 
+def identity_certificate(chain: tuple[bytes, ...]) -> bytes | None:
+    """The certificate whose SHA-256 is the router's key hash: the second of a
+    longer chain (as TLS chains put the identity after the leaf), the only one
+    of a chain of one (this router's hello), None for an empty chain."""
+    if not chain:
+        return None
+    return chain[1] if len(chain) > 1 else chain[0]
+
+
+def identity_matches(hello: ServerHello, key_hash: bytes) -> bool | None:
+    """Whether the hello's identity certificate hashes to `key_hash`; None when
+    the hello carries no certificate (nothing to check before answering)."""
+    certificate = identity_certificate(hello.cert_chain)
+    if certificate is None:
+        return None
+    return hashlib.sha256(certificate).digest() == key_hash
+
+
 def encode_client_hello(h: ClientHello) -> bytes:
     parts = [_version_word(h.version), ss(h.key_hash)]
     if h.client_key is not None:

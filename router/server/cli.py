@@ -3,6 +3,7 @@
     smp-router serve --host 127.0.0.1 --port 5224 --store memory
     smp-router init --data-dir DIR
     smp-router migrate-store --data-dir DIR --to sqlite
+    smp-router gateway --port 8080 --store memory    (router/gateway/cli.py)
 
 Without `--store`, `serve` keeps its queues and messages: it uses the kind
 already in the data directory, or the sqlite store in a fresh one, and the
@@ -33,6 +34,7 @@ from typing import NoReturn, TextIO
 
 import trio
 
+from router.gateway.cli import add_gateway_command, gateway_config, run_gateway
 from store import MigrationCheckError, migrate_store, read_store_kind
 
 from .config import (
@@ -120,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a client may take to read one block before it is dropped")
     serve.add_argument("--end-batch-interval", type=float, default=0.1,
                        help="seconds between flushes of END/DELD events")
+    _add_listener_arguments(serve)
     serve.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     init = commands.add_parser("init", help="create the router identity in a data directory")
     init.add_argument("--data-dir", type=Path, required=True)
@@ -130,7 +133,36 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--data-dir", type=Path, required=True)
     migrate.add_argument("--to", choices=STORE_KINDS, required=True, dest="to_kind")
     migrate.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    add_gateway_command(commands, serve)
     return parser
+
+
+# The listener's limits: flag, type, help (README "Limits of the listener"); each
+# defaults to the RouterConfig field of the same name.
+_LISTENER_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--upgrade-timeout", float, "seconds a new connection has to send its HTTP request"),
+    ("--max-pending", int, "connections in the upgrade or SMP handshake, in total"),
+    ("--max-pending-per-address", int, "the same, from one remote address"),
+    ("--max-connections", int, "open connections (lowered to fit the descriptor limit)"),
+    ("--max-message-frames", int, "WebSocket frames one block may be split into"),
+    ("--message-timeout", float, "seconds from a block's first frame to its last"),
+    ("--keepalive-interval", float, "seconds of silence before a client is pinged"),
+    ("--keepalive-timeout", float, "seconds a pinged client has to answer"),
+    ("--idle-timeout", float, "drop clients without subscriptions silent this long"),
+    ("--tls-cert", Path, "PEM certificate chain: listen for wss:// (with --tls-key)"),
+    ("--tls-key", Path, "the certificate's private key"),
+)
+
+
+def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, kind, text in _LISTENER_FLAGS:
+        parser.add_argument(flag, type=kind, help=text)
+
+
+def _listener_options(args: argparse.Namespace) -> dict[str, object]:
+    """The listener flags given on the command line, as RouterConfig fields."""
+    names = (flag[2:].replace("-", "_") for flag, _, _ in _LISTENER_FLAGS)
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
 def store_and_data_dir(store: str | None, data_dir: Path | None) -> tuple[str, Path | None]:
@@ -166,6 +198,7 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
         send_queue_size=args.send_queue_size,
         stalled_writer_timeout=args.stalled_writer_timeout,
         end_batch_interval=args.end_batch_interval,
+        **_listener_options(args),  # type: ignore[arg-type]
     )
 
 
@@ -182,7 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate-store":
             return trio.run(_migrate, args.data_dir, args.to_kind)
         config = config_from_args(args)
-        trio.run(_serve, config)
+        if args.command == "gateway":
+            trio.run(run_gateway, gateway_config(args, config))
+        else:
+            trio.run(_serve, config)
     except KeyboardInterrupt:
         return EXIT_OK  # a SIGINT before the signal handler was in place
     except BaseException as e:  # noqa: BLE001 - the one place that turns failures into exit codes

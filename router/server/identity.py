@@ -16,6 +16,7 @@ router cannot keep.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 import secrets
@@ -24,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nacl.signing import SigningKey
+
+from router.protocol.crypto import new_x25519
 
 from . import der
 
@@ -53,6 +56,26 @@ class RouterIdentity:
 
     def address(self, host: str, port: int) -> str:
         return f"smp://{self.fingerprint}@{host_port(host, port)}"
+
+    def hello_certificates(self) -> tuple[tuple[bytes, ...], bytes]:
+        """The certificate part of the server hello: (chain, signed key).
+
+        The chain is the identity certificate alone, so a client checks the
+        router's identity against the key hash it was given before it says
+        anything (docs/protocol.md, "Identity in the server hello"). The signed
+        key is an X25519 key signed by the identity key, made once per router
+        start: unused at v9/v10, it is there because the hello's format pairs it
+        with the chain.
+        """
+        return _hello_certificates(self.seed, self.certificate)
+
+
+@functools.cache
+def _hello_certificates(seed: bytes, certificate: bytes) -> tuple[tuple[bytes, ...], bytes]:
+    _, x25519_spki = new_x25519()
+    signature = SigningKey(seed).sign(x25519_spki).signature
+    signed_key = der.sequence(x25519_spki, der.ed25519_algorithm(), der.bit_string(signature))
+    return (certificate,), signed_key
 
 
 def host_port(host: str, port: int) -> str:

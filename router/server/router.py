@@ -4,14 +4,16 @@
 the END/DELD flush, message expiration and stats log tasks started) for as
 long as the `async with` lasts;
 `handle_websocket(router, ws)` serves one WebSocket that a host program has
-already accepted; `serve_router(config)` does both on its own port, reporting
-a `RouterInfo` through `task_status` so a caller can `await nursery.start(...)`.
+already accepted; `serve_router(config)` does both on its own listener
+(`edge.py`), reporting a `RouterInfo` through `task_status` so a caller can
+`await nursery.start(...)`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -23,10 +25,19 @@ from trio_websocket import WebSocketConnection
 from store.interfaces import MessageStore, QueueRecord, QueueStore
 
 from .commands import Commands
-from .config import RouterConfig
+from .config import ConfigError, RouterConfig
 from .connection import Connection
 from .delivery import Deliverer
 from .dispatch import Dispatcher
+from .edge import (
+    ACCEPT_WEBSOCKET,
+    EdgeLimits,
+    EdgeListener,
+    HttpRequest,
+    HttpResponse,
+    serve_edge,
+    tls_context,
+)
 from .expiry import Expirer
 from .identity import RouterIdentity, host_port, load_or_create_identity
 from .notifications import Notifications
@@ -36,9 +47,11 @@ from .statsfeed import FedCounters, run_stats_log
 from .statslog import StatsLog
 from .stores import open_router_stores
 from .subscriptions import Event, PendingEvents, Sub, SubscriberRegistry
-from .transport import BlockTransport, TransportClosed, serve_websockets, server_handshake
+from .transport import BlockStream, BlockTransport, TransportClosed, server_handshake
 
 log = logging.getLogger(__name__)
+
+InfoPage = Callable[[HttpRequest], HttpResponse]
 
 
 class Router:
@@ -69,6 +82,7 @@ class Router:
             messages, ttl=config.message_ttl, interval=config.expire_interval,
             on_expired=self._count_expired,
         )
+        self.info_page: InfoPage | None = None  # answers a plain GET of "/", if set
         self.stats_log: StatsLog | None = None
         self._activity: FedCounters | None = None
         if config.stats_log is not None:
@@ -91,7 +105,20 @@ class Router:
             await nursery.start(self.expirer.run)
             nursery.start_soon(self.events.run)
             nursery.start_soon(self.notifications.run)
+            if self.config.idle_timeout is not None:
+                nursery.start_soon(self._drop_idle_clients, self.config.idle_timeout)
             task_status.started()
+
+    async def _drop_idle_clients(self, timeout: float) -> None:
+        """Close connections without subscriptions that sent nothing for `timeout` s."""
+        while True:
+            await trio.sleep(max(timeout / 4, 0.05))
+            oldest = trio.current_time() - timeout
+            for conn in list(self.connections.values()):
+                if conn.last_activity < oldest and not (
+                    conn.subscriptions or conn.ntf_subscriptions or conn.service
+                ):
+                    conn.close_now(f"idle for {timeout} s without subscriptions")
 
     # --- hooks for the command handlers --------------------------------------------
 
@@ -146,13 +173,28 @@ class Router:
 
     # --- connections ------------------------------------------------------------------
 
+    async def request_hook(self, request: HttpRequest) -> HttpResponse | object:
+        """The listener's request hook: an upgrade on any path is accepted; a plain
+        GET of "/" gets the information page, if there is one."""
+        if request.is_websocket_upgrade:
+            return ACCEPT_WEBSOCKET
+        if request.method == "GET" and request.target == "/" and self.info_page is not None:
+            return self.info_page(request)
+        return HttpResponse(404, b"Not Found\n")
+
     async def serve_connection(self, ws: WebSocketConnection) -> None:
-        """Handshake, then serve one client until it leaves; never raises for its faults."""
+        """Serve one trio-websocket connection a host program accepted."""
         transport = BlockTransport(ws, stalled_timeout=self.config.stalled_writer_timeout)
+        await self.serve_transport(transport)
+
+    async def serve_transport(self, transport: BlockStream) -> None:
+        """Handshake, then serve one client until it leaves; never raises for its faults."""
         try:
             handshake = await server_handshake(
-                transport, self.key_hash, self.config.handshake_timeout
+                transport, self.key_hash, self.config.handshake_timeout,
+                self.identity.hello_certificates(),
             )
+            transport.established()
             conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
             await self._run_connection(conn)
         except TransportClosed as e:
@@ -229,6 +271,7 @@ class RouterInfo:
     host: str
     port: int
     router: Router
+    listener: EdgeListener | None = None  # suspend() / resume() accepting
 
     @property
     def key_hash(self) -> bytes:
@@ -236,7 +279,8 @@ class RouterInfo:
 
     @property
     def url(self) -> str:
-        return f"ws://{host_port(self.host, self.port)}"
+        scheme = "wss" if self.router.config.tls_cert is not None else "ws"
+        return f"{scheme}://{host_port(self.host, self.port)}"
 
     @property
     def address(self) -> str:
@@ -262,15 +306,41 @@ async def handle_websocket(router: Router, ws: WebSocketConnection) -> None:
     await router.serve_connection(ws)
 
 
+def edge_limits(config: RouterConfig) -> EdgeLimits:
+    return EdgeLimits(
+        upgrade_timeout=config.upgrade_timeout,
+        max_pending=config.max_pending,
+        max_pending_per_address=config.max_pending_per_address,
+        max_connections=config.max_connections,
+        max_message_frames=config.max_message_frames,
+        message_timeout=config.message_timeout,
+        keepalive_interval=config.keepalive_interval,
+        keepalive_timeout=config.keepalive_timeout,
+        stalled_timeout=config.stalled_writer_timeout,
+        close_timeout=config.close_timeout,
+    )
+
+
 async def serve_router(
-    config: RouterConfig, *, task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED
+    config: RouterConfig,
+    *,
+    info_page: InfoPage | None = None,
+    task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the router on `config.host:config.port` until cancelled."""
+    """Run the router on `config.host:config.port` until cancelled; `info_page`
+    answers a plain GET of "/"."""
+    tls = None
+    if config.tls_cert is not None and config.tls_key is not None:
+        try:
+            tls = tls_context(config.tls_cert, config.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
     async with open_router(config) as router, trio.open_nursery() as nursery:
-        port = await nursery.start(partial(
-            serve_websockets, router.serve_connection, config.host, config.port,
-            connect_timeout=config.handshake_timeout, close_timeout=config.close_timeout,
+        router.info_page = info_page
+        listener: EdgeListener = await nursery.start(partial(
+            serve_edge, router.serve_transport, config.host, config.port,
+            hook=router.request_hook, limits=edge_limits(config), tls=tls,
         ))
-        info = RouterInfo(config.host, port, router)
+        info = RouterInfo(config.host, listener.port, router, listener)
         log.info("router listening on %s, address %s", info.url, info.address)
         task_status.started(info)

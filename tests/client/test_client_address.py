@@ -75,3 +75,24 @@ def test_a_key_hash_that_contradicts_the_address_is_refused():
     text = format_address(KEY_HASH, "h", 1)
     with pytest.raises(ValueError):
         parse_address(text, bytes(32))
+
+
+def test_an_smp_address_carries_the_path_of_a_router_behind_one():
+    text = format_address(KEY_HASH, "gw.example", 443, "/smp")
+    assert text.endswith("@gw.example:443/smp")
+    address = parse_address(text)
+    assert (address.host, address.port, address.path) == ("gw.example", 443, "/smp")
+    assert address.address == text
+    assert parse_address(format_address(KEY_HASH, "h", 1)).path == "/"
+
+
+def test_a_ws_url_may_carry_the_key_hash_as_its_user_part():
+    encoded = base64.urlsafe_b64encode(KEY_HASH).decode()
+    address = parse_address(f"wss://{encoded}@gw.example/smp")
+    assert (address.host, address.port, address.path) == ("gw.example", 443, "/smp")
+    assert address.key_hash == KEY_HASH and address.secure
+    assert parse_address(f"ws://{encoded}@h:1/smp", KEY_HASH).key_hash == KEY_HASH
+    with pytest.raises(ValueError, match="does not match"):
+        parse_address(f"ws://{encoded}@h:1/smp", bytes(32))
+    with pytest.raises(ValueError, match="key hash"):
+        parse_address("ws://h:1/smp")

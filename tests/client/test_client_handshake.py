@@ -8,7 +8,7 @@ import pytest
 import trio
 from smp_fake_peer import KEY_HASH, PeerConnection, fake_peer
 
-from router.client import HandshakeError, open_client
+from router.client import HandshakeError, IdentityMismatch, open_client
 from router.protocol import (
     KeyType,
     authorized_bytes,
@@ -109,3 +109,15 @@ async def test_a_certificate_chain_for_another_identity_fails_the_handshake():
             with pytest.raises(HandshakeError, match="identity"):
                 async with open_client(peer.address):
                     pass  # pragma: no cover - never reached
+
+
+@pytest.mark.parametrize("chain", [(b"someone else",), (b"leaf", b"someone else")],
+                         ids=["one certificate", "leaf and identity"])
+async def test_a_wrong_identity_is_identity_mismatch_and_the_client_sends_no_hello(chain):
+    with trio.fail_after(10):
+        async with fake_peer(answer_pings, cert_chain=chain) as peer:
+            with pytest.raises(IdentityMismatch):
+                async with open_client(peer.address):
+                    pass  # pragma: no cover - never reached
+            await peer.finished.wait()
+            assert peer.hellos == [] and peer.closed_before_hello

@@ -1,0 +1,126 @@
+"""Run the gateway: the router and its site on one listener, in one Trio program."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import ssl
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from router.server import RouterConfig, open_router
+from router.server.config import ConfigError
+from router.server.edge import EdgeListener, serve_edge, tls_context
+from router.server.identity import host_port
+from router.server.router import Router, edge_limits
+
+from .origins import OriginPolicy
+from .site import SMP_PATH, GatewaySite, SiteConfig, key_hash_text
+
+log = logging.getLogger(__name__)
+
+# The repository's web/ directory (the JavaScript client, the demo and, after
+# `npm ci --prefix web`, node_modules/tweetnacl), next to the router package.
+DEFAULT_WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
+TWEETNACL = Path("node_modules") / "tweetnacl" / "nacl-fast.js"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """The router's configuration (its host, port, stores, limits and TLS files are
+    the gateway's) and what the site needs besides."""
+
+    router: RouterConfig
+    web_root: Path = DEFAULT_WEB_ROOT
+    allow_origins: tuple[str, ...] = ()  # besides the gateway's own (origins.py)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayInfo:
+    """Where a running gateway is; `page_url`, `smp_url` and `address` use the
+    listening host as the name."""
+
+    host: str
+    port: int
+    secure: bool
+    router: Router
+    listener: EdgeListener
+
+    @property
+    def page_url(self) -> str:
+        return f"{'https' if self.secure else 'http'}://{host_port(self.host, self.port)}/"
+
+    @property
+    def smp_url(self) -> str:
+        return f"{'wss' if self.secure else 'ws'}://{host_port(self.host, self.port)}{SMP_PATH}"
+
+    @property
+    def address(self) -> str:
+        return f"smp://{key_hash_text(self.router.key_hash)}@" \
+            f"{host_port(self.host, self.port)}{SMP_PATH}"
+
+    @property
+    def key_hash(self) -> bytes:
+        return self.router.key_hash
+
+    def summary(self) -> str:
+        """The one line `smp-router gateway` prints once it accepts."""
+        return (f"smp-router gateway serving {self.page_url} "
+                f"SMP at {self.smp_url} address {self.address}")
+
+
+def missing_web_files(web_root: Path) -> list[str]:
+    """What the site needs that `web_root` lacks (tweetnacl comes from `npm ci`)."""
+    missing = [str(web_root / d) for d in ("demo", "smp") if not (web_root / d).is_dir()]
+    if not (web_root / TWEETNACL).is_file():
+        missing.append(f"{web_root / TWEETNACL} (run: npm ci --prefix {web_root})")
+    return missing
+
+
+def statistics_of(router: Router) -> dict[str, object]:
+    return dataclasses.asdict(router.statistics())
+
+
+async def serve_gateway(
+    config: GatewayConfig,
+    *,
+    task_status: trio.TaskStatus[GatewayInfo] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the gateway until cancelled; reports a `GatewayInfo` once it accepts.
+
+    The router is embedded (`open_router`) and the listener is the router's own
+    (`serve_edge`), so the gateway has its deadlines, caps and TLS; the site
+    (site.py) is the listener's request hook and the router serves the
+    upgrades the hook accepts.
+    """
+    rc = config.router
+    secure = rc.tls_cert is not None
+    tls = None
+    if rc.tls_cert is not None and rc.tls_key is not None:
+        try:
+            tls = tls_context(rc.tls_cert, rc.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
+    for missing in missing_web_files(config.web_root):
+        log.warning("the gateway's web root lacks %s: those pages answer 404", missing)
+    policy = OriginPolicy(config.allow_origins, secure=secure)
+    async with open_router(rc) as router, trio.open_nursery() as nursery:
+        site_config = SiteConfig(
+            config.web_root, router.key_hash, policy, secure,
+            fallback_host=host_port(rc.host, rc.port),
+        )
+        site = GatewaySite(site_config, partial(statistics_of, router))
+        listener: EdgeListener = await nursery.start(partial(
+            serve_edge, router.serve_transport, rc.host, rc.port,
+            hook=site, limits=edge_limits(rc), tls=tls,
+        ))
+        if rc.port == 0:  # config.json for a request without Host names the real port
+            site.config = dataclasses.replace(
+                site_config, fallback_host=host_port(rc.host, listener.port)
+            )
+        info = GatewayInfo(rc.host, listener.port, secure, router, listener)
+        log.info("gateway on %s, SMP at %s", info.page_url, info.smp_url)
+        task_status.started(info)

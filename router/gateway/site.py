@@ -1,0 +1,224 @@
+"""What the gateway answers on each HTTP request (the listener's request hook).
+
+URL layout (one port):
+
+    /                               302 to /demo/
+    /demo/...                       web/demo/... (the demo chat application)
+    /demo/config.json               generated: {"smpUrl", "keyHash", "address"}
+    /smp/<module>.js                web/smp/... (the JavaScript SMP client)
+    /vendor/tweetnacl/<file>        web/node_modules/tweetnacl/<file> (installed by npm ci)
+    /smp                            the SMP WebSocket (upgrade only), handed to the router
+    /health                         {"status": "ok", "statistics": {...}}
+
+The upgrade on `/smp` and the health page are refused with 403 for a page of
+a foreign origin (origins.py). The health page never carries CORS headers,
+so no other site's page can read the router's statistics. The client's
+modules (`/smp/`, `/vendor/`) and `/demo/config.json` carry
+`Access-Control-Allow-Origin` for the allowed origins only, so a page served
+elsewhere can import them when its origin is on the allow-list.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import trio
+
+from router.server.edge import (  # noqa: F401 - HttpRequest re-exported for hooks
+    ACCEPT_WEBSOCKET,
+    HttpRequest,
+    HttpResponse,
+)
+from router.server.identity import host_port
+
+from .origins import OriginPolicy
+
+SMP_PATH = "/smp"
+DEMO_PREFIX = "/demo/"
+CLIENT_PREFIX = "/smp/"
+VENDOR_PREFIX = "/vendor/tweetnacl/"
+CONFIG_PATH = "/demo/config.json"
+HEALTH_PATH = "/health"
+MAX_FILE_BYTES = 4 * 1024 * 1024  # the largest static file served; the client's are far smaller
+
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".txt": "text/plain; charset=utf-8",
+    ".webmanifest": "application/manifest+json",
+}
+JSON = "application/json"
+# Every answer: no MIME sniffing, and no Referer (invitation links carry keys in
+# their fragment; browsers do not send fragments, this makes sure of the rest).
+COMMON_HEADERS = (("x-content-type-options", "nosniff"), ("referrer-policy", "no-referrer"))
+NO_STORE = ("cache-control", "no-store")
+REVALIDATE = ("cache-control", "no-cache")
+
+
+@dataclass(frozen=True, slots=True)
+class SiteConfig:
+    web_root: Path  # holds demo/, smp/ and node_modules/tweetnacl/
+    key_hash: bytes  # the embedded router's
+    origins: OriginPolicy
+    secure: bool = False  # served over TLS: https:// pages, wss:// SMP
+    fallback_host: str = "127.0.0.1:8080"  # host:port for a request without Host
+
+
+# A Host header worth repeating in config.json: a name or IPv4 address, or an
+# IPv6 literal in brackets, and an optional port; anything else gets the fallback.
+_AUTHORITY = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
+def key_hash_text(key_hash: bytes) -> str:
+    """base64url with '=' padding, as in an smp:// address."""
+    return base64.urlsafe_b64encode(key_hash).decode("ascii")
+
+
+def client_config(config: SiteConfig, host_header: str | None) -> dict[str, str]:
+    """What /demo/config.json says: where the page's SMP WebSocket is, for the
+    host name the browser used to load the page."""
+    authority = host_header if host_header and _AUTHORITY.fullmatch(host_header) else None
+    authority = authority or config.fallback_host
+    default_port = 443 if config.secure else 80
+    parts = urlsplit(f"//{authority}")
+    try:
+        host, port = parts.hostname or "127.0.0.1", parts.port or default_port
+    except ValueError:  # a port out of range
+        authority = config.fallback_host
+        parts = urlsplit(f"//{authority}")
+        host, port = parts.hostname or "127.0.0.1", parts.port or default_port
+    scheme = "wss" if config.secure else "ws"
+    key_hash = key_hash_text(config.key_hash)
+    return {
+        "smpUrl": f"{scheme}://{authority}{SMP_PATH}",
+        "keyHash": key_hash,
+        "address": f"smp://{key_hash}@{host_port(host, port)}{SMP_PATH}",
+    }
+
+
+def _text(status: int, text: str, *headers: tuple[str, str]) -> HttpResponse:
+    return HttpResponse(status, (text + "\n").encode(), headers=(*COMMON_HEADERS, *headers))
+
+
+def _json(document: Mapping[str, object]) -> HttpResponse:
+    body = json.dumps(document, separators=(",", ":")).encode()
+    return HttpResponse(200, body, JSON, (*COMMON_HEADERS, NO_STORE))
+
+
+def _with_headers(response: HttpResponse, extra: list[tuple[str, str]]) -> HttpResponse:
+    return HttpResponse(response.status, response.body, response.content_type,
+                        (*response.headers, *extra))
+
+
+def _redirect(location: str, status: int = 302) -> HttpResponse:
+    return _text(status, f"see {location}", ("location", location))
+
+
+def static_file(base: Path, relative: str) -> Path | None:
+    """`base/relative` if every segment is an ordinary name; None for '..', '.',
+    hidden names, empty segments (other than a trailing one: index.html) and
+    backslashes or NULs, so no request reaches outside `base`."""
+    segments = relative.split("/")
+    if segments[-1] == "":
+        segments[-1] = "index.html"
+    for segment in segments:
+        if not segment or segment.startswith(".") or "\\" in segment or "\0" in segment:
+            return None
+    return base.joinpath(*segments)
+
+
+class GatewaySite:
+    """The request hook: static files, the generated client configuration, the
+    health page, and the Origin check in front of the SMP upgrade."""
+
+    def __init__(self, config: SiteConfig, statistics: Callable[[], Mapping[str, object]]):
+        self.config = config
+        self._statistics = statistics
+        self._roots = {
+            DEMO_PREFIX: config.web_root / "demo",
+            CLIENT_PREFIX: config.web_root / "smp",
+            VENDOR_PREFIX: config.web_root / "node_modules" / "tweetnacl",
+        }
+
+    def _allowed(self, request: HttpRequest) -> bool:
+        return self.config.origins.allows(request.header("origin"), request.header("host"))
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse | object:
+        path = unquote(urlsplit(request.target).path)
+        if path == SMP_PATH:
+            return self._smp(request)
+        if request.is_websocket_upgrade:
+            return _text(404, f"no WebSocket here; the SMP WebSocket is {SMP_PATH}")
+        if request.method != "GET":
+            return _text(405, "only GET", ("allow", "GET"))
+        if path == "/":
+            return _redirect(DEMO_PREFIX)
+        if path == "/demo":
+            return _redirect(DEMO_PREFIX, 301)
+        if path == HEALTH_PATH:
+            if not self._allowed(request):
+                return _text(403, "origin not allowed")
+            return _json({"status": "ok", "statistics": dict(self._statistics())})
+        if path == CONFIG_PATH:
+            config = _json(client_config(self.config, request.header("host")))
+            return _with_headers(config, self._cors(request))
+        for prefix, base in self._roots.items():
+            if path.startswith(prefix):
+                return await self._file(request, base, path[len(prefix):], prefix != DEMO_PREFIX)
+        return _text(404, "not found")
+
+    def _smp(self, request: HttpRequest) -> HttpResponse | object:
+        if not request.is_websocket_upgrade:
+            return _text(426, "the SMP WebSocket: upgrade required", ("upgrade", "websocket"))
+        if not self._allowed(request):
+            return _text(403, "origin not allowed")
+        return ACCEPT_WEBSOCKET
+
+    async def _file(
+        self, request: HttpRequest, base: Path, relative: str, shared: bool
+    ) -> HttpResponse:
+        file = static_file(base, relative)
+        if file is None:
+            return _text(404, "not found")
+        body = await _read_small_file(file)
+        if body is None:
+            return _text(404, "not found")
+        content_type = CONTENT_TYPES.get(file.suffix, "application/octet-stream")
+        headers = [*COMMON_HEADERS, REVALIDATE]
+        if shared:
+            headers += self._cors(request)
+        return HttpResponse(200, body, content_type, tuple(headers))
+
+    def _cors(self, request: HttpRequest) -> list[tuple[str, str]]:
+        """Module scripts are fetched with CORS: a page of an allowed origin elsewhere
+        may import the client; the answer varies with Origin."""
+        origin = request.header("origin")
+        if origin is None or not self._allowed(request):
+            return [("vary", "origin")]
+        return [("access-control-allow-origin", origin), ("vary", "origin")]
+
+
+async def _read_small_file(file: Path) -> bytes | None:
+    """The file's bytes; None if it is missing, not a regular file, or too large."""
+    path = trio.Path(file)
+    try:
+        info = await path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
+            return None
+        return await path.read_bytes()
+    except OSError:
+        return None
+

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the browser and web-client tests need beyond the Python
+# packages: Debian's Chromium (driven by Playwright for Python, which comes
+# from the `test` extra) and the web client's npm packages (web/node_modules).
+# Run as root on Debian; idempotent, so CI runs it every time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CHROMIUM=/usr/bin/chromium
+missing=()
+[ -x "$CHROMIUM" ] || missing+=(chromium)
+command -v npm >/dev/null || missing+=(nodejs npm)
+
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "install-test-deps: missing ${missing[*]}; run this script as root to install them" >&2
+        exit 2
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+npm ci --prefix web --no-audit --no-fund --loglevel=error

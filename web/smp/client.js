@@ -1,0 +1,595 @@
+// SMPClient: one WebSocket connection to a router, the SMP commands as methods.
+//
+//   const client = await connect("ws://127.0.0.1:8080/smp", keyHash);
+//   const queue = await client.createQueue();
+//   await client.send(queue.senderId, utf8("hello"));
+//   await client.subscribe(queue);
+//   const event = await client.nextEvent();   // {type: "message", body, msgId, ...}
+//   await client.ack(queue, event.msgId);
+//
+// Transmissions asked for in the same turn of the event loop go out packed into
+// as few blocks as fit (docs/protocol.md, "Blocks and batches"). Each command
+// carries a fresh corrId; the reader matches answers to callers by it. Pushes
+// (empty corrId: MSG, END, DELD, NMSG) become events, MSG bodies decrypted with
+// the queue's box key. When the connection ends, every waiting caller gets the
+// ConnectionClosed that ended it.
+
+import { concat, fromUtf8, toHex } from "./bytes.js";
+import { BLOCK_SIZE, BatchPacker, MAX_TRANSMISSION_SIZE, decodeBatch, padBlock, unpadBlock } from "./block.js";
+import { decodeResponse, encodeCommand } from "./codec.js";
+import * as crypto from "./crypto.js";
+import {
+  BadResponse, ConnectionClosed, HandshakeError, LARGE_MSG, ProtocolError, SMPError,
+} from "./errors.js";
+import {
+  SMP_VERSION_MAX, SMP_VERSION_MIN, decodeServerHello, encodeClientHello, negotiateVersion,
+} from "./handshake.js";
+import { decodeTransmission, encodeTransmission } from "./transmission.js";
+
+const EMPTY = new Uint8Array(0);
+
+/**
+ * Open a WebSocket to `url` (ws:// or wss://, any path), run the SMP handshake
+ * and resolve to a ready SMPClient. `keyHash` is the router's 32-byte identity
+ * (Uint8Array). Options: `WebSocket` (the constructor to use, by default the
+ * global one), `versions` ([min, max], default [9, 10]), `timeout` (ms for the
+ * connection and the handshake, default 15000), `confirm` (default true: wait
+ * for one PING answer, so that a refused hello fails here), `serviceSeed` (an
+ * Ed25519 seed: the hello proves this connection acts for that service, see
+ * docs/protocol.md "Service subscriptions").
+ */
+export async function connect(url, keyHash, options = {}) {
+  const WebSocketImpl = options.WebSocket ?? globalThis.WebSocket;
+  if (!WebSocketImpl) throw new TypeError("no WebSocket: pass options.WebSocket");
+  if (!(keyHash instanceof Uint8Array) || keyHash.length !== 32) {
+    throw new TypeError("keyHash must be 32 bytes");
+  }
+  const versions = options.versions ?? [SMP_VERSION_MIN, SMP_VERSION_MAX];
+  const socket = new BlockSocket(new WebSocketImpl(url), url);
+  const timer = setTimeout(
+    () => socket.close(new HandshakeError(`no SMP handshake with ${url} in time`)),
+    options.timeout ?? 15000,
+  );
+  try {
+    const hello = parseServerHello(await socket.receive());
+    const version = negotiateVersion(hello.minVersion, hello.maxVersion, versions[0], versions[1]);
+    if (version === null) {
+      throw new HandshakeError(
+        `no common version: router offers ${hello.minVersion}..${hello.maxVersion}, ` +
+          `client supports ${versions[0]}..${versions[1]}`,
+      );
+    }
+    const clientKey = crypto.newX25519().publicKey;
+    const serviceSeed = options.serviceSeed ?? null;
+    const service = serviceSeed ? crypto.proveService(serviceSeed, hello.sessionId, keyHash) : null;
+    socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey, service })));
+    const client = new SMPClient(socket, version, hello.sessionId, url);
+    if (service) {
+      client.serviceSeed = serviceSeed;
+      client.serviceId = await crypto.serviceId(service.serviceKey);
+    }
+    if (options.confirm ?? true) await confirmHello(client);
+    return client;
+  } catch (e) {
+    socket.close(e instanceof ConnectionClosed ? e : new HandshakeError(String(e)));
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * The router answers nothing to a client hello it accepts and closes the
+ * connection on one it refuses (a key hash that is not its own). One PING
+ * round trip tells the two apart before `connect` resolves, so a wrong key
+ * hash is a HandshakeError here rather than a failure of the first command.
+ */
+async function confirmHello(client) {
+  try {
+    await client.ping();
+  } catch (e) {
+    if (!(e instanceof ConnectionClosed)) throw e;
+    throw new HandshakeError(
+      `the router closed the connection after the hello (${e.message}): is the key hash right?`,
+    );
+  }
+}
+
+function parseServerHello(block) {
+  try {
+    return decodeServerHello(unpadBlock(block));
+  } catch (e) {
+    if (e instanceof ProtocolError) throw new HandshakeError(`unusable server hello: ${e.message}`);
+    throw e;
+  }
+}
+
+/** A WebSocket carrying one SMP block per binary message. */
+class BlockSocket {
+  constructor(ws, url) {
+    this.ws = ws;
+    this.url = url;
+    this.closed = null; // the ConnectionClosed that ended it
+    this.onBlock = null; // after the handshake, every block goes here
+    this.onClose = null;
+    this.waiting = []; // blocks received before anyone asked for them
+    this.receivers = [];
+    ws.binaryType = "arraybuffer";
+    ws.onmessage = (ev) => this.received(ev.data);
+    ws.onclose = (ev) => {
+      const detail = ev.reason ? `: ${ev.reason}` : "";
+      this.close(new ConnectionClosed(`connection closed (${ev.code}${detail})`));
+    };
+    ws.onerror = () => this.close(new ConnectionClosed(`cannot connect to ${url} or connection broken`));
+  }
+
+  received(data) {
+    if (this.closed) return;
+    if (!(data instanceof ArrayBuffer) || data.byteLength !== BLOCK_SIZE) {
+      const size = data.byteLength ?? data.length;
+      this.close(new ConnectionClosed(`router sent a message of ${size} bytes, not a block`));
+      return;
+    }
+    const block = new Uint8Array(data);
+    if (this.onBlock) this.onBlock(block);
+    else if (this.receivers.length) this.receivers.shift().resolve(block);
+    else this.waiting.push(block);
+  }
+
+  receive() {
+    if (this.waiting.length) return Promise.resolve(this.waiting.shift());
+    if (this.closed) return Promise.reject(this.closed);
+    return new Promise((resolve, reject) => this.receivers.push({ resolve, reject }));
+  }
+
+  send(block) {
+    if (this.closed) throw this.closed;
+    if (this.ws.readyState !== 1) throw new ConnectionClosed("connection is not open");
+    this.ws.send(block);
+  }
+
+  close(error) {
+    if (this.closed) return;
+    this.closed = error;
+    for (const r of this.receivers.splice(0)) r.reject(error);
+    try {
+      this.ws.close(1000);
+    } catch {
+      // already closing
+    }
+    if (this.onClose) this.onClose(error);
+  }
+}
+
+/** Expect one of `types` (or an ERR, thrown as SMPError). */
+function expect(response, ...types) {
+  if (response.type === "ERR") throw new SMPError(response.error);
+  if (!types.includes(response.type)) {
+    throw new BadResponse(`unexpected response ${response.type}, expected ${types.join(" or ")}`);
+  }
+  return response;
+}
+
+export class SMPClient {
+  constructor(socket, version, sessionId, url) {
+    this.socket = socket;
+    this.version = version;
+    this.sessionId = sessionId;
+    this.url = url;
+    this.queues = new Map(); // hex(recipientId) -> queue, to open MSG bodies
+    this.notifiers = new Map(); // hex(notifierId) -> credentials, to open NMSG metadata
+    this.pending = new Map(); // hex(corrId) -> {resolve, routeMsg}
+    this.outbox = [];
+    this.flushScheduled = false;
+    this.serviceSeed = null;
+    this.serviceId = null; // set by connect() for a service connection
+    this.corrPrefix = crypto.randomBytes(16);
+    this.corrNext = 0;
+    this.events = [];
+    this.eventWaiters = [];
+    this.listeners = new Set();
+    this.stats = { blocksSent: 0, blocksReceived: 0 };
+    this.closedPromise = new Promise((resolve) => {
+      this.resolveClosed = resolve;
+    });
+    socket.onBlock = (block) => this.readBlock(block);
+    socket.onClose = (error) => this.ended(error);
+    for (const block of socket.waiting.splice(0)) this.readBlock(block);
+    if (socket.closed) this.ended(socket.closed);
+  }
+
+  /** Why the connection ended, or null while it is open. */
+  get closed() {
+    return this.socket.closed;
+  }
+
+  /** Resolves with the ConnectionClosed once the connection is over. */
+  whenClosed() {
+    return this.closedPromise;
+  }
+
+  close() {
+    this.socket.close(new ConnectionClosed("connection closed by the client", { local: true }));
+  }
+
+  // --- events -------------------------------------------------------------
+
+  /**
+   * Call `listener(event)` for every pushed event; returns a function that stops it.
+   * While a listener is set, events do not wait for `nextEvent`.
+   */
+  onEvent(listener) {
+    this.listeners.add(listener);
+    for (const ev of this.events.splice(0)) listener(ev);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** The next pushed event; rejects with ConnectionClosed once the connection is over. */
+  nextEvent() {
+    if (this.events.length) return Promise.resolve(this.events.shift());
+    if (this.closed) return Promise.reject(this.closed);
+    return new Promise((resolve, reject) => this.eventWaiters.push({ resolve, reject }));
+  }
+
+  /** The next event if one is waiting, else null. */
+  nextEventNow() {
+    return this.events.length ? this.events.shift() : null;
+  }
+
+  emit(event) {
+    if (this.listeners.size) {
+      for (const listener of this.listeners) listener(event);
+    } else if (this.eventWaiters.length) {
+      this.eventWaiters.shift().resolve(event);
+    } else {
+      this.events.push(event);
+    }
+  }
+
+  ended(error) {
+    for (const entry of this.pending.values()) entry.reject(error);
+    this.pending.clear();
+    for (const w of this.eventWaiters.splice(0)) w.reject(error);
+    this.resolveClosed(error);
+  }
+
+  // --- requests ---------------------------------------------------------
+
+  /** Let this connection open the MSGs of `queue` (e.g. one created on another connection). */
+  addQueue(queue) {
+    this.queues.set(toHex(queue.recipientId), queue);
+  }
+
+  forgetQueue(queue) {
+    this.queues.delete(toHex(queue.recipientId));
+  }
+
+  /** Send one command (a value, or bytes as they are), signed when `seed` is given; the response. */
+  async command(entityId, cmd, seed = null) {
+    return (await this.commands([[entityId, cmd, seed]]))[0];
+  }
+
+  /** Send `[entityId, cmd, seed]` requests packed into as few blocks as fit; their responses. */
+  commands(requests, { routeMsg = false } = {}) {
+    if (this.closed) return Promise.reject(this.closed);
+    return Promise.all(requests.map(([entityId, cmd, seed]) => this.submit(entityId, cmd, seed, routeMsg)));
+  }
+
+  submit(entityId, cmd, seed, routeMsg) {
+    const corrId = this.newCorrId();
+    const command = cmd instanceof Uint8Array ? cmd : encodeCommand(cmd);
+    const authorization = seed ? crypto.authorize(seed, this.sessionId, corrId, entityId, command) : EMPTY;
+    const data = encodeTransmission({ authorization, corrId, entityId, command });
+    if (data.length > MAX_TRANSMISSION_SIZE) {
+      return Promise.resolve({ type: "ERR", error: LARGE_MSG }); // never sent, as the reference does
+    }
+    const answer = new Promise((resolve, reject) => {
+      this.pending.set(toHex(corrId), { resolve, reject, routeMsg });
+    });
+    this.outbox.push(data);
+    this.scheduleFlush();
+    return answer;
+  }
+
+  newCorrId() {
+    const n = this.corrNext++;
+    const counter = new Uint8Array(8);
+    new DataView(counter.buffer).setBigUint64(0, BigInt(n));
+    return concat(this.corrPrefix, counter);
+  }
+
+  scheduleFlush() {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    // Everything asked for in this turn of the event loop goes into the same blocks.
+    queueMicrotask(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
+  }
+
+  flush() {
+    const waiting = this.outbox.splice(0);
+    if (!waiting.length || this.closed) return;
+    const packer = new BatchPacker();
+    try {
+      for (const data of waiting) {
+        if (!packer.add(data)) {
+          this.sendBlock(packer.takeBlock());
+          packer.add(data);
+        }
+      }
+      if (packer.length) this.sendBlock(packer.takeBlock());
+    } catch (e) {
+      this.socket.close(e instanceof ConnectionClosed ? e : new ConnectionClosed(`cannot send: ${e}`));
+    }
+  }
+
+  sendBlock(block) {
+    this.stats.blocksSent++;
+    this.socket.send(block);
+  }
+
+  /** Send `block` as one WebSocket message, untouched (for tests of bad input). */
+  sendRawBlock(block) {
+    this.socket.send(block);
+  }
+
+  // --- reader -------------------------------------------------------------
+
+  readBlock(block) {
+    this.stats.blocksReceived++;
+    let transmissions;
+    try {
+      transmissions = decodeBatch(block).map(decodeTransmission);
+    } catch (e) {
+      // Callers whose answers were in this block would wait forever.
+      this.socket.close(new ConnectionClosed(`router sent a bad block: ${e.message}`));
+      return;
+    }
+    for (const t of transmissions) this.route(t);
+  }
+
+  route(t) {
+    let response;
+    try {
+      response = decodeResponse(t.command);
+    } catch {
+      response = null;
+    }
+    if (t.corrId.length) {
+      const key = toHex(t.corrId);
+      const entry = this.pending.get(key);
+      if (entry) {
+        this.pending.delete(key);
+        if (!response) {
+          entry.reject(new BadResponse(`unparsable response ${fromUtf8Lossy(t.command)}`));
+          return;
+        }
+        // A MSG answering SUB or ACK is a delivery: an event, not only an answer.
+        if (entry.routeMsg && response.type === "MSG") this.emit(this.messageEvent(t.entityId, response));
+        entry.resolve(response);
+        return;
+      }
+    }
+    const event = response && !t.corrId.length ? this.pushEvent(t.entityId, response) : null;
+    this.emit(event ?? { type: "raw", corrId: t.corrId, entityId: t.entityId, command: t.command, response });
+  }
+
+  pushEvent(entityId, response) {
+    switch (response.type) {
+      case "MSG":
+        return this.messageEvent(entityId, response);
+      case "END":
+        return { type: "end", recipientId: entityId };
+      case "DELD":
+        return { type: "deleted", recipientId: entityId };
+      case "NMSG":
+        return this.notificationEvent(entityId, response);
+      case "ENDS":
+        return { type: "service-end", serviceId: entityId, count: response.count };
+      case "ALLS":
+        return { type: "all-received" };
+      default:
+        return null;
+    }
+  }
+
+  /** Open a MSG with its queue's box key: a "message" event, or "undecrypted". */
+  messageEvent(recipientId, msg) {
+    const queue = this.queues.get(toHex(recipientId));
+    if (queue) {
+      try {
+        const m = crypto.decryptMsgBody(queue.boxKey, msg.msgId, msg.encBody);
+        return { type: "message", recipientId, msgId: msg.msgId, ts: m.ts, flags: m.flags, body: m.body, quota: m.quota };
+      } catch (e) {
+        if (!(e instanceof ProtocolError)) throw e;
+      }
+    }
+    return { type: "undecrypted", recipientId, msgId: msg.msgId, encBody: msg.encBody };
+  }
+
+  /** A "notification" event; msgId and ts are filled in when this client holds the notifier's box key. */
+  notificationEvent(notifierId, nmsg) {
+    const event = { type: "notification", notifierId, nonce: nmsg.nonce, encMeta: nmsg.encMeta, msgId: null, ts: null };
+    const creds = this.notifiers.get(toHex(notifierId));
+    if (creds) {
+      try {
+        Object.assign(event, crypto.decryptNtfMeta(creds.ntfBoxKey, nmsg.nonce, nmsg.encMeta));
+      } catch (e) {
+        if (!(e instanceof ProtocolError)) throw e; // handed on sealed
+      }
+    }
+    return event;
+  }
+
+  /** Let this connection open the NMSG metadata of a notifier (see enableNotifications). */
+  addNotifier(creds) {
+    this.notifiers.set(toHex(creds.notifierId), creds);
+  }
+
+  // --- recipient ----------------------------------------------------------
+
+  /**
+   * NEW: a queue with fresh keys, registered so its MSGs are decrypted.
+   * The queue is a plain object of Uint8Arrays and booleans: it can be stored
+   * (IndexedDB, structured clone) and given back to any later connection.
+   */
+  async createQueue({ subscribe = false, sndSecure = true, basicAuth = null } = {}) {
+    const auth = crypto.newEd25519();
+    const dh = crypto.newX25519();
+    const cmd = { type: "NEW", rcvAuthKey: auth.publicKey, rcvDhKey: dh.publicKey, basicAuth, subscribe, sndSecure };
+    const ids = expect(await this.command(EMPTY, cmd, auth.seed), "IDS");
+    const queue = {
+      recipientId: ids.rcvId.slice(),
+      senderId: ids.sndId.slice(),
+      rcvAuthSeed: auth.seed,
+      rcvAuthKey: auth.publicKey,
+      rcvDhPriv: dh.privateKey,
+      srvDhKey: ids.srvDhKey.slice(),
+      boxKey: crypto.boxKey(dh.privateKey, ids.srvDhKey),
+      sndSecure: ids.sndSecure,
+    };
+    this.addQueue(queue);
+    return queue;
+  }
+
+  /** KEY: only `senderKey` (an Ed25519 SPKI) may send to the queue from now on. */
+  async secureQueue(queue, senderKey) {
+    await this.recipientOk(queue, { type: "KEY", senderKey });
+  }
+
+  /** SUB: a waiting message arrives as a "message" event. */
+  async subscribe(queue) {
+    const [error] = await this.subscribeMany([queue]);
+    if (error) throw error;
+  }
+
+  /** SUB for every queue, packed into few blocks; null or the SMPError, per queue. */
+  async subscribeMany(queues) {
+    for (const q of queues) this.addQueue(q);
+    const responses = await this.commands(
+      queues.map((q) => [q.recipientId, { type: "SUB" }, q.rcvAuthSeed]),
+      { routeMsg: true },
+    );
+    return responses.map((r) => errorOf(r, "OK", "MSG"));
+  }
+
+  /** ACK: the next message, if the router sends it along, becomes an event. */
+  async ack(queue, msgId) {
+    this.addQueue(queue);
+    const [r] = await this.commands([[queue.recipientId, { type: "ACK", msgId }, queue.rcvAuthSeed]], { routeMsg: true });
+    expect(r, "OK", "MSG");
+  }
+
+  /** GET: the head message as an event object, or null when the queue is empty. */
+  async get(queue) {
+    this.addQueue(queue);
+    const r = expect(await this.recipient(queue, { type: "GET" }), "OK", "MSG");
+    return r.type === "OK" ? null : this.messageEvent(queue.recipientId, r);
+  }
+
+  /** OFF: senders are refused from now on. */
+  async suspend(queue) {
+    await this.recipientOk(queue, { type: "OFF" });
+  }
+
+  /** DEL: the queue and its messages are gone. */
+  async delete(queue) {
+    await this.recipientOk(queue, { type: "DEL" });
+    this.forgetQueue(queue);
+  }
+
+  // --- sender -------------------------------------------------------------
+
+  /** SKEY: the sender secures the queue with its own key, signing with it. */
+  async secureSender(senderId, senderSeed, senderKey) {
+    expect(await this.command(senderId, { type: "SKEY", senderKey }, senderSeed), "OK");
+  }
+
+  /** SEND `body` (Uint8Array); signed when the queue is secured (`senderSeed`); `notify` sets flag T. */
+  async send(senderId, body, { senderSeed = null, notify = false } = {}) {
+    const cmd = { type: "SEND", flags: notify ? "T" : "F", body };
+    expect(await this.command(senderId, cmd, senderSeed), "OK");
+  }
+
+  async ping() {
+    expect(await this.command(EMPTY, { type: "PING" }), "PONG", "OK");
+  }
+
+  // --- notifications ------------------------------------------------------
+
+  /** NKEY with fresh keys: {recipientId, notifierId, notifierSeed, notifierKey, ntfBoxKey, ...}. */
+  async enableNotifications(queue) {
+    const auth = crypto.newEd25519();
+    const dh = crypto.newX25519();
+    const cmd = { type: "NKEY", notifierKey: auth.publicKey, rcvNtfDhKey: dh.publicKey };
+    const nid = expect(await this.recipient(queue, cmd), "NID");
+    const creds = {
+      recipientId: queue.recipientId,
+      notifierId: nid.notifierId.slice(),
+      notifierSeed: auth.seed,
+      notifierKey: auth.publicKey,
+      rcvNtfDhPriv: dh.privateKey,
+      srvNtfDhKey: nid.srvNtfDhKey.slice(),
+      ntfBoxKey: crypto.boxKey(dh.privateKey, nid.srvNtfDhKey),
+    };
+    this.addNotifier(creds);
+    return creds;
+  }
+
+  /** NSUB: NMSGs for this notifier arrive as "notification" events. */
+  async subscribeNotifications(creds) {
+    this.addNotifier(creds);
+    expect(await this.command(creds.notifierId, { type: "NSUB" }, creds.notifierSeed), "OK");
+  }
+
+  async disableNotifications(queue) {
+    await this.recipientOk(queue, { type: "NDEL" });
+  }
+
+  // --- service subscriptions ------------------------------------------------
+
+  /** SUBS: every queue associated with this connection's service; resolves to their count. */
+  async subscribeService() {
+    return this.serviceCommand("SUBS");
+  }
+
+  /** NSUBS: the same for the service's notifiers. */
+  async subscribeServiceNotifications() {
+    return this.serviceCommand("NSUBS");
+  }
+
+  async serviceCommand(type) {
+    if (!this.serviceSeed) throw new TypeError("this client was connected without a serviceSeed");
+    return expect(await this.command(this.serviceId, { type }, this.serviceSeed), "SOKS").count;
+  }
+
+  // --- helpers --------------------------------------------------------------
+
+  recipient(queue, cmd) {
+    return this.command(queue.recipientId, cmd, queue.rcvAuthSeed);
+  }
+
+  async recipientOk(queue, cmd) {
+    expect(await this.recipient(queue, cmd), "OK");
+  }
+}
+
+/** null when `response` is one of `types`, else the SMPError or BadResponse. */
+function errorOf(response, ...types) {
+  try {
+    expect(response, ...types);
+    return null;
+  } catch (error) {
+    return error;
+  }
+}
+
+function fromUtf8Lossy(bytes) {
+  try {
+    return JSON.stringify(fromUtf8(bytes.subarray(0, 16)));
+  } catch {
+    return `<${bytes.length} bytes>`;
+  }
+}

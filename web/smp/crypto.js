@@ -1,0 +1,170 @@
+// Signatures and per-queue encryption (docs/protocol.md, "Transmissions and
+// authorization", "Per-queue encryption"), on tweetnacl.
+//
+// MSG bodies are NaCl crypto_box (XSalsa20-Poly1305) with the precomputed key
+// S = crypto_box_beforenm(router DH key, our private key) and nonce = msgId;
+// their wire form is the 16-byte MAC followed by the ciphertext.
+
+import { concat } from "./bytes.js";
+import { ss } from "./encoding.js";
+import { CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError } from "./errors.js";
+import { KeyType, ed25519Spki, keyType, rawKey, x25519Spki } from "./keys.js";
+import nacl from "./nacl.js";
+import { serviceSignedBytes } from "./handshake.js";
+import { authorizedBytes } from "./transmission.js";
+
+export const MSG_PADDED_SIZE = 16106;
+export const MSG_ENC_SIZE = MSG_PADDED_SIZE + 16; // 16122
+export const NTF_META_PADDED_SIZE = 128;
+export const NONCE_SIZE = 24;
+const QUOTA = Uint8Array.of(0x51, 0x55, 0x4f, 0x54, 0x41, 0x20); // "QUOTA "
+const PAD = 0x23;
+
+export const randomBytes = (n) => nacl.randomBytes(n);
+
+/** A fresh signing key: {seed (32 bytes), publicKey (Ed25519 SPKI)}. */
+export function newEd25519() {
+  const seed = nacl.randomBytes(32);
+  return { seed, publicKey: ed25519Public(seed) };
+}
+
+/** A fresh DH key: {privateKey (32 bytes), publicKey (X25519 SPKI)}. */
+export function newX25519() {
+  const privateKey = nacl.randomBytes(32);
+  return { privateKey, publicKey: x25519Public(privateKey) };
+}
+
+export function ed25519Public(seed32) {
+  return ed25519Spki(nacl.sign.keyPair.fromSeed(seed32).publicKey);
+}
+
+export function x25519Public(priv32) {
+  return x25519Spki(nacl.scalarMult.base(priv32));
+}
+
+// Deriving the 64-byte secret key costs a scalar multiplication; a client signs
+// many commands with the same few keys.
+const secretKeys = new Map();
+
+function secretKey(seed32) {
+  const id = seed32.join(",");
+  let sk = secretKeys.get(id);
+  if (!sk) {
+    if (secretKeys.size >= 256) secretKeys.delete(secretKeys.keys().next().value);
+    sk = nacl.sign.keyPair.fromSeed(seed32).secretKey;
+    secretKeys.set(id, sk);
+  }
+  return sk;
+}
+
+/** Ed25519 signature (64 bytes) of `data`. */
+export function sign(seed32, data) {
+  return nacl.sign.detached(data, secretKey(seed32));
+}
+
+export function verify(signature, publicSpki, data) {
+  if (keyType(publicSpki) !== KeyType.ED25519 || signature.length !== 64) return false;
+  return nacl.sign.detached.verify(data, signature, rawKey(publicSpki));
+}
+
+/** The authorization of a transmission: a signature over sessionId, corrId, entityId, command. */
+export function authorize(seed32, sessionId, corrId, entityId, command) {
+  return sign(seed32, authorizedBytes(sessionId, corrId, entityId, command));
+}
+
+/** The precomputed crypto_box key for our private key and the peer's X25519 SPKI. */
+export function boxKey(priv32, peerSpki) {
+  if (keyType(peerSpki) !== KeyType.X25519) {
+    throw new ProtocolError(CMD_SYNTAX, "DH key must be X25519");
+  }
+  return nacl.box.before(rawKey(peerSpki), priv32);
+}
+
+function pad(plain, size) {
+  const out = new Uint8Array(size).fill(PAD);
+  out[0] = plain.length >> 8;
+  out[1] = plain.length & 255;
+  out.set(plain, 2);
+  return out;
+}
+
+function int64(n) {
+  const out = new Uint8Array(8);
+  new DataView(out.buffer).setBigInt64(0, BigInt(n));
+  return out;
+}
+
+function readInt64(bytes, at) {
+  return Number(new DataView(bytes.buffer, bytes.byteOffset + at, 8).getBigInt64(0));
+}
+
+/** The router's side of a MSG body (for tests): box(pad(plain, 16106), nonce = msgId). */
+export function encryptMsgBody(key32, msgId, ts, flags, body, quota = false) {
+  const plain = quota
+    ? concat(QUOTA, int64(ts))
+    : concat(int64(ts), flags, Uint8Array.of(0x20), body);
+  if (plain.length > MSG_PADDED_SIZE - 2) {
+    throw new ProtocolError(LARGE_MSG, `message of ${body.length} bytes`);
+  }
+  return nacl.box.after(pad(plain, MSG_PADDED_SIZE), msgId, key32);
+}
+
+function open(enc, nonce, key32) {
+  if (nonce.length !== NONCE_SIZE) throw new ProtocolError(CRYPTO, "bad nonce");
+  const plain = nacl.box.open.after(enc, nonce, key32);
+  if (!plain) throw new ProtocolError(CRYPTO, "cannot decrypt");
+  return plain;
+}
+
+function unpad(padded) {
+  if (padded.length < 2) throw new ProtocolError(CRYPTO, "short padded block");
+  const n = (padded[0] << 8) | padded[1];
+  if (n + 2 > padded.length) throw new ProtocolError(CRYPTO, "bad padding length");
+  return padded.subarray(2, 2 + n);
+}
+
+function startsWith(data, prefix) {
+  return data.length >= prefix.length && prefix.every((b, i) => data[i] === b);
+}
+
+/**
+ * A MSG body opened with the queue's box key: {ts, flags, body, quota}.
+ * Throws ProtocolError(CRYPTO) when it does not open or does not parse.
+ */
+export function decryptMsgBody(key32, msgId, encBody) {
+  const plain = unpad(open(encBody, msgId, key32));
+  if (startsWith(plain, QUOTA)) {
+    if (plain.length < 14) throw new ProtocolError(CRYPTO, "bad quota marker");
+    return { ts: readInt64(plain, 6), flags: new Uint8Array(0), body: new Uint8Array(0), quota: true };
+  }
+  const sp = plain.indexOf(0x20, 8);
+  if (plain.length < 10 || sp < 9) throw new ProtocolError(CRYPTO, "bad message body");
+  return { ts: readInt64(plain, 0), flags: plain.slice(8, sp), body: plain.slice(sp + 1), quota: false };
+}
+
+/** {msgId, ts} from an NMSG's encMeta; bytes after ts are ignored. */
+export function decryptNtfMeta(key32, nonce, encMeta) {
+  const meta = unpad(open(encMeta, nonce, key32));
+  if (!meta.length) throw new ProtocolError(CRYPTO, "empty metadata");
+  const end = 1 + meta[0];
+  if (end + 8 > meta.length) throw new ProtocolError(CRYPTO, "bad metadata");
+  return { msgId: meta.slice(1, end), ts: readInt64(meta, end) };
+}
+
+/** The router's side of NMSG metadata (for tests): {nonce, encMeta}. */
+export function encryptNtfMeta(key32, msgId, ts, nonce = nacl.randomBytes(NONCE_SIZE)) {
+  const meta = concat(ss(msgId), int64(ts));
+  return { nonce, encMeta: nacl.box.after(pad(meta, NTF_META_PADDED_SIZE), nonce, key32) };
+}
+
+/** The client hello's proof of holding the service key `seed32`: {serviceKey, signature}. */
+export function proveService(seed32, sessionId, keyHash) {
+  const serviceKey = ed25519Public(seed32);
+  return { serviceKey, signature: sign(seed32, serviceSignedBytes(sessionId, keyHash, serviceKey)) };
+}
+
+/** The entity id of SUBS / NSUBS / ENDS: SHA-256 of the service SPKI, first 24 bytes. */
+export async function serviceId(serviceKey) {
+  const digest = await globalThis.crypto.subtle.digest("SHA-256", serviceKey);
+  return new Uint8Array(digest).slice(0, 24);
+}

@@ -1,0 +1,241 @@
+// SMPClient and SMPAgent against a scripted router behind a stand-in WebSocket:
+// batching, correlation, pushes, typed errors, closing, reconnection.
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+
+import {
+  Backoff, ConnectionClosed, HandshakeError, SMPAgent, SMPError, connect, crypto, decodeBatch,
+  decodeClientHello, decodeCommand, decodeTransmission, encodeBatches, encodeResponse,
+  encodeServerHello, encodeTransmission, latin1, padBlock, unpadBlock, utf8,
+} from "../smp/index.js";
+
+const EMPTY = new Uint8Array(0);
+const KEY_HASH = new Uint8Array(32).fill(7);
+
+/**
+ * A WebSocket whose other end is `router(fake)`: the router sees each block the
+ * client sends (`fake.received`) and answers with `fake.push(...)`.
+ */
+function fakeSocketClass(script) {
+  const sockets = [];
+  class FakeWebSocket {
+    constructor(url) {
+      this.url = url;
+      this.readyState = 0;
+      this.sent = [];
+      this.onBlock = null;
+      sockets.push(this);
+      queueMicrotask(() => script(this, sockets.length - 1));
+    }
+    open(hello = { minVersion: 9, maxVersion: 10, sessionId: new Uint8Array(32).fill(1) }) {
+      this.readyState = 1;
+      this.deliver(padBlock(encodeServerHello(hello)));
+    }
+    deliver(block) {
+      const copy = block.slice();
+      queueMicrotask(() => this.onmessage?.({ data: copy.buffer }));
+    }
+    /** Answer transmissions: [corrId, entityId, response] each. */
+    push(...answers) {
+      const ts = answers.map(([corrId, entityId, r]) =>
+        encodeTransmission({ authorization: EMPTY, corrId, entityId, command: r instanceof Uint8Array ? r : encodeResponse(r) }));
+      for (const block of encodeBatches(ts)) this.deliver(block);
+    }
+    send(data) {
+      this.sent.push(data);
+      if (this.sent.length === 1) {
+        this.hello = decodeClientHello(unpadBlock(data));
+        return;
+      }
+      const ts = decodeBatch(data).map(decodeTransmission).map((t) => ({ ...t, cmd: decodeCommand(t.command) }));
+      this.onBlock?.(ts);
+    }
+    close(code = 1000, reason = "") {
+      if (this.readyState === 3) return;
+      this.readyState = 3;
+      queueMicrotask(() => this.onclose?.({ code, reason }));
+    }
+  }
+  return { FakeWebSocket, sockets };
+}
+
+/** A router that answers PING with PONG and hands everything else to `answer`. */
+function pingingRouter(answer = () => {}) {
+  return (ws) => {
+    ws.onBlock = (ts) => {
+      const pings = ts.filter((t) => t.cmd.type === "PING");
+      if (pings.length) ws.push(...pings.map((t) => [t.corrId, EMPTY, { type: "PONG" }]));
+      const rest = ts.filter((t) => t.cmd.type !== "PING");
+      if (rest.length) answer(ws, rest);
+    };
+    ws.open();
+  };
+}
+
+describe("SMPClient", () => {
+  test("the hello names the router's key hash; commands of one turn share one block", async () => {
+    const blocks = [];
+    const { FakeWebSocket, sockets } = fakeSocketClass(pingingRouter((ws, ts) => {
+      blocks.push(ts.map((t) => t.cmd.type));
+      // Answered in reverse order: each caller still gets its own answer.
+      ws.push(...ts.reverse().map((t) => [t.corrId, t.entityId, { type: "ERR", error: `CMD ${t.cmd.type === "OFF" ? "PROHIBITED" : "SYNTAX"}` }]));
+    }));
+    const client = await connect("ws://router/smp", KEY_HASH, { WebSocket: FakeWebSocket });
+    assert.deepEqual(sockets[0].hello.keyHash, KEY_HASH);
+    assert.equal(client.version, 10);
+    const queue = { recipientId: Uint8Array.of(1), rcvAuthSeed: crypto.randomBytes(32) };
+    const results = await Promise.allSettled([client.suspend(queue), client.delete(queue), client.get(queue)]);
+    assert.deepEqual(blocks, [["OFF", "DEL", "GET"]]);
+    assert.deepEqual(results.map((r) => r.reason.type), ["CMD PROHIBITED", "CMD SYNTAX", "CMD SYNTAX"]);
+    assert.ok(results.every((r) => r.reason instanceof SMPError));
+    client.close();
+  });
+
+  test("a pushed MSG is decrypted with its queue's key; END and DELD are events", async () => {
+    let ws;
+    const { FakeWebSocket } = fakeSocketClass(pingingRouter());
+    const client = await connect("ws://router/smp", KEY_HASH, { WebSocket: FakeWebSocket, confirm: false });
+    const routerDh = crypto.newX25519();
+    const mine = crypto.newX25519();
+    const queue = { recipientId: Uint8Array.of(9), boxKey: crypto.boxKey(mine.privateKey, routerDh.publicKey) };
+    client.addQueue(queue);
+    const msgId = crypto.randomBytes(24);
+    const encBody = crypto.encryptMsgBody(crypto.boxKey(routerDh.privateKey, mine.publicKey), msgId, 77, latin1("F"), utf8("pushed"));
+    ws = client.socket.ws;
+    ws.push([EMPTY, queue.recipientId, { type: "MSG", msgId, encBody }], [EMPTY, Uint8Array.of(5), { type: "END" }], [EMPTY, Uint8Array.of(6), { type: "DELD" }]);
+    const m = await client.nextEvent();
+    assert.deepEqual([m.type, new TextDecoder().decode(m.body), m.ts, m.quota], ["message", "pushed", 77, false]);
+    assert.deepEqual(await client.nextEvent(), { type: "end", recipientId: Uint8Array.of(5) });
+    assert.deepEqual(await client.nextEvent(), { type: "deleted", recipientId: Uint8Array.of(6) });
+    // A MSG for a queue this client does not know is handed on sealed.
+    ws.push([EMPTY, Uint8Array.of(8), { type: "MSG", msgId, encBody }]);
+    assert.equal((await client.nextEvent()).type, "undecrypted");
+    client.close();
+  });
+
+  test("a closed connection fails every waiting call, and later ones, with ConnectionClosed", async () => {
+    const { FakeWebSocket } = fakeSocketClass(pingingRouter((ws) => ws.close(1011, "gone")));
+    const client = await connect("ws://router/smp", KEY_HASH, { WebSocket: FakeWebSocket });
+    const waiting = client.nextEvent();
+    await assert.rejects(client.send(Uint8Array.of(1), utf8("x")), (e) => e instanceof ConnectionClosed && /1011: gone/.test(e.message));
+    await assert.rejects(waiting, ConnectionClosed);
+    await assert.rejects(client.ping(), ConnectionClosed);
+    assert.ok((await client.whenClosed()) instanceof ConnectionClosed);
+  });
+
+  test("a message that is not one block, or a bad batch, ends the connection", async () => {
+    for (const bad of [new Uint8Array(100), padBlock(Uint8Array.of(0))]) {
+      const { FakeWebSocket } = fakeSocketClass(pingingRouter((ws) => ws.deliver(bad)));
+      const client = await connect("ws://router/smp", KEY_HASH, { WebSocket: FakeWebSocket });
+      await assert.rejects(client.ping().then(() => client.suspend({ recipientId: Uint8Array.of(1), rcvAuthSeed: crypto.randomBytes(32) })), ConnectionClosed);
+    }
+  });
+
+  test("a transmission too large for a block is refused locally with LARGE_MSG", async () => {
+    const { FakeWebSocket, sockets } = fakeSocketClass(pingingRouter());
+    const client = await connect("ws://router/smp", KEY_HASH, { WebSocket: FakeWebSocket });
+    await assert.rejects(client.send(Uint8Array.of(1), new Uint8Array(16400)), (e) => e.type === "LARGE_MSG");
+    assert.equal(sockets[0].sent.length, 2, "only the hello and the PING went out");
+    client.close();
+  });
+
+  test("no common version, or a hello refused by the router, fail the connect", async () => {
+    const old = fakeSocketClass((ws) => ws.open({ minVersion: 1, maxVersion: 8, sessionId: EMPTY }));
+    await assert.rejects(connect("ws://r/", KEY_HASH, { WebSocket: old.FakeWebSocket }), (e) => e instanceof HandshakeError && /no common version/.test(e.message));
+    const refusing = fakeSocketClass((ws) => {
+      ws.onBlock = () => {};
+      ws.open();
+      queueMicrotask(() => queueMicrotask(() => ws.close(1000)));
+    });
+    await assert.rejects(connect("ws://r/", KEY_HASH, { WebSocket: refusing.FakeWebSocket }), (e) => e instanceof HandshakeError && /key hash/.test(e.message));
+  });
+});
+
+describe("SMPAgent", () => {
+  test("reconnects after failures with backoff and subscribes its queues again", async () => {
+    const subscribed = [];
+    const { FakeWebSocket, sockets } = fakeSocketClass((ws, index) => {
+      if (index < 2) return ws.close(1006); // the first two attempts fail
+      pingingRouter((w, ts) => {
+        subscribed.push([index, ...ts.map((t) => t.cmd.type)]);
+        w.push(...ts.map((t) => [t.corrId, t.entityId, { type: "OK" }]));
+      })(ws);
+    });
+    const delays = [];
+    const backoff = new Backoff({ initial: 1, maximum: 4, jitter: 0.5 });
+    const agent = new SMPAgent({ url: "ws://r/", keyHash: KEY_HASH, WebSocket: FakeWebSocket, backoff, random: () => 0.5 });
+    const original = backoff.delay.bind(backoff);
+    backoff.delay = (attempt, random) => {
+      const d = original(attempt, random);
+      delays.push(d);
+      return d;
+    };
+    const statuses = [];
+    agent.onEvent((ev) => ev.type === "status" && statuses.push(ev.status));
+    const queue = { recipientId: Uint8Array.of(3), rcvAuthSeed: crypto.randomBytes(32) };
+    agent.addQueue(queue);
+    agent.start();
+    const first = await agent.connected();
+    await new Promise((resolve) => agent.onEvent((ev) => ev.type === "up" && resolve()));
+    assert.deepEqual(delays, [0.75, 1.5]); // ceiling 1 then 2, less half the jitter
+    first.close(); // the router goes away: the agent comes back and sends SUB again
+    const up = new Promise((resolve) => agent.onEvent((ev) => ev.type === "up" && resolve()));
+    const second = await (async () => {
+      for (;;) {
+        const c = await agent.connected();
+        if (c !== first) return c;
+        await new Promise((r) => setTimeout(r, 1));
+      }
+    })();
+    await up;
+    assert.notEqual(second, first);
+    assert.deepEqual(subscribed, [[2, "SUB"], [3, "SUB"]]);
+    assert.deepEqual(statuses.slice(0, 6), ["connecting", "offline", "connecting", "offline", "connecting", "connected"]);
+    assert.equal(sockets.length, 4);
+    await agent.stop();
+    assert.equal(agent.status, "stopped");
+  });
+
+  test("a temporary SUB error (INTERNAL) is retried after a delay on the same connection", async () => {
+    let subs = 0;
+    const { FakeWebSocket, sockets } = fakeSocketClass(pingingRouter((ws, ts) => {
+      subs++;
+      ws.push(...ts.map((t) => [t.corrId, t.entityId, subs === 1 ? { type: "ERR", error: "INTERNAL" } : { type: "OK" }]));
+    }));
+    const backoff = new Backoff({ initial: 1, maximum: 2 });
+    const agent = new SMPAgent({ url: "ws://r/", keyHash: KEY_HASH, WebSocket: FakeWebSocket, backoff });
+    const events = [];
+    const up = new Promise((resolve) => agent.onEvent((ev) => {
+      events.push(ev.type === "subscribe-error" ? `error ${ev.error.type}` : ev.type);
+      if (ev.type === "up") resolve();
+    }));
+    agent.addQueue({ recipientId: Uint8Array.of(4), rcvAuthSeed: crypto.randomBytes(32) });
+    agent.start();
+    await up;
+    assert.deepEqual(events.filter((e) => e !== "status"), ["error INTERNAL", "up"]);
+    assert.equal(subs, 2);
+    assert.equal(sockets.length, 1);
+    await agent.stop();
+  });
+
+  test("a queue refused with AUTH, or taken over (END), leaves the set with an event", async () => {
+    const { FakeWebSocket } = fakeSocketClass(pingingRouter((ws, ts) => {
+      ws.push(...ts.map((t) => [t.corrId, t.entityId, t.entityId[0] === 1 ? { type: "ERR", error: "AUTH" } : { type: "OK" }]));
+      ws.push([EMPTY, Uint8Array.of(2), { type: "END" }]);
+    }));
+    const agent = new SMPAgent({ url: "ws://r/", keyHash: KEY_HASH, WebSocket: FakeWebSocket });
+    const removed = [];
+    const done = new Promise((resolve) => agent.onEvent((ev) => {
+      if (ev.type === "removed") removed.push([ev.queue.recipientId[0], ev.reason]);
+      if (removed.length === 2) resolve();
+    }));
+    agent.addQueue({ recipientId: Uint8Array.of(1), rcvAuthSeed: crypto.randomBytes(32) });
+    agent.addQueue({ recipientId: Uint8Array.of(2), rcvAuthSeed: crypto.randomBytes(32) });
+    agent.start();
+    await done;
+    assert.deepEqual(removed.sort(), [[1, "refused"], [2, "end"]]);
+    assert.equal(agent.queues.size, 0);
+    await agent.stop();
+  });
+});
