@@ -59,6 +59,7 @@ from router.protocol import (
     decode_client_hello,
     decode_command,
     decode_error,
+    decode_server_hello,
     decode_transmission,
     encode_batches,
     encode_client_hello,
@@ -71,6 +72,8 @@ from router.protocol import (
     store_error,
     unpad_block,
 )
+from router.protocol.handshake import identity_matches
+from router.server.identity import generate_identity
 
 
 def camel(name: str) -> str:
@@ -245,3 +248,39 @@ def _hello_block(hello: ServerHello | ClientHello) -> str:
     if isinstance(hello, ServerHello):
         return pad_block(encode_server_hello(hello)).hex()
     return pad_block(encode_client_hello(hello)).hex()
+
+
+def test_javascript_checks_the_router_identity_as_python_does(node: str, tmp_path: Path) -> None:
+    """The same server hellos, made by router.protocol with a router's real identity
+    certificate: JavaScript's verdict on the identity is Python's."""
+    identity = generate_identity()
+    chain, signed_key = identity.hello_certificates()
+    session_id = os.urandom(32)
+    other = generate_identity().certificate
+    hellos = {
+        "one certificate": ServerHello(9, 10, session_id, chain, signed_key),
+        "another router": ServerHello(9, 10, session_id, (other,), signed_key),
+        "leaf then identity": ServerHello(9, 10, session_id, (other, *chain), signed_key),
+        "no cert part": ServerHello(9, 10, session_id),
+    }
+    blocks = {name: pad_block(encode_server_hello(h)) for name, h in hellos.items()}
+    # A cert part that does not parse (a length past the end) is absent.
+    unparsable = encode_server_hello(hellos["no cert part"]) + b"\x01\xff\xff"
+    blocks["unparsable cert part"] = pad_block(unparsable)
+    given = [
+        {"kind": "identity", "hex": block.hex(), "keyHash": identity.key_hash.hex()}
+        for block in blocks.values()
+    ]
+    path = tmp_path / "fixtures.json"
+    path.write_text(json.dumps(given))
+    results = run_node_json(node, "crosscheck.mjs", "decode", str(path))
+    verdicts = {name: r["value"]["matches"] for name, r in zip(blocks, results, strict=True)}
+    python = {
+        name: identity_matches(decode_server_hello(unpad_block(block)), identity.key_hash)
+        for name, block in blocks.items()
+    }
+    assert verdicts == python
+    assert verdicts == {
+        "one certificate": True, "another router": False, "leaf then identity": True,
+        "no cert part": None, "unparsable cert part": None,
+    }

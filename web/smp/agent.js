@@ -13,6 +13,12 @@
 // refuses with AUTH (deleted, or wrong keys), and a queue another connection
 // took over (END) or that was deleted (DELD), leaves the set, with an event.
 // Other SUB errors are taken as temporary: SUB again after a delay.
+//
+// Every failed connect is retried with backoff, a wrong router identity
+// (IdentityMismatch) too: the router at the address may be replaced by the
+// right one, and the delays grow, so a wrong address costs little. The
+// "offline" status event carries the error, so a page can tell it apart
+// (`ev.error instanceof IdentityMismatch`) and ask for another address.
 
 import { toHex } from "./bytes.js";
 import { Backoff } from "./backoff.js";

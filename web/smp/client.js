@@ -19,7 +19,7 @@ import { BLOCK_SIZE, BatchPacker, MAX_TRANSMISSION_SIZE, decodeBatch, padBlock, 
 import { decodeResponse, encodeCommand } from "./codec.js";
 import * as crypto from "./crypto.js";
 import {
-  BadResponse, ConnectionClosed, HandshakeError, LARGE_MSG, ProtocolError, SMPError,
+  BadResponse, ConnectionClosed, HandshakeError, IdentityMismatch, LARGE_MSG, ProtocolError, SMPError,
 } from "./errors.js";
 import {
   SMP_VERSION_MAX, SMP_VERSION_MIN, decodeServerHello, encodeClientHello, negotiateVersion,
@@ -33,10 +33,18 @@ const EMPTY = new Uint8Array(0);
  * and resolve to a ready SMPClient. `keyHash` is the router's 32-byte identity
  * (Uint8Array). Options: `WebSocket` (the constructor to use, by default the
  * global one), `versions` ([min, max], default [9, 10]), `timeout` (ms for the
- * connection and the handshake, default 15000), `confirm` (default true: wait
- * for one PING answer, so that a refused hello fails here), `serviceSeed` (an
+ * connection and the handshake, default 15000), `confirm` (default true: make
+ * sure here that the router accepts the hello, see below), `serviceSeed` (an
  * Ed25519 seed: the hello proves this connection acts for that service, see
  * docs/protocol.md "Service subscriptions").
+ *
+ * The router's hello carries its identity certificate (docs/protocol.md,
+ * "Identity in the server hello"). If its SHA-256 is not `keyHash`, connect
+ * closes the connection without sending a hello and rejects with
+ * IdentityMismatch. Where the certificate cannot be checked (a router that
+ * does not send it, or a page without WebCrypto: browsers give
+ * `crypto.subtle` only to https pages and to http on localhost), one PING
+ * round trip confirms the hello instead (see confirmHello).
  */
 export async function connect(url, keyHash, options = {}) {
   const WebSocketImpl = options.WebSocket ?? globalThis.WebSocket;
@@ -59,6 +67,7 @@ export async function connect(url, keyHash, options = {}) {
           `client supports ${versions[0]}..${versions[1]}`,
       );
     }
+    const identityChecked = await checkIdentity(hello, keyHash);
     const clientKey = crypto.newX25519().publicKey;
     const serviceSeed = options.serviceSeed ?? null;
     const service = serviceSeed ? crypto.proveService(serviceSeed, hello.sessionId, keyHash) : null;
@@ -68,7 +77,7 @@ export async function connect(url, keyHash, options = {}) {
       client.serviceSeed = serviceSeed;
       client.serviceId = await crypto.serviceId(service.serviceKey);
     }
-    if (options.confirm ?? true) await confirmHello(client);
+    if (!identityChecked && (options.confirm ?? true)) await confirmHello(client);
     return client;
   } catch (e) {
     socket.close(e instanceof ConnectionClosed ? e : new HandshakeError(String(e)));
@@ -76,6 +85,21 @@ export async function connect(url, keyHash, options = {}) {
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * Whether the router's identity certificate was checked against `keyHash`:
+ * false when the hello has none or there is no WebCrypto to hash it; an
+ * IdentityMismatch when it does not match.
+ */
+async function checkIdentity(hello, keyHash) {
+  const matches = await crypto.identityMatches(hello, keyHash);
+  if (matches === false) {
+    throw new IdentityMismatch(
+      "router identity does not match the key hash: wrong address, or another router answers at it",
+    );
+  }
+  return matches === true;
 }
 
 /**

@@ -5,12 +5,12 @@
 // S = crypto_box_beforenm(router DH key, our private key) and nonce = msgId;
 // their wire form is the 16-byte MAC followed by the ciphertext.
 
-import { concat } from "./bytes.js";
+import { concat, equal } from "./bytes.js";
 import { ss } from "./encoding.js";
 import { CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError } from "./errors.js";
 import { KeyType, ed25519Spki, keyType, rawKey, x25519Spki } from "./keys.js";
 import nacl from "./nacl.js";
-import { serviceSignedBytes } from "./handshake.js";
+import { identityCertificate, serviceSignedBytes } from "./handshake.js";
 import { authorizedBytes } from "./transmission.js";
 
 export const MSG_PADDED_SIZE = 16106;
@@ -161,6 +161,28 @@ export function encryptNtfMeta(key32, msgId, ts, nonce = nacl.randomBytes(NONCE_
 export function proveService(seed32, sessionId, keyHash) {
   const serviceKey = ed25519Public(seed32);
   return { serviceKey, signature: sign(seed32, serviceSignedBytes(sessionId, keyHash, serviceKey)) };
+}
+
+/**
+ * SHA-256 of `data` with WebCrypto, or null where there is none: browsers
+ * give `crypto.subtle` only to secure contexts (https, or http on localhost).
+ */
+export async function sha256(data) {
+  const subtle = globalThis.crypto?.subtle;
+  if (!subtle) return null;
+  return new Uint8Array(await subtle.digest("SHA-256", data));
+}
+
+/**
+ * Whether the server hello's identity certificate hashes to `keyHash`
+ * (docs/protocol.md, "Identity in the server hello"); null when there is
+ * nothing to check it with: no certificate in the hello, or no WebCrypto.
+ */
+export async function identityMatches(hello, keyHash) {
+  const certificate = identityCertificate(hello.certChain);
+  if (!certificate) return null;
+  const digest = await sha256(certificate);
+  return digest && equal(digest, keyHash);
 }
 
 /** The entity id of SUBS / NSUBS / ENDS: SHA-256 of the service SPKI, first 24 bytes. */

@@ -54,6 +54,14 @@ export class ConnectionClosed extends SMPClientError {
 /** The SMP handshake failed: unusable hello, no common version, wrong identity. */
 export class HandshakeError extends ConnectionClosed {}
 
+/**
+ * The router's identity certificate does not hash to the key hash the client
+ * was given: a wrong address, or another router at it. Thrown before the
+ * client sends its hello (docs/protocol.md, "Identity in the server hello").
+ * A HandshakeError too, so code that catches those still catches this one.
+ */
+export class IdentityMismatch extends HandshakeError {}
+
 /** The router sent something that does not parse or does not answer the command. */
 export class BadResponse extends SMPClientError {}
 

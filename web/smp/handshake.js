@@ -50,6 +50,16 @@ export function encodeServerHello({ minVersion, maxVersion, sessionId, certChain
 }
 
 /**
+ * The certificate whose SHA-256 is the router's key hash: the second of a
+ * longer chain (TLS chains put the identity after the leaf), the only one of
+ * a chain of one (this router's hello), null for an empty chain.
+ */
+export function identityCertificate(certChain) {
+  if (!certChain.length) return null;
+  return certChain.length > 1 ? certChain[1] : certChain[0];
+}
+
+/**
  * The client hello. `service` ({serviceKey, signature}, see crypto.proveService)
  * is the service extension of docs/protocol.md; it needs `clientKey` before it.
  */

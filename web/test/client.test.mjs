@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import {
-  Backoff, ConnectionClosed, HandshakeError, SMPAgent, SMPError, connect, crypto, decodeBatch,
+  Backoff, ConnectionClosed, HandshakeError, IdentityMismatch, SMPAgent, SMPError, concat, connect,
+  crypto, decodeBatch,
   decodeClientHello, decodeCommand, decodeTransmission, encodeBatches, encodeResponse,
   encodeServerHello, encodeTransmission, latin1, padBlock, unpadBlock, utf8,
 } from "../smp/index.js";
@@ -28,9 +29,10 @@ function fakeSocketClass(script) {
       sockets.push(this);
       queueMicrotask(() => script(this, sockets.length - 1));
     }
+    /** Open and send the router hello: the fields, or its content as bytes. */
     open(hello = { minVersion: 9, maxVersion: 10, sessionId: new Uint8Array(32).fill(1) }) {
       this.readyState = 1;
-      this.deliver(padBlock(encodeServerHello(hello)));
+      this.deliver(padBlock(hello instanceof Uint8Array ? hello : encodeServerHello(hello)));
     }
     deliver(block) {
       const copy = block.slice();
@@ -46,6 +48,7 @@ function fakeSocketClass(script) {
       this.sent.push(data);
       if (this.sent.length === 1) {
         this.hello = decodeClientHello(unpadBlock(data));
+        this.onHello?.(this.hello);
         return;
       }
       const ts = decodeBatch(data).map(decodeTransmission).map((t) => ({ ...t, cmd: decodeCommand(t.command) }));
@@ -61,7 +64,7 @@ function fakeSocketClass(script) {
 }
 
 /** A router that answers PING with PONG and hands everything else to `answer`. */
-function pingingRouter(answer = () => {}) {
+function pingingRouter(answer = () => {}, hello = undefined) {
   return (ws) => {
     ws.onBlock = (ts) => {
       const pings = ts.filter((t) => t.cmd.type === "PING");
@@ -69,7 +72,7 @@ function pingingRouter(answer = () => {}) {
       const rest = ts.filter((t) => t.cmd.type !== "PING");
       if (rest.length) answer(ws, rest);
     };
-    ws.open();
+    ws.open(hello);
   };
 }
 
@@ -144,11 +147,94 @@ describe("SMPClient", () => {
     const old = fakeSocketClass((ws) => ws.open({ minVersion: 1, maxVersion: 8, sessionId: EMPTY }));
     await assert.rejects(connect("ws://r/", KEY_HASH, { WebSocket: old.FakeWebSocket }), (e) => e instanceof HandshakeError && /no common version/.test(e.message));
     const refusing = fakeSocketClass((ws) => {
-      ws.onBlock = () => {};
+      ws.onHello = () => ws.close(1000);
       ws.open();
-      queueMicrotask(() => queueMicrotask(() => ws.close(1000)));
     });
     await assert.rejects(connect("ws://r/", KEY_HASH, { WebSocket: refusing.FakeWebSocket }), (e) => e instanceof HandshakeError && /key hash/.test(e.message));
+  });
+});
+
+const SESSION_ID = new Uint8Array(32).fill(1);
+const CERTIFICATE = crypto.randomBytes(300);
+const SIGNED_KEY = crypto.randomBytes(120);
+
+/** A hello whose cert part shows `chain` (docs/protocol.md, "Identity in the server hello"). */
+function certHello(chain) {
+  return { minVersion: 9, maxVersion: 10, sessionId: SESSION_ID, certChain: chain, signedKey: SIGNED_KEY };
+}
+
+/** A router that shows `hello` and answers PING. */
+function routerShowing(hello) {
+  return pingingRouter(() => {}, hello);
+}
+
+/** Run `fn` as on a page without WebCrypto (plain http on a host other than localhost). */
+async function withoutWebCrypto(fn) {
+  const descriptor = Object.getOwnPropertyDescriptor(globalThis, "crypto");
+  Object.defineProperty(globalThis, "crypto", { value: undefined, configurable: true });
+  try {
+    return await fn();
+  } finally {
+    Object.defineProperty(globalThis, "crypto", descriptor);
+  }
+}
+
+describe("router identity in the hello", () => {
+  test("a certificate that hashes to the key hash: connected after the hello alone, no PING", async () => {
+    const keyHash = await crypto.sha256(CERTIFICATE);
+    for (const chain of [[CERTIFICATE], [crypto.randomBytes(50), CERTIFICATE]]) {
+      const { FakeWebSocket, sockets } = fakeSocketClass(routerShowing(certHello(chain)));
+      const client = await connect("ws://r/", keyHash, { WebSocket: FakeWebSocket });
+      assert.equal(sockets[0].sent.length, 1, "only the hello went out");
+      assert.deepEqual(sockets[0].hello.keyHash, keyHash);
+      assert.equal(client.closed, null);
+      client.close();
+    }
+  });
+
+  test("another certificate: IdentityMismatch, and the connection closes without a hello", async () => {
+    const keyHash = await crypto.sha256(CERTIFICATE);
+    // In a two-certificate chain the identity is the second: the leaf matching proves nothing.
+    for (const chain of [[crypto.randomBytes(300)], [CERTIFICATE, crypto.randomBytes(300)]]) {
+      const { FakeWebSocket, sockets } = fakeSocketClass(routerShowing(certHello(chain)));
+      const failure = await connect("ws://r/", keyHash, { WebSocket: FakeWebSocket }).catch((e) => e);
+      assert.ok(failure instanceof IdentityMismatch, String(failure));
+      assert.ok(failure instanceof HandshakeError);
+      assert.equal(failure.name, "IdentityMismatch");
+      assert.equal(sockets[0].sent.length, 0, "no hello was sent");
+      assert.equal(sockets[0].readyState, 3, "the socket is closed");
+    }
+  });
+
+  test("a hello without a readable cert part is confirmed with a PING, as before", async () => {
+    const keyHash = await crypto.sha256(CERTIFICATE);
+    const plain = encodeServerHello({ minVersion: 9, maxVersion: 10, sessionId: SESSION_ID });
+    // One certificate announced, then a length that runs past the content.
+    const broken = concat(plain, Uint8Array.of(1, 0xff, 0xff, 0xff));
+    for (const block of [plain, broken]) {
+      const { FakeWebSocket, sockets } = fakeSocketClass(routerShowing(block));
+      const client = await connect("ws://r/", keyHash, { WebSocket: FakeWebSocket });
+      assert.equal(sockets[0].sent.length, 2, "the hello and one PING");
+      client.close();
+    }
+  });
+
+  test("without WebCrypto the certificate is not checked: the PING after the hello is", async () => {
+    const right = await crypto.sha256(CERTIFICATE);
+    await withoutWebCrypto(async () => {
+      const { FakeWebSocket, sockets } = fakeSocketClass(routerShowing(certHello([CERTIFICATE])));
+      const client = await connect("ws://r/", right, { WebSocket: FakeWebSocket });
+      assert.equal(sockets[0].sent.length, 2, "the hello and one PING");
+      client.close();
+      // A router that refuses the hello closes the connection: a HandshakeError, not an IdentityMismatch.
+      const refusing = fakeSocketClass((ws) => {
+        ws.onHello = () => ws.close(1000);
+        ws.open(certHello([crypto.randomBytes(300)]));
+      });
+      const failure = await connect("ws://r/", right, { WebSocket: refusing.FakeWebSocket }).catch((e) => e);
+      assert.ok(failure instanceof HandshakeError && !(failure instanceof IdentityMismatch), String(failure));
+      assert.match(failure.message, /key hash/);
+    });
   });
 });
 
@@ -195,6 +281,31 @@ describe("SMPAgent", () => {
     assert.equal(sockets.length, 4);
     await agent.stop();
     assert.equal(agent.status, "stopped");
+  });
+
+  test("a wrong identity is retried with backoff, like any failed connect, and reported", async () => {
+    // The router at the address is replaced by the right one on the third attempt.
+    const keyHash = await crypto.sha256(CERTIFICATE);
+    const { FakeWebSocket, sockets } = fakeSocketClass((ws, index) =>
+      routerShowing(certHello([index < 2 ? crypto.randomBytes(300) : CERTIFICATE]))(ws));
+    const delays = [];
+    const backoff = new Backoff({ initial: 1, maximum: 4, jitter: 0 });
+    const original = backoff.delay.bind(backoff);
+    backoff.delay = (attempt, random) => {
+      const d = original(attempt, random);
+      delays.push(d);
+      return d;
+    };
+    const agent = new SMPAgent({ url: "ws://r/", keyHash, WebSocket: FakeWebSocket, backoff });
+    const offline = [];
+    agent.onEvent((ev) => ev.type === "status" && ev.status === "offline" && offline.push(ev.error));
+    agent.start();
+    await agent.connected();
+    assert.equal(offline.length, 2);
+    assert.ok(offline.every((e) => e instanceof IdentityMismatch), String(offline));
+    assert.deepEqual(delays, [1, 2]);
+    assert.deepEqual(sockets.map((s) => s.sent.length), [0, 0, 1], "hellos only to the right router");
+    await agent.stop();
   });
 
   test("a temporary SUB error (INTERNAL) is retried after a delay on the same connection", async () => {

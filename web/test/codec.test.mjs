@@ -8,7 +8,7 @@ import {
   BATCH_LIMIT, BLOCK_SIZE, BatchPacker, MAX_TRANSMISSION_SIZE, ProtocolError,
   concat, decodeBatch, decodeClientHello, decodeCommand, decodeError, decodeResponse,
   decodeServerHello, decodeTransmission, encodeBatches, encodeClientHello, encodeCommand,
-  encodeError, encodeResponse, encodeServerHello, encodeTransmission, fromHex, keyType,
+  encodeError, encodeResponse, encodeServerHello, encodeTransmission, fromHex, identityCertificate, keyType,
   latin1, negotiateVersion, padBlock, toHex, unpadBlock, utf8,
 } from "../smp/index.js";
 
@@ -190,6 +190,15 @@ describe("hellos", () => {
     const broken = concat(encodeServerHello({ minVersion: 9, maxVersion: 10, sessionId: range(32) }), Uint8Array.of(2, 0, 9));
     assert.deepEqual(decodeServerHello(broken).certChain, []);
     throwsType(() => decodeServerHello(Uint8Array.of(0, 9, 0)), "HANDSHAKE");
+    // Before version 7 there is no cert part: the same bytes are ignored.
+    const old = encodeServerHello({ ...hello, minVersion: 4, maxVersion: 6 });
+    assert.deepEqual(decodeServerHello(old).certChain, []);
+  });
+
+  test("the identity certificate is the only one of a chain of one, the second of a longer one", () => {
+    assert.equal(identityCertificate([]), null);
+    assert.deepEqual(identityCertificate([range(3)]), range(3));
+    assert.deepEqual(identityCertificate([range(3), range(4), range(5)]), range(4));
   });
 
   test("the version is the highest both ranges contain", () => {

@@ -2,7 +2,9 @@
 //
 //   node crosscheck.mjs decode FILE   reads encodings made by router.protocol,
 //                                     prints what this codec decodes them to and
-//                                     whether re-encoding gives the same bytes;
+//                                     whether re-encoding gives the same bytes
+//                                     (kind "identity": whether a server hello's
+//                                     identity certificate hashes to keyHash);
 //   node crosscheck.mjs encode FILE   encodes what FILE asks for with this codec,
 //                                     for router.protocol to decode and verify.
 // Bytes travel as hex in JSON.
@@ -60,16 +62,23 @@ const DECODERS = {
   ntfMeta: (b, f) => [crypto.decryptNtfMeta(fromHex(f.key), fromHex(f.nonce), b), null],
 };
 
-function decodeAll(fixtures) {
-  return fixtures.map((f) => {
+/** A server hello block and a key hash: what connect() decides about the router's identity. */
+async function checkIdentity(f) {
+  const hello = decodeServerHello(unpadBlock(fromHex(f.hex)));
+  return { value: { matches: await crypto.identityMatches(hello, fromHex(f.keyHash)) }, same: null };
+}
+
+async function decodeAll(fixtures) {
+  return Promise.all(fixtures.map(async (f) => {
     const bytes = fromHex(f.hex);
     try {
+      if (f.kind === "identity") return await checkIdentity(f);
       const [value, again] = DECODERS[f.kind](bytes, f);
       return { value: view(value), same: again === null ? null : equal(again, bytes) };
     } catch (e) {
       return { error: e.type ?? String(e) };
     }
-  });
+  }));
 }
 
 function encodeAll(request) {
@@ -111,7 +120,7 @@ function encodeAll(request) {
 
 const [mode, file] = process.argv.slice(2);
 const input = JSON.parse(readFileSync(file, "utf8"));
-if (mode === "decode") process.stdout.write(JSON.stringify(decodeAll(input)));
+if (mode === "decode") process.stdout.write(JSON.stringify(await decodeAll(input)));
 else if (mode === "encode") process.stdout.write(JSON.stringify(encodeAll(input)));
 else {
   process.stderr.write("usage: crosscheck.mjs decode|encode FILE\n");
