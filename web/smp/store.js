@@ -63,7 +63,16 @@ export class IndexedDBStore {
   run(mode, fn) {
     return new Promise((resolve, reject) => {
       const tx = this.db.transaction(OBJECT_STORE, mode);
-      const req = fn(tx.objectStore(OBJECT_STORE));
+      let req;
+      try {
+        req = fn(tx.objectStore(OBJECT_STORE));
+      } catch (error) {
+        // A value that cannot be stored throws at put(): abort, or the puts
+        // before it would commit without it.
+        tx.abort();
+        reject(error);
+        return;
+      }
       tx.oncomplete = () => resolve(req?.result);
       tx.onerror = () => reject(tx.error);
       tx.onabort = () => reject(tx.error ?? new Error("transaction aborted"));
