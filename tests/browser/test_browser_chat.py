@@ -192,3 +192,51 @@ def test_a_page_of_an_allowed_origin_embeds_the_client_module(
         expect(page.locator("#log")).to_have_text("received: hello from another origin\n")
     finally:
         context.close()
+
+
+def test_a_second_tab_with_the_invitation_and_a_peer_that_left_are_explained(
+    browser: Browser, gateway: Gateway, screenshots: Path
+):
+    alice_context, alice, bob_context, bob = start_conversation(browser, gateway)
+    try:
+        # The invitation opened again in Alice's browser: its storage already holds her side.
+        link = alice.locator("#invitation").input_value()
+        second_tab = open_demo(alice_context, link)
+        expect(second_tab.locator("#setup-hint")).to_contain_text("already in a conversation")
+        second_tab.close()
+
+        alice.on("dialog", lambda dialog: dialog.accept())
+        alice.click("#reset")
+        expect(alice.locator("#peer-status")).to_have_text("not connected")
+        send(bob, "anyone there?")
+        expect(outgoing(bob, "anyone there?")).to_have_attribute("data-state", "failed")
+        expect(outgoing(bob, "anyone there?")).to_contain_text("the other side left")
+        expect(bob.locator("#peer-status")).to_have_text("left")
+        expect(bob.locator("#send")).to_be_disabled()
+        bob.screenshot(path=str(screenshots / "chat-peer-left.png"), full_page=True)
+    finally:
+        alice_context.close()
+        bob_context.close()
+
+
+def test_a_router_with_a_new_identity_at_the_address_asks_for_a_reload(
+    browser: Browser, start_gateway
+):
+    """A gateway on the memory store makes a new identity at each start: the open
+    page's key hash is stale, and the client says so instead of staying offline."""
+    first = start_gateway()
+    port = first.page_url.rstrip("/").rsplit(":", 1)[1]
+    context = browser.new_context()
+    try:
+        page = open_demo(context, first.page_url + "demo/")
+        first.process.terminate()
+        first.process.wait(timeout=10)
+        expect(page.locator("#status")).to_have_text("offline")
+        second = start_gateway("--port", port)
+        assert second.address != first.address
+        expect(page.locator("#setup-hint")).to_contain_text("new identity")
+        expect(page.locator("#status")).to_have_text("offline")
+        page.reload()
+        expect(page.locator("#status")).to_have_text("connected")
+    finally:
+        context.close()

@@ -13,7 +13,8 @@
 // IndexedDB: a reload subscribes again and shows what arrived meanwhile once.
 
 import {
-  DurableSubscription, IndexedDBStore, SMPAgent, crypto, fromBase64url, fromUtf8, toBase64url, utf8,
+  AUTH, DurableSubscription, IdentityMismatch, IndexedDBStore, SMPAgent, SMPError, crypto, fromBase64url,
+  fromUtf8, toBase64url, utf8,
 } from "../smp/index.js";
 
 const $ = (id) => document.getElementById(id);
@@ -23,7 +24,7 @@ const MSG_PREFIX = "demo/msg/";
 let store;
 let agent;
 let subscription;
-let state = {}; // {myQueue, peer: {senderId, seed, key}, peerConnected, role}
+let state = {}; // {myQueue, peer: {senderId, seed, key}, peerConnected, peerLeft, role}
 let config;
 const messages = new Map(); // id -> {id, dir, state, text, at}
 
@@ -41,7 +42,10 @@ function showPeer() {
   const el = $("peer-status");
   let text = "not connected";
   let kind = "none";
-  if (state.peerConnected) {
+  if (state.peerLeft) {
+    text = "left";
+    kind = "offline";
+  } else if (state.peerConnected) {
     text = "connected";
     kind = "connected";
   } else if (state.myQueue) {
@@ -54,18 +58,27 @@ function showPeer() {
   $("reset").hidden = !state.myQueue;
   const inviting = state.role === "inviter" && state.myQueue && !state.peerConnected;
   $("invitation-row").hidden = !inviting;
-  $("setup-hint").textContent = state.peerConnected
-    ? "Messages go through the router's queues, one queue for each direction."
-    : inviting
-      ? "Open this link in another browser (or send it to someone) to start the conversation."
-      : state.role === "joiner"
-        ? "Joining the conversation…"
-        : "Create an invitation and open its link in another browser to chat.";
-  $("send").disabled = !state.peerConnected;
-  $("message").disabled = !state.peerConnected;
+  $("setup-hint").textContent = setupHint(inviting);
+  const canSend = state.peerConnected && !state.peerLeft;
+  $("send").disabled = !canSend;
+  $("message").disabled = !canSend;
 }
 
-const STATE_LABEL = { sending: "sending…", sent: "sent ✓", delivered: "delivered ✓✓", received: "" };
+function setupHint(inviting) {
+  if (state.peerLeft) return "The other side left this conversation. Leave it too to start a new one.";
+  if (state.peerConnected) return "Messages go through the router's queues, one queue for each direction.";
+  if (inviting) return "Open this link in another browser (or send it to someone) to start the conversation.";
+  if (state.role === "joiner") return "Joining the conversation…";
+  return "Create an invitation and open its link in another browser to chat.";
+}
+
+const STATE_LABEL = {
+  sending: "sending…",
+  sent: "sent ✓",
+  delivered: "delivered ✓✓",
+  received: "",
+  failed: "not delivered: the other side left",
+};
 
 function renderMessages() {
   const list = $("messages");
@@ -133,7 +146,13 @@ async function deliverOut(m) {
     await sendToPeer({ t: "msg", id: m.id, text: m.text });
   } catch (e) {
     console.warn("message not sent", e);
-    return; // stays "sending"; sent again on the next load
+    // AUTH: the peer's queue is gone (the other side left); sending again cannot help.
+    if (e instanceof SMPError && e.type === AUTH) {
+      await saveMessage({ ...m, state: "failed" });
+      state = { ...state, peerLeft: true };
+      await saveState();
+    }
+    return; // otherwise it stays "sending" and is sent again on the next load
   }
   const current = messages.get(m.id);
   if (current && current.state === "sending") await saveMessage({ ...current, state: "sent" });
@@ -267,6 +286,11 @@ async function main() {
   agent = new SMPAgent({ url: config.smpUrl, keyHash: fromBase64url(config.keyHash) });
   agent.onEvent((ev) => {
     if (ev.type === "status") showStatus(ev.status);
+    if (ev.type === "status" && ev.error instanceof IdentityMismatch) {
+      // The router at this address is not the one the page was loaded for
+      // (restarted without its data, say): the page's key hash is stale.
+      report(new Error("the router has a new identity since this page was loaded: reload the page"));
+    }
     if (ev.type === "removed") console.warn("queue no longer subscribed:", ev.reason);
   });
   subscription = new DurableSubscription(agent, store, receive, {
@@ -278,12 +302,12 @@ async function main() {
 
   $("create").addEventListener("click", () => createConversation().catch(report));
   $("reset").addEventListener("click", () => leave().catch(report));
-  $("copy").addEventListener("click", () => navigator.clipboard?.writeText($("invitation").value));
+  $("copy").addEventListener("click", copyInvitation);
   $("create").disabled = false;
   $("composer").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const text = $("message").value.trim();
-    if (!text || !state.peerConnected) return;
+    if (!text || !state.peerConnected || state.peerLeft) return;
     $("message").value = "";
     sendMessage(text).catch(report);
   });
@@ -293,6 +317,12 @@ async function main() {
   if (invite) {
     history.replaceState(null, "", location.pathname); // a reload must not join again
     if (!state.myQueue) await join(invite);
+    else {
+      // This browser's storage already holds a conversation (a second tab shares it).
+      $("setup-hint").textContent =
+        "This browser is already in a conversation: open the invitation in another browser " +
+        "or a private window, or leave this conversation first.";
+    }
   }
   // A join whose "hello" may not have gone out before the page went away.
   if (state.role === "joiner" && !state.peerConnected) {
@@ -300,6 +330,22 @@ async function main() {
   }
   // Messages that were still being sent when the page went away.
   for (const m of messages.values()) if (m.dir === "out" && m.state === "sending") deliverOut(m);
+}
+
+/** Copy the invitation link; plain-http pages have no navigator.clipboard, so select it instead. */
+async function copyInvitation() {
+  const input = $("invitation");
+  const button = $("copy");
+  try {
+    await navigator.clipboard.writeText(input.value);
+    button.textContent = "Copied";
+  } catch {
+    input.select();
+    button.textContent = "Selected: copy it";
+  }
+  setTimeout(() => {
+    button.textContent = "Copy";
+  }, 2000);
 }
 
 function report(e) {
