@@ -20,8 +20,9 @@ FSYNC_POLICIES = ("never", "batch", "always")
 DEFAULT_MESSAGE_TTL = 21 * 24 * 3600  # seconds (WIRE.md §8)
 DEFAULT_EXPIRE_INTERVAL = 2 * 3600  # seconds between expiration passes (WIRE.md §8)
 DEFAULT_STATS_INTERVAL = 3600  # seconds per stats log line
-# One connection may create this many queues at once, then this many per second:
-# a client joining many groups is not slowed, one creating queues in a loop is.
+# What `smp-router serve` limits by default. One connection may create this many
+# queues at once, then this many per second: a client joining many groups is not
+# slowed, one creating queues in a loop is.
 DEFAULT_NEW_QUEUE_RATE = 10.0
 DEFAULT_NEW_QUEUE_BURST = 100
 DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
@@ -65,9 +66,11 @@ class RouterConfig:
     control_port: int | None = None  # control commands on 127.0.0.1; None: not served
     control_admin_password: str | None = None
     control_user_password: str | None = None
-    new_queue_rate: float | None = DEFAULT_NEW_QUEUE_RATE  # NEW per second per connection
+    # Limits (limits.py). Off here, for embedding programs, tests and benchmarks;
+    # `smp-router serve` sets the DEFAULT_* values unless its configuration says otherwise.
+    new_queue_rate: float | None = None  # NEW per second per connection after the burst
     new_queue_burst: int = DEFAULT_NEW_QUEUE_BURST  # NEWs a connection may make at once
-    memory_store_max_bytes: int | None = DEFAULT_MEMORY_STORE_MAX_BYTES  # message bodies kept
+    memory_store_max_bytes: int | None = None  # message body bytes the memory store holds
     inactive_client_ttl: float | None = None  # drop idle clients without subscriptions
     inactive_check_interval: float = 3600.0
     information: tuple[tuple[str, str], ...] = ()  # [INFORMATION] fields for the info page

@@ -127,7 +127,7 @@ KEYS: tuple[Key, ...] = (
         "memory, journal or sqlite; default: the kind already in the data directory, else "
         "sqlite"),
     Key("STORE_LOG", "data_dir", "data_dir", _path, None,
-        "identity, stores and stats log; default: the directory holding this file"),
+        "identity, stores and stats log; default: the data directory this file is in"),
     Key("STORE_LOG", "fsync", "fsync", _choice(FSYNC_POLICIES), "batch",
         "when stored data is forced to disk: never, batch (group commit), always"),
     Key("STORE_LOG", "skip_corrupt", "skip_corrupt", _bool, False,
@@ -221,7 +221,10 @@ def read_config_file(path: Path) -> dict[str, object]:
         raise ConfigFileError(f"{path}: no such configuration file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigFileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
-    return parse_config_text(text, str(path))
+    settings = parse_config_text(text, str(path))
+    # A relative path in the file is relative to the file, not to the working directory.
+    return {name: path.parent / value if isinstance(value, Path) and not value.is_absolute()
+            else value for name, value in settings.items()}
 
 
 def parse_config_text(text: str, filename: str) -> dict[str, object]:

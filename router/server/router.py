@@ -315,6 +315,8 @@ class RouterInfo:
     host: str
     port: int
     router: Router
+    metrics_port: int | None = None  # bound ports of the opt-in operation listeners
+    control_port: int | None = None
 
     @property
     def key_hash(self) -> bytes:
@@ -361,18 +363,24 @@ async def serve_router(
                 serve_websockets, router.serve_connection, config.host, config.port,
                 connect_timeout=config.handshake_timeout, close_timeout=config.close_timeout,
             ))
-        info = RouterInfo(config.host, port, router)
-        await start_operation_ports(nursery, router)
+        metrics_port, control_port = await start_operation_ports(nursery, router)
+        info = RouterInfo(config.host, port, router, metrics_port, control_port)
         log.info("router listening on %s, address %s", info.url, info.address)
         task_status.started(info)
 
 
-async def start_operation_ports(nursery: trio.Nursery, router: Router) -> None:
-    """The opt-in metrics and control ports of the configuration."""
+async def start_operation_ports(
+    nursery: trio.Nursery, router: Router
+) -> tuple[int | None, int | None]:
+    """The opt-in metrics and control ports of the configuration; their bound ports."""
     config = router.config
+    metrics_port = control_port = None
     if config.metrics_port is not None:
-        port = await nursery.start(serve_metrics, router, config.metrics_host, config.metrics_port)
-        log.info("metrics on http://%s/metrics", host_port(config.metrics_host, port))
+        metrics_port = await nursery.start(
+            serve_metrics, router, config.metrics_host, config.metrics_port
+        )
+        log.info("metrics on http://%s/metrics", host_port(config.metrics_host, metrics_port))
     if config.control_port is not None:
-        port = await nursery.start(serve_control, router, config.control_port)
-        log.info("control port on %s", host_port(CONTROL_HOST, port))
+        control_port = await nursery.start(serve_control, router, config.control_port)
+        log.info("control port on %s", host_port(CONTROL_HOST, control_port))
+    return metrics_port, control_port
