@@ -57,6 +57,7 @@ from .config_file import (
     CONFIG_FILE_NAME,
     DEFAULTS,
     INFORMATION_KEYS,
+    LISTENER_SETTINGS,
     LOG_LEVELS,
     read_config_file,
     render_config,
@@ -185,8 +186,31 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--control-port", type=int,
                        help="serve control commands on 127.0.0.1 at this port (the "
                        "passwords are set in the configuration file)")
+    _add_listener_arguments(serve)
     serve.add_argument("--log-level", choices=LOG_LEVELS)
     serve.add_argument("--log-file", type=Path, help="append the log to this file")
+
+
+# The listener's limits: flag, type, help (README "Limits of the listener"); each
+# sets the RouterConfig field (and the [TRANSPORT] key) of the same name.
+_LISTENER_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--upgrade-timeout", float, "seconds a new connection has to send its HTTP request"),
+    ("--max-pending", int, "connections in the upgrade or SMP handshake, in total"),
+    ("--max-pending-per-address", int, "the same, from one remote address"),
+    ("--max-connections", int, "open connections (lowered to fit the descriptor limit)"),
+    ("--max-message-frames", int, "WebSocket frames one block may be split into"),
+    ("--message-timeout", float, "seconds from a block's first frame to its last"),
+    ("--keepalive-interval", float, "seconds of silence before a client is pinged"),
+    ("--keepalive-timeout", float, "seconds a pinged client has to answer"),
+    ("--idle-timeout", float, "drop clients without subscriptions silent this long"),
+    ("--tls-cert", Path, "PEM certificate chain: listen for wss:// (with --tls-key)"),
+    ("--tls-key", Path, "the certificate's private key"),
+)
+
+
+def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, kind, text in _LISTENER_FLAGS:
+        parser.add_argument(flag, type=kind, help=text)
 
 
 def config_file_path(args: argparse.Namespace) -> Path | None:
@@ -230,6 +254,13 @@ def config_from_args(args: argparse.Namespace) -> RouterConfig:
     return config_from_settings(effective_settings(args))
 
 
+def _idle_timeout(s: dict[str, object]) -> float | None:
+    """--idle-timeout, else [INACTIVE_CLIENTS] ttl when disconnect is on."""
+    if s.get("idle_timeout") is not None:
+        return s["idle_timeout"]  # type: ignore[return-value]
+    return s["inactive_ttl"] if s["inactive_disconnect"] else None  # type: ignore[return-value]
+
+
 def config_from_settings(s: dict[str, object]) -> RouterConfig:
     store, data_dir = store_and_data_dir(s["store"], s["data_dir"])  # type: ignore[arg-type]
     stats_log = s["stats_log"]
@@ -260,8 +291,8 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         control_user_password=s["control_user_password"],
         new_queue_rate=s["new_queue_rate"], new_queue_burst=s["new_queue_burst"],
         memory_store_max_bytes=s["memory_store_max_bytes"],
-        inactive_client_ttl=s["inactive_ttl"] if s["inactive_disconnect"] else None,
-        inactive_check_interval=s["inactive_check_interval"],
+        idle_timeout=_idle_timeout(s),
+        **{name: s[name] for name in LISTENER_SETTINGS},
         information=information,
     )  # type: ignore[arg-type]
 

@@ -58,6 +58,18 @@ class RouterConfig:
     expire_on_send: bool = False  # also expire a queue's old messages on every SEND to it
     stats_log: Path | None = None  # CSV statistics log (docs/stats-log.md); None: not written
     stats_interval: int = DEFAULT_STATS_INTERVAL  # seconds per line; divides a day
+    # The listener's limits (README "Limits of the listener").
+    upgrade_timeout: float = 10.0  # from accept to a complete HTTP request head
+    max_pending: int = 1024  # connections in the upgrade or SMP handshake, in total
+    max_pending_per_address: int = 128  # the same, from one remote address
+    max_connections: int = 50_000  # all connections; lowered to fit RLIMIT_NOFILE
+    max_message_frames: int = 16  # WebSocket frames one block may come in
+    message_timeout: float = 10.0  # from a block's first frame to its last
+    keepalive_interval: float = 60.0  # a silent client gets a WebSocket ping after this
+    keepalive_timeout: float = 30.0  # and is dropped if still silent this long after it
+    idle_timeout: float | None = None  # drop clients without subscriptions idle this long
+    tls_cert: Path | None = None  # PEM certificate chain: the listener speaks wss://
+    tls_key: Path | None = None  # its private key (both or neither)
     store_options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
     # --- operation (docs: README "Operating the router") ---
     public_host: str | None = None  # host name in the printed smp:// address
@@ -71,8 +83,6 @@ class RouterConfig:
     new_queue_rate: float | None = None  # NEW per second per connection after the burst
     new_queue_burst: int = DEFAULT_NEW_QUEUE_BURST  # NEWs a connection may make at once
     memory_store_max_bytes: int | None = None  # message body bytes the memory store holds
-    inactive_client_ttl: float | None = None  # drop idle clients without subscriptions
-    inactive_check_interval: float = 3600.0
     information: tuple[tuple[str, str], ...] = ()  # [INFORMATION] fields for the info page
 
     def __post_init__(self) -> None:
@@ -80,6 +90,9 @@ class RouterConfig:
             object.__setattr__(self, "data_dir", Path(self.data_dir))
         if isinstance(self.stats_log, str):
             object.__setattr__(self, "stats_log", Path(self.stats_log))
+        for name in ("tls_cert", "tls_key"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, Path(getattr(self, name)))
         if isinstance(self.password, str):
             object.__setattr__(self, "password", self.password.encode())
         _check_choice("store", self.store, STORE_KINDS)
@@ -95,8 +108,16 @@ class RouterConfig:
             raise ConfigError(f"send queue size must be at least 1, not {self.send_queue_size}")
         for name in ("stalled_writer_timeout", "end_batch_interval", "ntf_batch_interval",
                      "handshake_timeout",
-                     "close_timeout", "message_ttl", "expire_interval"):
+                     "close_timeout", "message_ttl", "expire_interval", "upgrade_timeout",
+                     "message_timeout", "keepalive_interval", "keepalive_timeout"):
             _check_duration(name, getattr(self, name))
+        if self.idle_timeout is not None:
+            _check_duration("idle_timeout", self.idle_timeout)
+        for name in ("max_pending", "max_pending_per_address", "max_connections",
+                     "max_message_frames"):
+            _check_count(name, getattr(self, name))
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("TLS needs both a certificate and a key file")
         if self.password is not None:
             check_password(self.password)
         if not isinstance(self.stats_interval, int) or self.stats_interval < 1 or (
@@ -126,9 +147,6 @@ class RouterConfig:
             raise ConfigError(f"new queue burst must be at least 1, not {self.new_queue_burst}")
         if self.memory_store_max_bytes is not None and self.memory_store_max_bytes < 1:
             raise ConfigError("memory store max bytes must be at least 1")
-        if self.inactive_client_ttl is not None:
-            _check_duration("inactive_client_ttl", self.inactive_client_ttl)
-        _check_duration("inactive_check_interval", self.inactive_check_interval)
 
     @property
     def advertised_host(self) -> str:
@@ -153,6 +171,11 @@ def check_password(password: bytes) -> None:
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def _check_count(name: str, value: int) -> None:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ConfigError(f"{name.replace('_', ' ')} must be a whole number, at least 1")
 
 
 def _check_duration(name: str, value: float) -> None:

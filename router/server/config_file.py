@@ -22,7 +22,7 @@ from __future__ import annotations
 import configparser
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .config import (
@@ -36,6 +36,7 @@ from .config import (
     FSYNC_POLICIES,
     STORE_KINDS,
     ConfigError,
+    RouterConfig,
 )
 
 CONFIG_FILE_NAME = "smp-router.ini"
@@ -109,6 +110,10 @@ def _choice(choices: tuple[str, ...]) -> Parser:
     return parse
 
 
+def _field_default(name: str) -> object:
+    return next(f.default for f in fields(RouterConfig) if f.name == name)
+
+
 @dataclass(frozen=True, slots=True)
 class Key:
     section: str
@@ -176,6 +181,25 @@ KEYS: tuple[Key, ...] = (
         "Prometheus metrics at http://metrics_host:metrics_port/metrics; off if unset"),
     Key("TRANSPORT", "metrics_host", "metrics_host", _text, "127.0.0.1",
         "interface the metrics are served on"),
+    Key("TRANSPORT", "tls_cert", "tls_cert", _path, None,
+        "PEM certificate chain: the router speaks wss:// (with tls_key)"),
+    Key("TRANSPORT", "tls_key", "tls_key", _path, None, "the certificate's private key"),
+    Key("TRANSPORT", "upgrade_timeout", "upgrade_timeout", _number,
+        _field_default("upgrade_timeout"), "seconds a new connection has to send its request"),
+    Key("TRANSPORT", "max_pending", "max_pending", _int, _field_default("max_pending"),
+        "connections in the upgrade or SMP handshake, in total"),
+    Key("TRANSPORT", "max_pending_per_address", "max_pending_per_address", _int,
+        _field_default("max_pending_per_address"), "the same, from one remote address"),
+    Key("TRANSPORT", "max_connections", "max_connections", _int,
+        _field_default("max_connections"), "open connections (lowered to fit the fd limit)"),
+    Key("TRANSPORT", "max_message_frames", "max_message_frames", _int,
+        _field_default("max_message_frames"), "WebSocket frames one block may be split into"),
+    Key("TRANSPORT", "message_timeout", "message_timeout", _number,
+        _field_default("message_timeout"), "seconds from a block's first frame to its last"),
+    Key("TRANSPORT", "keepalive_interval", "keepalive_interval", _number,
+        _field_default("keepalive_interval"), "seconds of silence before a client is pinged"),
+    Key("TRANSPORT", "keepalive_timeout", "keepalive_timeout", _number,
+        _field_default("keepalive_timeout"), "seconds a pinged client has to answer"),
     Key("LIMITS", "new_queues_per_second", "new_queue_rate", _optional_number,
         DEFAULT_NEW_QUEUE_RATE,
         "NEW commands one connection may send per second, after its burst; off: no limit"),
@@ -185,15 +209,21 @@ KEYS: tuple[Key, ...] = (
         DEFAULT_MEMORY_STORE_MAX_BYTES,
         "message bytes the memory store holds at most (e.g. 512M, 2G); off: no cap"),
     Key("INACTIVE_CLIENTS", "disconnect", "inactive_disconnect", _bool, False,
-        "on: disconnect clients without subscriptions that sent nothing for ttl seconds"),
+        "on: disconnect clients without subscriptions that sent nothing for ttl seconds "
+        "(the --idle-timeout flag sets the same)"),
     Key("INACTIVE_CLIENTS", "ttl", "inactive_ttl", _number, 21600.0,
         "seconds of silence before such a client is disconnected"),
-    Key("INACTIVE_CLIENTS", "check_interval", "inactive_check_interval", _number, 3600.0,
-        "seconds between checks"),
     Key("LOG", "level", "log_level", _choice(LOG_LEVELS), "info",
         "debug, info, warning or error"),
     Key("LOG", "file", "log_file", _path, None,
         "append the log to this file instead of stderr"),
+)
+
+# [TRANSPORT] keys of the listener (edge.py) that are RouterConfig fields of that name.
+LISTENER_SETTINGS = (
+    "tls_cert", "tls_key", "upgrade_timeout", "max_pending", "max_pending_per_address",
+    "max_connections", "max_message_frames", "message_timeout", "keepalive_interval",
+    "keepalive_timeout",
 )
 
 # Shown on the server information page, in this order (the reference's names).

@@ -1,15 +1,15 @@
 """One client connection: its state and the small group of tasks serving it.
 
 Theory of operation (DESIGN.md, STYLE.md principle 7): after the handshake a
-connection runs one nursery with three tasks joined by a bounded memory
-channel (the outbox):
+connection runs three tasks (the receive loop in the connection's own task,
+the other two in its nursery) joined by a bounded memory channel (the outbox):
 
 - receive: reads a block, has the dispatcher verify and execute it, and puts
   the responses into the outbox as one batch (blocking only itself when the
   outbox is full, which is the back-pressure a fast sender gets);
 - send: takes whatever batches are queued, packs them into as few blocks as
   fit and writes them; a peer that does not take a block within the
-  configured deadline is dropped (`BlockTransport.send_block`);
+  configured deadline is dropped (the transport's `send_block`);
 - delivery: the one task that waits for this client's pushes that could not
   go straight into the outbox: queues in the `deliveries` map, END/DELD
   events the router's event task could not hand over without waiting, and
@@ -34,7 +34,7 @@ from router.protocol.handshake import service_id
 
 from .deliveries import Deliveries
 from .subscriptions import Sub
-from .transport import BlockTransport, Handshake, TransportClosed
+from .transport import BlockStream, Handshake, TransportClosed
 
 if TYPE_CHECKING:
     from .services import CatchUp
@@ -47,7 +47,7 @@ DeliveryLoop = Callable[["Connection"], Awaitable[None]]
 
 class Connection:
     def __init__(
-        self, conn_id: int, transport: BlockTransport, handshake: Handshake, send_queue_size: int
+        self, conn_id: int, transport: BlockStream, handshake: Handshake, send_queue_size: int
     ) -> None:
         self.id = conn_id
         self.transport = transport
@@ -63,8 +63,10 @@ class Connection:
         self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
         self.closed = False
         self.close_reason = ""
+        self.last_activity = trio.current_time()  # when the client last sent a block
         self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
+        self._receiving = False  # the receive loop runs (in the task that called run())
         self._wakeup = trio.Event()
         self._outbox, self._outbox_out = trio.open_memory_channel[list[bytes]](send_queue_size)
 
@@ -144,17 +146,28 @@ class Connection:
     # --- tasks ------------------------------------------------------------------
 
     async def run(self, process_block: BlockProcessor, delivery_loop: DeliveryLoop) -> None:
-        """Serve the client until one of its tasks ends."""
+        """Serve the client until one of its tasks ends. The receive loop runs in the
+        calling task itself: one task fewer per connection than a child of its own."""
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
-            nursery.start_soon(self._until_done, self._receive_loop, process_block)
             nursery.start_soon(self._until_done, self._send_loop)
             nursery.start_soon(self._until_done, delivery_loop, self)
+            self._receiving = True
+            try:
+                await self._until_done(self._receive_loop, process_block)
+            finally:
+                self._receiving = False
 
     def spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
         """Start a helper task (a per-queue delivery task) in this connection's nursery."""
         assert self.nursery is not None
         self.nursery.start_soon(self._closing_on_transport_error, fn, *args)
+
+    def close_now(self, reason: str) -> None:
+        """End the connection's tasks (the router's cleanup follows)."""
+        self.close_reason = self.close_reason or reason
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
 
     def close(self) -> None:
         """Stop accepting pushes; called once the tasks are gone."""
@@ -168,8 +181,11 @@ class Connection:
         await self._closed_event.wait()
 
     def task_count(self) -> int:
-        """Tasks running in this connection's nursery, nested nurseries included."""
-        return 0 if self.nursery is None else _count_tasks(self.nursery)
+        """Tasks serving this connection: the receiving one and those in its nursery,
+        nested nurseries included."""
+        if self.nursery is None:
+            return 0
+        return int(self._receiving) + _count_tasks(self.nursery)
 
     async def _until_done(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
         try:
@@ -193,6 +209,7 @@ class Connection:
     async def _receive_loop(self, process_block: BlockProcessor) -> None:
         while True:
             block = await self.transport.receive_block()
+            self.last_activity = trio.current_time()
             responses = await process_block(self, block)
             del block  # an idle connection keeps nothing of its last block alive
             if responses:

@@ -4,18 +4,21 @@
 the END/DELD flush, message expiration and stats log tasks started) for as
 long as the `async with` lasts;
 `handle_websocket(router, ws)` serves one WebSocket that a host program has
-already accepted; `serve_router(config)` does both on its own port, reporting
-a `RouterInfo` through `task_status` so a caller can `await nursery.start(...)`.
+already accepted; `serve_router(config)` does both on its own listener
+(`edge.py`), reporting a `RouterInfo` through `task_status` so a caller can
+`await nursery.start(...)`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
+from urllib.parse import urlsplit
 
 import trio
 from trio_websocket import WebSocketConnection
@@ -27,11 +30,20 @@ from store.memory import MemoryMessageStore, MemoryQueueStore
 
 from .blocked import BlockedQueues
 from .commands import Commands
-from .config import RouterConfig
+from .config import ConfigError, RouterConfig
 from .connection import Connection
 from .control import CONTROL_HOST, serve_control
 from .delivery import Deliverer
 from .dispatch import Dispatcher
+from .edge import (
+    ACCEPT_WEBSOCKET,
+    EdgeLimits,
+    EdgeListener,
+    HttpRequest,
+    HttpResponse,
+    serve_edge,
+    tls_context,
+)
 from .expiry import Expirer
 from .gate import GatedTransport, Suspendable, SuspendGate
 from .identity import RouterIdentity, host_port, load_or_create_identity
@@ -44,9 +56,11 @@ from .statsfeed import FedCounters, run_stats_log
 from .statslog import StatsLog
 from .stores import open_router_stores
 from .subscriptions import Event, PendingEvents, Sub, SubscriberRegistry
-from .transport import BlockTransport, TransportClosed, serve_websockets, server_handshake
+from .transport import BlockStream, BlockTransport, TransportClosed, server_handshake
 
 log = logging.getLogger(__name__)
+
+InfoPage = Callable[[HttpRequest], HttpResponse]
 
 
 class Router:
@@ -80,6 +94,7 @@ class Router:
             messages, ttl=config.message_ttl, interval=config.expire_interval,
             on_expired=self._count_expired,
         )
+        self.info_page: InfoPage | None = None  # answers a plain GET of "/", if set
         self.stats_log: StatsLog | None = None
         self._activity: FedCounters | None = None
         if config.stats_log is not None:
@@ -100,11 +115,22 @@ class Router:
                 assert self._activity is not None
                 await nursery.start(run_stats_log, self.stats_log, self._activity)
             await nursery.start(self.expirer.run)
-            if self.config.inactive_client_ttl is not None:
-                nursery.start_soon(self._drop_inactive_clients)
             nursery.start_soon(self.events.run)
             nursery.start_soon(self.notifications.run)
+            if self.config.idle_timeout is not None:
+                nursery.start_soon(self._drop_idle_clients, self.config.idle_timeout)
             task_status.started()
+
+    async def _drop_idle_clients(self, timeout: float) -> None:
+        """Close connections without subscriptions that sent nothing for `timeout` s."""
+        while True:
+            await trio.sleep(max(timeout / 4, 0.05))
+            oldest = trio.current_time() - timeout
+            for conn in list(self.connections.values()):
+                if conn.last_activity < oldest and not (
+                    conn.subscriptions or conn.ntf_subscriptions or conn.service
+                ):
+                    conn.close_now(f"idle for {timeout} s without subscriptions")
 
     # --- hooks for the command handlers --------------------------------------------
 
@@ -159,15 +185,30 @@ class Router:
 
     # --- connections ------------------------------------------------------------------
 
+    async def request_hook(self, request: HttpRequest) -> HttpResponse | object:
+        """The listener's request hook: an upgrade on any path is accepted; a plain
+        GET of "/" gets the information page, if there is one."""
+        if request.is_websocket_upgrade:
+            return ACCEPT_WEBSOCKET
+        if (request.method == "GET" and urlsplit(request.target).path == "/"
+                and self.info_page is not None):  # "/?format=json" too (info.py)
+            return self.info_page(request)
+        return HttpResponse(404, b"Not Found\n")
+
     async def serve_connection(self, ws: WebSocketConnection) -> None:
-        """Handshake, then serve one client until it leaves; never raises for its faults."""
+        """Serve one trio-websocket connection a host program accepted."""
         transport = BlockTransport(ws, stalled_timeout=self.config.stalled_writer_timeout)
+        await self.serve_transport(transport)
+
+    async def serve_transport(self, transport: BlockStream) -> None:
+        """Handshake, then serve one client until it leaves; never raises for its faults."""
         try:
             handshake = await server_handshake(
                 transport, self.key_hash, self.config.handshake_timeout
             )
+            transport.established()
             gated = GatedTransport(transport, self.gate)
-            conn = Connection(next(self._ids), gated, handshake, self.config.send_queue_size)  # type: ignore[arg-type]
+            conn = Connection(next(self._ids), gated, handshake, self.config.send_queue_size)
             await self._run_connection(conn)
         except TransportClosed as e:
             log.debug("connection from %s closed: %s", transport.remote, e)
@@ -261,21 +302,6 @@ class Router:
         queues = self.queues.save(directory / QUEUES_SNAPSHOT)
         return f"ok: saved {queues} queues and {messages} messages"
 
-    async def _drop_inactive_clients(self) -> None:
-        """The reference's [INACTIVE_CLIENTS]: a client without subscriptions that sent
-        nothing for the ttl is disconnected."""
-        ttl = self.config.inactive_client_ttl
-        assert ttl is not None
-        while True:
-            await trio.sleep(self.config.inactive_check_interval)
-            cutoff = trio.current_time() - ttl
-            for conn in list(self.connections.values()):
-                idle = conn.transport.last_received < cutoff  # type: ignore[attr-defined]
-                if idle and not conn.subscriptions and not conn.ntf_subscriptions:
-                    log.info("%r disconnected: inactive for %.0f s", conn, ttl)
-                    if conn.nursery is not None:
-                        conn.nursery.cancel_scope.cancel()
-
     # --- observation ---------------------------------------------------------------------
 
     def statistics(self) -> RouterStatistics:
@@ -315,6 +341,7 @@ class RouterInfo:
     host: str
     port: int
     router: Router
+    listener: EdgeListener | None = None  # suspend() / resume() accepting
     metrics_port: int | None = None  # bound ports of the opt-in operation listeners
     control_port: int | None = None
 
@@ -324,7 +351,8 @@ class RouterInfo:
 
     @property
     def url(self) -> str:
-        return f"ws://{host_port(self.host, self.port)}"
+        scheme = "wss" if self.router.config.tls_cert is not None else "ws"
+        return f"{scheme}://{host_port(self.host, self.port)}"
 
     @property
     def address(self) -> str:
@@ -353,18 +381,48 @@ async def handle_websocket(router: Router, ws: WebSocketConnection) -> None:
     await router.serve_connection(ws)
 
 
+def edge_limits(config: RouterConfig) -> EdgeLimits:
+    return EdgeLimits(
+        upgrade_timeout=config.upgrade_timeout,
+        max_pending=config.max_pending,
+        max_pending_per_address=config.max_pending_per_address,
+        max_connections=config.max_connections,
+        max_message_frames=config.max_message_frames,
+        message_timeout=config.message_timeout,
+        keepalive_interval=config.keepalive_interval,
+        keepalive_timeout=config.keepalive_timeout,
+        stalled_timeout=config.stalled_writer_timeout,
+        close_timeout=config.close_timeout,
+    )
+
+
 async def serve_router(
-    config: RouterConfig, *, task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED
+    config: RouterConfig,
+    *,
+    info_page: InfoPage | None = None,
+    task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the router on `config.host:config.port` until cancelled."""
+    """Run the router on `config.host:config.port` until cancelled; `info_page`
+    answers a plain GET of "/"."""
+    tls = None
+    if config.tls_cert is not None and config.tls_key is not None:
+        try:
+            tls = tls_context(config.tls_cert, config.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
     async with open_router(config) as router, trio.open_nursery() as nursery:
+        router.info_page = info_page
         with naming_address("the router", config.host, config.port):
-            port = await nursery.start(partial(
-                serve_websockets, router.serve_connection, config.host, config.port,
-                connect_timeout=config.handshake_timeout, close_timeout=config.close_timeout,
+            listener: EdgeListener = await nursery.start(partial(
+                serve_edge, router.serve_transport, config.host, config.port,
+                hook=router.request_hook, limits=edge_limits(config), tls=tls,
             ))
+        router.listener = listener
+        if router.gate.suspended:  # suspended before the listener was there
+            listener.suspend()
         metrics_port, control_port = await start_operation_ports(nursery, router)
-        info = RouterInfo(config.host, port, router, metrics_port, control_port)
+        info = RouterInfo(config.host, listener.port, router, listener, metrics_port,
+                          control_port)
         log.info("router listening on %s, address %s", info.url, info.address)
         task_status.started(info)
 

@@ -1,10 +1,12 @@
 """SMP blocks over WebSockets, and the router side of the handshake.
 
 One binary WebSocket message is one 16384-byte block (WIRE.md §3.4); a
-message of any other size, or a text message, ends the connection. This is
-the only module that touches trio-websocket: its exceptions (and trio's
-stream errors under it) become `TransportClosed` here, once, so nothing above
-the transport catches library exceptions.
+message of any other size, or a text message, ends the connection. The router
+serves connections through `BlockStream`: the router's own listener gives a
+`router.server.edge.WebSocketTransport`, and `BlockTransport` here wraps a
+trio-websocket connection a host program accepted itself (`handle_websocket`).
+Library exceptions become `TransportClosed` in the transport, once, so nothing
+above it catches them.
 
 Handshake (WIRE.md §3, §14): the router sends its hello first (versions
 9..10, a fresh random 32-byte session id, no certificate part), then waits a
@@ -18,17 +20,11 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
+from typing import Protocol
 
 import trio
-from trio_websocket import (
-    ConnectionClosed,
-    WebSocketConnection,
-    WebSocketRequest,
-    serve_websocket,
-)
+from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from router.protocol.block import BLOCK_SIZE, pad_block, unpad_block
 from router.protocol.crypto import verify_service_proof
@@ -69,8 +65,24 @@ class Handshake:
     service: ServiceProof | None  # the service extension's proof, checked by the router
 
 
+class BlockStream(Protocol):
+    """What the router's connection code needs of a transport."""
+
+    remote: str
+    stalled: bool  # set when the peer stopped reading
+
+    async def receive_block(self) -> bytes: ...
+
+    async def send_block(self, block: bytes) -> None: ...
+
+    def established(self) -> None:
+        """The SMP handshake is through (the listener stops counting it as pending)."""
+
+    async def aclose(self, timeout: float) -> None: ...
+
+
 class BlockTransport:
-    """Blocks in and out of one accepted WebSocket."""
+    """Blocks in and out of a trio-websocket connection a host program accepted."""
 
     __slots__ = ("_ws", "_stalled_timeout", "remote", "stalled")
 
@@ -79,6 +91,9 @@ class BlockTransport:
         self._stalled_timeout = stalled_timeout
         self.remote = _describe(ws)
         self.stalled = False  # set when the peer stopped reading
+
+    def established(self) -> None:
+        pass  # the host program's listener keeps its own counts
 
     async def receive_block(self) -> bytes:
         try:
@@ -119,7 +134,7 @@ def _describe(ws: WebSocketConnection) -> str:
 
 
 async def server_handshake(
-    transport: BlockTransport, key_hash: bytes, timeout: float
+    transport: BlockStream, key_hash: bytes, timeout: float
 ) -> Handshake:
     """Run the router side of the handshake; TransportClosed if the client fails it."""
     session_id = secrets.token_bytes(SESSION_ID_SIZE)
@@ -145,36 +160,3 @@ def _parse_client_hello(block: bytes) -> ClientHello:
         return decode_client_hello(unpad_block(block))
     except ProtocolError as e:
         raise TransportClosed(f"bad client hello: {e}") from e
-
-
-Handler = Callable[[WebSocketConnection], Awaitable[None]]
-
-
-async def serve_websockets(
-    handler: Handler,
-    host: str,
-    port: int,
-    *,
-    connect_timeout: float,
-    close_timeout: float,
-    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Accept WebSocket upgrades on any path and run `handler` for each; reports the port."""
-    async with trio.open_nursery() as nursery:
-        server = await nursery.start(partial(
-            serve_websocket, partial(_accept, handler), host, port, None,
-            message_queue_size=MESSAGE_QUEUE_SIZE,
-            max_message_size=BLOCK_SIZE,
-            receive_buffer_size=RECEIVE_BUFFER_SIZE,
-            connect_timeout=connect_timeout,
-            disconnect_timeout=close_timeout,
-        ))
-        task_status.started(server.listeners[0].port)
-
-
-async def _accept(handler: Handler, request: WebSocketRequest) -> None:
-    try:
-        ws = await request.accept()
-    except _STREAM_ERRORS:
-        return
-    await handler(ws)

@@ -53,12 +53,21 @@ NON_DEFAULT = {
     ("TRANSPORT", "control_port"): ("5225", 5225),
     ("TRANSPORT", "metrics_port"): ("9100", 9100),
     ("TRANSPORT", "metrics_host"): ("::1", "::1"),
+    ("TRANSPORT", "tls_cert"): ("/etc/smp/cert.pem", Path("/etc/smp/cert.pem")),
+    ("TRANSPORT", "tls_key"): ("/etc/smp/key.pem", Path("/etc/smp/key.pem")),
+    ("TRANSPORT", "upgrade_timeout"): ("3", 3.0),
+    ("TRANSPORT", "max_pending"): ("11", 11),
+    ("TRANSPORT", "max_pending_per_address"): ("12", 12),
+    ("TRANSPORT", "max_connections"): ("13", 13),
+    ("TRANSPORT", "max_message_frames"): ("14", 14),
+    ("TRANSPORT", "message_timeout"): ("15", 15.0),
+    ("TRANSPORT", "keepalive_interval"): ("16", 16.0),
+    ("TRANSPORT", "keepalive_timeout"): ("17", 17.0),
     ("LIMITS", "new_queues_per_second"): ("off", None),
     ("LIMITS", "new_queues_burst"): ("5", 5),
     ("LIMITS", "memory_store_max_bytes"): ("512M", 512 << 20),
     ("INACTIVE_CLIENTS", "disconnect"): ("on", True),
     ("INACTIVE_CLIENTS", "ttl"): ("60", 60.0),
-    ("INACTIVE_CLIENTS", "check_interval"): ("10", 10.0),
     ("LOG", "level"): ("debug", "debug"),
     ("LOG", "file"): ("/var/log/smp.log", Path("/var/log/smp.log")),
     **{("INFORMATION", name): (f"the {name}", f"the {name}") for name in INFORMATION_KEYS},
@@ -108,7 +117,13 @@ def test_every_key_reaches_the_router_configuration(tmp_path):
     assert (config.control_port, config.metrics_port, config.metrics_host) == (5225, 9100, "::1")
     assert (config.new_queue_rate, config.new_queue_burst) == (None, 5)
     assert config.memory_store_max_bytes == 512 << 20
-    assert (config.inactive_client_ttl, config.inactive_check_interval) == (60.0, 10.0)
+    assert config.idle_timeout == 60.0
+    assert (config.tls_cert, config.tls_key) == (Path("/etc/smp/cert.pem"),
+                                                 Path("/etc/smp/key.pem"))
+    assert (config.upgrade_timeout, config.max_pending, config.max_pending_per_address,
+            config.max_connections, config.max_message_frames, config.message_timeout,
+            config.keepalive_interval, config.keepalive_timeout) == (
+        3.0, 11, 12, 13, 14, 15.0, 16.0, 17.0)
     assert dict(config.information) == {n: f"the {n}" for n in INFORMATION_KEYS}
 
 
@@ -121,6 +136,17 @@ def test_a_flag_overrides_the_file_and_the_file_overrides_the_default(tmp_path):
     assert config.send_queue_size == DEFAULTS["send_queue_size"]
     stats_off = config_from_args(build_parser().parse_args([*args, "--no-stats-log"]))
     assert stats_off.stats_log is None
+
+
+def test_the_idle_timeout_flag_overrides_the_inactive_clients_section(tmp_path):
+    path = tmp_path / "r.ini"
+    path.write_text("[INACTIVE_CLIENTS]\ndisconnect = on\nttl = 300\n")
+    args = ["serve", "--config", str(path), "--store", "memory"]
+    assert config_from_args(build_parser().parse_args(args)).idle_timeout == 300.0
+    flagged = build_parser().parse_args([*args, "--idle-timeout", "20"])
+    assert config_from_args(flagged).idle_timeout == 20.0
+    path.write_text("[INACTIVE_CLIENTS]\ndisconnect = off\nttl = 300\n")
+    assert config_from_args(build_parser().parse_args(args)).idle_timeout is None
 
 
 def test_without_a_file_serve_applies_the_operator_limits_by_default():

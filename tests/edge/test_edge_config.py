@@ -1,0 +1,68 @@
+"""The listener's settings: command-line flags and their checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from router.server.cli import build_parser, config_from_args, main
+from router.server.config import (
+    DEFAULT_MEMORY_STORE_MAX_BYTES,
+    DEFAULT_NEW_QUEUE_RATE,
+    ConfigError,
+    RouterConfig,
+)
+
+
+def config_of(*flags: str) -> RouterConfig:
+    return config_from_args(build_parser().parse_args(["serve", "--store", "memory", *flags]))
+
+
+def test_listener_flags_reach_the_config():
+    config = config_of(
+        "--upgrade-timeout", "5", "--max-pending", "100", "--max-pending-per-address", "4",
+        "--max-connections", "1000", "--max-message-frames", "8", "--message-timeout", "3",
+        "--keepalive-interval", "20", "--keepalive-timeout", "10", "--idle-timeout", "600",
+        "--tls-cert", "c.pem", "--tls-key", "k.pem",
+    )
+    assert (config.upgrade_timeout, config.max_pending, config.max_pending_per_address) == (
+        5.0, 100, 4)
+    assert (config.max_connections, config.max_message_frames, config.message_timeout) == (
+        1000, 8, 3.0)
+    assert (config.keepalive_interval, config.keepalive_timeout, config.idle_timeout) == (
+        20.0, 10.0, 600.0)
+    assert (config.tls_cert, config.tls_key) == (Path("c.pem"), Path("k.pem"))
+
+
+def test_without_flags_the_defaults_hold():
+    # `serve` adds the operator limits RouterConfig leaves off (limits.py).
+    assert config_of() == RouterConfig(
+        store="memory", new_queue_rate=DEFAULT_NEW_QUEUE_RATE,
+        memory_store_max_bytes=DEFAULT_MEMORY_STORE_MAX_BYTES,
+    )
+    assert RouterConfig().idle_timeout is None
+
+
+@pytest.mark.parametrize("field, value", [
+    ("upgrade_timeout", 0), ("message_timeout", -1.0), ("keepalive_interval", float("inf")),
+    ("keepalive_timeout", 0), ("idle_timeout", 0), ("max_pending", 0),
+    ("max_pending_per_address", 0), ("max_connections", -5), ("max_message_frames", 1.5),
+])
+def test_bad_listener_settings_are_refused(field: str, value: object):
+    with pytest.raises(ConfigError):
+        RouterConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_bad_flag_is_one_line_and_exit_code_2(capsys):
+    code = main(["serve", "--store", "memory", "--port", "0", "--max-pending", "0"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "max pending" in err
+
+
+def test_a_missing_certificate_is_one_line_and_exit_code_2(tmp_path: Path, capsys):
+    code = main(["serve", "--store", "memory", "--port", "0",
+                 "--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(tmp_path / "k.pem")])
+    assert code == 2
+    assert "TLS certificate" in capsys.readouterr().err
