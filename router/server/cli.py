@@ -64,7 +64,7 @@ from .config_file import (
     template,
 )
 from .identity import IdentityError, load_or_create_identity
-from .info import router_version
+from .info import information_page, router_version
 from .router import RouterInfo, serve_router
 from .stores import StoreOpenError
 
@@ -413,6 +413,7 @@ async def _serve(config: RouterConfig) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             info: RouterInfo = await nursery.start(serve_router, config)
+            info.router.info_page = information_page(config, info.address)
             freeze_loaded_state()
             if config.public_host is None and config.host in WILDCARD_HOSTS:
                 log.warning("listening on every interface: the address names this machine "

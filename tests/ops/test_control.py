@@ -158,21 +158,29 @@ async def test_suspend_stops_commands_and_deliveries_and_resume_restarts_them(ro
             q = await recipient.create_queue(subscribe=True)
             control = await session(router, ADMIN)
             assert (await control.command("suspend"))[0].startswith("ok: suspended")
+            assert router.listener is not None and router.listener.suspended
             async with trio.open_nursery() as nursery:
-                sent = trio.Event()
+                sent, joined = trio.Event(), trio.Event()
 
                 async def send() -> None:
                     await sender.send(q.sender_id, b"while suspended")
                     sent.set()
 
+                async def join() -> None:
+                    async with open_client(router.address) as newcomer:
+                        await newcomer.ping()
+                        joined.set()
+
                 nursery.start_soon(send)
+                nursery.start_soon(join)
                 # While suspended, a PING is not answered either: nothing is read.
                 with trio.move_on_after(0.5) as waited:
                     await recipient.ping()
-                assert waited.cancelled_caught and not sent.is_set()
+                assert waited.cancelled_caught and not sent.is_set() and not joined.is_set()
+                assert router.router.statistics().connections_total == 2
                 assert router.router.statistics().messages_sent == 0
                 assert await control.command("resume") == ["ok: resumed"]
-            assert sent.is_set()
+            assert sent.is_set() and joined.is_set() and not router.listener.suspended
             event = await recipient.next_event()
             assert event.recipient_id == q.recipient_id
 
