@@ -174,6 +174,7 @@ _OWNERS = (
     ("trio_websocket/", "trio-websocket"),
     ("wsproto/", "wsproto"),
     ("h11/", "h11"),
+    ("websockets/", "websockets"),
     ("trio/", "trio"),
     ("<attrs generated methods trio.", "trio"),
     ("router/server/", "router.server"),

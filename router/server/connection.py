@@ -9,7 +9,7 @@ the other two in its nursery) joined by a bounded memory channel (the outbox):
   outbox is full, which is the back-pressure a fast sender gets);
 - send: takes whatever batches are queued, packs them into as few blocks as
   fit and writes them; a peer that does not take a block within the
-  configured deadline is dropped (the transport's `send_block`);
+  configured deadline is dropped (the transport's `send_blocks`);
 - delivery: the one task that waits for this client's pushes that could not
   go straight into the outbox: queues in the `deliveries` map, END/DELD
   events the router's event task could not hand over without waiting, and
@@ -220,16 +220,17 @@ class Connection:
     async def _send_loop(self) -> None:
         packer = BatchPacker()
         outbox = self._outbox_out
-        send_block = self.transport.send_block
+        send_blocks = self.transport.send_blocks
         while True:
             batch = await outbox.receive()
             # One pass of the scheduler first: responses that other tasks are about to
             # queue (the next block of the same client, a push) share this block.
             await trio.lowlevel.checkpoint()
+            blocks = []
             while True:  # drain what is queued now into as few blocks as fit
                 for t in batch:
                     if not packer.add(t):
-                        await send_block(packer.take_block())
+                        blocks.append(packer.take_block())
                         packer.add(t)
                 try:
                     batch = outbox.receive_nowait()
@@ -237,7 +238,9 @@ class Connection:
                     break
             del batch  # nor of its last responses
             if len(packer):
-                await send_block(packer.take_block())
+                blocks.append(packer.take_block())
+            await send_blocks(blocks)  # one write for all of them, where the transport can
+            del blocks
 
 
 def _count_tasks(nursery: trio.Nursery) -> int:

@@ -256,10 +256,13 @@ class WebSocketTransport:
             await self._write_pending()
 
     async def _write_pending(self) -> None:
+        writes = self._protocol.data_to_send()
+        data = b"".join(writes) if len(writes) != 1 else writes[0]
+        del writes
+        if not data:  # nothing, or only the end-of-stream mark: the stream is closed later
+            return
         with trio.move_on_after(self._limits.stalled_timeout) as scope:
-            for data in self._protocol.data_to_send():
-                if data:
-                    await self._send_all(data)
+            await self._send_all(data)
         if scope.cancelled_caught:
             self.stalled = True
             raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
@@ -272,10 +275,16 @@ class WebSocketTransport:
 
     async def send_block(self, block: bytes) -> None:
         """Send one block; a peer that does not take it within the deadline is dropped."""
+        await self.send_blocks([block])
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        """Send blocks in one write; a peer that does not take them in time is dropped."""
         async with self._send_lock:
-            if self._protocol.state is not OPEN:
+            protocol = self._protocol
+            if protocol.state is not OPEN:
                 raise TransportClosed("connection closing")
-            self._protocol.send_binary(block)
+            for block in blocks:
+                protocol.send_binary(block)
             await self._write_pending()
 
     async def aclose(self, timeout: float) -> None:
@@ -496,6 +505,8 @@ class EdgeListener:
         for data in protocol.data_to_send():
             if data:
                 await stream.send_all(data)
+        # The protocol's parser keeps the request for the connection's life: not its headers.
+        request.headers.clear()
         if response.status_code != 101:
             return None
         transport = WebSocketTransport(stream, protocol, remote, self.limits, on_established)
