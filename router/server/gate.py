@@ -62,6 +62,11 @@ class GatedTransport:
             await self._gate.wait_resumed()
         await self.inner.send_block(block)
 
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        if self._gate.suspended:
+            await self._gate.wait_resumed()
+        await self.inner.send_blocks(blocks)
+
     def established(self) -> None:
         self.inner.established()
 
