@@ -19,26 +19,23 @@ BLOCKED_FILE = "blocked-queues"
 
 
 class BlockedQueues:
-    __slots__ = ("_path", "_reasons")
+    __slots__ = ("_path", "reasons")
 
     def __init__(self, data_dir: Path | None) -> None:
         self._path = None if data_dir is None else data_dir / BLOCKED_FILE
-        self._reasons: dict[bytes, str] = {}
+        self.reasons: dict[bytes, str] = {}  # read directly on the command path
         if self._path is not None and self._path.exists():
-            self._reasons = _read(self._path)
-
-    def __bool__(self) -> bool:
-        return bool(self._reasons)
+            self.reasons = _read(self._path)
 
     def get(self, recipient_id: bytes) -> str | None:
-        return self._reasons.get(recipient_id)
+        return self.reasons.get(recipient_id)
 
     def add(self, recipient_id: bytes, reason: str) -> None:
-        self._reasons[recipient_id] = reason
+        self.reasons[recipient_id] = reason
         self._save()
 
     def remove(self, recipient_id: bytes) -> bool:
-        if self._reasons.pop(recipient_id, None) is None:
+        if self.reasons.pop(recipient_id, None) is None:
             return False
         self._save()
         return True
@@ -48,7 +45,7 @@ class BlockedQueues:
             return
         tmp = self._path.with_name(self._path.name + ".tmp")
         with open(tmp, "w", encoding="ascii") as f:
-            for rid, reason in self._reasons.items():
+            for rid, reason in self.reasons.items():
                 f.write(f"{base64.urlsafe_b64encode(rid).decode()} {reason}\n")
             f.flush()
             os.fsync(f.fileno())

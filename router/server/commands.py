@@ -107,8 +107,9 @@ class Commands:
         self._new_buckets: WeakKeyDictionary[Connection, TokenBucket] = WeakKeyDictionary()
 
     async def execute(self, conn: Connection, v: Verified) -> list[bytes]:
-        if self._r.blocked and v.queue is not None and type(v.command) is not DEL:
-            reason = self._r.blocked.get(v.queue.recipient_id)
+        blocked = self._r.blocked.reasons  # a plain dict: empty on most routers
+        if blocked and v.queue is not None and type(v.command) is not DEL:
+            reason = blocked.get(v.queue.recipient_id)
             if reason is not None:  # blocked from the control port; only DEL still works
                 return _reply(v, blocked_error(reason))
         return await self._handlers[type(v.command)](conn, v)

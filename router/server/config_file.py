@@ -132,7 +132,8 @@ KEYS: tuple[Key, ...] = (
         "memory, journal or sqlite; default: the kind already in the data directory, else "
         "sqlite"),
     Key("STORE_LOG", "data_dir", "data_dir", _path, None,
-        "identity, stores and stats log; default: the data directory this file is in"),
+        "identity, stores and stats log; default: the data directory this file is in "
+        "(with --config: ~/.local/share/smp-router)"),
     Key("STORE_LOG", "fsync", "fsync", _choice(FSYNC_POLICIES), "batch",
         "when stored data is forced to disk: never, batch (group commit), always"),
     Key("STORE_LOG", "skip_corrupt", "skip_corrupt", _bool, False,

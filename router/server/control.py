@@ -245,6 +245,8 @@ async def serve_control(
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
                 LineTooLong, UnicodeDecodeError) as e:
             log.debug("control session ended: %r", e)
+        except Exception:  # a failing command ends its session, never the router
+            log.exception("control session failed")
         finally:
             await trio.aclose_forcefully(stream)
 

@@ -193,6 +193,8 @@ async def serve_metrics(
             except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
                     h11.ProtocolError) as e:
                 log.debug("metrics request failed: %r", e)
+            except Exception:  # a failing scrape is logged, never stops the router
+                log.exception("metrics scrape failed")
             finally:
                 await trio.aclose_forcefully(stream)
 

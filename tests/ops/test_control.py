@@ -213,3 +213,17 @@ async def test_the_control_port_needs_a_password_in_the_configuration():
     with pytest.raises(ConfigError, match="control port needs"):
         RouterConfig(control_port=0)
 
+
+
+async def test_a_command_that_fails_ends_its_session_not_the_router(router, monkeypatch):
+    async def broken(self) -> int:
+        raise RuntimeError("store gone")
+
+    monkeypatch.setattr(type(router.router.queues), "queue_count", broken)
+    with trio.fail_after(10):
+        control = await session(router, USER)
+        await control.stream.send_all(b"stats\n")
+        with pytest.raises((EOFError, trio.BrokenResourceError)):
+            await control.read_line()
+        again = await session(router, USER)
+        assert await again.command("status") == ["error: usage: status QUEUE_ID"]
