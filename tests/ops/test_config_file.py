@@ -281,6 +281,24 @@ async def test_round_trip_init_edit_check_serve(tmp_path):
             assert await process.wait() == 0
 
 
+async def test_the_log_goes_to_the_log_file(tmp_path):
+    log_file = tmp_path / "router.log"
+    process = await trio.lowlevel.open_process(
+        smp_router("serve", "--port", "0", "--store", "memory", "--log-file", str(log_file)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        with trio.fail_after(30):
+            assert b"listening" in await _read_line(process.stdout)
+    finally:
+        process.terminate()
+        with trio.CancelScope(shield=True):
+            assert await process.wait() == 0
+    text = log_file.read_text()
+    assert "router listening on ws://127.0.0.1:" in text and "stopping on SIGTERM" in text
+    assert await process.stderr.receive_some(1000) == b""
+
+
 async def test_a_wildcard_host_never_prints_a_wildcard_address(tmp_path):
     process = await trio.lowlevel.open_process(
         smp_router("serve", "--host", "0.0.0.0", "--port", "0", "--store", "memory",
