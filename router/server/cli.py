@@ -3,6 +3,7 @@
     smp-router serve [--config FILE | --data-dir DIR] [flags]
     smp-router init --data-dir DIR
     smp-router config check [--config FILE | --data-dir DIR]
+    smp-router control [--config FILE | --data-dir DIR] [--role user] [COMMAND]
     smp-router migrate-store --data-dir DIR --to sqlite
     smp-router --version
 
@@ -63,6 +64,7 @@ from .config_file import (
     render_config,
     template,
 )
+from .control import run_control_commands
 from .identity import IdentityError, load_or_create_identity
 from .info import information_page, router_version
 from .router import RouterInfo, serve_router
@@ -128,6 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=SUPPRESS,
     )
     _add_config_source(check)
+    control = commands.add_parser(
+        "control", help="send control commands to the running router (its control port and "
+        "password from the configuration)", argument_default=SUPPRESS,
+    )
+    _add_config_source(control)
+    control.add_argument("--port", type=int, dest="control_port",
+                         help="the control port (default: control_port of the configuration)")
+    control.add_argument("--role", choices=("admin", "user"), default="admin",
+                         help="whose password to authenticate with (default admin)")
+    control.add_argument("words", nargs="*", metavar="COMMAND", default=[],
+                         help="one command, e.g. `stats`; none: commands from stdin, one a line")
     return parser
 
 
@@ -235,7 +248,7 @@ def effective_settings(args: argparse.Namespace) -> dict[str, object]:
     return {**DEFAULTS, **from_file, **flags}
 
 
-_NOT_SETTINGS = frozenset({"command", "config", "config_command"})
+_NOT_SETTINGS = frozenset({"command", "config", "config_command", "words", "role"})
 
 
 def store_and_data_dir(store: str | None, data_dir: Path | None) -> tuple[str, Path | None]:
@@ -310,11 +323,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _init(args.data_dir)
         if args.command == "config":
             return _config_check(args)
+        if args.command == "control":
+            return run_control_commands(effective_settings(args), args.role,
+                                        _control_lines(args.words))
         return trio.run(_migrate, args.data_dir, args.to_kind)
     except KeyboardInterrupt:
         return EXIT_OK  # a SIGINT before the signal handler was in place
     except BaseException as e:  # noqa: BLE001 - the one place that turns failures into exit codes
         return _report(e)
+
+
+def _control_lines(words: list[str]) -> list[str]:
+    return [" ".join(words)] if words else [line.strip() for line in sys.stdin if line.strip()]
 
 
 def _setup_logging(level: str, log_file: Path | None) -> None:

@@ -29,7 +29,9 @@ import base64
 import binascii
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import fields
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -38,6 +40,7 @@ import trio
 
 from store.interfaces import Party
 
+from .config import ConfigError, StartupError, os_error_reason
 from .listen import bound_port, open_listeners
 
 if TYPE_CHECKING:
@@ -48,6 +51,7 @@ log = logging.getLogger(__name__)
 CONTROL_HOST = "127.0.0.1"
 MAX_LINE = 4096  # bytes; a longer line ends the session
 IDLE_TIMEOUT = 600.0  # seconds a session may stay silent
+CLIENT_TIMEOUT = 30.0  # seconds `smp-router control` waits for the router
 BLOCK_REASONS = ("spam", "content")
 
 
@@ -279,3 +283,40 @@ async def _read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> bytes
         if not data:
             return None
         buffer += data
+
+
+# --- the command-line client (`smp-router control`) ------------------------------------
+
+
+def run_control_commands(settings: Mapping[str, object], role: str, lines: list[str]) -> int:
+    """Authenticate with the configuration's password for `role`, send `lines`, print the
+    answers. The answers have no end mark, so `quit` follows the commands and the
+    answers are read until the router closes the session."""
+    port = settings.get("control_port")
+    password = settings.get(f"control_{role}_password")
+    if port is None:
+        raise ConfigError("no control port: set control_port in the configuration, or --port")
+    if not password:
+        raise ConfigError(f"no control_port_{role}_password in the configuration")
+    script = "".join(f"{line}\n" for line in [f"auth {password}", *lines, "quit"])
+    answer = _exchange(int(port), script.encode()).decode("utf-8", "replace")  # type: ignore[call-overload]
+    first, _, rest = answer.partition("\n")
+    if first != f"Current role is {role}":
+        raise StartupError(f"the control port at {CONTROL_HOST}:{port} refused the "
+                           f"{role} password ({first or 'no answer'})")
+    sys.stdout.write(rest)
+    return 0
+
+
+def _exchange(port: int, script: bytes) -> bytes:
+    try:
+        with socket.create_connection((CONTROL_HOST, port), timeout=CLIENT_TIMEOUT) as sock:
+            sock.sendall(script)
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+    except OSError as e:
+        raise StartupError(
+            f"cannot reach the control port at {CONTROL_HOST}:{port}: {os_error_reason(e)}"
+        ) from e
+    return b"".join(chunks)

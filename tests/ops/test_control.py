@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import socket
+import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -227,3 +230,52 @@ async def test_a_command_that_fails_ends_its_session_not_the_router(router, monk
             await control.read_line()
         again = await session(router, USER)
         assert await again.command("status") == ["error: usage: status QUEUE_ID"]
+
+
+def smp_router(*args: str) -> list[str]:
+    program = Path(sys.executable).with_name("smp-router")
+    if program.exists():
+        return [str(program), *args]
+    return [sys.executable, "-m", "router.server", *args]
+
+
+async def run_cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    result = await trio.run_process(smp_router(*args), stdin=stdin, capture_stdout=True,
+                                    capture_stderr=True, check=False)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def test_smp_router_control_uses_the_configuration_password(router, tmp_path):
+    config = tmp_path / "r.ini"
+    config.write_text(f"[AUTH]\ncontrol_port_admin_password = {ADMIN}\n"
+                      f"control_port_user_password = {USER}\n"
+                      f"[TRANSPORT]\ncontrol_port = {router.control_port}\n")
+    with trio.fail_after(30):
+        code, out, err = await run_cli("control", "--config", str(config), "stats")
+        assert code == 0 and err == "" and "connections: 0" in out
+        code, out, _ = await run_cli("control", "--config", str(config), "--role", "user",
+                                     stdin=b"stats\nsuspend\n")
+        assert code == 0 and out.splitlines()[-1] == "AUTH" and "suspended: no" in out
+        code, out, _ = await run_cli("control", "--config", str(config), "suspend")
+        assert code == 0 and out.startswith("ok: suspended") and router.router.gate.suspended
+        await run_cli("control", "--config", str(config), "resume")
+        assert not router.router.gate.suspended
+
+
+async def test_smp_router_control_errors_are_one_line_and_exit_2(router, tmp_path):
+    wrong = tmp_path / "wrong.ini"
+    wrong.write_text(f"[AUTH]\ncontrol_port_admin_password = nope\n"
+                     f"[TRANSPORT]\ncontrol_port = {router.control_port}\n")
+    no_port = tmp_path / "no-port.ini"
+    no_port.write_text("[AUTH]\ncontrol_port_admin_password = x\n")
+    with trio.fail_after(30):
+        code, _, err = await run_cli("control", "--config", str(wrong), "stats")
+        assert code == 2 and "refused the admin password" in err and len(err.splitlines()) == 1
+        code, _, err = await run_cli("control", "--config", str(no_port), "stats")
+        assert code == 2 and "no control port" in err
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            port = unused.getsockname()[1]
+        code, _, err = await run_cli("control", "--config", str(wrong), "--port", str(port),
+                                     "stats")
+        assert code == 2 and f"127.0.0.1:{port}" in err
