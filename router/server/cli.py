@@ -34,6 +34,7 @@ import gc
 import logging
 import os
 import signal
+import ssl
 import sys
 from argparse import SUPPRESS
 from collections.abc import Sequence
@@ -65,6 +66,7 @@ from .config_file import (
     template,
 )
 from .control import run_control_commands
+from .edge import tls_context
 from .identity import IdentityError, load_or_create_identity
 from .info import information_page, router_version
 from .router import RouterInfo, serve_router
@@ -355,6 +357,11 @@ def _config_check(args: argparse.Namespace) -> int:
     path = config_file_path(args)
     settings = effective_settings(args)
     config = config_from_settings(settings)
+    if config.tls_cert is not None and config.tls_key is not None:
+        try:  # what serve would do with them, so that check finds the same errors
+            tls_context(config.tls_cert, config.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
     settings.update(store=config.store, data_dir=config.data_dir, stats_log=config.stats_log)
     print(f"# configuration file: {path if path is not None else '(none: defaults)'}")
     print(render_config(settings, secret=SECRET_SETTINGS), end="", flush=True)

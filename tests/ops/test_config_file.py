@@ -212,6 +212,15 @@ def test_a_value_the_router_cannot_run_with_is_exit_2(tmp_path, capsys, text, wo
     assert len(err) == 1 and words in err[0]
 
 
+def test_config_check_finds_a_tls_certificate_serve_could_not_use(tmp_path, capsys):
+    path = tmp_path / "r.ini"
+    path.write_text(f"[TRANSPORT]\ntls_cert = {tmp_path / 'no-cert.pem'}\n"
+                    f"tls_key = {tmp_path / 'no-key.pem'}\n")
+    assert main(["config", "check", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot use the TLS certificate and key" in err[0]
+
+
 def test_a_missing_or_unreadable_config_file_is_named(tmp_path, capsys):
     missing = tmp_path / "nope.ini"
     assert main(["serve", "--config", str(missing)]) == 2
