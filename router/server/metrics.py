@@ -42,6 +42,7 @@ from .listen import bound_port, open_listeners
 
 if TYPE_CHECKING:
     from .router import Router
+    from .stats import RouterStatistics
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class RouterCollector(Collector):
                                 value=s.subscriptions)
         yield from self._own(s)
 
-    def _own(self, s: object) -> Iterator[Metric]:
+    def _own(self, s: RouterStatistics) -> Iterator[Metric]:
         for name, field, doc in OWN_COUNTERS:
             yield CounterMetricFamily(name, doc, value=getattr(s, field))
         counters = self._router.counters
@@ -134,8 +135,7 @@ class RouterCollector(Collector):
 
 
 def _untyped(name: str, doc: str, value: float) -> Metric:
-    family = UnknownMetricFamily(name, doc, value=value)
-    return family
+    return UnknownMetricFamily(name, doc, value=value)
 
 
 class GcPauses:
