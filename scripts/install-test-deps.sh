@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the browser and web-client tests need beyond the Python
 # packages: Debian's Chromium (driven by Playwright for Python, which comes
-# from the `test` extra) and the web client's npm packages (web/node_modules).
+# from the `test` extra), the web client's npm packages (web/node_modules), and
+# systemd-analyze, which checks the unit file in deploy/.
 # Run as root on Debian; idempotent, so CI runs it every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,7 @@ CHROMIUM=/usr/bin/chromium
 missing=()
 [ -x "$CHROMIUM" ] || missing+=(chromium)
 command -v npm >/dev/null || missing+=(nodejs npm)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

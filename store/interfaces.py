@@ -85,6 +85,7 @@ class WriteResult(Enum):
     STORED_INTO_EMPTY = "stored-into-empty"  # a delivery trigger (WIRE.md §9)
     STORED = "stored"
     QUOTA_EXCEEDED = "quota-exceeded"  # refused; the marker is now at the tail
+    STORE_FULL = "store-full"  # refused: the store's total size cap (nothing was changed)
 
 
 class QueueStore(Protocol):

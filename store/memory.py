@@ -44,6 +44,7 @@ from .interfaces import (
 _STORED_INTO_EMPTY = WriteResult.STORED_INTO_EMPTY
 _STORED = WriteResult.STORED
 _QUOTA_EXCEEDED = WriteResult.QUOTA_EXCEEDED
+_STORE_FULL = WriteResult.STORE_FULL
 
 
 class MemoryQueueStore:
@@ -222,12 +223,18 @@ def _unindex(index: dict[bytes, set[bytes]], service_id: bytes | None, rid: byte
 
 
 class MemoryMessageStore:
-    """One deque per non-empty queue; the deque's tail may be the QUOTA marker."""
+    """One deque per non-empty queue; the deque's tail may be the QUOTA marker.
 
-    __slots__ = ("_queues",)
+    `max_bytes` caps the message bodies held in all: a write that would pass it
+    is refused with STORE_FULL (nothing is dropped to make room); None: no cap.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_queues", "_bytes", "max_bytes")
+
+    def __init__(self, *, max_bytes: int | None = None) -> None:
         self._queues: dict[bytes, deque[Message]] = {}
+        self._bytes = 0  # body bytes of every message held
+        self.max_bytes = max_bytes
 
     # --- MessageStore -----------------------------------------------------
 
@@ -246,7 +253,7 @@ class MemoryMessageStore:
             return False, None
         if q[0].msg_id != msg_id:
             return False, q[0]
-        q.popleft()
+        self._bytes -= len(q.popleft().body)
         if q:
             return True, q[0]
         del self._queues[recipient_id]
@@ -254,7 +261,10 @@ class MemoryMessageStore:
 
     async def delete_queue_messages(self, recipient_id: bytes) -> int:
         q = self._queues.pop(recipient_id, None)
-        return 0 if q is None else len(q)
+        if q is None:
+            return 0
+        self._bytes -= sum(len(m.body) for m in q)
+        return len(q)
 
     async def queue_size(self, recipient_id: bytes) -> int:
         q = self._queues.get(recipient_id)
@@ -266,7 +276,7 @@ class MemoryMessageStore:
             return 0
         n = 0
         while q and q[0].ts < before_ts:
-            q.popleft()
+            self._bytes -= len(q.popleft().body)
             n += 1
         if not q:
             del self._queues[recipient_id]
@@ -289,15 +299,22 @@ class MemoryMessageStore:
         self, recipient_id: bytes, message: Message, quota: int
     ) -> WriteResult:
         q = self._queues.get(recipient_id)
+        size = len(message.body)
+        if self.max_bytes is not None and self._bytes + size > self.max_bytes and (
+            q is None or (not q[-1].quota and len(q) < quota)
+        ):
+            return _STORE_FULL  # only when the message would be stored, not a QUOTA
         if q is None:
             if quota > 0:
                 self._queues[recipient_id] = deque((message,))
+                self._bytes += size
                 return _STORED_INTO_EMPTY
             q = self._queues[recipient_id] = deque()
         elif q[-1].quota:
             return _QUOTA_EXCEEDED
         elif len(q) < quota:
             q.append(message)
+            self._bytes += size
             return _STORED
         q.append(Message(message.msg_id, message.ts, b"", b"", True))
         return _QUOTA_EXCEEDED
@@ -305,6 +322,10 @@ class MemoryMessageStore:
     def messages(self, recipient_id: bytes) -> list[Message]:
         """The queue's messages, oldest first (the marker included)."""
         return list(self._queues.get(recipient_id, ()))
+
+    def stored_bytes(self) -> int:
+        """Body bytes of every message held (what `max_bytes` caps)."""
+        return self._bytes
 
     def message_count(self) -> int:
         """Messages (and markers) stored across every queue."""
@@ -325,6 +346,7 @@ class MemoryMessageStore:
                 queues[rid] = deque((msg,))
             else:
                 q.append(msg)
+            store._bytes += len(msg.body)
         return store
 
 

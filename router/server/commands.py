@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 from router.protocol.codec import MAX_MESSAGE_LENGTH, encode_response_transmission
 from router.protocol.crypto import box_key, new_x25519
@@ -67,6 +68,7 @@ from store.interfaces import (
 )
 
 from .dispatch import Verified, error_transmission
+from .limits import MEMORY_FULL, NEW_RATE_LIMITED, TokenBucket
 from .subscriptions import Event, Sub
 
 if TYPE_CHECKING:
@@ -101,8 +103,15 @@ class Commands:
             NDEL: self._ndel, NSUB: self._nsub, SUBS: self._subs, NSUBS: self._nsubs,
             PRXY: self._prxy, PFWD: self._pfwd,
         }
+        # NEW rate limits (limits.py), forgotten with their connection.
+        self._new_buckets: WeakKeyDictionary[Connection, TokenBucket] = WeakKeyDictionary()
 
     async def execute(self, conn: Connection, v: Verified) -> list[bytes]:
+        blocked = self._r.blocked.reasons  # a plain dict: empty on most routers
+        if blocked and v.queue is not None and type(v.command) is not DEL:
+            reason = blocked.get(v.queue.recipient_id)
+            if reason is not None:  # blocked from the control port; only DEL still works
+                return _reply(v, blocked_error(reason))
         return await self._handlers[type(v.command)](conn, v)
 
     # --- no queue -------------------------------------------------------------
@@ -132,6 +141,9 @@ class Commands:
         config = self._r.config
         if not config.allow_new_queues or not _password_ok(config.password, cmd.basic_auth):
             return _reply(v, AUTH)
+        if not self._new_queue_allowed(conn):
+            self._r.counters.new_queues_rate_limited += 1
+            return _reply(v, NEW_RATE_LIMITED)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_dh_key)
         for _ in range(_ID_ATTEMPTS):
@@ -154,6 +166,15 @@ class Commands:
         if cmd.subscribe:
             self._r.subscribe(conn, rid, secret)
         return _reply(v, IDS(rid, sid, srv_pub, cmd.snd_secure))
+
+    def _new_queue_allowed(self, conn: Connection) -> bool:
+        rate = self._r.config.new_queue_rate
+        if rate is None:
+            return True
+        bucket = self._new_buckets.get(conn)
+        if bucket is None:
+            bucket = self._new_buckets[conn] = TokenBucket(rate, self._r.config.new_queue_burst)
+        return bucket.take()
 
     async def _key(self, conn: Connection, v: Verified) -> list[bytes]:
         cmd: KEY = v.command  # type: ignore[assignment]
@@ -204,6 +225,9 @@ class Commands:
         if result is WriteResult.QUOTA_EXCEEDED:
             self._r.counters.messages_quota_refused += 1
             return _reply(v, QUOTA)
+        if result is WriteResult.STORE_FULL:
+            self._r.counters.messages_store_full += 1
+            return _reply(v, MEMORY_FULL)
         self._r.counters.messages_sent += 1
         if result is WriteResult.STORED_INTO_EMPTY:
             self._r.deliverer.stored_into_empty(queue.recipient_id, msg)
@@ -324,6 +348,11 @@ class Commands:
         self._r.subscribe_notifier(conn, nid)
         self._r.notifications.subscribed(nid)
         return _reply(v, _OK)
+
+
+def blocked_error(reason: str) -> ErrorType:
+    """`ERR BLOCKED reason=spam` (docs/protocol.md, "Errors")."""
+    return ErrorType("BLOCKED", f"reason={reason}")
 
 
 def _password_ok(required: bytes | None, given: bytes | None) -> bool:

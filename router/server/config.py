@@ -8,6 +8,7 @@ defaults where the protocol has one (WIRE.md §8). A bad value raises
 from __future__ import annotations
 
 import math
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,14 @@ FSYNC_POLICIES = ("never", "batch", "always")
 DEFAULT_MESSAGE_TTL = 21 * 24 * 3600  # seconds (WIRE.md §8)
 DEFAULT_EXPIRE_INTERVAL = 2 * 3600  # seconds between expiration passes (WIRE.md §8)
 DEFAULT_STATS_INTERVAL = 3600  # seconds per stats log line
+# What `smp-router serve` limits by default. One connection may create this many
+# queues at once, then this many per second: a client joining many groups is not
+# slowed, one creating queues in a loop is.
+DEFAULT_NEW_QUEUE_RATE = 10.0
+DEFAULT_NEW_QUEUE_BURST = 100
+DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
 
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # Basic-auth passwords: printable, no space, '@', ':' or '/' (WIRE.md §6).
 _PASSWORD_FORBIDDEN = frozenset(" @:/")
 
@@ -63,6 +71,19 @@ class RouterConfig:
     tls_cert: Path | None = None  # PEM certificate chain: the listener speaks wss://
     tls_key: Path | None = None  # its private key (both or neither)
     store_options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
+    # --- operation (docs: README "Operating the router") ---
+    public_host: str | None = None  # host name in the printed smp:// address
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # Prometheus /metrics; None: not served
+    control_port: int | None = None  # control commands on 127.0.0.1; None: not served
+    control_admin_password: str | None = None
+    control_user_password: str | None = None
+    # Limits (limits.py). Off here, for embedding programs, tests and benchmarks;
+    # `smp-router serve` sets the DEFAULT_* values unless its configuration says otherwise.
+    new_queue_rate: float | None = None  # NEW per second per connection after the burst
+    new_queue_burst: int = DEFAULT_NEW_QUEUE_BURST  # NEWs a connection may make at once
+    memory_store_max_bytes: int | None = None  # message body bytes the memory store holds
+    information: tuple[tuple[str, str], ...] = ()  # [INFORMATION] fields for the info page
 
     def __post_init__(self) -> None:
         if isinstance(self.data_dir, str):
@@ -105,6 +126,37 @@ class RouterConfig:
             raise ConfigError("stats interval must be a whole number of seconds dividing a day")
         if self.store != "memory" and self.data_dir is None:
             raise ConfigError(f"the {self.store} store needs a data directory")
+        if self.data_dir is not None and self.data_dir.exists() and not self.data_dir.is_dir():
+            raise ConfigError(f"data directory {self.data_dir} is not a directory")
+        self._check_operation()
+
+    def _check_operation(self) -> None:
+        for name in ("metrics_port", "control_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ConfigError(f"{name.replace('_', ' ')} must be 0..65535, not {value}")
+        if self.public_host is not None and not self.public_host.strip():
+            raise ConfigError("public host must not be empty")
+        if self.control_port is not None and not (
+            self.control_admin_password or self.control_user_password
+        ):
+            raise ConfigError("the control port needs an admin or a user password")
+        if self.new_queue_rate is not None:
+            _check_duration("new_queue_rate", self.new_queue_rate)
+        if self.new_queue_burst < 1:
+            raise ConfigError(f"new queue burst must be at least 1, not {self.new_queue_burst}")
+        if self.memory_store_max_bytes is not None and self.memory_store_max_bytes < 1:
+            raise ConfigError("memory store max bytes must be at least 1")
+
+    @property
+    def advertised_host(self) -> str:
+        """The host clients are told to connect to: the public host, else the listening
+        host unless it is a wildcard (0.0.0.0, ::), else this machine's name."""
+        if self.public_host:
+            return self.public_host
+        if self.host in WILDCARD_HOSTS:
+            return socket.getfqdn()
+        return self.host
 
 
 def check_password(password: bytes) -> None:
@@ -128,4 +180,27 @@ def _check_count(name: str, value: int) -> None:
 
 def _check_duration(name: str, value: float) -> None:
     if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
-        raise ConfigError(f"{name.replace('_', ' ')} must be a positive number of seconds")
+        raise ConfigError(f"{name.replace('_', ' ')} must be a positive number")
+
+
+class StartupError(Exception):
+    """The router could not start for a reason outside it (an address in use, an unknown
+    host, a file it cannot open); the message names the address or path concerned."""
+
+
+def os_error_reason(exc: OSError) -> str:
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host ({exc.strerror or exc})"
+    return exc.strerror or str(exc)
+
+
+def find_os_error(exc: BaseException) -> OSError | None:
+    """The OSError inside `exc` (trio may wrap it in exception groups), if any."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = find_os_error(inner)
+            if found is not None:
+                return found
+    return None

@@ -30,7 +30,8 @@ import math
 import resource
 import ssl
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -170,6 +171,20 @@ class WebSocketTransport:
         self.remote = remote
         self.stalled = False
 
+    @asynccontextmanager
+    async def _sending(self) -> AsyncIterator[None]:
+        """The write lock, taken without a pass through the scheduler when it is free
+        (the usual case: trio.Lock's `acquire` always yields, once per block sent)."""
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
     def established(self) -> None:
         """The SMP handshake is done: the connection no longer counts as pending."""
         if self._on_established is not None:
@@ -240,19 +255,19 @@ class WebSocketTransport:
             raise TransportClosed(f"bad framing: {protocol.parser_exc}")
 
     async def _ping(self) -> None:
-        async with self._send_lock:
+        async with self._sending():
             self._protocol.send_ping(b"")
             await self._write_pending()
 
     async def _fail(self, code: int, reason: str) -> None:
-        async with self._send_lock:
+        async with self._sending():
             if self._protocol.state is OPEN:
                 self._protocol.fail(code, reason)
             await self._write_pending()
         raise TransportClosed(reason)
 
     async def _flush(self) -> None:
-        async with self._send_lock:
+        async with self._sending():
             await self._write_pending()
 
     async def _write_pending(self) -> None:
@@ -279,7 +294,7 @@ class WebSocketTransport:
 
     async def send_blocks(self, blocks: list[bytes]) -> None:
         """Send blocks in one write; a peer that does not take them in time is dropped."""
-        async with self._send_lock:
+        async with self._sending():
             protocol = self._protocol
             if protocol.state is not OPEN:
                 raise TransportClosed("connection closing")
@@ -292,7 +307,7 @@ class WebSocketTransport:
         if timeout > 0 and self._protocol.state is OPEN:
             with trio.move_on_after(timeout):
                 try:
-                    async with self._send_lock:
+                    async with self._sending():
                         self._protocol.send_close(1000)
                         await self._write_pending()
                 except TransportClosed:

@@ -18,15 +18,21 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
+from urllib.parse import urlsplit
 
 import trio
 from trio_websocket import WebSocketConnection
 
-from store.interfaces import MessageStore, QueueRecord, QueueStore
+from router.protocol.types import ErrorType
+from store.factory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, store_dir
+from store.interfaces import MessageStore, Party, QueueRecord, QueueStore
+from store.memory import MemoryMessageStore, MemoryQueueStore
 
+from .blocked import BlockedQueues
 from .commands import Commands
 from .config import ConfigError, RouterConfig
 from .connection import Connection
+from .control import CONTROL_HOST, serve_control
 from .delivery import Deliverer
 from .dispatch import Dispatcher
 from .edge import (
@@ -39,7 +45,10 @@ from .edge import (
     tls_context,
 )
 from .expiry import Expirer
+from .gate import GatedTransport, Suspendable, SuspendGate
 from .identity import RouterIdentity, host_port, load_or_create_identity
+from .listen import naming_address
+from .metrics import serve_metrics
 from .notifications import Notifications
 from .services import Services
 from .stats import Counters, RouterStatistics
@@ -78,6 +87,9 @@ class Router:
         self.dispatcher = Dispatcher(self, Commands(self))
         self.connections: dict[int, Connection] = {}
         self._ids = count(1)
+        self.gate = SuspendGate()  # closed by the control port's suspend
+        self.listener: Suspendable | None = None  # the listener, once it is accepting
+        self.blocked = BlockedQueues(config.data_dir)  # recipient id -> reason
         self.expirer = Expirer(
             messages, ttl=config.message_ttl, interval=config.expire_interval,
             on_expired=self._count_expired,
@@ -178,7 +190,8 @@ class Router:
         GET of "/" gets the information page, if there is one."""
         if request.is_websocket_upgrade:
             return ACCEPT_WEBSOCKET
-        if request.method == "GET" and request.target == "/" and self.info_page is not None:
+        if (request.method == "GET" and urlsplit(request.target).path == "/"
+                and self.info_page is not None):  # "/?format=json" too (info.py)
             return self.info_page(request)
         return HttpResponse(404, b"Not Found\n")
 
@@ -195,7 +208,8 @@ class Router:
                 self.identity.hello_certificates(),
             )
             transport.established()
-            conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
+            gated = GatedTransport(transport, self.gate)
+            conn = Connection(next(self._ids), gated, handshake, self.config.send_queue_size)
             await self._run_connection(conn)
         except TransportClosed as e:
             log.debug("connection from %s closed: %s", transport.remote, e)
@@ -231,6 +245,63 @@ class Router:
         self.services.forget(conn)
         self.connections.pop(conn.id, None)
         conn.close()
+
+    # --- operation (the control port) ---------------------------------------------------
+
+    def suspend(self) -> None:
+        """Stop accepting clients, reading commands and delivering; `resume` undoes it."""
+        self.gate.suspend()
+        if self.listener is not None:
+            self.listener.suspend()
+
+    def resume(self) -> None:
+        self.gate.resume()
+        if self.listener is not None:
+            self.listener.resume()
+
+    async def delete_queue(self, recipient_id: bytes) -> bool:
+        """Delete a queue and its messages as its recipient's DEL would; False if unknown."""
+        removed = await self.queues.delete_queue(recipient_id)
+        if isinstance(removed, ErrorType):
+            return False
+        await self.messages.delete_queue_messages(recipient_id)
+        if removed.notifier is not None:
+            self.notifications.forget(removed.notifier.notifier_id)
+        self._end_subscription(recipient_id, Event.DELETED)
+        if removed.notifier is not None:
+            self.end_notifier(removed.notifier.notifier_id, Event.DELETED)
+        self.blocked.remove(recipient_id)
+        self.counters.queues_deleted += 1
+        return True
+
+    async def block_queue(self, recipient_id: bytes, reason: str) -> bool:
+        """Every command on the queue but DEL gets ERR BLOCKED; its subscriber gets END."""
+        if await self.queues.get_queue(Party.RECIPIENT, recipient_id) is None:
+            return False
+        self.blocked.add(recipient_id, reason)
+        self._end_subscription(recipient_id, Event.END)
+        return True
+
+    def unblock_queue(self, recipient_id: bytes) -> bool:
+        return self.blocked.remove(recipient_id)
+
+    def _end_subscription(self, recipient_id: bytes, event: Event) -> None:
+        subscriber = self.subscribers.remove(recipient_id)
+        if subscriber is not None:
+            subscriber.drop_subscription(recipient_id)
+            self.events.add(subscriber, recipient_id, event)
+
+    def save_now(self) -> str:
+        """Write the memory store's snapshot now; the durable stores are on disk already."""
+        if not isinstance(self.messages, MemoryMessageStore):
+            return f"ok: the {self.config.store} store is on disk already"
+        if self.config.data_dir is None or not isinstance(self.queues, MemoryQueueStore):
+            return "error: no data directory, nothing can be saved"
+        directory = store_dir(self.config.data_dir, "memory")
+        # Messages first, as at a clean stop: a crash between the two loses no queue.
+        messages = self.messages.save(directory / MESSAGES_SNAPSHOT)
+        queues = self.queues.save(directory / QUEUES_SNAPSHOT)
+        return f"ok: saved {queues} queues and {messages} messages"
 
     # --- observation ---------------------------------------------------------------------
 
@@ -272,6 +343,8 @@ class RouterInfo:
     port: int
     router: Router
     listener: EdgeListener | None = None  # suspend() / resume() accepting
+    metrics_port: int | None = None  # bound ports of the opt-in operation listeners
+    control_port: int | None = None
 
     @property
     def key_hash(self) -> bytes:
@@ -284,7 +357,8 @@ class RouterInfo:
 
     @property
     def address(self) -> str:
-        return self.router.identity.address(self.host, self.port)
+        """The address clients use: with the public host, never a wildcard (0.0.0.0)."""
+        return self.router.identity.address(self.router.config.advertised_host, self.port)
 
 
 @asynccontextmanager
@@ -292,6 +366,8 @@ async def open_router(config: RouterConfig) -> AsyncIterator[Router]:
     """A running router (without a listener) for the duration of the block."""
     identity = load_or_create_identity(config.data_dir)
     async with open_router_stores(config) as (queues, messages):
+        if isinstance(messages, MemoryMessageStore):
+            messages.max_bytes = config.memory_store_max_bytes
         router = Router(config, identity, queues, messages)
         async with trio.open_nursery() as nursery:
             await nursery.start(router.run)
@@ -337,10 +413,33 @@ async def serve_router(
             raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
     async with open_router(config) as router, trio.open_nursery() as nursery:
         router.info_page = info_page
-        listener: EdgeListener = await nursery.start(partial(
-            serve_edge, router.serve_transport, config.host, config.port,
-            hook=router.request_hook, limits=edge_limits(config), tls=tls,
-        ))
-        info = RouterInfo(config.host, listener.port, router, listener)
+        with naming_address("the router", config.host, config.port):
+            listener: EdgeListener = await nursery.start(partial(
+                serve_edge, router.serve_transport, config.host, config.port,
+                hook=router.request_hook, limits=edge_limits(config), tls=tls,
+            ))
+        router.listener = listener
+        if router.gate.suspended:  # suspended before the listener was there
+            listener.suspend()
+        metrics_port, control_port = await start_operation_ports(nursery, router)
+        info = RouterInfo(config.host, listener.port, router, listener, metrics_port,
+                          control_port)
         log.info("router listening on %s, address %s", info.url, info.address)
         task_status.started(info)
+
+
+async def start_operation_ports(
+    nursery: trio.Nursery, router: Router
+) -> tuple[int | None, int | None]:
+    """The opt-in metrics and control ports of the configuration; their bound ports."""
+    config = router.config
+    metrics_port = control_port = None
+    if config.metrics_port is not None:
+        metrics_port = await nursery.start(
+            serve_metrics, router, config.metrics_host, config.metrics_port
+        )
+        log.info("metrics on http://%s/metrics", host_port(config.metrics_host, metrics_port))
+    if config.control_port is not None:
+        control_port = await nursery.start(serve_control, router, config.control_port)
+        log.info("control port on %s", host_port(CONTROL_HOST, control_port))
+    return metrics_port, control_port

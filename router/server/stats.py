@@ -16,6 +16,7 @@ class Counters:
         "connections_total", "queues_created", "queues_secured", "queues_deleted",
         "messages_sent", "messages_delivered", "messages_acked", "messages_quota_refused",
         "messages_deferred", "subscriptions_displaced", "writers_stalled", "messages_expired",
+        "new_queues_rate_limited", "messages_store_full",
     )
 
     def __init__(self) -> None:

@@ -16,7 +16,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import trio
 
 from store import SnapshotError, StoreKindMismatch, open_stores
+from store.factory import store_dir
 from store.interfaces import MessageStore, QueueStore, StoreError
+from store.sqlite import DB_FILE
 from store.storelog import LogCorruptError, StoreLogError
 
 from .config import ConfigError, RouterConfig
@@ -44,13 +46,23 @@ async def open_router_stores(
                 "(it stays in the log's backup)"
             ) from e
         except (SnapshotError, StoreLogError, StoreError) as e:
-            raise StoreOpenError(f"cannot open the {config.store} store: {e}") from e
+            raise StoreOpenError(
+                f"cannot open the {config.store} store {_location(config)}: {e}"
+            ) from e
         except (StoreKindMismatch, ValueError) as e:
             raise ConfigError(str(e)) from e
         yield stores.queues, stores.messages
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(STORE_CLOSE_TIMEOUT):
             await stack.aclose()
+
+
+def _location(config: RouterConfig) -> str:
+    """The file or directory a store failed to open, for the operator's message."""
+    if config.data_dir is None:
+        return "in memory"
+    directory = store_dir(config.data_dir, config.store)
+    return str(directory / DB_FILE) if config.store == "sqlite" else f"in {directory}"
 
 
 class StoreOpenError(Exception):

@@ -109,7 +109,7 @@ def test_a_bad_flag_or_configuration_exits_2_with_one_line_and_no_traceback(args
     assert "Traceback" not in result.stderr
 
 
-def test_a_port_that_is_taken_exits_1_with_one_line():
+def test_a_port_that_is_taken_exits_2_with_one_line_naming_the_address():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -118,8 +118,9 @@ def test_a_port_that_is_taken_exits_1_with_one_line():
             smp_router("serve", "--port", port, "--store", "memory", "--log-level", "error"),
             capture_output=True, text=True, timeout=30,
         )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert f"127.0.0.1:{port}" in result.stderr
 
 
 async def test_a_data_directory_keeps_the_router_address_across_restarts(tmp_path):

@@ -143,7 +143,7 @@ async def test_a_corrupt_store_log_line_stops_the_start_naming_it_unless_skipped
             capture_stderr=True, check=False,
         )
         err = result.stderr.decode().strip().splitlines()
-        assert result.returncode == 1 and len(err) == 1, err
+        assert result.returncode == 2 and len(err) == 1, err
         assert f"{log}:2" in err[0] and "--skip-corrupt" in err[0]
         async with serving(*args, "--skip-corrupt") as address:
             async with open_client(address) as client:

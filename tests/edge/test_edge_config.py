@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from router.server.cli import build_parser, config_from_args, main
-from router.server.config import ConfigError, RouterConfig
+from router.server.config import (
+    DEFAULT_MEMORY_STORE_MAX_BYTES,
+    DEFAULT_NEW_QUEUE_RATE,
+    ConfigError,
+    RouterConfig,
+)
 
 
 def config_of(*flags: str) -> RouterConfig:
@@ -31,7 +36,11 @@ def test_listener_flags_reach_the_config():
 
 
 def test_without_flags_the_defaults_hold():
-    assert config_of() == RouterConfig(store="memory")
+    # `serve` adds the operator limits RouterConfig leaves off (limits.py).
+    assert config_of() == RouterConfig(
+        store="memory", new_queue_rate=DEFAULT_NEW_QUEUE_RATE,
+        memory_store_max_bytes=DEFAULT_MEMORY_STORE_MAX_BYTES,
+    )
     assert RouterConfig().idle_timeout is None
 
 

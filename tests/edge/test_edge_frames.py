@@ -168,6 +168,6 @@ async def test_an_idle_connection_keeps_nothing_of_its_last_block():
         await client.ping()
         conn = info.router.connection_for_session(client.session_id)
         assert conn is not None
-        transport = conn.transport
+        transport = conn.transport.inner  # under the suspend gate (gate.py)
         await trio.testing.wait_all_tasks_blocked()
         assert _large_buffers([transport._protocol, transport._events]) == []

@@ -40,8 +40,25 @@ def test_text_values_are_converted_to_what_the_router_uses():
         ({"password": b"user:pw"}, "password"),
         ({"password": b""}, "password"),
         ({"store": "sqlite"}, "data directory"),
+        ({"metrics_port": 65536}, "metrics port"),
+        ({"control_port": -1}, "control port"),
+        ({"control_port": 5225}, "admin or a user password"),
+        ({"public_host": " "}, "public host"),
+        ({"new_queue_rate": 0}, "new queue rate"),
+        ({"new_queue_burst": 0}, "new queue burst"),
+        ({"memory_store_max_bytes": 0}, "memory store max bytes"),
+        ({"data_dir": __file__}, "not a directory"),
     ],
 )
 def test_a_bad_value_is_a_config_error_naming_it(overrides, message):
     with pytest.raises(ConfigError, match=message):
         RouterConfig(**overrides)
+
+
+def test_the_advertised_host_is_the_public_host_else_a_usable_listening_host():
+    assert RouterConfig(host="10.0.0.5").advertised_host == "10.0.0.5"
+    assert RouterConfig(host="0.0.0.0", public_host="smp.example.org").advertised_host == (
+        "smp.example.org"
+    )
+    for wildcard in ("0.0.0.0", "::"):
+        assert RouterConfig(host=wildcard).advertised_host not in ("0.0.0.0", "::", "")

@@ -1,0 +1,369 @@
+"""The INI configuration file: `smp-router.ini` in the data directory or `--config FILE`.
+
+Sections follow the reference SMP server's where a setting means the same
+thing (`[STORE_LOG]`, `[AUTH]`, `[TRANSPORT]`, `[INACTIVE_CLIENTS]`,
+`[INFORMATION]`); `[LIMITS]` and `[LOG]` are this router's own. `key = value`
+and `key: value` are both accepted, keys are case-insensitive, `#` and `;`
+start a comment line (there are no comments after a value: a password or a
+description may contain `#`).
+
+Every key maps to one *setting*, named as the `serve` flag's argparse
+destination, so the file and the command line fill one namespace and a flag
+given on the command line simply replaces the file's value (`cli.py`).
+Adding a key is one line in `KEYS` (and, for a new field, one in the
+RouterConfig built by `cli.config_from_args`).
+
+A file that cannot be used raises `ConfigFileError` whose message names the
+file, the line and the key: `FILE:LINE: [SECTION] key: what is wrong`.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .config import (
+    DEFAULT_EXPIRE_INTERVAL,
+    DEFAULT_MEMORY_STORE_MAX_BYTES,
+    DEFAULT_MESSAGE_TTL,
+    DEFAULT_NEW_QUEUE_BURST,
+    DEFAULT_NEW_QUEUE_RATE,
+    DEFAULT_STATS_INTERVAL,
+    DELIVERY_MODES,
+    FSYNC_POLICIES,
+    STORE_KINDS,
+    ConfigError,
+    RouterConfig,
+)
+
+CONFIG_FILE_NAME = "smp-router.ini"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DAY = 86400.0
+_TRUE = ("on", "true", "yes", "1")
+_FALSE = ("off", "false", "no", "0")
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_KEY_LINE = re.compile(r"^\s*([^\s=:#;\[][^=:]*?)\s*[=:]")
+_SECTION_LINE = re.compile(r"^\s*\[([^\]]+)\]")
+
+
+class ConfigFileError(ConfigError):
+    """The configuration file cannot be used; the message names file, line and key."""
+
+
+# --- value parsers: text -> setting (raise ValueError with a short reason) ------------
+
+Parser = Callable[[str], object]
+
+
+def _text(value: str) -> str | None:
+    return value or None
+
+
+def _path(value: str) -> Path | None:
+    return Path(value) if value else None
+
+
+def _bool(value: str) -> bool:
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError("must be on or off")
+
+
+def _int(value: str) -> int:
+    return int(value)
+
+
+def _number(value: str) -> float:
+    return float(value)
+
+
+def _port(value: str) -> int | None:
+    return int(value) if value and value.lower() != "off" else None
+
+
+def _optional_number(value: str) -> float | None:
+    return float(value) if value and value.lower() != "off" else None
+
+
+def _size(value: str) -> int | None:
+    """`1073741824`, `512M`, `1G`, `1 GiB`; `off` for no cap."""
+    if not value or value.lower() == "off":
+        return None
+    match = _SIZE.match(value)
+    if match is None:
+        raise ValueError("must be a size such as 512M or 1G, or off")
+    return int(match[1]) * _SIZE_UNITS[match[2].lower()]
+
+
+def _choice(choices: tuple[str, ...]) -> Parser:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _field_default(name: str) -> object:
+    return next(f.default for f in fields(RouterConfig) if f.name == name)
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    section: str
+    name: str  # as written in the file
+    setting: str  # the serve flag's argparse destination
+    parse: Parser
+    default: object  # what applies when neither the file nor a flag sets it
+    doc: str  # one line for the file `init` writes
+    scale: float = 1.0  # file value x scale = setting (days -> seconds)
+    shown: bool = False  # written uncommented by `init`
+
+
+# The order here is the order of the file `init` writes and `config check` prints.
+KEYS: tuple[Key, ...] = (
+    Key("STORE_LOG", "store", "store", _choice(STORE_KINDS), None,
+        "memory, journal or sqlite; default: the kind already in the data directory, else "
+        "sqlite"),
+    Key("STORE_LOG", "data_dir", "data_dir", _path, None,
+        "identity, stores and stats log; default: the data directory this file is in "
+        "(with --config: ~/.local/share/smp-router)"),
+    Key("STORE_LOG", "fsync", "fsync", _choice(FSYNC_POLICIES), "batch",
+        "when stored data is forced to disk: never, batch (group commit), always"),
+    Key("STORE_LOG", "skip_corrupt", "skip_corrupt", _bool, False,
+        "on: start even if a store log has a corrupt line (it is left out)"),
+    Key("STORE_LOG", "quota", "quota", _int, 128,
+        "messages per queue before ERR QUOTA"),
+    Key("STORE_LOG", "expire_messages_days", "message_ttl", _number, DEFAULT_MESSAGE_TTL,
+        "days an undelivered message is kept", scale=DAY),
+    Key("STORE_LOG", "expire_interval", "expire_interval", _number, DEFAULT_EXPIRE_INTERVAL,
+        "seconds between passes that remove expired messages"),
+    Key("STORE_LOG", "expire_on_send", "expire_on_send", _bool, False,
+        "on: also remove a queue's expired messages on every SEND to it"),
+    Key("STORE_LOG", "log_stats", "log_stats", _bool, True,
+        "off: write no CSV statistics log"),
+    Key("STORE_LOG", "stats_log", "stats_log", _path, None,
+        "the statistics log; default: stats.csv in the data directory"),
+    Key("STORE_LOG", "stats_interval", "stats_interval", _int, DEFAULT_STATS_INTERVAL,
+        "seconds per statistics line; must divide a day"),
+    Key("AUTH", "new_queues", "allow_new_queues", _bool, True,
+        "off: every NEW is refused with ERR AUTH", shown=True),
+    Key("AUTH", "create_password", "password", _text, None,
+        "basic-auth password clients must give to create queues; none if unset"),
+    Key("AUTH", "control_port_admin_password", "control_admin_password", _text, None,
+        "control port password for every command"),
+    Key("AUTH", "control_port_user_password", "control_user_password", _text, None,
+        "control port password for the read-only commands"),
+    Key("TRANSPORT", "host", "host", _text, "127.0.0.1",
+        "interface to listen on (0.0.0.0: every IPv4 interface)", shown=True),
+    Key("TRANSPORT", "port", "port", _int, 5224, "port to listen on", shown=True),
+    Key("TRANSPORT", "public_host", "public_host", _text, None,
+        "host name clients use, printed in the smp:// address; default: host, or this "
+        "machine's name if host is 0.0.0.0 or ::"),
+    Key("TRANSPORT", "delivery", "delivery", _choice(DELIVERY_MODES), "single-task",
+        "delivery design: single-task or per-queue-task"),
+    Key("TRANSPORT", "send_queue_size", "send_queue_size", _int, 64,
+        "response batches buffered per connection"),
+    Key("TRANSPORT", "stalled_writer_timeout", "stalled_writer_timeout", _number, 30.0,
+        "seconds a client may take to read one block before it is dropped"),
+    Key("TRANSPORT", "end_batch_interval", "end_batch_interval", _number, 0.1,
+        "seconds between flushes of END/DELD events"),
+    Key("TRANSPORT", "handshake_timeout", "handshake_timeout", _number, 120.0,
+        "seconds a client has to complete the handshake"),
+    Key("TRANSPORT", "control_port", "control_port", _port, None,
+        "control commands on 127.0.0.1 at this port; off if unset"),
+    Key("TRANSPORT", "metrics_port", "metrics_port", _port, None,
+        "Prometheus metrics at http://metrics_host:metrics_port/metrics; off if unset"),
+    Key("TRANSPORT", "metrics_host", "metrics_host", _text, "127.0.0.1",
+        "interface the metrics are served on"),
+    Key("TRANSPORT", "tls_cert", "tls_cert", _path, None,
+        "PEM certificate chain: the router speaks wss:// (with tls_key)"),
+    Key("TRANSPORT", "tls_key", "tls_key", _path, None, "the certificate's private key"),
+    Key("TRANSPORT", "upgrade_timeout", "upgrade_timeout", _number,
+        _field_default("upgrade_timeout"), "seconds a new connection has to send its request"),
+    Key("TRANSPORT", "max_pending", "max_pending", _int, _field_default("max_pending"),
+        "connections in the upgrade or SMP handshake, in total"),
+    Key("TRANSPORT", "max_pending_per_address", "max_pending_per_address", _int,
+        _field_default("max_pending_per_address"), "the same, from one remote address"),
+    Key("TRANSPORT", "max_connections", "max_connections", _int,
+        _field_default("max_connections"), "open connections (lowered to fit the fd limit)"),
+    Key("TRANSPORT", "max_message_frames", "max_message_frames", _int,
+        _field_default("max_message_frames"), "WebSocket frames one block may be split into"),
+    Key("TRANSPORT", "message_timeout", "message_timeout", _number,
+        _field_default("message_timeout"), "seconds from a block's first frame to its last"),
+    Key("TRANSPORT", "keepalive_interval", "keepalive_interval", _number,
+        _field_default("keepalive_interval"), "seconds of silence before a client is pinged"),
+    Key("TRANSPORT", "keepalive_timeout", "keepalive_timeout", _number,
+        _field_default("keepalive_timeout"), "seconds a pinged client has to answer"),
+    Key("LIMITS", "new_queues_per_second", "new_queue_rate", _optional_number,
+        DEFAULT_NEW_QUEUE_RATE,
+        "NEW commands one connection may send per second, after its burst; off: no limit"),
+    Key("LIMITS", "new_queues_burst", "new_queue_burst", _int, DEFAULT_NEW_QUEUE_BURST,
+        "NEW commands one connection may send at once"),
+    Key("LIMITS", "memory_store_max_bytes", "memory_store_max_bytes", _size,
+        DEFAULT_MEMORY_STORE_MAX_BYTES,
+        "message bytes the memory store holds at most (e.g. 512M, 2G); off: no cap"),
+    Key("INACTIVE_CLIENTS", "disconnect", "inactive_disconnect", _bool, False,
+        "on: disconnect clients without subscriptions that sent nothing for ttl seconds "
+        "(the --idle-timeout flag sets the same)"),
+    Key("INACTIVE_CLIENTS", "ttl", "inactive_ttl", _number, 21600.0,
+        "seconds of silence before such a client is disconnected"),
+    Key("LOG", "level", "log_level", _choice(LOG_LEVELS), "info",
+        "debug, info, warning or error"),
+    Key("LOG", "file", "log_file", _path, None,
+        "append the log to this file instead of stderr"),
+)
+
+# [TRANSPORT] keys of the listener (edge.py) that are RouterConfig fields of that name.
+LISTENER_SETTINGS = (
+    "tls_cert", "tls_key", "upgrade_timeout", "max_pending", "max_pending_per_address",
+    "max_connections", "max_message_frames", "message_timeout", "keepalive_interval",
+    "keepalive_timeout",
+)
+
+# Shown on the server information page, in this order (the reference's names).
+INFORMATION_KEYS = (
+    "source_code", "usage_conditions", "condition_amendments", "server_country",
+    "operator", "operator_country", "website", "admin_simplex", "admin_email",
+    "complaints_simplex", "complaints_email", "hosting", "hosting_country", "description",
+)
+KEYS += tuple(
+    Key("INFORMATION", name, f"info_{name}", _text, None, f"{name.replace('_', ' ')}")
+    for name in INFORMATION_KEYS
+)
+_BY_KEY = {(k.section, k.name): k for k in KEYS}
+SECTIONS = tuple(dict.fromkeys(k.section for k in KEYS))
+DEFAULTS: Mapping[str, object] = {k.setting: k.default for k in KEYS}
+
+
+def read_config_file(path: Path) -> dict[str, object]:
+    """The settings a configuration file sets (only those it sets)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ConfigFileError(f"{path}: is a directory, not a configuration file") from None
+    except FileNotFoundError:
+        raise ConfigFileError(f"{path}: no such configuration file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigFileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
+    settings = parse_config_text(text, str(path))
+    # A relative path in the file is relative to the file, not to the working directory.
+    return {name: path.parent / value if isinstance(value, Path) and not value.is_absolute()
+            else value for name, value in settings.items()}
+
+
+def parse_config_text(text: str, filename: str) -> dict[str, object]:
+    parser = configparser.ConfigParser(
+        interpolation=None, delimiters=("=", ":"), comment_prefixes=("#", ";"),
+        inline_comment_prefixes=None, empty_lines_in_values=False, default_section="\0",
+    )
+    try:
+        parser.read_string(text, source=filename)
+    except configparser.Error as e:
+        raise ConfigFileError(_parser_error(e, filename)) from None
+    lines = _key_lines(text)
+    settings: dict[str, object] = {}
+    for section in parser.sections():
+        for name, value in parser.items(section):
+            line = lines.get((section, name), 0)
+            settings.update(_setting(section, name, value.strip(), f"{filename}:{line}"))
+    return settings
+
+
+def _setting(section: str, name: str, value: str, where: str) -> dict[str, object]:
+    if section not in SECTIONS:
+        raise ConfigFileError(
+            f"{where}: [{section}] {name}: unknown section (known: {', '.join(SECTIONS)})"
+        )
+    key = _BY_KEY.get((section, name))
+    if key is None:
+        known = ", ".join(k.name for k in KEYS if k.section == section)
+        raise ConfigFileError(f"{where}: [{section}] {name}: unknown key (known: {known})")
+    try:
+        parsed = key.parse(value)
+    except ValueError as e:
+        reason = str(e) if " " in str(e) else f"not a valid value: {value!r}"
+        raise ConfigFileError(f"{where}: [{section}] {name}: {reason}") from None
+    if key.scale != 1.0 and isinstance(parsed, int | float):
+        parsed = parsed * key.scale
+    return {key.setting: parsed}
+
+
+def _key_lines(text: str) -> dict[tuple[str, str], int]:
+    """(section, lower-cased key) -> line number, for error messages."""
+    lines: dict[tuple[str, str], int] = {}
+    section = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        if header := _SECTION_LINE.match(line):
+            section = header[1].strip()
+        elif (key := _KEY_LINE.match(line)) and not line[:1].isspace():
+            lines.setdefault((section, key[1].strip().lower()), number)
+    return lines
+
+
+def _parser_error(e: configparser.Error, filename: str) -> str:
+    if isinstance(e, configparser.DuplicateOptionError):
+        return f"{filename}:{e.lineno}: [{e.section}] {e.option}: set twice"
+    if isinstance(e, configparser.DuplicateSectionError):
+        return f"{filename}:{e.lineno}: [{e.section}]: section appears twice"
+    if isinstance(e, configparser.MissingSectionHeaderError):
+        return f"{filename}:{e.lineno}: a setting before any [SECTION] header: {e.line.strip()!r}"
+    if isinstance(e, configparser.ParsingError) and e.errors:
+        lineno, line = e.errors[0]
+        return f"{filename}:{lineno}: not a `key = value` line: {line.strip()!r}"
+    return f"{filename}: {e.message}"  # pragma: no cover - every error above has a line
+
+
+def display(key: Key, value: object) -> str:
+    """A setting as it would be written in the file."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if key.scale != 1.0 and isinstance(value, int | float):
+        value = value / key.scale
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def render_config(settings: Mapping[str, object], *, secret: Iterable[str] = ()) -> str:
+    """Every key with its effective value, section by section (for `config check`)."""
+    hidden = set(secret)
+    out: list[str] = []
+    for section in SECTIONS:
+        out.append(f"[{section}]")
+        for key in (k for k in KEYS if k.section == section):
+            value = display(key, settings.get(key.setting, key.default))
+            if key.setting in hidden and value:
+                value = "(set)"
+            out.append(f"{key.name}: {value}".rstrip())
+        out.append("")
+    return "\n".join(out)
+
+
+def template(settings: Mapping[str, object] | None = None) -> str:
+    """The commented file `smp-router init` writes: every key with its doc line;
+    the `shown` ones set, the others commented out at their default."""
+    settings = settings or {}
+    out = [
+        "# smp-router configuration. `key: value` or `key = value`; a line starting",
+        "# with # or ; is a comment. Command-line flags override what is set here.",
+        "# `smp-router config check` prints the configuration in effect.",
+        "",
+    ]
+    for section in SECTIONS:
+        out.append(f"[{section}]")
+        for key in (k for k in KEYS if k.section == section):
+            value = display(key, settings.get(key.setting, key.default))
+            out.append(f"# {key.doc}")
+            prefix = "" if key.shown or key.setting in settings else "# "
+            out.append(f"{prefix}{key.name}: {value}".rstrip())
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,322 @@
+"""Control commands on a localhost port, in the reference SMP server's line protocol.
+
+One command per line, answers as lines; `nc 127.0.0.1 PORT` or `telnet` is
+the client. A session starts without a role: `auth PASSWORD` with the admin
+password (`control_port_admin_password`) gives every command, with the user
+password (`control_port_user_password`) the read-only ones. A command the
+role does not allow is answered `AUTH`, as the reference does.
+
+    auth PASSWORD          Current role is admin | user | none
+    stats                  the router's statistics, `name: value` lines      (user)
+    clients                one line per connected client                     (user)
+    status QUEUE_ID        a queue's state and message count                 (user)
+    delete QUEUE_ID        delete the queue and its messages (subscriber: DELD)
+    block QUEUE_ID [spam|content]   every command on it gets ERR BLOCKED
+    unblock QUEUE_ID
+    save                   write the memory store's snapshot now
+    suspend / resume       stop / restart accepting clients, reading commands
+                           and delivering messages
+    help, quit
+
+QUEUE_ID is the recipient id in base64url, as in the smp:// queue links
+(padding optional). The listener binds 127.0.0.1 only: the passwords cross
+the connection in clear.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import logging
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import fields
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import trio
+
+from store.interfaces import Party
+
+from .config import ConfigError, StartupError, os_error_reason
+from .listen import bound_port, open_listeners
+
+if TYPE_CHECKING:
+    from .router import Router
+
+log = logging.getLogger(__name__)
+
+CONTROL_HOST = "127.0.0.1"
+MAX_LINE = 4096  # bytes; a longer line ends the session
+IDLE_TIMEOUT = 600.0  # seconds a session may stay silent
+CLIENT_TIMEOUT = 30.0  # seconds `smp-router control` waits for the router
+BLOCK_REASONS = ("spam", "content")
+
+
+class Role(Enum):
+    NONE = "none"
+    USER = "user"
+    ADMIN = "admin"
+
+
+class LineTooLong(Exception):
+    pass
+
+
+Handler = Callable[["ControlSession", list[str]], Awaitable[list[str]]]
+
+
+class ControlSession:
+    """One control connection: its role, and the router it acts on."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.role = Role.NONE
+        self.done = False
+
+    async def execute(self, line: str) -> list[str]:
+        words = line.split()
+        if not words:
+            return []
+        name, args = words[0].lower(), words[1:]
+        command = COMMANDS.get(name)
+        if command is None:
+            return [f"error: unknown command {name!r}; try help"]
+        needed, handler = command
+        if not self._allows(needed):
+            log.warning("control port: %s refused without the %s role", name, needed.value)
+            return ["AUTH"]
+        return await handler(self, args)
+
+    def _allows(self, needed: Role) -> bool:
+        if needed is Role.NONE:
+            return True
+        if needed is Role.USER:
+            return self.role in (Role.USER, Role.ADMIN)
+        return self.role is Role.ADMIN
+
+
+# --- commands ------------------------------------------------------------------------
+
+
+async def _auth(session: ControlSession, args: list[str]) -> list[str]:
+    config = session.router.config
+    given = args[0].encode() if len(args) == 1 else b""
+    session.role = Role.NONE
+    if _same(config.control_admin_password, given):
+        session.role = Role.ADMIN
+    elif _same(config.control_user_password, given):
+        session.role = Role.USER
+    return [f"Current role is {session.role.value}"]
+
+
+def _same(password: str | None, given: bytes) -> bool:
+    return bool(password) and hmac.compare_digest(password.encode(), given)  # type: ignore[union-attr]
+
+
+async def _stats(session: ControlSession, args: list[str]) -> list[str]:
+    router = session.router
+    stats = router.statistics()
+    lines = [f"{f.name}: {getattr(stats, f.name)}" for f in fields(stats)]
+    lines.append(f"queues_stored: {await router.queues.queue_count()}")
+    lines.append(f"new_queues_rate_limited: {router.counters.new_queues_rate_limited}")
+    lines.append(f"messages_store_full: {router.counters.messages_store_full}")
+    lines.append(f"suspended: {'yes' if router.gate.suspended else 'no'}")
+    return lines
+
+
+async def _clients(session: ControlSession, args: list[str]) -> list[str]:
+    lines = ["id remote version subscriptions deliveries_waiting"]
+    for conn in list(session.router.connections.values()):
+        lines.append(f"{conn.id} {conn.transport.remote} v{conn.version} "
+                     f"{len(conn.subscriptions)} {len(conn.deliveries)}")
+    lines.append(f"{len(lines) - 1} clients")
+    return lines
+
+
+async def _status(session: ControlSession, args: list[str]) -> list[str]:
+    rid = _queue_id(args)
+    if rid is None:
+        return ["error: usage: status QUEUE_ID"]
+    router = session.router
+    queue = await router.queues.get_queue(Party.RECIPIENT, rid)
+    if queue is None:
+        return ["error: no such queue"]
+    blocked = router.blocked.get(rid)
+    state = f"blocked ({blocked})" if blocked else queue.status.value
+    size = await router.messages.queue_size(rid)
+    return [f"status: {state}, secured: {'yes' if queue.sender_key else 'no'}, "
+            f"messages: {size}"]
+
+
+async def _delete(session: ControlSession, args: list[str]) -> list[str]:
+    rid = _queue_id(args)
+    if rid is None:
+        return ["error: usage: delete QUEUE_ID"]
+    if not await session.router.delete_queue(rid):
+        return ["error: no such queue"]
+    log.info("control port: queue %s deleted", args[0])
+    return ["ok"]
+
+
+async def _block(session: ControlSession, args: list[str]) -> list[str]:
+    rid = _queue_id(args[:1])
+    reason = args[1].lower() if len(args) == 2 else "spam"
+    if rid is None or len(args) > 2 or reason not in BLOCK_REASONS:
+        return ["error: usage: block QUEUE_ID [spam|content]"]
+    if not await session.router.block_queue(rid, reason):
+        return ["error: no such queue"]
+    log.info("control port: queue %s blocked (%s)", args[0], reason)
+    return ["ok"]
+
+
+async def _unblock(session: ControlSession, args: list[str]) -> list[str]:
+    rid = _queue_id(args)
+    if rid is None:
+        return ["error: usage: unblock QUEUE_ID"]
+    if not session.router.unblock_queue(rid):
+        return ["error: queue is not blocked"]
+    log.info("control port: queue %s unblocked", args[0])
+    return ["ok"]
+
+
+async def _save(session: ControlSession, args: list[str]) -> list[str]:
+    return [session.router.save_now()]
+
+
+async def _suspend(session: ControlSession, args: list[str]) -> list[str]:
+    session.router.suspend()
+    log.warning("control port: router suspended")
+    return ["ok: suspended (no new clients, no commands read, no deliveries)"]
+
+
+async def _resume(session: ControlSession, args: list[str]) -> list[str]:
+    session.router.resume()
+    log.warning("control port: router resumed")
+    return ["ok: resumed"]
+
+
+async def _help(session: ControlSession, args: list[str]) -> list[str]:
+    return [f"{name} ({role.value} role)" if role is not Role.NONE else name
+            for name, (role, _) in COMMANDS.items()]
+
+
+async def _quit(session: ControlSession, args: list[str]) -> list[str]:
+    session.done = True
+    return []
+
+
+COMMANDS: dict[str, tuple[Role, Handler]] = {
+    "auth": (Role.NONE, _auth),
+    "help": (Role.NONE, _help),
+    "quit": (Role.NONE, _quit),
+    "stats": (Role.USER, _stats),
+    "clients": (Role.USER, _clients),
+    "status": (Role.USER, _status),
+    "delete": (Role.ADMIN, _delete),
+    "block": (Role.ADMIN, _block),
+    "unblock": (Role.ADMIN, _unblock),
+    "save": (Role.ADMIN, _save),
+    "suspend": (Role.ADMIN, _suspend),
+    "resume": (Role.ADMIN, _resume),
+}
+
+
+def _queue_id(args: list[str]) -> bytes | None:
+    if len(args) != 1:
+        return None
+    text = args[0]
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+# --- the listener --------------------------------------------------------------------
+
+
+async def serve_control(
+    router: Router, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve control sessions on 127.0.0.1:port until cancelled; reports the bound port."""
+    listeners = await open_listeners("the control port", CONTROL_HOST, port)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            await run_session(ControlSession(router), stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                LineTooLong, UnicodeDecodeError) as e:
+            log.debug("control session ended: %r", e)
+        except Exception:  # a failing command ends its session, never the router
+            log.exception("control session failed")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    task_status.started(bound_port(listeners))
+    await trio.serve_listeners(handle, listeners)
+
+
+async def run_session(session: ControlSession, stream: trio.abc.Stream) -> None:
+    buffer = bytearray()
+    while not session.done:
+        with trio.fail_after(IDLE_TIMEOUT):
+            line = await _read_line(stream, buffer)
+        if line is None:
+            return
+        answer = await session.execute(line.decode("utf-8").strip())
+        if answer:
+            await stream.send_all(("\n".join(answer) + "\n").encode())
+
+
+async def _read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> bytes | None:
+    while True:
+        end = buffer.find(b"\n")
+        if end >= 0:
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            return line
+        if len(buffer) > MAX_LINE:
+            raise LineTooLong
+        data = await stream.receive_some(4096)
+        if not data:
+            return None
+        buffer += data
+
+
+# --- the command-line client (`smp-router control`) ------------------------------------
+
+
+def run_control_commands(settings: Mapping[str, object], role: str, lines: list[str]) -> int:
+    """Authenticate with the configuration's password for `role`, send `lines`, print the
+    answers. The answers have no end mark, so `quit` follows the commands and the
+    answers are read until the router closes the session."""
+    port = settings.get("control_port")
+    password = settings.get(f"control_{role}_password")
+    if port is None:
+        raise ConfigError("no control port: set control_port in the configuration, or --port")
+    if not password:
+        raise ConfigError(f"no control_port_{role}_password in the configuration")
+    script = "".join(f"{line}\n" for line in [f"auth {password}", *lines, "quit"])
+    answer = _exchange(int(port), script.encode()).decode("utf-8", "replace")  # type: ignore[call-overload]
+    first, _, rest = answer.partition("\n")
+    if first != f"Current role is {role}":
+        raise StartupError(f"the control port at {CONTROL_HOST}:{port} refused the "
+                           f"{role} password ({first or 'no answer'})")
+    sys.stdout.write(rest)
+    return 0
+
+
+def _exchange(port: int, script: bytes) -> bytes:
+    try:
+        with socket.create_connection((CONTROL_HOST, port), timeout=CLIENT_TIMEOUT) as sock:
+            sock.sendall(script)
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+    except OSError as e:
+        raise StartupError(
+            f"cannot reach the control port at {CONTROL_HOST}:{port}: {os_error_reason(e)}"
+        ) from e
+    return b"".join(chunks)
