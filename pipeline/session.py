@@ -26,11 +26,15 @@ DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 # an operator. Errors still show, without their Java stack trace: the pipeline
 # ends a failed run with one line of its own.
 QUIET_LOG4J2 = """\
-rootLogger.level = error
+# the root at WARN, the level Spark's shell defaults to, so that it does not announce
+# a level change; the console prints errors only
+rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
 appender.console.type = Console
 appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
 appender.console.layout.alwaysWriteExceptions = false

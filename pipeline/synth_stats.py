@@ -60,8 +60,10 @@ class _Router:
             self.month_active = 0
         totals = self._day_totals(day)
         active = int(self.live * 0.55 * WEEKDAY[day.weekday()] * self._noise(0.05))
-        week_end = min(int(self.live), max(active, self.week_active + int(0.35 * active)))
-        month_end = min(int(self.live), max(week_end, self.month_active + int(0.2 * active)))
+        week_end, month_end = (
+            self._grown(self.week_active, active),
+            self._grown(self.month_active, active),
+        )
         start = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())
         lines, done, so_far = [], dict.fromkeys(COUNTER_FIELDS, 0), 0.0
         for hour, counts in enumerate(_split_by_hour(totals, self.rng)):
@@ -102,6 +104,13 @@ class _Router:
         self.week_active, self.month_active = week_end, month_end
         self.live += done["queues_created"] - done["queues_deleted"]
         return lines
+
+    def _grown(self, running: int, active: int) -> int:
+        """A running distinct count after a day with `active` queues: the first day adds
+        all of them, later days the 30% not seen before in the period (the same rule for
+        weeks and months, so a month holds at least the weeks that started in it)."""
+        added = active if running == 0 else int(0.3 * active)
+        return min(int(self.live), running + added)
 
     def _noise(self, spread: float) -> float:
         return 1 + self.rng.uniform(-spread, spread)
