@@ -52,13 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.name == "compare" and args.base is None:
+        parser.error("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
     out = results_dir(args)
     print(f"results: {out}", flush=True)
     saved_dir, first_table = harness.RESULTS_DIR, len(harness.TABLES_WRITTEN)
     harness.RESULTS_DIR = out
     try:
         summary = _run(args)
+    except harness.BenchError as exc:  # a process failed: say which, not a traceback
+        print(f"python -m bench {args.name}: error: {exc}", file=sys.stderr)
+        return 1
     finally:
         harness.RESULTS_DIR = saved_dir
     print(report(args.name, summary, harness.TABLES_WRITTEN[first_table:]))
@@ -123,8 +129,6 @@ def _run(args: argparse.Namespace) -> object:
     if args.name == "compare":
         from . import compare
 
-        if args.base is None:
-            raise SystemExit("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
         return compare.run(args.base, repeats=args.repeats or 4)
     from . import profile
 
