@@ -282,8 +282,8 @@ def _check_synth(args: argparse.Namespace) -> None:
         return
     if args.records is None:
         raise checks.UsageError("synth needs --records N (or --stats --days N for stats logs)")
-    if args.days is not None or args.down:
-        raise checks.UsageError("--days and --down are for synth --stats")
+    if args.days is not None or args.down or args.routers != 1:
+        raise checks.UsageError("--days, --routers and --down are for synth --stats")
     checks.check_writable_parent(args.out)
 
 

@@ -48,6 +48,7 @@ def stats_log(tmp_path: Path) -> Path:
         (["synth", "--stats", "--out", "logs"], "needs --days"),
         (["synth", "--stats", "--days", "0", "--out", "logs"], "--days: must be"),
         (["synth", "--records", "5", "--days", "3", "--out", "x"], "for synth --stats"),
+        (["synth", "--records", "5", "--routers", "2", "--out", "x"], "for synth --stats"),
         (["synth", "--stats", "--days", "3", "--down", "5-2", "--out", "x"], "first <= last"),
         (["synth", "--stats", "--days", "3", "--first-day", "May", "--out", "x"], "'May'"),
         (["--master", "nowhere", "stats", "x", "--out", "o"], "not a Spark master URL"),
