@@ -22,7 +22,7 @@ import matplotlib.dates as mdates  # noqa: E402 - the backend must be chosen fir
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
+from matplotlib.ticker import MaxNLocator, PercentFormatter, StrMethodFormatter  # noqa: E402
 
 Rows = list[dict[str, object]]
 NAN = float("nan")
@@ -168,22 +168,35 @@ def _line(
     calendar: Calendar,
     ys: Sequence[float],
     label: str,
-    value_format: str = "{:,.0f}",
+    value_format: str | None = "{:,.0f}",
     **style,
 ) -> None:
+    """A daily series with markers; up to FEW_DAYS days, each point labelled with its
+    value (`value_format`; None: no labels), the labels of the n-th line of the axes
+    set 12 points lower than those of the one before, so that close values stay legible."""
     style = {"marker": "o", "markersize": 3 if len(ys) > 45 else 5, "zorder": 3, **style}
     (line,) = ax.plot(calendar.days, ys, label=label, **style)
-    if len(ys) <= FEW_DAYS:  # a handful of points: the numbers read better than the scale
-        for day, y in zip(calendar.days, ys, strict=True):
-            if not math.isnan(y):
-                ax.annotate(
-                    value_format.format(y),
-                    (_x(day), y),
-                    textcoords="offset points",
-                    xytext=(6, 4),
-                    fontsize="small",
-                    color=line.get_color(),
-                )
+    if value_format is None or len(ys) > FEW_DAYS:
+        return
+    rank = len(ax.get_lines()) - 1
+    for day, y in zip(calendar.days, ys, strict=True):
+        if not math.isnan(y):
+            ax.annotate(
+                value_format.format(y),
+                (_x(day), y),
+                textcoords="offset points",
+                xytext=(8, 8 - 12 * rank),
+                va="center",
+                fontsize="small",
+                color=line.get_color(),
+            )
+
+
+def _label_bars(ax: Axes, bars, values: Sequence[float]) -> None:
+    """Up to FEW_DAYS days, each bar says its value inside it."""
+    if len(values) <= FEW_DAYS:
+        labels = ["" if math.isnan(v) else f"{v:,.0f}" for v in values]
+        ax.bar_label(bars, labels=labels, label_type="center", fontsize="small")
 
 
 def _top_from_data(ax: Axes, minimum: float) -> float:
@@ -196,6 +209,7 @@ def _counts_from_zero(ax: Axes) -> None:
     """Counts start at 0, have whole ticks, and an all-zero series still has a scale."""
     ax.set_ylim(bottom=0, top=_top_from_data(ax, 1))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
 
 
 def _legend(ax: Axes, **where) -> None:
@@ -241,7 +255,7 @@ def _delivery_ratio(fig: Figure, calendar: Calendar, total: Rows, by_router: Row
     if len(per_router) > 1:  # with one router its line is the total's
         for router, rows in sorted(per_router.items()):
             ratios = calendar.series(rows, "delivery_ratio", 100)
-            _line(ax, calendar, ratios, router, "{:.1f}%", alpha=0.6, linewidth=1, markersize=3)
+            _line(ax, calendar, ratios, router, None, alpha=0.6, linewidth=1, markersize=3)
     overall = calendar.series(total, "delivery_ratio", 100)
     _line(ax, calendar, overall, "all routers", "{:.1f}%", color="black", linewidth=2)
     ax.yaxis.set_major_formatter(PercentFormatter())
@@ -273,8 +287,12 @@ def _refused_counts(fig: Figure, calendar: Calendar, daily: Rows) -> None:
     ax = _day_axes(fig, calendar, "Expired and quota-refused messages per day, all routers")
     expired = calendar.series(daily, "msgs_expired")
     refused = calendar.series(daily, "msgs_quota_refused")
-    ax.bar(calendar.days, expired, width=0.8, label="expired")
-    ax.bar(calendar.days, refused, width=0.8, bottom=expired, label="refused for quota")
+    for bars, values in (
+        (ax.bar(calendar.days, expired, width=0.8, label="expired"), expired),
+        (ax.bar(calendar.days, refused, width=0.8, bottom=expired, label="refused for quota"),
+         refused),
+    ):  # fmt: skip
+        _label_bars(ax, bars, values)
     ax.set_ylabel("messages")
     _counts_from_zero(ax)
     _legend(ax)
@@ -326,17 +344,23 @@ def _churn(fig: Figure, calendar: Calendar, daily: Rows) -> None:
     created = calendar.series(daily, "queues_created")
     deleted = calendar.series(daily, "queues_deleted")
     net = calendar.series(daily, "queues_net")
-    top.bar(calendar.days, created, width=0.8, color="tab:green", alpha=0.6, label="created")
-    top.bar(calendar.days, [-v for v in deleted], width=0.8, color="tab:red", alpha=0.6,
-            label="deleted (below 0)")  # fmt: skip
+    made = top.bar(calendar.days, created, width=0.8, color="tab:green", alpha=0.6,
+                   label="created")  # fmt: skip
+    gone = top.bar(calendar.days, [-v for v in deleted], width=0.8, color="tab:red", alpha=0.6,
+                   label="deleted (below 0)")  # fmt: skip
+    _label_bars(top, made, created)
+    _label_bars(top, gone, deleted)
     _line(top, calendar, net, "net (created - deleted)", color="black", linewidth=1.5)
     top.axhline(0, color="0.3", linewidth=0.8)
     top.set_ylabel("queues per day")
+    top.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     _legend(top)
     bottom = _day_axes(fig, calendar, "Growth: net queues since the first day shown", 212)
     _line(bottom, calendar, _running_total(net), "cumulative net", color="tab:purple")
     bottom.axhline(0, color="0.3", linewidth=0.8)
+    bottom.margins(y=0.15)  # room for a point's label at the top
     bottom.set_ylabel("queues")
+    bottom.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     _legend(bottom)
 
 
