@@ -354,7 +354,9 @@ def _churn(fig: Figure, calendar: Calendar, daily: Rows) -> None:
     top.axhline(0, color="0.3", linewidth=0.8)
     top.set_ylabel("queues per day")
     top.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
-    _legend(top)
+    low, high = top.get_ylim()
+    top.set_ylim(low, high + (high - low) * 0.35)  # the legend goes above the bars
+    _legend(top, loc="upper left", ncols=3)
     bottom = _day_axes(fig, calendar, "Growth: net queues since the first day shown", 212)
     _line(bottom, calendar, _running_total(net), "cumulative net", color="tab:purple")
     bottom.axhline(0, color="0.3", linewidth=0.8)

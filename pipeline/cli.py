@@ -302,9 +302,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "synth":
         _synth(args)
         return 0
+    from pyspark.sql import SparkSession
+
     from .session import build_session, parse_conf
 
-    spark = build_session(
+    # `main` called from a program that already runs a session (a notebook, the
+    # tests) uses that session and leaves it running; the command builds its own
+    running = SparkSession.getActiveSession()
+    spark = running or build_session(
         f"smp-pipeline {args.command}",
         args.master,
         parse_conf(args.conf),
@@ -316,7 +321,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             _compact(spark, args)
     finally:
-        spark.stop()
+        if running is None:
+            spark.stop()
     return 0
 
 

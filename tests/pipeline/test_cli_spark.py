@@ -22,15 +22,19 @@ SPARK = ["--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
          "spark.sql.shuffle.partitions=2"]  # fmt: skip
 
 
-def test_compact_from_the_command_line_writes_the_routers_snapshot(tmp_path):
+def test_compact_from_the_command_line_writes_the_routers_snapshot(spark, tmp_path):
+    # `spark`: main finds the tests' session running and uses it (no start-up of its own)
     log = tmp_path / "queues.log"
     write_synthetic_log(log, 2000, seed=11)
     out = tmp_path / "compacted.log"
     assert main([*SPARK, "compact", str(log), "--out", str(out)]) == 0
     assert out.read_text().splitlines() == compact_records(log.read_text().splitlines())
+    assert not spark.sparkContext._jsc.sc().isStopped()  # left running for the next test
 
 
-async def test_stats_from_the_command_line_reports_a_running_stats_log(tmp_path, autojump_clock):
+async def test_stats_from_the_command_line_reports_a_running_stats_log(
+    spark, tmp_path, autojump_clock
+):
     start = 1714521600 - trio.current_time()  # 2024-05-01T00:00:00Z
     counters = RouterCounters()
     stats = StatsLog(
