@@ -8,15 +8,18 @@
     python -m bench compare      router CPU per operation, this checkout vs --base DIR
     python -m bench stores       throughput per store kind vs memory; restart with 100k queues
 
-`--quick` runs a small version of each (what the smoke tests use).
+`--quick` runs a small version of each and writes it to a new scratch directory
+(printed), leaving the committed figures in bench/results alone; `--out DIR`
+writes anywhere. Each run prints its table, the text of its `.md` file.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from . import harness
 
@@ -34,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="small sizes, one repetition")
     parser.add_argument("--repeats", type=int, help="repetitions (figures are medians)")
     parser.add_argument("--sizes", type=_sizes, help="comma-separated sizes, e.g. 1e3,1e4")
-    parser.add_argument("--out", type=Path, help="results directory (default bench/results)")
+    parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
+                        "with --quick a new scratch directory)")
     parser.add_argument("--duration", type=float, help="measured seconds per throughput run")
     parser.add_argument("--clients", type=_sizes, help="throughput: client counts, e.g. 2,10,50")
     parser.add_argument("--target", choices=("throughput", "burst", "scale", "memory"),
@@ -48,13 +52,48 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.out is not None:
-        harness.RESULTS_DIR = args.out
-    summary = _run(args)
-    json.dump(summary, sys.stdout, indent=1, default=str)
-    sys.stdout.write("\n")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.name == "compare" and args.base is None:
+        parser.error("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
+    out = results_dir(args)
+    print(f"results: {out}", flush=True)
+    saved_dir, first_table = harness.RESULTS_DIR, len(harness.TABLES_WRITTEN)
+    harness.RESULTS_DIR = out
+    try:
+        summary = _run(args)
+    except harness.BenchError as exc:  # a process failed: say which, not a traceback
+        print(f"python -m bench {args.name}: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        harness.RESULTS_DIR = saved_dir
+    print(report(args.name, summary, harness.TABLES_WRITTEN[first_table:]))
     return 0
+
+
+def results_dir(args: argparse.Namespace) -> Path:
+    """`--out`; else a new scratch directory for `--quick`, so that a small run never
+    replaces the committed figures; else bench/results."""
+    if args.out is not None:
+        return args.out
+    if args.quick:
+        return Path(tempfile.mkdtemp(prefix=f"smp-bench-{args.name}-"))
+    return harness.RESULTS_DIR
+
+
+def report(name: str, summary: Any, tables: list[Path]) -> str:
+    """What a run prints: the tables it wrote; for runs that write none, their figures."""
+    if tables:
+        return "\n\n".join(path.read_text().rstrip() for path in tables)
+    if name == "compare":
+        medians = summary["medians"]
+        keys = list(medians["this"])
+        return harness.md_table(["figure", "base", "this", "this / base"], [
+            [k, medians["base"][k], medians["this"][k],
+             medians["this"][k] / medians["base"][k] if medians["base"][k] else None]
+            for k in keys])
+    files = summary.get("profiler", {}) if isinstance(summary, dict) else {}
+    return "\n".join(f"{kind}: {path}" for kind, path in files.items()) or str(summary)
 
 
 def _run(args: argparse.Namespace) -> object:
@@ -90,8 +129,6 @@ def _run(args: argparse.Namespace) -> object:
     if args.name == "compare":
         from . import compare
 
-        if args.base is None:
-            raise SystemExit("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
         return compare.run(args.base, repeats=args.repeats or 4)
     from . import profile
 

@@ -330,13 +330,23 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+# The `.md` tables written by this process, in order: `python -m bench` prints them.
+TABLES_WRITTEN: list[Path] = []
+
+
 def write_results(name: str, data: dict, table: str, out_dir: Path | None = None) -> Path:
-    """`<name>.json` (figures) and `<name>.md` (the table) in the results directory."""
+    """`<name>.json` (figures), `<name>.md` (the table) and, for the benchmarks in
+    `bench.charts.CHARTS`, `<name>.png` in the results directory."""
+    from .charts import CHARTS
+
     out = out_dir or RESULTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     data = {"benchmark": name, "machine": machine(), "finished": _now(), **data}
     (out / f"{name}.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     (out / f"{name}.md").write_text(table.rstrip() + "\n")
+    TABLES_WRITTEN.append(out / f"{name}.md")
+    if name in CHARTS:
+        CHARTS[name](json.loads(json.dumps(data, default=str)), out / f"{name}.png")
     return out / f"{name}.json"
 
 

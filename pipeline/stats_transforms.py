@@ -8,6 +8,8 @@ Input: lines in `ROUTER_STATS_LINE_SCHEMA` (router, time, period, numbers). Rule
   largest value wins.
 - A day's counts are those of its `P1D` line when there is one, else the sum of
   its interval lines (the day is then marked incomplete).
+- A week or month is complete when every one of its days (7, or 28 to 31) is
+  present and complete: October with 15 complete days is not.
 - Gauges become peaks (the largest value written in the period). Active queues
   are running counts within their day / week / month: the largest one seen is the
   period's figure.
@@ -33,6 +35,28 @@ def _ratio(numerator: str, denominator: str) -> Column:
 def delivery_ratio() -> Column:
     """Acknowledged / sent: how much of what was sent reached its recipient."""
     return F.round(_ratio("msgs_acknowledged", "msgs_sent"), 6).alias("delivery_ratio")
+
+
+def expired_ratio() -> Column:
+    """Expired / sent: messages nobody fetched before the router's expiration."""
+    return F.round(_ratio("msgs_expired", "msgs_sent"), 6).alias("expired_ratio")
+
+
+def quota_refused_ratio() -> Column:
+    """Refused / attempted: the share of SENDs answered ERR QUOTA (a full queue)."""
+    attempted = F.col("msgs_sent") + F.col("msgs_quota_refused")
+    refused = F.when(attempted > 0, F.col("msgs_quota_refused") / attempted).cast("double")
+    return F.round(refused, 6).alias("quota_refused_ratio")
+
+
+def queues_net() -> Column:
+    """Queues created minus queues deleted: how the queue population grew."""
+    return (F.col("queues_created") - F.col("queues_deleted")).alias("queues_net")
+
+
+def derived() -> list[Column]:
+    """The figures computed from a period's sums, in every table."""
+    return [delivery_ratio(), expired_ratio(), quota_refused_ratio(), queues_net()]
 
 
 def dedupe_lines(lines: DataFrame) -> DataFrame:
@@ -86,14 +110,22 @@ def daily_by_router(lines: DataFrame) -> DataFrame:
         "month",
         "complete",
         *STATS_COUNTERS,
-        delivery_ratio(),
+        *derived(),
         *PEAKS,
         *DAILY_ACTIVE,
     )
 
 
+def _days_in(period: str) -> Column:
+    """How many days the week or month starting at column `period` has."""
+    if period == "week":
+        return F.lit(7)
+    return F.dayofmonth(F.last_day(F.col(period)))
+
+
 def _roll_up(daily: DataFrame, keys: list[str], active: str) -> DataFrame:
-    """Sum counts, keep peaks and the largest running active count over `keys`."""
+    """Sum counts, keep peaks and the largest running active count over `keys`;
+    complete only when every day of the period is there and complete."""
     aggregated = daily.groupBy(*keys).agg(
         F.count("*").alias("days"),
         F.min(F.col("complete").cast("int")).alias("all_complete"),
@@ -101,12 +133,13 @@ def _roll_up(daily: DataFrame, keys: list[str], active: str) -> DataFrame:
         *(F.max(p).alias(p) for p in PEAKS),
         F.max(active).alias("active_queues"),
     )
+    whole = (F.col("all_complete") == 1) & (F.col("days") == _days_in(keys[-1]))
     return aggregated.select(
         *keys,
         "days",
-        (F.col("all_complete") == 1).alias("complete"),
+        whole.alias("complete"),
         *STATS_COUNTERS,
-        delivery_ratio(),
+        *derived(),
         *PEAKS,
         "active_queues",
     )
@@ -134,7 +167,7 @@ def _total(by_router: DataFrame, key: str, actives: tuple[str, ...]) -> DataFram
         "routers",
         (F.col("all_complete") == 1).alias("complete"),
         *STATS_COUNTERS,
-        delivery_ratio(),
+        *derived(),
         *PEAKS,
         *actives,
     )

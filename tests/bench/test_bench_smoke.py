@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from bench import burst, harness, memory, profile, scale, throughput
+from bench.__main__ import main
+
+COMMITTED = Path(burst.__file__).resolve().parent / "results"
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +35,7 @@ def test_memory_writes_per_subscription_figures_for_both_modes(results_in: Path)
     assert row["size"] == 200 and summary[0]["connections"] == 4
     assert row["single-task"]["traced_per_subscription"] > 0
     assert row["per-queue-task"]["tasks"] > row["single-task"]["tasks"]
+    assert (results_in / "memory.png").read_bytes()[:8] == PNG
 
 
 def test_throughput_writes_rates_latencies_and_the_echo_ceiling(results_in: Path):
@@ -41,6 +48,7 @@ def test_throughput_writes_rates_latencies_and_the_echo_ceiling(results_in: Path
         "single-task plain", "single-task frozen", "per-queue-task plain",
         "per-queue-task frozen", "echo round trip",
     }
+    assert (results_in / "throughput.png").read_bytes()[:8] == PNG
 
 
 def test_burst_drains_every_message_in_both_modes(results_in: Path):
@@ -83,3 +91,34 @@ def test_memory_breakdown_attributes_live_bytes_to_packages(
     assert data["connection"]["total_bytes"] > 0
     assert "router.server" in data["subscription"]["by_package"]
     assert "freed_per_connection_by_a_websocket_ping" in data
+
+
+def _contents(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def test_a_quick_run_writes_to_a_scratch_directory_and_prints_its_table(
+    results_in: Path, capsys: pytest.CaptureFixture[str]
+):
+    committed = _contents(COMMITTED)
+    assert main(["burst", "--quick", "--sizes", "200"]) == 0
+    printed = capsys.readouterr().out
+    scratch = Path(printed.splitlines()[0].removeprefix("results: "))
+    try:
+        assert _contents(COMMITTED) == committed  # the figures RESULTS.md cites stay
+        assert list(results_in.iterdir()) == []  # nor does it write to the default directory
+        table = (scratch / "burst.md").read_text()
+        assert printed.split("\n", 1)[1].strip() == table.strip()
+        assert table.startswith("| queues | mode |")
+        assert "{" not in printed  # a table, not JSON
+    finally:
+        shutil.rmtree(scratch)
+
+
+def test_out_overrides_the_scratch_directory_of_quick(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]):
+    chosen = tmp_path / "mine"
+    assert main(["burst", "--quick", "--sizes", "200", "--out", str(chosen)]) == 0
+    assert capsys.readouterr().out.startswith(f"results: {chosen}\n")
+    assert {p.name for p in chosen.iterdir()} == {"burst.json", "burst.md"}

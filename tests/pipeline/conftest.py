@@ -1,11 +1,13 @@
-"""One small local Spark session per test module (Spark start-up is the slow part)."""
+"""One small local Spark session for the whole test run (Spark start-up is the slow part).
+
+`pipeline.cli.main` run in-process uses it too, and leaves it running."""
 
 from __future__ import annotations
 
 import pytest
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark():
     from pipeline.session import build_session
 

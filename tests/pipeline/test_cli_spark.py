@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import trio
 
+import pipeline
 from pipeline.cli import main
 from pipeline.synth import write_synthetic_log
 from router.server.statslog import RouterCounters, StatsLog
@@ -16,15 +22,19 @@ SPARK = ["--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
          "spark.sql.shuffle.partitions=2"]  # fmt: skip
 
 
-def test_compact_from_the_command_line_writes_the_routers_snapshot(tmp_path):
+def test_compact_from_the_command_line_writes_the_routers_snapshot(spark, tmp_path):
+    # `spark`: main finds the tests' session running and uses it (no start-up of its own)
     log = tmp_path / "queues.log"
     write_synthetic_log(log, 2000, seed=11)
     out = tmp_path / "compacted.log"
     assert main([*SPARK, "compact", str(log), "--out", str(out)]) == 0
     assert out.read_text().splitlines() == compact_records(log.read_text().splitlines())
+    assert not spark.sparkContext._jsc.sc().isStopped()  # left running for the next test
 
 
-async def test_stats_from_the_command_line_reports_a_running_stats_log(tmp_path, autojump_clock):
+async def test_stats_from_the_command_line_reports_a_running_stats_log(
+    spark, tmp_path, autojump_clock
+):
     start = 1714521600 - trio.current_time()  # 2024-05-01T00:00:00Z
     counters = RouterCounters()
     stats = StatsLog(
@@ -50,3 +60,48 @@ async def test_stats_from_the_command_line_reports_a_running_stats_log(tmp_path,
     assert rows[1].split(",")[:3] == ["2024-05-01", "1", "true"]
     assert rows[2].split(",")[:3] == ["2024-05-02", "1", "false"]
     assert (out / "charts" / "messages_per_day.png").exists()
+
+
+def _command(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`smp-pipeline ARGS` in a process of its own: what an operator's terminal shows."""
+    root = str(Path(pipeline.__file__).resolve().parent.parent)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": root},
+        timeout=600,
+    )
+
+
+def test_synthetic_stats_logs_through_stats_with_no_spark_noise(tmp_path):
+    made = _command(
+        ["synth", "--stats", "--days", "2", "--routers", "2", "--out", "logs"], tmp_path
+    )
+    assert made.returncode == 0, made.stderr
+    ran = _command([*SPARK, "--log-level", "WARNING", "stats", "logs", "--out", "report"], tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    for noise in ("Traceback", " WARN ", "log4j", "Setting default log level", "Exception"):
+        assert noise not in ran.stderr
+    rows = (tmp_path / "report" / "total_daily.csv").read_text().splitlines()
+    assert [r.split(",")[:3] for r in rows[1:]] == [
+        ["2024-05-01", "2", "true"],
+        ["2024-05-02", "2", "true"],
+    ]
+    assert len(list((tmp_path / "report" / "charts").glob("*.png"))) == 6
+
+
+def test_a_spark_that_cannot_start_ends_in_one_line(tmp_path):
+    (tmp_path / "eu-1.csv").write_text("time,period\n")
+    result = _command(
+        ["--master", "local[1]", "--conf", "spark.driver.memory=lots", "stats", "eu-1.csv",
+         "--out", "report"],
+        tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "smp-pipeline: error: Spark: [JAVA_GATEWAY_EXITED] "
+        "Java gateway process exited before sending its port number."
+    )

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import csv
 import shutil
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
 import pytest
 import trio
 
 from pipeline import follow
-from pipeline.schemas import STATS_NUMBERS
+from pipeline.charts import CHARTS
+from pipeline.schemas import ROUTER_STATS_LINE_SCHEMA, STATS_NUMBERS
 from pipeline.stats_io import read_stats_logs, router_name, stats_log_files
 from pipeline.stats_job import StatsOutput, run_increment, run_stats
+from pipeline.stats_transforms import stats_tables
 from router.client import open_client
 from router.server import RouterConfig, serve_router
 from router.server.statslog import COLUMNS, RouterCounters, StatsLog
@@ -175,13 +177,51 @@ def test_active_queue_counts_are_the_running_counts_of_their_period(batch_out):
 
 
 def test_the_charts_an_operator_looks_at_are_written(batch_out):
-    for name in (
-        "messages_per_day.png",
-        "active_queues.png",
-        "delivery_ratio.png",
-        "expired_and_quota_refused.png",
-    ):
+    for name in CHARTS:
         assert (batch_out / "charts" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_error_rates_and_net_queues_are_in_every_table(batch_out):
+    eu = expected_days("eu-1", *RUNS["eu-1"])["2024-04-30"]
+    day = next(r for r in read_csv(batch_out / "router_daily.csv") if r["day"] == "2024-04-30")
+    assert day["router"] == "eu-1"
+    assert float(day["expired_ratio"]) == pytest.approx(
+        eu["msgs_expired"] / eu["msgs_sent"], abs=1e-6
+    )
+    refused = eu["msgs_quota_refused"] / (eu["msgs_sent"] + eu["msgs_quota_refused"])
+    assert float(day["quota_refused_ratio"]) == pytest.approx(refused, abs=1e-6)
+    assert int(day["queues_net"]) == eu["queues_created"] - eu["queues_deleted"]
+    for table in ("router_weekly", "total_monthly"):
+        header = (batch_out / f"{table}.csv").read_text().split("\n", 1)[0].split(",")
+        assert {"expired_ratio", "quota_refused_ratio", "queues_net"} <= set(header)
+
+
+def p1d_lines(router: str, first: date, days: int) -> list[tuple]:
+    """One complete P1D line per day, as a router running all day long writes it."""
+    numbers = (1, 0, 0, 10, 9, 8, 0, 0, 1, 1, 1, 1, 1)
+    return [
+        (router, datetime.combine(first + timedelta(days=d), time(0), UTC), "P1D", *numbers)
+        for d in range(days)
+    ]
+
+
+def test_a_week_or_month_is_complete_only_when_all_its_days_are(spark):
+    lines = (
+        p1d_lines("eu-1", date(2024, 2, 1), 29)  # all of February 2024 (a leap year)
+        + p1d_lines("eu-1", date(2024, 10, 1), 15)  # October 1 to 15: half a month
+        + p1d_lines("eu-1", date(2024, 5, 6), 7)  # the ISO week of Monday May 6, whole
+        + p1d_lines("eu-1", date(2024, 5, 20), 6)  # Monday May 20 to Saturday: no Sunday
+    )
+    tables = stats_tables(spark.createDataFrame(lines, ROUTER_STATS_LINE_SCHEMA))
+    monthly = {r["month"].isoformat(): r for r in tables["router_monthly"].collect()}
+    assert (monthly["2024-02-01"]["days"], monthly["2024-02-01"]["complete"]) == (29, True)
+    assert (monthly["2024-10-01"]["days"], monthly["2024-10-01"]["complete"]) == (15, False)
+    assert monthly["2024-05-01"]["complete"] is False  # 13 of 31 days
+    weekly = {r["week"].isoformat(): r["complete"] for r in tables["router_weekly"].collect()}
+    assert weekly["2024-05-06"] is True
+    assert weekly["2024-05-20"] is False
+    totals = {r["month"].isoformat(): r["complete"] for r in tables["total_monthly"].collect()}
+    assert totals == {"2024-02-01": True, "2024-05-01": False, "2024-10-01": False}
 
 
 def test_parquet_tables_are_partitioned_by_their_period(batch_out):
