@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -45,6 +46,7 @@ from .config import (
     ConfigError,
     RouterConfig,
 )
+from .datadir import lock_data_dir
 from .identity import IdentityError, load_or_create_identity
 from .router import RouterInfo, serve_router
 from .stores import StoreOpenError
@@ -178,11 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "init":
-            return _init(args.data_dir)
+            with lock_data_dir(args.data_dir):
+                return _init(args.data_dir)
         if args.command == "migrate-store":
-            return trio.run(_migrate, args.data_dir, args.to_kind)
+            with lock_data_dir(args.data_dir, create=False):
+                return trio.run(_migrate, args.data_dir, args.to_kind)
         config = config_from_args(args)
-        trio.run(_serve, config)
+        with lock_data_dir(config.data_dir) if config.data_dir is not None else nullcontext():
+            trio.run(_serve, config)
     except KeyboardInterrupt:
         return EXIT_OK  # a SIGINT before the signal handler was in place
     except BaseException as e:  # noqa: BLE001 - the one place that turns failures into exit codes
