@@ -480,6 +480,7 @@ async def test_a_queue_deleted_while_a_write_and_an_ack_wait_for_the_state_log_s
                 nursery.start_soon(store.write_message, rid, pending, QUOTA)
                 await state_sync_started.wait()
                 nursery.start_soon(ack)
+                await trio.testing.wait_all_tasks_blocked()  # it waits for the state log
                 nursery.start_soon(store.delete_queue_messages, rid)
                 await trio.testing.wait_all_tasks_blocked()
                 release.set()
