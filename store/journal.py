@@ -335,7 +335,8 @@ class JournalMessageStore:
             self._log_positions(ends)
             await self._sync_state(ends)
             for e in live:  # they follow the visible ones, in order
-                e.queue.visible += 1
+                if not e.discarded:  # unless a DEL dropped them while the state log synced
+                    e.queue.visible += 1
             for q in ends:
                 q.committed = q.logged
         finally:

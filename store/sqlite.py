@@ -26,11 +26,17 @@ write that arrived while the previous transaction was being committed, which
 is what `batch` promises; the two differ only for the journal, whose batch
 also waits a short window for more writers.
 
-`SqliteQueueStore` keeps a cache of queue records (recipient id -> record,
-plus sender and notifier indexes) that is loaded on a miss and always updated
-after the database commit, never before. Misses load under a per-id lock with
-a second look into the cache after the lock is taken, so concurrent misses for
-one queue read the database once. Deleting a queue is a soft delete (the row
+`SqliteQueueStore` keeps two things in memory. An index of the ids of every
+live queue (recipient, sender and notifier ids, nothing else) answers a lookup
+of an id that does not exist without touching the database: otherwise such a
+lookup would cost a read on the worker thread while an existing, cached queue
+costs none, and the answer time would tell which queue ids exist
+(docs/protocol.md, "Transmissions and authorization"). And a cache of queue
+records (recipient id -> record, plus sender and notifier indexes), bounded to
+`cache_size` records with least-recently-used eviction, loaded on a miss and
+always updated after the database commit, never before. Misses load under a
+per-id lock with a second look into the cache after the lock is taken, so
+concurrent misses for one queue read the database once. Deleting a queue is a soft delete (the row
 gets `deleted_at`); `compact()` removes rows deleted longer than
 `deleted_ttl` ago, and runs when the store opens.
 
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -69,6 +76,7 @@ Op = Callable[[sqlite3.Connection], Any]
 DB_FILE = "store.sqlite3"
 FSYNC_MODES = {"never": "OFF", "batch": "FULL", "always": "FULL"}
 DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
+DEFAULT_CACHE_SIZE = 16_384  # queue records kept in memory (about 0.6 KB each)
 _SCHEMA_VERSION = 1
 _PAGE = 1000  # rows per worker call when iterating
 
@@ -396,44 +404,108 @@ class SqliteQueueStore:
         db: SqliteDatabase,
         *,
         deleted_ttl: int = DEFAULT_DELETED_TTL,
+        cache_size: int = DEFAULT_CACHE_SIZE,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, not {cache_size}")
         self.db = db
         self.deleted_ttl = deleted_ttl
+        self.cache_size = cache_size
         self._clock = clock
-        self._cache: dict[bytes, QueueRecord] = {}
+        self._cache: OrderedDict[bytes, QueueRecord] = OrderedDict()  # oldest use first
         self._senders: dict[bytes, bytes] = {}
         self._notifiers: dict[bytes, bytes] = {}
+        # The ids of every live queue, per party: a lookup of any other id is a miss
+        # answered without the database.
+        self._ids: dict[Party, set[bytes]] = {party: set() for party in _LIVE_BY}
         self._locks = _KeyedLocks()
         self._deletes = 0  # bumped on every delete: a load that straddles one is discarded
+
+    async def load_ids(self) -> None:
+        """Read the ids of every live queue into the index (when the store opens)."""
+        sql = "SELECT recipient_id, sender_id, notifier_id FROM queues WHERE deleted_at IS NULL"
+        rows = await self.db.read(lambda conn: conn.execute(sql).fetchall())
+        for rid, sid, nid in rows:
+            self._ids[Party.RECIPIENT].add(rid)
+            self._ids[Party.SENDER].add(sid)
+            if nid is not None:
+                self._ids[Party.NOTIFIER].add(nid)
+
+    def cached_count(self) -> int:
+        return len(self._cache)
+
+    async def bulk_import(
+        self, queues: Iterable[QueueRecord], messages: Iterable[tuple[bytes, Message]] = ()
+    ) -> tuple[int, int]:
+        """`SqliteDatabase.bulk_import`, with the imported queues' ids indexed."""
+        queues = list(queues)
+        counts = await self.db.bulk_import(queues, messages)
+        for rec in queues:
+            self._index(rec)
+        return counts
+
+    # --- id index --------------------------------------------------------------
+
+    def _index(self, rec: QueueRecord) -> None:
+        self._ids[Party.RECIPIENT].add(rec.recipient_id)
+        self._ids[Party.SENDER].add(rec.sender_id)
+        if rec.notifier is not None:
+            self._ids[Party.NOTIFIER].add(rec.notifier.notifier_id)
+
+    def _unindex(self, rec: QueueRecord) -> None:
+        self._ids[Party.RECIPIENT].discard(rec.recipient_id)
+        self._ids[Party.SENDER].discard(rec.sender_id)
+        if rec.notifier is not None:
+            self._ids[Party.NOTIFIER].discard(rec.notifier.notifier_id)
 
     # --- cache ---------------------------------------------------------------
 
     def _cached(self, party: Party, entity_id: bytes) -> QueueRecord | None:
         if party is Party.RECIPIENT:
-            return self._cache.get(entity_id)
-        rid = (self._senders if party is Party.SENDER else self._notifiers).get(entity_id)
-        return None if rid is None else self._cache.get(rid)
+            rid: bytes | None = entity_id
+        else:
+            rid = (self._senders if party is Party.SENDER else self._notifiers).get(entity_id)
+        rec = None if rid is None else self._cache.get(rid)
+        if rec is not None:
+            self._cache.move_to_end(rec.recipient_id)
+        return rec
 
-    def _cache_put(self, rec: QueueRecord) -> None:
-        old = self._cache.get(rec.recipient_id)
-        if old is not None and old.notifier is not None:
+    def _cache_put(self, rec: QueueRecord, previous: QueueRecord | None = None) -> None:
+        """Cache the record as it now is in the database (and index its ids);
+        `previous`: the record it replaces, whose notifier id may be gone now."""
+        old = self._cache.get(rec.recipient_id) or previous
+        if old is not None and old.notifier is not None and old.notifier != rec.notifier:
             self._notifiers.pop(old.notifier.notifier_id, None)
+            self._ids[Party.NOTIFIER].discard(old.notifier.notifier_id)
+        self._index(rec)
         self._cache[rec.recipient_id] = rec
+        self._cache.move_to_end(rec.recipient_id)
         self._senders[rec.sender_id] = rec.recipient_id
         if rec.notifier is not None:
             self._notifiers[rec.notifier.notifier_id] = rec.recipient_id
+        while len(self._cache) > self.cache_size:
+            self._evict(next(iter(self._cache.values())))
 
-    def _cache_drop(self, rec: QueueRecord) -> None:
-        self._cache.pop(rec.recipient_id, None)
+    def _evict(self, rec: QueueRecord) -> None:
+        """Forget the record, not the queue: its ids stay in the index."""
+        del self._cache[rec.recipient_id]
         self._senders.pop(rec.sender_id, None)
         if rec.notifier is not None:
             self._notifiers.pop(rec.notifier.notifier_id, None)
+
+    def _cache_drop(self, rec: QueueRecord) -> None:
+        """The queue is gone: forget the record and its ids."""
+        if rec.recipient_id in self._cache:
+            self._evict(self._cache[rec.recipient_id])
+        self._unindex(rec)
 
     async def _load(self, party: Party, entity_id: bytes) -> QueueRecord | None:
         rec = self._cached(party, entity_id)
         if rec is not None:
             return rec
+        if entity_id not in self._ids[party]:
+            return None  # no such queue: as quick as a cached one, and no database read
         async with self._locks.hold((party, entity_id)):
             while True:
                 rec = self._cached(party, entity_id)  # another task may have loaded it
@@ -485,7 +557,8 @@ class SqliteQueueStore:
                 return AUTH
             if rec.sender_key is not None:
                 return None if rec.sender_key == sender_key else AUTH
-            return await self._update(replace(rec, sender_key=sender_key, updated_at=self._now()))
+            new = replace(rec, sender_key=sender_key, updated_at=self._now())
+            return await self._update(new, rec)
 
     async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
         async with self._locks.hold(recipient_id):
@@ -499,7 +572,7 @@ class SqliteQueueStore:
                 sql = "SELECT 1 FROM queues WHERE notifier_id = ? AND deleted_at IS NULL"
                 return conn.execute(sql, (nid,)).fetchone() is not None
 
-            return await self._update(new, unless=taken, refused=DUPLICATE)
+            return await self._update(new, rec, unless=taken, refused=DUPLICATE)
 
     async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
         async with self._locks.hold(recipient_id):
@@ -507,7 +580,7 @@ class SqliteQueueStore:
             if rec is None or rec.notifier is None:
                 return None
             new = replace(rec, notifier=None, ntf_service_id=None, updated_at=self._now())
-            if await self._update(new) is not None:
+            if await self._update(new, rec) is not None:
                 return None
             return rec.notifier
 
@@ -518,7 +591,8 @@ class SqliteQueueStore:
                 return AUTH
             if rec.status is QueueStatus.OFF:
                 return None
-            return await self._update(replace(rec, status=QueueStatus.OFF, updated_at=self._now()))
+            new = replace(rec, status=QueueStatus.OFF, updated_at=self._now())
+            return await self._update(new, rec)
 
     async def set_service(
         self, recipient_id: bytes, party: Party, service_id: bytes | None
@@ -535,7 +609,7 @@ class SqliteQueueStore:
                 return AUTH
             else:
                 new = replace(rec, ntf_service_id=service_id, updated_at=self._now())
-            return await self._update(new)
+            return await self._update(new, rec)
 
     async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
         column = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
@@ -592,12 +666,15 @@ class SqliteQueueStore:
         self._cache.clear()
         self._senders.clear()
         self._notifiers.clear()
+        for ids in self._ids.values():
+            ids.clear()
 
     # --- internals ---------------------------------------------------------------
 
     async def _update(
         self,
         new: QueueRecord,
+        previous: QueueRecord,
         *,
         unless: Callable[[sqlite3.Connection], bool] | None = None,
         refused: ErrorType = AUTH,
@@ -618,7 +695,7 @@ class SqliteQueueStore:
 
         error = await self.db.write(op)
         if error is None:
-            self._cache_put(new)
+            self._cache_put(new, previous)
         elif error is AUTH:
             self._cache_drop(new)
         return error
@@ -730,11 +807,16 @@ async def open_sqlite_database(
 
 
 async def open_queue_store(
-    db: SqliteDatabase, *, deleted_ttl: int = DEFAULT_DELETED_TTL, clock=time.time
+    db: SqliteDatabase,
+    *,
+    deleted_ttl: int = DEFAULT_DELETED_TTL,
+    cache_size: int = DEFAULT_CACHE_SIZE,
+    clock=time.time,
 ) -> SqliteQueueStore:
     """A queue store on `db`, with rows deleted longer than `deleted_ttl` ago removed."""
-    store = SqliteQueueStore(db, deleted_ttl=deleted_ttl, clock=clock)
+    store = SqliteQueueStore(db, deleted_ttl=deleted_ttl, cache_size=cache_size, clock=clock)
     await store.compact()
+    await store.load_ids()
     return store
 
 
@@ -744,16 +826,18 @@ async def open_sqlite_stores(
 ) -> AsyncIterator[Stores]:
     """Both stores on one database in `store_dir` (the "sqlite" store kind).
 
-    `options.settings` may carry `deleted_ttl` (seconds a deleted queue row is kept).
+    `options.settings` may carry `deleted_ttl` (seconds a deleted queue row is kept)
+    and `cache_size` (queue records kept in memory).
     """
     if store_dir is None:
         raise ValueError("the sqlite store needs a data directory")
     ttl = int(options.settings.get("deleted_ttl", DEFAULT_DELETED_TTL))
+    cache_size = int(options.settings.get("cache_size", DEFAULT_CACHE_SIZE))
     async with open_sqlite_database(store_dir / DB_FILE, fsync=options.fsync) as db:
-        queues = await open_queue_store(db, deleted_ttl=ttl)
+        queues = await open_queue_store(db, deleted_ttl=ttl, cache_size=cache_size)
         messages = SqliteMessageStore(db)
         try:
-            yield Stores("sqlite", queues, messages, store_dir, bulk_import=db.bulk_import)
+            yield Stores("sqlite", queues, messages, store_dir, bulk_import=queues.bulk_import)
         finally:
             await messages.close()
             await queues.close()

@@ -39,6 +39,7 @@ import ssl
 import sys
 from argparse import SUPPRESS
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -68,6 +69,7 @@ from .config_file import (
     template,
 )
 from .control import run_control_commands
+from .datadir import lock_data_dir
 from .edge import tls_context
 from .identity import IdentityError, load_or_create_identity
 from .info import information_page, router_version
@@ -324,20 +326,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = effective_settings(args)
             _setup_logging(str(settings["log_level"]), settings["log_file"])  # type: ignore[arg-type]
             config = config_from_settings(settings)
-            if args.command == "gateway":
-                trio.run(run_gateway, gateway_config(args, config))
-            else:
-                trio.run(_serve, config)
+            with lock_data_dir(config.data_dir) if config.data_dir is not None else nullcontext():
+                if args.command == "gateway":
+                    trio.run(run_gateway, gateway_config(args, config))
+                else:
+                    trio.run(_serve, config)
             return EXIT_OK
         _setup_logging(getattr(args, "log_level", "info"), None)
         if args.command == "init":
-            return _init(args.data_dir)
+            with lock_data_dir(args.data_dir):
+                return _init(args.data_dir)
         if args.command == "config":
             return _config_check(args)
         if args.command == "control":
             return run_control_commands(effective_settings(args), args.role,
                                         _control_lines(args.words))
-        return trio.run(_migrate, args.data_dir, args.to_kind)
+        with lock_data_dir(args.data_dir, create=False):
+            return trio.run(_migrate, args.data_dir, args.to_kind)
     except KeyboardInterrupt:
         return EXIT_OK  # a SIGINT before the signal handler was in place
     except BaseException as e:  # noqa: BLE001 - the one place that turns failures into exit codes

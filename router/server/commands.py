@@ -64,6 +64,7 @@ from store.interfaces import (
     Party,
     QueueRecord,
     QueueStatus,
+    StoreError,
     WriteResult,
 )
 
@@ -222,6 +223,10 @@ class Commands:
         await self._r.expire_before_send(queue.recipient_id)
         self._r.queue_active(queue.recipient_id)
         result = await self._r.messages.write_message(queue.recipient_id, msg, self._r.config.quota)
+        # Whatever the result: the write is visible now, and an idle subscriber of a
+        # queue with messages must get one, however it came to be idle (delivery.py).
+        into_empty = result is WriteResult.STORED_INTO_EMPTY
+        self._r.deliverer.stored(queue.recipient_id, msg, into_empty=into_empty)
         if result is WriteResult.QUOTA_EXCEEDED:
             self._r.counters.messages_quota_refused += 1
             return _reply(v, QUOTA)
@@ -229,8 +234,6 @@ class Commands:
             self._r.counters.messages_store_full += 1
             return _reply(v, MEMORY_FULL)
         self._r.counters.messages_sent += 1
-        if result is WriteResult.STORED_INTO_EMPTY:
-            self._r.deliverer.stored_into_empty(queue.recipient_id, msg)
         if cmd.notify and queue.notifier is not None:
             self._r.notifications.notify(queue.notifier, msg)  # sent with the next batch
         return _reply(v, _OK)
@@ -282,8 +285,15 @@ class Commands:
         msg_id = sub.delivered[0]
         if cmd.msg_id and cmd.msg_id != msg_id:  # an empty id matches (reference code)
             return _reply(v, NO_MSG)
-        sub.delivered = None
-        deleted, head = await self._r.messages.delete_message(rid, msg_id)
+        delivered, sub.delivered = sub.delivered, None  # a write meanwhile may push the next
+        try:
+            with self._r.deliverer.acknowledging(sub, msg_id):
+                deleted, head = await self._r.messages.delete_message(rid, msg_id)
+        except StoreError:
+            # Not deleted: it is still in flight, and the client may ACK it again.
+            if sub.delivered is None and conn.subscriptions.get(rid) is sub:
+                sub.delivered = delivered
+            raise
         if deleted:
             self._r.counters.messages_acked += 1
             self._r.queue_active(rid)

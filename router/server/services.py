@@ -203,7 +203,7 @@ class Services:
         held.subs.add(sub)
         msg = await self._r.messages.peek_message(rid)
         deliverer = self._r.deliverer
-        if msg is None or not deliverer.can_push(conn, sub):
+        if msg is None or not deliverer.may_push(conn, sub, msg):
             return False
         await conn.push([deliverer.message_transmission(b"", rid, sub, msg)])
         return True

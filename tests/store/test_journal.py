@@ -454,3 +454,37 @@ async def test_a_failed_state_fsync_rolls_the_write_back_and_restates_the_positi
         assert await listed(store, rid) == [before]
         await store.write_message(rid, later, QUOTA)
         assert await drain(store, rid) == [before, later]
+
+
+async def test_a_queue_deleted_while_a_write_and_an_ack_wait_for_the_state_log_stays_empty(
+    tmp_path,
+):
+    rid, head, pending, later = new_id(), msg(), msg(), msg()
+    acked = []
+    async with open_journal(tmp_path, fsync="always") as store:
+        await store.write_message(rid, head, QUOTA)
+        state_sync_started, release = trio.Event(), trio.Event()
+        real_fsync_state = store._fsync_state
+
+        async def held_fsync_state() -> None:
+            state_sync_started.set()
+            await release.wait()
+            await real_fsync_state()
+
+        async def ack() -> None:
+            acked.append(await store.delete_message(rid, head.msg_id))
+
+        store._fsync_state = held_fsync_state  # type: ignore[method-assign]
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.write_message, rid, pending, QUOTA)
+                await state_sync_started.wait()
+                nursery.start_soon(ack)
+                await trio.testing.wait_all_tasks_blocked()  # it waits for the state log
+                nursery.start_soon(store.delete_queue_messages, rid)
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()
+        assert acked == [(True, None)]
+        assert await store.queue_size(rid) == 0
+        assert await store.write_message(rid, later, QUOTA) is WriteResult.STORED_INTO_EMPTY
+        assert await listed(store, rid) == [later]

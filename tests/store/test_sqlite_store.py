@@ -242,3 +242,69 @@ async def test_iteration_pages_through_more_rows_than_one_read_returns(db_path):
         seen = [r.recipient_id async for r in queues.iter_queues()]
         assert sorted(seen) == sorted(r.recipient_id for r in recs)
         assert [m async for m in messages.iter_messages(rid)] == [m for _, m in msgs]
+
+
+async def test_a_lookup_of_an_id_that_does_not_exist_never_reads_the_database(db_path):
+    rec = record()
+    async with open_sqlite_database(db_path) as db:
+        await (await open_queue_store(db)).add_queue(rec)
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)  # a fresh process: nothing cached yet
+        reads = db.reads
+        for party in Party:
+            assert await queues.get_queue(party, new_id()) is None
+        assert db.reads == reads
+        assert await queues.get_queue(Party.SENDER, rec.sender_id) == rec
+        assert db.reads == reads + 1
+
+
+async def test_the_record_cache_is_bounded_and_evicted_records_load_again(db_path):
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, cache_size=3)
+        records = [record() for _ in range(10)]
+        for rec in records:
+            assert await queues.add_queue(rec) is None
+        assert queues.cached_count() == 3
+        for rec in records:
+            assert await queues.get_queue(Party.RECIPIENT, rec.recipient_id) == rec
+            assert await queues.get_queue(Party.SENDER, rec.sender_id) == rec
+            assert queues.cached_count() <= 3
+
+
+async def test_the_most_recently_used_records_stay_cached(db_path):
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, cache_size=2)
+        hot, a, b = record(), record(), record()
+        for rec in (hot, a):
+            await queues.add_queue(rec)
+        await queues.get_queue(Party.RECIPIENT, hot.recipient_id)  # hot is now the newest
+        await queues.add_queue(b)  # evicts a, the least recently used
+        reads = db.reads
+        assert await queues.get_queue(Party.SENDER, hot.sender_id) == hot
+        assert db.reads == reads
+        assert await queues.get_queue(Party.SENDER, a.sender_id) == a
+        assert db.reads == reads + 1
+
+
+async def test_deleted_queues_and_replaced_notifiers_are_misses_again(db_path):
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, cache_size=1)
+        rec, other = record(), record()
+        await queues.add_queue(rec)
+        old = NotifierCreds(new_id(), os.urandom(44), os.urandom(32))
+        assert await queues.add_notifier(rec.recipient_id, old) is None
+        await queues.add_queue(other)  # evicts rec's record; its ids stay indexed
+        new = NotifierCreds(new_id(), os.urandom(44), os.urandom(32))
+        assert await queues.add_notifier(rec.recipient_id, new) is None
+        reads = db.reads
+        assert await queues.get_queue(Party.NOTIFIER, old.notifier_id) is None
+        assert db.reads == reads
+        assert (await queues.get_queue(Party.NOTIFIER, new.notifier_id)).notifier == new
+        assert isinstance(await queues.delete_queue(rec.recipient_id), QueueRecord)
+        reads = db.reads
+        for party, entity_id in [
+            (Party.RECIPIENT, rec.recipient_id), (Party.SENDER, rec.sender_id),
+            (Party.NOTIFIER, new.notifier_id),
+        ]:
+            assert await queues.get_queue(party, entity_id) is None
+        assert db.reads == reads
