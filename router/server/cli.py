@@ -45,8 +45,9 @@ from .config import (
     ConfigError,
     RouterConfig,
 )
+from .gc_policy import GcPolicy
 from .identity import IdentityError, load_or_create_identity
-from .router import RouterInfo, serve_router
+from .router import Router, RouterInfo, serve_router
 from .stores import StoreOpenError
 
 log = logging.getLogger("smp-router")
@@ -277,6 +278,7 @@ async def _serve(config: RouterConfig) -> None:
         async with trio.open_nursery() as nursery:
             info: RouterInfo = await nursery.start(serve_router, config)
             freeze_loaded_state()
+            start_gc_policy(nursery, info.router)
             print(f"smp-router listening on {info.url} address {info.address}", flush=True)
             async for signum in signals:
                 log.info("stopping on %s", signal.Signals(signum).name)
@@ -294,6 +296,13 @@ def freeze_loaded_state() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def start_gc_policy(nursery: trio.Nursery, router: Router) -> GcPolicy:
+    """Keep the collector's pauses short from now on (gc_policy.py)."""
+    policy = GcPolicy()
+    nursery.start_soon(policy.run, lambda: router.counters.connections_total)
+    return policy
 
 
 def _report(exc: BaseException) -> int:
