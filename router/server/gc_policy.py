@@ -9,7 +9,7 @@ every full collection, and CPython runs one whenever the objects that survived
 into the oldest generation grew by a quarter: during a wave of reconnections,
 repeatedly, each pass longer than the last.
 
-Theory of operation. One task looks at the oldest generation once a second
+Theory of operation. One task looks at the oldest generation five times a second
 (`gc.get_objects(2)`, cheap because it is kept small):
 
 - budget: once it holds `budget` objects, they are collected (a full pass walks
@@ -84,10 +84,10 @@ class GcPauses:
 class GcPolicy:
     """The settings of the policy and what it has done (see the module comment)."""
 
-    budget: int = 40_000  # unfrozen old objects that trigger a collect-and-freeze
+    budget: int = 10_000  # unfrozen old objects that trigger a collect-and-freeze
     settle: float = 10.0  # seconds without growth that end a wave
     settle_floor: int = 2_000  # below this a settled generation is left alone
-    check_interval: float = 1.0  # seconds between two looks at the oldest generation
+    check_interval: float = 0.2  # seconds between two looks at the oldest generation
     full_interval: float | None = 6 * 3600.0  # seconds between quiet-time full collections
     quiet: float = 60.0  # seconds without a new connection that make a quiet time
     freezes: int = 0
