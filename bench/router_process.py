@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -334,7 +335,11 @@ async def _main(args: argparse.Namespace) -> None:
         data_dir = None
         if args.snapshot_queues:
             data_dir = Path(tmp)
-            await _write_snapshot(data_dir, args.snapshot_queues)
+            # In a process of its own: the memory that writing takes must not stay
+            # in the router's RSS.
+            subprocess.run([sys.executable, "-m", "bench.router_process", "--write-snapshot",
+                            str(data_dir), "--snapshot-queues", str(args.snapshot_queues)],
+                           check=True)
         config = RouterConfig(
             host=args.host, port=args.port, store="memory", data_dir=data_dir,
             delivery=args.delivery, quota=args.quota, send_queue_size=args.send_queue_size,
@@ -386,6 +391,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--send-queue-size", type=int, default=64)
     parser.add_argument("--snapshot-queues", type=int, default=0,
                         help="start from a memory-store snapshot holding this many queues")
+    parser.add_argument("--write-snapshot", type=Path,
+                        help="only write the snapshot of --snapshot-queues into this directory")
     parser.add_argument("--nofile", type=int, default=0,
                         help="raise RLIMIT_NOFILE to this many descriptors first")
     parser.add_argument("--no-gc-policy", action="store_true",
@@ -395,6 +402,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper())
+    if args.write_snapshot:
+        trio.run(_write_snapshot, args.write_snapshot, args.snapshot_queues)
+        return
     if args.nofile:
         _raise_nofile(args.nofile)
     if args.tracemalloc:
