@@ -322,11 +322,16 @@ class LeanConnection:
 
     # --- blocks -------------------------------------------------------------------------
 
+    def _live(self) -> tuple[trio.SocketStream, ClientProtocol]:
+        if self.stream is None or self.protocol is None:
+            raise trio.BrokenResourceError("dropped")
+        return self.stream, self.protocol
+
     async def _flush(self) -> None:
-        assert self.protocol is not None and self.stream is not None
-        data = b"".join(self.protocol.data_to_send())
+        stream, protocol = self._live()
+        data = b"".join(protocol.data_to_send())
         if data:
-            await self.stream.send_all(data)
+            await stream.send_all(data)
 
     async def _send_blocks(self, blocks: list[bytes]) -> None:
         async with self.lock:
@@ -337,12 +342,12 @@ class LeanConnection:
             await self._flush()
 
     async def _read_events(self) -> None:
-        assert self.protocol is not None and self.stream is not None
-        data = await self.stream.receive_some(READ_SIZE)
+        stream, protocol = self._live()
+        data = await stream.receive_some(READ_SIZE)
         if not data:
             raise trio.BrokenResourceError("closed by the router")
-        self.protocol.receive_data(data)
-        events = self.protocol.events_received()
+        protocol.receive_data(data)
+        events = protocol.events_received()
         if any(isinstance(e, Frame) and e.opcode is Opcode.PING for e in events):
             async with self.lock:
                 await self._flush()  # the pong websockets queued

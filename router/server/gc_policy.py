@@ -9,20 +9,21 @@ every full collection, and CPython runs one whenever the objects that survived
 into the oldest generation grew by a quarter: during a wave of reconnections,
 repeatedly, each pass longer than the last.
 
-Theory of operation. One task looks at the oldest generation five times a second
+Theory of operation. One task looks at the oldest generation ten times a second
 (`gc.get_objects(2)`, cheap because it is kept small):
 
-- budget: once it holds `budget` objects, they are collected (a full pass walks
-  only the unfrozen objects, so it costs about as much as `budget` of them) and
-  what survives is frozen. Growth of any size is thus walked in slices of at
-  most `budget` objects, and no pass, ours or CPython's, walks more;
+- budget: once it holds `budget` objects, the young generations are collected
+  (a pass over them only: short whatever the size of the rest) and everything
+  is frozen. A full pass, CPython's own included, then walks only what reached
+  the oldest generation since: at most `budget` objects and what arrives
+  within one `check_interval`;
 - settle: once it has stopped growing for `settle` seconds (a wave of
   reconnections is over) and holds at least `settle_floor` objects, the same
-  collect-and-freeze runs, so that at a steady state the passes walk almost
-  nothing;
+  freeze runs, so that at a steady state the passes walk almost nothing;
 - quiet-time collection: objects frozen while alive that later die inside a
   reference cycle are never collected while frozen (a connection dropped
-  abruptly leaves about a dozen such objects). So, at most every
+  abruptly leaves about a dozen such objects; garbage already in the oldest
+  generation when it is frozen waits too). So, at most every
   `full_interval` seconds and only after `quiet` seconds without a new
   connection, everything is unfrozen, collected and frozen again: the one long
   pause, taken when nobody is connecting. `full_interval=None` turns it off.
@@ -87,7 +88,7 @@ class GcPolicy:
     budget: int = 10_000  # unfrozen old objects that trigger a collect-and-freeze
     settle: float = 10.0  # seconds without growth that end a wave
     settle_floor: int = 2_000  # below this a settled generation is left alone
-    check_interval: float = 0.2  # seconds between two looks at the oldest generation
+    check_interval: float = 0.1  # seconds between two looks at the oldest generation
     full_interval: float | None = 6 * 3600.0  # seconds between quiet-time full collections
     quiet: float = 60.0  # seconds without a new connection that make a quiet time
     freezes: int = 0
@@ -123,9 +124,9 @@ class GcPolicy:
             last_size = size
 
     def collect_and_freeze(self) -> None:
-        """Collect the unfrozen objects (a pass over them only) and freeze what survives."""
+        """Collect the young generations (a short pass) and freeze everything."""
         started = time.perf_counter()
-        gc.collect()
+        gc.collect(1)
         gc.freeze()
         ms = (time.perf_counter() - started) * 1000
         self.freezes += 1
