@@ -74,7 +74,7 @@ class Setting:
 
 
 FULL = Setting(queues=1_400_000, connections=22_000, processes=4, active=2_000, rate=100,
-               idle_seconds=60, drop_spread=2, return_spread=5, settle_timeout=900,
+               idle_seconds=45, drop_spread=2, return_spread=5, settle_timeout=900,
                policy_settle=15)
 QUICK = Setting(queues=20_000, connections=400, processes=2, active=100, rate=50,
                 idle_seconds=3, drop_spread=0.5, return_spread=1, settle_timeout=120,
@@ -96,6 +96,16 @@ class Fleets:
             proc.start()
             self.pipes.append(parent)
             self.procs.append(proc)
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for proc in self.procs:
+            try:
+                t = psutil.Process(proc.pid).cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system
+        return total
 
     def send(self, index: int, request: dict) -> None:
         self.pipes[index].send(request)
@@ -179,9 +189,11 @@ def _active_queues(setting: Setting) -> list[int]:
     return list(range(0, setting.queues, step))[: setting.active]
 
 
-def _router_stats(router: RouterProcess) -> dict[str, Any]:
+def _router_stats(router: RouterProcess, fleets: Fleets | None = None) -> dict[str, Any]:
     s = router.call("stats")
     return {"rss": s["rss"], "hwm": s["hwm"], "tasks": s["tasks"],
+            "router_cpu": router.cpu_seconds(), "at": time.monotonic(),
+            "load_cpu": None if fleets is None else fleets.cpu_seconds(),
             "gc_pauses": s["gc_pauses"], "traced": s.get("traced"),
             "subscriptions": s["statistics"]["subscriptions"],
             "connections": s["statistics"]["connections"]}
@@ -191,7 +203,8 @@ def _longest_pause(stats: dict[str, Any], key: str = "max_ms") -> float:
     return max(stats["gc_pauses"][key])
 
 
-def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False) -> dict:
+def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False,
+        profile_storm: bool = False) -> dict:
     harness.START_TIMEOUT = 3600  # a snapshot of 1.4M queues takes minutes to write and load
     result: dict[str, Any] = {"setting": asdict(setting), "mode": mode, "phases": {},
 }
@@ -203,7 +216,8 @@ def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False
     watchdog = Watchdog(router)
     fleets = Fleets(router.url, router.address, setting.processes + 1)
     try:
-        _phases(setting, router, fleets, watchdog, result)
+        profiler = _storm_profiler(router, out_dir, mode) if profile_storm else None
+        _phases(setting, router, fleets, watchdog, result, profiler)
     except (BenchError, OSError, EOFError) as e:
         if watchdog.tripped is None:
             raise
@@ -220,12 +234,21 @@ def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False
     return result
 
 
+def _storm_profiler(router: RouterProcess, out_dir: Path, mode: str) -> Any:
+    """py-spy on the router from the storm's start until it settled (bench.profile)."""
+    from .profile import _Profiler
+
+    profiler = _Profiler("py-spy", router, f"profile-relay-storm-{mode}")
+    profiler.base = out_dir / f"profile-relay-storm-{mode}"
+    return profiler
+
+
 def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: Watchdog,
-            result: dict[str, Any]) -> None:
+            result: dict[str, Any], profiler: Any = None) -> None:
     phases = result["phases"]
     recipients = list(range(setting.processes))
     sender = setting.processes
-    phases["loaded"] = _router_stats(router)
+    phases["loaded"] = _router_stats(router, fleets)
 
     watchdog.phase = "connect"
     ranges = _ranges(setting)
@@ -235,7 +258,7 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
     replies = fleets.call(recipients, requests)
     fleets.call([sender], {"op": "connect", "queues": [[0, 0]] * SENDER_CONNECTIONS,
                            "source": "127.0.0.9"})
-    phases["connected"] = {**_router_stats(router), "seconds": time.monotonic() - t0,
+    phases["connected"] = {**_router_stats(router, fleets), "seconds": time.monotonic() - t0,
                            "refused": sum(r["refused"] for r in replies)}
 
     watchdog.phase = "subscribe"
@@ -244,7 +267,7 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
     replies = fleets.call(recipients, {"op": "subscribe"})
     seconds = time.monotonic() - t0
     census = router.call("census", verify=True)
-    phases["subscribed"] = {**_router_stats(router), "seconds": seconds,
+    phases["subscribed"] = {**_router_stats(router, fleets), "seconds": seconds,
                             "subs_per_s": setting.queues / seconds,
                             "sub_errors": sum(r["sub_errors"] for r in replies),
                             "census": census, "gc_policy": router.call("gc_policy")}
@@ -259,18 +282,22 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
                            "stop": t_start + setting.idle_seconds})
     time.sleep(setting.idle_seconds + 1.5)
     warmup = min(1.0, setting.idle_seconds / 4)
-    phases["idle"] = {**_router_stats(router),
+    phases["idle"] = {**_router_stats(router, fleets),
                       "window": [t_start + warmup, t_start + setting.idle_seconds]}
 
     watchdog.phase = "storm"
     router.call("reset_hwm")
+    if profiler is not None:
+        profiler.start()
     storm_start = time.monotonic()
     fleets.call([sender], {"op": "traffic", "targets": active, "rate": setting.rate,
                            "stop": storm_start + setting.settle_timeout, "seq": STORM_SEQ})
     fleets.call(recipients, {"op": "storm", "drop_spread": setting.drop_spread,
                              "return_spread": setting.return_spread})
     settled_at, census, polls = _wait_settled(setting, router, fleets, recipients, storm_start)
-    phases["storm"] = {**_router_stats(router), "settle_seconds": (
+    if profiler is not None:
+        result["storm_profile"] = profiler.stop()
+    phases["storm"] = {**_router_stats(router, fleets), "settle_seconds": (
         None if settled_at is None else settled_at - storm_start), "census": census,
         "polls": polls, "window": [storm_start, settled_at or time.monotonic()],
         "fleets": fleets.call(recipients, {"op": "status"})}
@@ -280,7 +307,7 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
     time.sleep(setting.tail_seconds)
     fleets.call([sender], {"op": "traffic_stop"})
     time.sleep(setting.grace_seconds)  # the last messages arrive and are ACKed
-    phases["after"] = _router_stats(router)
+    phases["after"] = _router_stats(router, fleets)
     time.sleep(setting.policy_settle)
     phases["after"]["rss_settled"] = router.call("stats")["rss"]
     phases["after"]["gc_policy"] = router.call("gc_policy")
@@ -365,6 +392,14 @@ def table(result: dict[str, Any]) -> str:
                      f"RSS per idle connection {per_conn / 1024:.1f} KiB; "
                      f"subscribe: {sub['subs_per_s']:,.0f} SUB/s ({sub['seconds']:.0f} s), "
                      f"{sub['sub_errors']} errors")
+    cpu = [f"{b}: router {phases[b]['router_cpu'] - phases[a]['router_cpu']:.0f} s, load "
+           f"processes {phases[b]['load_cpu'] - phases[a]['load_cpu']:.0f} s in "
+           f"{phases[b]['at'] - phases[a]['at']:.0f} s"
+           for a, b in zip(("loaded", "connected", "subscribed", "idle"),
+                           ("connected", "subscribed", "idle", "storm"), strict=True)
+           if a in phases and b in phases and phases[a].get("load_cpu") is not None]
+    if cpu:
+        lines.append("- CPU time by phase: " + "; ".join(cpu))
     storm = phases.get("storm")
     if storm:
         lines.append(f"- storm settled in {storm['settle_seconds']} s; one subscriber each: "
@@ -400,18 +435,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int)
     parser.add_argument("--idle-seconds", type=float)
     parser.add_argument("--rate", type=float)
+    parser.add_argument("--settle-timeout", type=float, help="seconds the storm may take")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="trace the router's memory (costs memory and time itself)")
+    parser.add_argument("--profile-storm", action="store_true",
+                        help="sample the router with py-spy during the storm")
     parser.add_argument("--out", type=Path, help="results directory")
     args = parser.parse_args(argv)
     setting = QUICK if args.quick else FULL
-    for name in ("queues", "connections", "processes", "idle_seconds", "rate"):
+    for name in ("queues", "connections", "processes", "idle_seconds", "rate",
+                 "settle_timeout"):
         if getattr(args, name) is not None:
             setting = replace(setting, **{name: getattr(args, name)})
     out = args.out
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="relay-")) if args.quick else harness.RESULTS_DIR
-    result = run(setting, args.mode, out, tracemalloc=args.tracemalloc)
+    result = run(setting, args.mode, out, tracemalloc=args.tracemalloc,
+                 profile_storm=args.profile_storm)
     sys.stdout.write(table(result) + f"\n\nresults in {out}\n")
     return 0
 
