@@ -206,6 +206,7 @@ def _longest_pause(stats: dict[str, Any], key: str = "max_ms") -> float:
 def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False,
         profile_storm: bool = False) -> dict:
     harness.START_TIMEOUT = 3600  # a snapshot of 1.4M queues takes minutes to write and load
+    out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"setting": asdict(setting), "mode": mode, "phases": {},
 }
     log(f"relay: {mode}, {setting.queues:,} queues over {setting.connections:,} connections")

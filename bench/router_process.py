@@ -66,6 +66,7 @@ class GcPauses:
         self.max_ms = [0.0, 0.0, 0.0]
         self.max_cpu_ms = [0.0, 0.0, 0.0]
         self.total_ms = [0.0, 0.0, 0.0]
+        self.collected_at_max = [0, 0, 0]  # objects the longest pass of each generation freed
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -78,11 +79,13 @@ class GcPauses:
         self.count[g] += 1
         self.total_ms[g] += ms
         self.max_ms[g] = max(self.max_ms[g], ms)
-        self.max_cpu_ms[g] = max(self.max_cpu_ms[g], cpu_ms)
+        if cpu_ms > self.max_cpu_ms[g]:
+            self.max_cpu_ms[g] = cpu_ms
+            self.collected_at_max[g] = info["collected"]
 
     def report(self) -> dict[str, list]:
         return {"count": self.count, "max_ms": self.max_ms, "max_cpu_ms": self.max_cpu_ms,
-                "total_ms": self.total_ms}
+                "total_ms": self.total_ms, "collected_at_max": self.collected_at_max}
 
 
 def _count_tasks(nursery: trio.Nursery) -> int:
