@@ -316,8 +316,13 @@ class LeanConnection:
         await trio.sleep(drop_at)
         await self._drop()
         await trio.sleep(back_after)
-        await self.connect_retrying()
-        await self.subscribe_all()
+        while True:  # until every queue is subscribed again, over however many attempts
+            await self.connect_retrying()
+            await self.subscribe_all()
+            if self.subscribed >= self.count:
+                break
+            await self._drop()
+            await trio.sleep(random.uniform(*RETRY_DELAY))
         self.fleet.storm_connection_done()
 
     # --- blocks -------------------------------------------------------------------------
@@ -376,6 +381,8 @@ class LeanConnection:
             except Exception as e:  # noqa: BLE001 - a bench bug: reported, not fatal
                 self.fleet.counts["reader_errors"] += 1
                 self.fleet.last_error = f"{type(e).__name__}: {e}"
+            finally:
+                self._all_subscribed.set()  # whoever waits for the SUBs' answers: none come
 
     # --- SMP ---------------------------------------------------------------------------
 

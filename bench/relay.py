@@ -142,8 +142,11 @@ class Watchdog:
     """Samples the router's RSS and the machine's available memory once a second;
     kills the router when the machine runs short (the run then stops)."""
 
-    def __init__(self, router: RouterProcess) -> None:
+    def __init__(self, router: RouterProcess, time_budget: float | None = None) -> None:
         self.router = router
+        self.deadline = None if time_budget is None else time.monotonic() + time_budget
+        self.timeline: list[tuple[float, int]] = []  # (seconds since start, router RSS)
+        self._started = time.monotonic()
         self.peak_rss = 0
         self.min_available = psutil.virtual_memory().available
         self.tripped: str | None = None
@@ -159,14 +162,24 @@ class Watchdog:
             except psutil.Error:
                 return
             self.peak_rss = max(self.peak_rss, rss)
+            now = time.monotonic()
+            if not self.timeline or now - self._started - self.timeline[-1][0] >= 5:
+                self.timeline.append((now - self._started, rss))
             available = psutil.virtual_memory().available
             self.min_available = min(self.min_available, available)
-            if available < MIN_AVAILABLE and self.tripped is None:
-                self.tripped = (f"{self.phase}: {available / 2**30:.1f} GiB left on the machine "
-                                f"with the router at {rss / 2**30:.2f} GiB")
-                log(f"relay: stopping, {self.tripped}")
-                self.router.proc.kill()
+            if available < MIN_AVAILABLE:
+                self._trip(f"{self.phase}: {available / 2**30:.1f} GiB left on the machine "
+                           f"with the router at {rss / 2**30:.2f} GiB")
                 return
+            if self.deadline is not None and now > self.deadline:
+                self._trip(f"{self.phase}: the time budget ran out with the router at "
+                           f"{rss / 2**30:.2f} GiB")
+                return
+
+    def _trip(self, reason: str) -> None:
+        self.tripped = reason
+        log(f"relay: stopping, {reason}")
+        self.router.proc.kill()
 
     def close(self) -> None:
         self._stop.set()
@@ -204,7 +217,7 @@ def _longest_pause(stats: dict[str, Any], key: str = "max_ms") -> float:
 
 
 def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False,
-        profile_storm: bool = False) -> dict:
+        profile_storm: bool = False, time_budget: float | None = None) -> dict:
     harness.START_TIMEOUT = 3600  # a snapshot of 1.4M queues takes minutes to write and load
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"setting": asdict(setting), "mode": mode, "phases": {},
@@ -214,7 +227,7 @@ def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False
     router = RouterProcess(mode, tracemalloc=tracemalloc, extra=[
         "--snapshot-queues", str(setting.queues), "--nofile", str(NOFILE)])
     result["start_seconds"] = time.monotonic() - started
-    watchdog = Watchdog(router)
+    watchdog = Watchdog(router, time_budget)
     fleets = Fleets(router.url, router.address, setting.processes + 1)
     try:
         profiler = _storm_profiler(router, out_dir, mode) if profile_storm else None
@@ -227,6 +240,7 @@ def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False
     finally:
         result["peak_rss"] = watchdog.peak_rss
         result["min_available"] = watchdog.min_available
+        result["rss_timeline"] = watchdog.timeline
         watchdog.close()
         fleets.close()
         router.close()
@@ -439,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-timeout", type=float, help="seconds the storm may take")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="trace the router's memory (costs memory and time itself)")
+    parser.add_argument("--time-budget", type=float,
+                        help="stop the run (and say where it got) after this many seconds")
     parser.add_argument("--profile-storm", action="store_true",
                         help="sample the router with py-spy during the storm")
     parser.add_argument("--out", type=Path, help="results directory")
@@ -452,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="relay-")) if args.quick else harness.RESULTS_DIR
     result = run(setting, args.mode, out, tracemalloc=args.tracemalloc,
-                 profile_storm=args.profile_storm)
+                 profile_storm=args.profile_storm, time_budget=args.time_budget)
     sys.stdout.write(table(result) + f"\n\nresults in {out}\n")
     return 0
 
