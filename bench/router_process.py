@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,30 +51,41 @@ from . import identities
 
 
 class GcPauses:
-    """Durations of the collector's runs, by generation, via `gc.callbacks`."""
+    """Durations of the collector's runs, by generation, via `gc.callbacks`: wall
+    clock (what clients wait) and the thread's CPU time (the collector's own work,
+    which a busy machine does not stretch)."""
 
     def __init__(self) -> None:
         self._started = 0.0
+        self._started_cpu = 0.0
         self.reset()
         gc.callbacks.append(self._callback)
 
     def reset(self) -> None:
         self.count = [0, 0, 0]
         self.max_ms = [0.0, 0.0, 0.0]
+        self.max_cpu_ms = [0.0, 0.0, 0.0]
         self.total_ms = [0.0, 0.0, 0.0]
+        self.collected_at_max = [0, 0, 0]  # objects the longest pass of each generation freed
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
+            self._started_cpu = time.thread_time()
             return
         ms = (time.perf_counter() - self._started) * 1000
+        cpu_ms = (time.thread_time() - self._started_cpu) * 1000
         g = info["generation"]
         self.count[g] += 1
         self.total_ms[g] += ms
         self.max_ms[g] = max(self.max_ms[g], ms)
+        if cpu_ms > self.max_cpu_ms[g]:
+            self.max_cpu_ms[g] = cpu_ms
+            self.collected_at_max[g] = info["collected"]
 
     def report(self) -> dict[str, list]:
-        return {"count": self.count, "max_ms": self.max_ms, "total_ms": self.total_ms}
+        return {"count": self.count, "max_ms": self.max_ms, "max_cpu_ms": self.max_cpu_ms,
+                "total_ms": self.total_ms, "collected_at_max": self.collected_at_max}
 
 
 def _count_tasks(nursery: trio.Nursery) -> int:
@@ -100,6 +112,7 @@ class Control:
         self.process = psutil.Process()
         self.gc_pauses = GcPauses()
         self.profiler: Any = None
+        self.gc_policy: Any = None
 
     async def serve(self) -> None:
         stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
@@ -185,6 +198,40 @@ class Control:
             reply["traced"] = current
             reply["traced_peak"] = peak
         return reply
+
+    async def op_census(self, req: dict) -> dict:
+        """Who is subscribed: registry entries, the connections' own maps, and with
+        `verify` whether every queue a connection holds is registered to it."""
+        router = self.router
+        connections = list(router.connections.values())
+        reply: dict[str, Any] = {
+            "connections": len(connections),
+            "subscriptions": len(router.subscribers),
+            "connection_subscriptions": sum(len(c.subscriptions) for c in connections),
+            "displaced": router.counters.subscriptions_displaced,
+            "pending_deliveries": sum(len(c.deliveries) for c in connections),
+            "at": time.monotonic(),
+        }
+        if req.get("verify"):
+            registry = router.subscribers
+            reply["one_subscriber_each"] = all(
+                registry.get(rid) is conn for conn in connections for rid in conn.subscriptions
+            )
+        return reply
+
+    async def op_gc_policy(self, req: dict) -> dict:
+        policy = self.gc_policy
+        return {"running": policy is not None,
+                **(policy.report() if policy is not None else {})}
+
+    async def op_full_collection(self, req: dict) -> dict:
+        """Unfreeze, collect everything, freeze again (the policy's quiet-time pass)."""
+        started = time.perf_counter()
+        gc.unfreeze()
+        collected = gc.collect()
+        gc.freeze()
+        return {"ms": (time.perf_counter() - started) * 1000, "collected": collected,
+                "frozen": gc.get_freeze_count()}
 
     async def op_reset_hwm(self, req: dict) -> dict:
         """Restart the kernel's peak-RSS counter (VmHWM) and the gc pause record."""
@@ -291,26 +338,51 @@ async def _main(args: argparse.Namespace) -> None:
         data_dir = None
         if args.snapshot_queues:
             data_dir = Path(tmp)
-            await _write_snapshot(data_dir, args.snapshot_queues)
+            # In a process of its own: the memory that writing takes must not stay
+            # in the router's RSS.
+            subprocess.run([sys.executable, "-m", "bench.router_process", "--write-snapshot",
+                            str(data_dir), "--snapshot-queues", str(args.snapshot_queues)],
+                           check=True)
         config = RouterConfig(
             host=args.host, port=args.port, store="memory", data_dir=data_dir,
             delivery=args.delivery, quota=args.quota, send_queue_size=args.send_queue_size,
         )
         async with trio.open_nursery() as nursery:
             info: RouterInfo = await nursery.start(serve_router, config)
-            _as_the_cli_does_once_loaded()
+            policy = _as_the_cli_does_once_loaded(nursery, info, args)
             print(f"smp-router listening on {info.url} address {info.address}", flush=True)
-            await Control(info, args).serve()
+            control = Control(info, args)
+            control.gc_policy = policy
+            await control.serve()
             nursery.cancel_scope.cancel()
 
 
-def _as_the_cli_does_once_loaded() -> None:
-    """What `smp-router serve` runs between starting the router and printing its line."""
+def _as_the_cli_does_once_loaded(
+    nursery: trio.Nursery, info: RouterInfo, args: argparse.Namespace
+) -> Any:
+    """What `smp-router serve` runs between starting the router and printing its line;
+    returns its collector policy (None if the tree has none or it is turned off)."""
     from router.server import cli
 
     freeze = getattr(cli, "freeze_loaded_state", None)  # absent from older trees
     if freeze is not None:
         freeze()
+    start_policy = getattr(cli, "start_gc_policy", None)
+    if start_policy is None or args.no_gc_policy:
+        return None
+    return start_policy(nursery, info.router)
+
+
+def _raise_nofile(limit: int) -> None:
+    """Raise RLIMIT_NOFILE (the hard limit too: only root may) before the listener
+    sizes its connection cap from it."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, max(limit, hard)))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit, hard), hard))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -322,11 +394,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--send-queue-size", type=int, default=64)
     parser.add_argument("--snapshot-queues", type=int, default=0,
                         help="start from a memory-store snapshot holding this many queues")
+    parser.add_argument("--write-snapshot", type=Path,
+                        help="only write the snapshot of --snapshot-queues into this directory")
+    parser.add_argument("--nofile", type=int, default=0,
+                        help="raise RLIMIT_NOFILE to this many descriptors first")
+    parser.add_argument("--no-gc-policy", action="store_true",
+                        help="do not run the collector policy `smp-router serve` runs")
     parser.add_argument("--tracemalloc", action="store_true")
     parser.add_argument("--tracemalloc-frames", type=int, default=1)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper())
+    if args.write_snapshot:
+        trio.run(_write_snapshot, args.write_snapshot, args.snapshot_queues)
+        return
+    if args.nofile:
+        _raise_nofile(args.nofile)
     if args.tracemalloc:
         tracemalloc.start(args.tracemalloc_frames)
     trio.run(_main, args)

@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import zlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from enum import Enum
 from pathlib import Path
 from typing import TypeVar
@@ -103,34 +103,72 @@ def read_log(path: Path, parse: Callable[[str], T], *, skip_corrupt: bool = Fals
     cannot read. Nothing here is parsed lazily: a caller gets every record or
     an exception.
     """
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    fragment = lines.pop()  # bytes after the last LF: empty unless the tail is torn
-    keep = len(data) - len(fragment)
-    records: list[T] = []
-    offset = 0
-    for line_no, line in enumerate(lines, 1):
-        parsed = _parse(line, parse)
-        if not isinstance(parsed, str):
-            records.append(parsed)
-        elif line_no == len(lines) and not fragment:
-            keep = offset  # the last line is torn: drop it like a fragment
+    records = iter_log(path, parse, skip_corrupt=skip_corrupt)
+    return [record for record, _line in records if record is not None]
+
+
+READ_CHUNK = 1 << 20  # bytes read at a time by `iter_log`
+
+
+def iter_log(
+    path: Path, parse: Callable[[str], T], *, skip_corrupt: bool = False
+) -> Iterator[tuple[T | None, bytes]]:
+    """The log at `path` line by line, in order, holding one chunk of it at a time.
+
+    Yields `(record, line)` for every complete line (LF excluded), `record`
+    being None for a corrupt line skipped under `skip_corrupt`. The same rules
+    as `read_log`: a torn tail is cut off the file once the whole log has been
+    read (so a caller that stops early changes nothing), a bad line elsewhere
+    raises `LogCorruptError` where it is met.
+    """
+    line_no = 0
+    keep = 0  # bytes of the file that stay: every line up to the last good one
+    pending: bytes | None = None  # the last complete line, held back: it may be torn
+    fragment = b""
+    with open(path, "rb") as f:
+        while chunk := f.read(READ_CHUNK):
+            lines = (fragment + chunk).split(b"\n")
+            fragment = lines.pop()
+            for line in lines:
+                if pending is not None:
+                    line_no += 1
+                    yield _checked(path, line_no, pending, parse, skip_corrupt)
+                    keep += len(pending) + 1
+                pending = line
+    if pending is not None:
+        line_no += 1
+        parsed = _parse(pending, parse)
+        if isinstance(parsed, str) and not fragment:
             log.warning("%s:%d: dropping a torn last line (%s)", path, line_no, parsed)
-        elif skip_corrupt:
-            log.warning("%s:%d: skipping a corrupt line (%s)", path, line_no, parsed)
         else:
-            raise LogCorruptError(path, line_no, parsed)
-        offset += len(line) + 1
+            yield _checked(path, line_no, pending, parse, skip_corrupt, parsed)
+            keep += len(pending) + 1
     if fragment:
         log.warning(
             "%s:%d: dropping a torn last line (%d bytes, no newline)",
-            path,
-            len(lines) + 1,
-            len(fragment),
+            path, line_no + 1, len(fragment),
         )
-    if keep < len(data):
+    if keep < path.stat().st_size:
         truncate_file(path, keep)
-    return records
+
+
+def _checked(
+    path: Path,
+    line_no: int,
+    line: bytes,
+    parse: Callable[[str], T],
+    skip_corrupt: bool,
+    parsed: T | str | None = None,
+) -> tuple[T | None, bytes]:
+    """A line that is not the torn tail: its record, None if skipped, or LogCorruptError."""
+    if parsed is None:
+        parsed = _parse(line, parse)
+    if not isinstance(parsed, str):
+        return parsed, line
+    if not skip_corrupt:
+        raise LogCorruptError(path, line_no, parsed)
+    log.warning("%s:%d: skipping a corrupt line (%s)", path, line_no, parsed)
+    return None, line
 
 
 # --- files -----------------------------------------------------------------------

@@ -31,7 +31,9 @@ import base64
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+import zlib
+from array import array
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -49,9 +51,9 @@ from ._logfile import (
     encode_line,
     fsync_dir,
     io_error,
+    iter_log,
     line_payload,
     log,
-    read_log,
     write_all,
     write_synced,
 )
@@ -85,6 +87,7 @@ __all__ = [
     "decode_record",
     "encode_record",
     "open_log",
+    "iter_snapshot_lines",
     "open_store_log",
     "recover_files",
     "replay",
@@ -486,7 +489,7 @@ def recover_files(path: Path) -> None:
         )
 
 
-def compact_file(path: Path, lines: list[str], backups: int) -> None:
+def compact_file(path: Path, lines: Iterable[str], backups: int) -> None:
     """Replace the log with `lines` through the numbered steps of the module comment."""
     new = _new_path(path)
     write_synced(new, (line.encode("ascii") + b"\n" for line in lines))  # 1
@@ -503,21 +506,80 @@ def prune_backups(path: Path, keep: int) -> None:
 
 
 def open_log(path: Path, *, backups: int, skip_corrupt: bool) -> QueueTable:
-    """Recover, read and compact the log at `path` (blocking); returns its state."""
+    """Recover, read and compact the log at `path` (blocking); returns its state.
+
+    Streams: the log is read a chunk at a time and folded as it is read, and
+    the snapshot is written one line at a time, so the memory this takes is
+    that of the live queues, whatever the length of the log.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     recover_files(path)
     if not path.exists():
         write_synced(path, ())
         fsync_dir(path.parent)
         return QueueTable()
-    table = replay(read_log(path, decode_record, skip_corrupt=skip_corrupt))
-    lines = snapshot_lines(table)
-    current = path.read_bytes()
-    if current != b"".join(line.encode("ascii") + b"\n" for line in lines):
-        compact_file(path, lines, backups)
+    table, compacted = _replay_file(path, skip_corrupt)
+    if compacted and len(table.queues) == compacted:
+        prune_backups(path, backups)  # the log is already its own snapshot
     else:
-        prune_backups(path, backups)
+        compact_file(path, iter_snapshot_lines(table), backups)
     return table
+
+
+def _replay_file(path: Path, skip_corrupt: bool) -> tuple[QueueTable, int]:
+    """The log's state, and its line count if the log is exactly a snapshot (else 0).
+
+    A log is its own snapshot when every line is a `create` in canonical form
+    (what `encode_record` writes), in strictly increasing order, and no two
+    create the same queue (the caller compares the count with the table's).
+    Checking that while reading spares a second pass over the file.
+    """
+    table = QueueTable()
+    canonical = True
+    previous = b""
+    count = 0
+    for rec, line in iter_log(path, decode_record, skip_corrupt=skip_corrupt):
+        if rec is None:  # a skipped corrupt line: the log must be rewritten
+            canonical = False
+            continue
+        if canonical:
+            canonical = (
+                isinstance(rec, CreateQueue)
+                and line > previous
+                and encode_line(encode_record(rec))[:-1] == line
+            )
+            previous = line
+        table.apply(rec)
+        count += 1
+    return table, count if canonical else 0
+
+
+def iter_snapshot_lines(table: QueueTable) -> Iterator[str]:
+    """`snapshot_lines(table)` one line at a time: the same lines in the same order.
+
+    Sorting the lines themselves would hold the whole snapshot in memory. The
+    lines start with their checksum in fixed-width lowercase hex, so they sort
+    by checksum first; only the rare lines that share one are compared whole.
+    """
+    records = list(table.queues.values())
+    crcs = array("L", map(_snapshot_crc, records))
+    order = sorted(range(len(records)), key=crcs.__getitem__)
+    i = 0
+    while i < len(order):
+        j = i + 1
+        while j < len(order) and crcs[order[j]] == crcs[order[i]]:
+            j += 1
+        group = [_snapshot_line(records[k]) for k in order[i:j]]
+        yield from sorted(group) if len(group) > 1 else group
+        i = j
+
+
+def _snapshot_line(record: QueueRecord) -> str:
+    return encode_line(encode_record(CreateQueue(record)))[:-1].decode("ascii")
+
+
+def _snapshot_crc(record: QueueRecord) -> int:
+    return zlib.crc32(encode_record(CreateQueue(record)).encode("ascii"))
 
 
 # --- the store -------------------------------------------------------------------------

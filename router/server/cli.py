@@ -71,9 +71,10 @@ from .config_file import (
 from .control import run_control_commands
 from .datadir import lock_data_dir
 from .edge import tls_context
+from .gc_policy import GcPolicy
 from .identity import IdentityError, load_or_create_identity
 from .info import information_page, router_version
-from .router import RouterInfo, serve_router
+from .router import Router, RouterInfo, serve_router
 from .stores import StoreOpenError
 
 log = logging.getLogger("smp-router")
@@ -460,6 +461,7 @@ async def _serve(config: RouterConfig) -> None:
                 log.warning("listening on every interface: the address names this machine "
                             "as %s; set public_host if clients know it by another name",
                             config.advertised_host)
+            start_gc_policy(nursery, info.router)
             print(f"smp-router listening on {info.url} address {info.address}", flush=True)
             async for signum in signals:
                 log.info("stopping on %s", signal.Signals(signum).name)
@@ -477,6 +479,13 @@ def freeze_loaded_state() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def start_gc_policy(nursery: trio.Nursery, router: Router) -> GcPolicy:
+    """Keep the collector's pauses short from now on (gc_policy.py)."""
+    policy = GcPolicy()
+    nursery.start_soon(policy.run, lambda: router.counters.connections_total)
+    return policy
 
 
 def _report(exc: BaseException) -> int:

@@ -1,0 +1,159 @@
+"""Keeping the cyclic garbage collector's pauses short while clients come and go.
+
+Why. A full collection walks every gc-tracked object that is not frozen: with a
+million subscriptions made since the start that is the better part of a second
+during which no client is served (bench/RESULTS.md, "Scale"). `smp-router serve`
+freezes what it loaded at start (`cli.freeze_loaded_state`), but every
+subscription, connection and stored message made afterwards is walked again by
+every full collection, and CPython runs one whenever the objects that survived
+into the oldest generation grew by a quarter: during a wave of reconnections,
+repeatedly, each pass longer than the last.
+
+Theory of operation. One task looks at the oldest generation ten times a second
+(`gc.get_objects(2)`, cheap because it is kept small):
+
+- budget: once it holds `budget` objects, the young generations are collected
+  (a pass over them only: short whatever the size of the rest) and everything
+  is frozen. A full pass, CPython's own included, then walks only what reached
+  the oldest generation since: at most `budget` objects and what arrives
+  within one `check_interval`;
+- settle: once it has stopped growing for `settle` seconds (a wave of
+  reconnections is over) and holds at least `settle_floor` objects, the same
+  freeze runs, so that at a steady state the passes walk almost nothing;
+- quiet-time collection: objects frozen while alive that later die inside a
+  reference cycle are never collected while frozen (a connection dropped
+  abruptly leaves about a dozen such objects; garbage already in the oldest
+  generation when it is frozen waits too). So, at most every
+  `full_interval` seconds and only after `quiet` seconds without a new
+  connection, everything is unfrozen, collected and frozen again: the one long
+  pause, taken when nobody is connecting. `full_interval=None` turns it off.
+
+`GcPauses` records every collection's duration through `gc.callbacks`, which is
+how the pauses this policy keeps short are measured.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+log = logging.getLogger(__name__)
+
+
+class GcPauses:
+    """The duration of every collection by generation, via `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self.count = [0, 0, 0]
+        self.longest_ms = [0.0, 0.0, 0.0]
+        self.total_ms = [0.0, 0.0, 0.0]
+        gc.callbacks.append(self._callback)
+
+    def close(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def reset(self) -> None:
+        self.count = [0, 0, 0]
+        self.longest_ms = [0.0, 0.0, 0.0]
+        self.total_ms = [0.0, 0.0, 0.0]
+
+    @property
+    def longest(self) -> float:
+        """The longest pause of any generation, in milliseconds."""
+        return max(self.longest_ms)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._started) * 1000
+        generation = info["generation"]
+        self.count[generation] += 1
+        self.total_ms[generation] += ms
+        self.longest_ms[generation] = max(self.longest_ms[generation], ms)
+
+
+@dataclass
+class GcPolicy:
+    """The settings of the policy and what it has done (see the module comment)."""
+
+    budget: int = 10_000  # unfrozen old objects that trigger a collect-and-freeze
+    settle: float = 10.0  # seconds without growth that end a wave
+    settle_floor: int = 2_000  # below this a settled generation is left alone
+    check_interval: float = 0.1  # seconds between two looks at the oldest generation
+    full_interval: float | None = 6 * 3600.0  # seconds between quiet-time full collections
+    quiet: float = 60.0  # seconds without a new connection that make a quiet time
+    freezes: int = 0
+    full_collections: int = 0
+    longest_freeze_ms: float = 0.0  # our own collect-and-freeze passes
+    last_full_ms: float | None = None
+    _since_full: float = field(default=0.0, repr=False)
+
+    async def run(self, connections_opened: Callable[[], int]) -> None:
+        """Watch the collector until cancelled; `connections_opened` counts connections
+        since the start (what tells a quiet time)."""
+        last_size = 0
+        last_growth = trio.current_time()
+        last_connections, last_connection_at = connections_opened(), trio.current_time()
+        self._since_full = trio.current_time()
+        while True:
+            await trio.sleep(self.check_interval)
+            now = trio.current_time()
+            size = len(gc.get_objects(generation=2))
+            if size > last_size:
+                last_growth = now
+            opened = connections_opened()
+            if opened != last_connections:
+                last_connections, last_connection_at = opened, now
+            if size >= self.budget or (
+                size >= self.settle_floor and now - last_growth >= self.settle
+            ):
+                self.collect_and_freeze()
+                size = 0
+            elif self._full_due(now) and now - last_connection_at >= self.quiet:
+                self.full_collection()
+                self._since_full = now
+            last_size = size
+
+    def collect_and_freeze(self) -> None:
+        """Collect the young generations (a short pass) and freeze everything."""
+        started = time.perf_counter()
+        gc.collect(1)
+        gc.freeze()
+        ms = (time.perf_counter() - started) * 1000
+        self.freezes += 1
+        self.longest_freeze_ms = max(self.longest_freeze_ms, ms)
+
+    def full_collection(self) -> None:
+        """Unfreeze, collect everything, freeze again: the one long pause."""
+        started = time.perf_counter()
+        gc.unfreeze()
+        collected = gc.collect()
+        gc.freeze()
+        self.last_full_ms = (time.perf_counter() - started) * 1000
+        self.full_collections += 1
+        log.info("quiet-time full collection: %d objects freed in %.0f ms",
+                 collected, self.last_full_ms)
+
+    def _full_due(self, now: float) -> bool:
+        interval = self.full_interval
+        return interval is not None and math.isfinite(interval) and (
+            now - self._since_full >= interval
+        )
+
+    def report(self) -> dict[str, object]:
+        return {
+            "freezes": self.freezes,
+            "full_collections": self.full_collections,
+            "longest_freeze_ms": self.longest_freeze_ms,
+            "last_full_ms": self.last_full_ms,
+            "frozen": gc.get_freeze_count(),
+        }
