@@ -62,7 +62,7 @@ class QueueRecord:
     recipient_id: bytes
     sender_id: bytes
     recipient_key: bytes  # SPKI DER
-    rcv_dh_secret: bytes  # 32 raw bytes, X25519(srvPriv, rcvDhKey) (WIRE.md §7)
+    rcv_dh_secret: bytes  # 32 raw bytes, X25519(srvPriv, rcvDhKey) (docs/protocol.md#encryption)
     sender_key: bytes | None
     snd_secure: bool
     status: QueueStatus = QueueStatus.ACTIVE
@@ -78,11 +78,11 @@ class Message:
     ts: int  # Unix seconds when the router accepted the SEND
     flags: bytes  # as sent; b"" for the quota marker
     body: bytes  # as sent; b"" for the quota marker
-    quota: bool = False  # the QUOTA marker (WIRE.md §9)
+    quota: bool = False  # the QUOTA marker (docs/protocol.md#behaviour)
 
 
 class WriteResult(Enum):
-    STORED_INTO_EMPTY = "stored-into-empty"  # a delivery trigger (WIRE.md §9)
+    STORED_INTO_EMPTY = "stored-into-empty"  # a delivery trigger (docs/protocol.md#behaviour)
     STORED = "stored"
     QUOTA_EXCEEDED = "quota-exceeded"  # refused; the marker is now at the tail
     STORE_FULL = "store-full"  # refused: the store's total size cap (nothing was changed)

@@ -8,7 +8,7 @@ least one message. An empty queue has no entry in the message store at all.
 No method awaits anything: every operation runs to completion without a
 checkpoint, which makes each one atomic with respect to other Trio tasks.
 
-Quota (WIRE.md §9): the QUOTA marker is always the tail of its queue once
+Quota (docs/protocol.md#behaviour): the QUOTA marker is always the tail of its queue once
 written, and nothing is appended after it, so "refuse writes until the queue
 is empty" needs no extra state: a queue refuses while its tail is the marker.
 

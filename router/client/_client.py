@@ -84,7 +84,7 @@ async def open_client(
     `url_or_address` is ``smp://<keyHash>@host:port`` or a ``ws(s)://`` URL
     with `key_hash`. An `ssl_context` makes the connection use TLS. With
     `service_seed` (an Ed25519 seed) the client proves in its hello that it
-    acts for that service (WIRE.md §14.5). `event_buffer` bounds the events
+    acts for that service (docs/protocol.md#service-extension). `event_buffer` bounds the events
     waiting to be read; when it is full the reader waits, so a client that
     subscribes more queues than that with messages waiting must read events
     while it subscribes.
@@ -308,7 +308,8 @@ class SMPClient:
         _expect(await self.command(sender_id, cmd, sender_seed), OK)
 
     async def ping(self) -> None:
-        """PING; the router answers PONG (OK is accepted too, WIRE.md §12.4)."""
+        """PING; the router answers PONG (OK is accepted too,
+        docs/protocol.md#reference-differences)."""
         _expect(await self.command(b"", PING()), PONG, OK)
 
     async def websocket_ping(self) -> None:
@@ -343,7 +344,7 @@ class SMPClient:
         self.add_notifier(creds)
         _expect(await self.command(creds.notifier_id, NSUB(), creds.notifier_seed), OK)
 
-    # --- service subscriptions (WIRE.md §14.5) ---------------------------------------
+    # --- service subscriptions (docs/protocol.md#service-extension) -------------------------------
 
     async def subscribe_service(self) -> int:
         """SUBS for this client's service; returns how many queues it covers."""

@@ -7,11 +7,11 @@ message:
 
 - the *writer* owns the outgoing side. Callers append encoded transmissions
   to an outbox and wake it; it packs everything waiting into as few blocks
-  as fit (WIRE.md §2) and sends them, so a thousand commands issued together
+  as fit (docs/protocol.md#blocks) and sends them, so a thousand commands issued together
   travel in a handful of blocks. It only sends a partly filled block when
   nothing more is waiting.
 - the *reader* owns the incoming side. It decodes each block and routes every
-  transmission (WIRE.md §4.1): a non-empty corrId that a caller is waiting
+  transmission (docs/protocol.md#transmissions): a non-empty corrId that a caller is waiting
   for resolves that caller; an empty corrId carrying a push (MSG, END, DELD,
   NMSG, ENDS, ALLS) becomes an event on a bounded channel, with MSG bodies
   decrypted by the queue's box key; everything else (ERR BLOCK, answers to
@@ -22,7 +22,8 @@ queued, waits on one `trio.Event` for all of them, and reads its results in
 order. When the connection fails or is closed, every waiting caller is woken
 with the `ConnectionClosed` that ended it, so nobody hangs.
 
-A MSG that answers SUB or ACK is a delivery (WIRE.md §12.5, §9): commands
+A MSG that answers SUB or ACK is a delivery (docs/protocol.md#reference-differences, #behaviour):
+commands
 sent with `route_msg` have such MSGs put on the event channel by the reader
 itself, before the caller wakes, so a delivery is never lost to a cancelled
 caller.
@@ -203,7 +204,8 @@ class Connection:
             corr_id = self._new_corr_id()
             data = self._encode(corr_id, entity_id, cmd, seed)
             if len(data) > MAX_TRANSMISSION_SIZE:
-                # The reference sender's rule (WIRE.md §2): never sent, reported locally.
+                # The reference sender's rule (docs/protocol.md#blocks): never sent, reported
+                # locally.
                 waiter.resolve(index, ERR(LARGE_MSG))
                 continue
             pending[corr_id] = (waiter, index, route_msg)

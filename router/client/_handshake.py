@@ -1,10 +1,11 @@
-"""The client's half of the SMP handshake (WIRE.md §3.2, §3.3, §14.1-14.5).
+"""The client's half of the SMP handshake (docs/protocol.md#handshake-router-hello,
+#handshake-client-hello, #handshake).
 
 The router speaks first. The client picks the highest version both sides
 support (or gives up without a word, as the protocol says), then answers with
 the router's key hash, a fresh X25519 key and, when it acts for a service, the
 proof that it holds the service key. The session id from the server hello is
-what every later signature covers (§14.3).
+what every later signature covers (docs/protocol.md#session-id).
 """
 
 from __future__ import annotations

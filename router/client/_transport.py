@@ -1,4 +1,4 @@
-"""The WebSocket under the client: one SMP block per binary message (WIRE.md §3.4).
+"""The WebSocket under the client: one SMP block per binary message (docs/protocol.md#websocket).
 
 This is the one place that touches trio-websocket and sockets. Every failure
 below is translated here, once, into `ConnectionClosed`; code above it never

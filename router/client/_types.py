@@ -9,7 +9,8 @@ from router.protocol.types import Response
 
 @dataclass(frozen=True, slots=True)
 class RecipientQueue:
-    """Everything the recipient needs to use a queue it created (WIRE.md §6, §7).
+    """Everything the recipient needs to use a queue it created (docs/protocol.md#command-table,
+    #encryption).
 
     `box_key` is the NaCl precomputed key for X25519(rcv_dh_priv, srv_dh_key):
     it opens the bodies of the `MSG`s of this queue.
@@ -35,7 +36,7 @@ class NotifierCredentials:
     notifier_key: bytes  # its SPKI
     rcv_ntf_dh_priv: bytes
     srv_ntf_dh_key: bytes
-    ntf_box_key: bytes  # opens NMSG metadata (WIRE.md §7)
+    ntf_box_key: bytes  # opens NMSG metadata (docs/protocol.md#encryption)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Transport blocks and batches (WIRE.md §2).
+"""Transport blocks and batches (docs/protocol.md#blocks).
 
 Every unit on the wire is a block of exactly `BLOCK_SIZE` bytes:
 ``word16 L | content | '#' padding``. After the handshake the content is a

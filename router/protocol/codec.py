@@ -1,4 +1,5 @@
-"""Commands and responses (WIRE.md §6) and the credential rules (§4.4).
+"""Commands and responses (docs/protocol.md#command-table) and the credential rules
+(docs/protocol.md#credentials).
 
 A command or response is ``TAG`` or ``TAG SP params``. Decoding splits off the
 tag, looks up its parser and requires the parameters to be consumed exactly:
@@ -57,7 +58,7 @@ from .types import (
     Transmission,
 )
 
-MAX_MESSAGE_LENGTH = 16064  # SEND body limit at v8..v10 (WIRE.md §8); a router rule
+MAX_MESSAGE_LENGTH = 16064  # SEND body limit at v8..v10 (docs/protocol.md#limits); a router rule
 MAX_SEND_FLAGS = 7  # 'T'/'F' plus up to 6 reserved bytes before the SP
 
 # --- parameter-less singletons ------------------------------------------------
@@ -367,7 +368,7 @@ def encode_response_transmission(corr_id: bytes, entity_id: bytes, resp: Respons
     ))
 
 
-# --- credentials (WIRE.md §4.4) -------------------------------------------------------
+# --- credentials (docs/protocol.md#credentials) ---------------------------------------------------
 
 
 def check_credentials(cmd: Command, t: Transmission) -> ErrorType | None:

@@ -1,6 +1,7 @@
-"""Signatures and per-queue encryption (WIRE.md §4.2, §4.3, §7), on PyNaCl.
+"""Signatures and per-queue encryption (docs/protocol.md#signatures, #authorization, #encryption),
+on PyNaCl.
 
-Verification has a constant shape (§9, AUTH timing): whatever is missing or
+Verification has a constant shape (docs/protocol.md#behaviour, AUTH timing): whatever is missing or
 mismatched, exactly one verification of the kind the authorization claims is
 run, with a fixed dummy key when there is no real one, so the time taken does
 not tell whether a queue or a key exists.
@@ -27,7 +28,7 @@ from .keys import KeyType, ed25519_spki, key_type, raw_key, x25519_spki
 from .transmission import authorized_bytes
 from .types import CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError
 
-MSG_PADDED_SIZE = 16106  # plain body padded to this, at every version (WIRE.md §7)
+MSG_PADDED_SIZE = 16106  # plain body padded to this, at every version (docs/protocol.md#encryption)
 MSG_ENC_SIZE = MSG_PADDED_SIZE + 16  # 16122
 NTF_META_PADDED_SIZE = 128
 NTF_META_ENC_SIZE = NTF_META_PADDED_SIZE + 16  # 144
@@ -93,7 +94,8 @@ def sign(seed32: bytes, data: bytes) -> bytes:
 def authorize(
     seed32: bytes, session_id: bytes, corr_id: bytes, entity_id: bytes, command: bytes
 ) -> bytes:
-    """The authorization field (64-byte signature) for a transmission (§4.2)."""
+    """The authorization field (64-byte signature) for a transmission
+    (docs/protocol.md#signatures)."""
     return sign(seed32, authorized_bytes(session_id, corr_id, entity_id, command))
 
 
@@ -169,7 +171,7 @@ def verify_service_proof(proof: ServiceProof, session_id: bytes, key_hash: bytes
     return _ed25519_ok(proof.signature, raw_key(proof.service_key), data)
 
 
-# --- per-queue boxes (§7) ------------------------------------------------------------
+# --- per-queue boxes (docs/protocol.md#encryption) ------------------------------------------------
 
 
 def box_key(priv32: bytes, peer_spki: bytes) -> bytes:

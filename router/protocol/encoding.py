@@ -1,4 +1,4 @@
-"""Primitive SMP encodings (WIRE.md §1): a parsing cursor and the matching encoders.
+"""Primitive SMP encodings (docs/protocol.md#notation): a parsing cursor and the matching encoders.
 
 Every parse failure raises `ProtocolError` carrying the error the caller asked
 for (`CMD SYNTAX` by default), so a layer that must answer `BLOCK` or fail a
@@ -86,7 +86,7 @@ class Parser:
         raise self.fail("expected 0 or 1")
 
     def key(self) -> bytes:
-        """ss(SPKI DER) of a key type this router knows (WIRE.md §5)."""
+        """ss(SPKI DER) of a key type this router knows (docs/protocol.md#keys)."""
         spki = self.short_string()
         try:
             key_type(spki)
@@ -95,7 +95,7 @@ class Parser:
         return spki
 
     def dh_key(self) -> bytes:
-        """ss(SPKI DER) that must be an X25519 key (DH keys, WIRE.md §5)."""
+        """ss(SPKI DER) that must be an X25519 key (DH keys, docs/protocol.md#keys)."""
         spki = self.key()
         if key_type(spki) is not KeyType.X25519:
             raise self.fail("DH key must be X25519")

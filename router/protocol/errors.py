@@ -1,4 +1,4 @@
-"""Error strings carried by `ERR` (WIRE.md §6.1).
+"""Error strings carried by `ERR` (docs/protocol.md#errors).
 
 ``errorType = BLOCK | SESSION | CMD SP cmdErr | PROXY SP proxyErr | AUTH | QUOTA
 | NO_MSG | LARGE_MSG | INTERNAL | CRYPTO | SERVICE | EXPIRED | STORE SP text
@@ -54,7 +54,7 @@ def _blocked_info(b: bytes) -> str:
 
 
 def decode_error(data: bytes) -> ErrorType:
-    """An `ERR` payload (WIRE.md §6.1); `ProtocolError(CMD SYNTAX)` if it is not one."""
+    """An `ERR` payload (docs/protocol.md#errors); `ProtocolError(CMD SYNTAX)` if it is not one."""
     tag, j = _token(data, 0)
     simple = _SIMPLE_ERRORS.get(tag.decode("latin-1"))
     if simple is not None:

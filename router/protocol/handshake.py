@@ -1,4 +1,5 @@
-"""Handshake blocks (WIRE.md §3.2, §3.3) and the service extension of this router.
+"""Handshake blocks (docs/protocol.md#handshake-router-hello, #handshake-client-hello) and the
+service extension of this router.
 
 The server hello goes first::
 

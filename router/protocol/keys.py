@@ -1,4 +1,4 @@
-"""Public keys as X.509 SubjectPublicKeyInfo DER (WIRE.md §5).
+"""Public keys as X.509 SubjectPublicKeyInfo DER (docs/protocol.md#keys).
 
 SMP carries every key as its SPKI DER. For the key types used here that DER is
 a fixed prefix followed by the raw key, so recognising a key is a prefix check

@@ -1,7 +1,8 @@
-"""Transmissions (WIRE.md §4): ``ss(authorization) | ss(corrId) | ss(entityId) | command``.
+"""Transmissions (docs/protocol.md#transmissions): ``ss(authorization) | ss(corrId) | ss(entityId)
+| command``.
 
 The command stays encoded in `Transmission.command`, so the signature is
-checked over the exact bytes received (§4.2) before anything else is decoded.
+checked over the exact bytes received (docs/protocol.md#signatures) before anything else is decoded.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from .encoding import ss, ss_len
 from .types import BLOCK, ErrorType, ProtocolError, Transmission
 
-# Authorization lengths the router accepts (§4.3): none, Ed25519, X25519
+# Authorization lengths the router accepts (docs/protocol.md#authorization): none, Ed25519, X25519
 # authenticator, Ed448.
 AUTH_LENGTHS = frozenset((0, 64, 80, 114))
 
@@ -38,7 +39,8 @@ def decode_transmission(data: bytes) -> Transmission:
 def authorized_bytes(
     session_id: bytes, corr_id: bytes, entity_id: bytes, command: bytes
 ) -> bytes:
-    """The bytes an authorization covers (§4.2): the session id is signed, never sent."""
+    """The bytes an authorization covers (docs/protocol.md#signatures): the session id is signed,
+    never sent."""
     return b"".join((ss(session_id), ss(corr_id), ss(entity_id), command))
 
 
@@ -48,5 +50,6 @@ def transmission_authorized(session_id: bytes, t: Transmission) -> bytes:
 
 
 def check_auth_length(authorization: bytes) -> ErrorType | None:
-    """None if the authorization has a known length (§4.3), else `BLOCK`."""
+    """None if the authorization has a known length (docs/protocol.md#authorization), else
+    `BLOCK`."""
     return None if len(authorization) in AUTH_LENGTHS else BLOCK

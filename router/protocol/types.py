@@ -1,9 +1,10 @@
-"""SMP values: commands, responses, errors and transmissions (WIRE.md §4, §6).
+"""SMP values: commands, responses, errors and transmissions (docs/protocol.md#transmissions,
+#command-table).
 
 Wire tokens become types. Every command and response is a frozen, slotted
 dataclass named after its wire tag; every error the protocol defines is an
 `ErrorType` value. Keys are carried as their X.509 SubjectPublicKeyInfo DER
-(44 bytes for Ed25519 / X25519, WIRE.md §5), never as library key objects, so
+(44 bytes for Ed25519 / X25519, docs/protocol.md#keys), never as library key objects, so
 this module stays free of crypto and I/O.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-# --- errors (WIRE.md §6.1) -------------------------------------------------
+# --- errors (docs/protocol.md#errors) -------------------------------------------------
 
 
 class CmdErr(Enum):
@@ -79,7 +80,7 @@ class ProtocolError(Exception):
         self.error = error
 
 
-# --- client commands (WIRE.md §6) ------------------------------------------
+# --- client commands (docs/protocol.md#command-table) ------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +165,8 @@ class NSUB:
 
 @dataclass(frozen=True, slots=True)
 class SUBS:
-    """Subscribe every queue associated with the connection's service (WIRE.md §11, §14.5)."""
+    """Subscribe every queue associated with the connection's service (docs/protocol.md#services,
+    #service-extension)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +205,7 @@ class IDS:
 @dataclass(frozen=True, slots=True)
 class MSG:
     msg_id: bytes
-    enc_body: bytes  # crypto_box output, 16122 bytes (WIRE.md §7)
+    enc_body: bytes  # crypto_box output, 16122 bytes (docs/protocol.md#encryption)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +269,7 @@ Response = (
     IDS | MSG | NID | NMSG | END | DELD | OK | PONG | INFO | ERR | SOKS | ENDS | ALLS
 )
 
-# --- transmissions (WIRE.md §4) ---------------------------------------------
+# --- transmissions (docs/protocol.md#transmissions) ---------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,5 +288,6 @@ class Transmission:
 
 # --- local errors (never sent in ERR) ----------------------------------------
 
-# A hello block that does not parse (WIRE.md §3): the connection is closed, no ERR is sent.
+# A hello block that does not parse (docs/protocol.md#handshake): the connection is closed, no ERR
+# is sent.
 HANDSHAKE = ErrorType("HANDSHAKE")

@@ -1,4 +1,4 @@
-"""One handler per verified command (WIRE.md §6, §9).
+"""One handler per verified command (docs/protocol.md#command-table, #behaviour).
 
 Each handler gets the connection and the `Verified` command (with the queue
 record looked up while verifying it) and returns the transmissions to send,
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .router import Router
 
-ID_SIZE = 24  # queue ids and message ids (WIRE.md §8)
+ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
 _ID_ATTEMPTS = 3  # fresh ids after a DUPLICATE before giving up with INTERNAL
 _OK, _PONG = OK(), PONG()
 
@@ -218,7 +218,8 @@ class Commands:
             return _reply(v, LARGE_MSG)
         if queue.status is QueueStatus.OFF:
             return _reply(v, AUTH)
-        # Only the notification flag is kept: the MSG body carries 'T'/'F' (WIRE.md §7).
+        # Only the notification flag is kept: the MSG body carries 'T'/'F'
+        # (docs/protocol.md#encryption).
         msg = Message(secrets.token_bytes(ID_SIZE), int(time.time()), cmd.flags[:1], cmd.body)
         await self._r.expire_before_send(queue.recipient_id)
         self._r.queue_active(queue.recipient_id)
@@ -321,7 +322,8 @@ class Commands:
     # --- notifiers -------------------------------------------------------------------
 
     async def _nkey(self, conn: Connection, v: Verified) -> list[bytes]:
-        """Add or replace the notifier: a new id and DH key each time (WIRE.md §9)."""
+        """Add or replace the notifier: a new id and DH key each time
+        (docs/protocol.md#behaviour)."""
         cmd: NKEY = v.command  # type: ignore[assignment]
         queue = _queue(v)
         srv_priv, srv_pub = new_x25519()
@@ -378,7 +380,8 @@ def _b64(data: bytes) -> str:
 def queue_info(
     queue: QueueRecord, size: int, head: Message | None, sub: Sub | None, state: str
 ) -> str:
-    """The QUE answer's JSON, in the reference's field names (WIRE.md §6; not normative)."""
+    """The QUE answer's JSON, in the reference's field names (docs/protocol.md#command-table; not
+    normative)."""
     info: dict[str, object] = {
         "qiSnd": queue.sender_key is not None,
         "qiNtf": queue.notifier is not None,

@@ -1,7 +1,7 @@
 """Router configuration: one frozen record, checked when it is made.
 
 Everything an operator can set lives here, with the reference router's
-defaults where the protocol has one (WIRE.md §8). A bad value raises
+defaults where the protocol has one (docs/protocol.md#limits). A bad value raises
 `ConfigError` with a message fit to show the operator as one line.
 """
 
@@ -17,8 +17,8 @@ PER_QUEUE_TASK = "per-queue-task"
 DELIVERY_MODES = (SINGLE_TASK, PER_QUEUE_TASK)
 STORE_KINDS = ("memory", "journal", "sqlite")
 FSYNC_POLICIES = ("never", "batch", "always")
-DEFAULT_MESSAGE_TTL = 21 * 24 * 3600  # seconds (WIRE.md §8)
-DEFAULT_EXPIRE_INTERVAL = 2 * 3600  # seconds between expiration passes (WIRE.md §8)
+DEFAULT_MESSAGE_TTL = 21 * 24 * 3600  # seconds (docs/protocol.md#limits)
+DEFAULT_EXPIRE_INTERVAL = 2 * 3600  # seconds between expiration passes (docs/protocol.md#limits)
 DEFAULT_STATS_INTERVAL = 3600  # seconds per stats log line
 # What `smp-router serve` limits by default. One connection may create this many
 # queues at once, then this many per second: a client joining many groups is not
@@ -28,7 +28,7 @@ DEFAULT_NEW_QUEUE_BURST = 100
 DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-# Basic-auth passwords: printable, no space, '@', ':' or '/' (WIRE.md §6).
+# Basic-auth passwords: printable, no space, '@', ':' or '/' (docs/protocol.md#command-table).
 _PASSWORD_FORBIDDEN = frozenset(" @:/")
 
 
@@ -50,7 +50,8 @@ class RouterConfig:
     stalled_writer_timeout: float = 30.0  # drop a peer that takes longer to accept one block
     end_batch_interval: float = 0.1  # how often pending END/DELD events are flushed
     ntf_batch_interval: float = 0.05  # how long NMSGs gather before a batch is sent
-    handshake_timeout: float = 120.0  # client hello deadline (WIRE.md §3.3)
+    # client hello deadline (docs/protocol.md#handshake-client-hello)
+    handshake_timeout: float = 120.0
     close_timeout: float = 2.0  # WebSocket closing handshake deadline
     fsync: str = "batch"  # when durable stores force data to disk: never | batch | always
     message_ttl: float = DEFAULT_MESSAGE_TTL  # messages older than this are removed
@@ -160,7 +161,8 @@ class RouterConfig:
 
 
 def check_password(password: bytes) -> None:
-    """The basic-auth rules of WIRE.md §6, so that clients can actually send it."""
+    """The basic-auth rules of docs/protocol.md#command-table, so that clients can actually send
+    it."""
     if not 1 <= len(password) <= 255:
         raise ConfigError("password must be 1..255 bytes")
     text = password.decode("latin-1")

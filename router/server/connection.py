@@ -53,7 +53,8 @@ class Connection:
         self.transport = transport
         self.version = handshake.version
         self.session_id = handshake.session_id
-        self.service = handshake.service  # proven in the client hello (WIRE.md §14.5)
+        # proven in the client hello (docs/protocol.md#service-extension)
+        self.service = handshake.service
         self.service_id = None if self.service is None else service_id(self.service.service_key)
         self.subscriptions: dict[bytes, Sub] = {}
         self.ntf_subscriptions: set[bytes] = set()  # notifier ids this connection NSUBed

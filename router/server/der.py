@@ -1,6 +1,6 @@
 """Just enough DER to write one self-signed Ed25519 X.509 certificate.
 
-The router's identity is the SHA-256 of its certificate's DER (WIRE.md §14.2),
+The router's identity is the SHA-256 of its certificate's DER (docs/protocol.md#router-identity),
 so the certificate only has to be a stable, well-formed byte string signed by
 the identity key. Building it by hand keeps the project free of a general
 X.509 dependency; the output parses with OpenSSL (`openssl x509 -inform DER`).

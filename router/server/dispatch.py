@@ -1,10 +1,12 @@
-"""From a received block to the responses it gets (WIRE.md §2, §4, §9).
+"""From a received block to the responses it gets (docs/protocol.md#blocks, #transmissions,
+#behaviour).
 
 Theory of operation. A block is answered in two passes, as the reference
 router does:
 
-1. every transmission is parsed, its credentials checked (§4.4) and its
-   authorization verified against the queue it names (§4.3, §9 "AUTH
+1. every transmission is parsed, its credentials checked (docs/protocol.md#credentials) and its
+   authorization verified against the queue it names (docs/protocol.md#authorization, #behaviour
+   "AUTH
    timing"); failures become `ERR` transmissions right away;
 2. the verified commands run in order, each producing its responses.
 
@@ -143,7 +145,7 @@ class Dispatcher:
 
         Whatever is missing, one verification of the kind the authorization claims
         still runs (`verify_authorization` uses a dummy key), so the answer time does
-        not reveal which queues or keys exist (WIRE.md §9).
+        not reveal which queues or keys exist (docs/protocol.md#behaviour).
         """
         kind = type(cmd)
         if kind in _UNVERIFIED:
@@ -197,7 +199,7 @@ def _service_key(conn: Connection, entity_id: bytes) -> bytes | None:
 
 def _skey_key(queue: QueueRecord | None, new_key: bytes) -> bytes | None:
     """SKEY is signed with the key it installs, and only on sndSecure queues whose
-    sender key is unset or the same (WIRE.md §9)."""
+    sender key is unset or the same (docs/protocol.md#behaviour)."""
     if queue is None or not queue.snd_secure:
         return None
     if queue.sender_key is not None and queue.sender_key != new_key:

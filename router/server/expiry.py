@@ -1,7 +1,7 @@
 """Message expiration: undelivered messages older than the TTL are removed.
 
 The reference router keeps a message for 21 days and looks for old ones every
-2 hours (WIRE.md §8); so does this one, with both periods configurable. A
+2 hours (docs/protocol.md#limits); so does this one, with both periods configurable. A
 pass walks every queue that holds messages and removes the run of messages at
 its head that are older than the TTL (`MessageStore.expire_messages`; a newer
 message shields the older ones behind it, as in the reference). A pass runs

@@ -1,4 +1,4 @@
-"""The router's long-lived identity (WIRE.md §14.2).
+"""The router's long-lived identity (docs/protocol.md#router-identity).
 
 An Ed25519 key and a self-signed certificate over it. `key_hash` is the
 SHA-256 of the certificate's DER; clients pin it in the router's address

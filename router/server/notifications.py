@@ -1,6 +1,7 @@
 """NMSG: the notifications of flagged SENDs, kept per notifier and sent in batches.
 
-Theory of operation (WIRE.md §6, §7, §8; the reference router's ntfStore):
+Theory of operation (docs/protocol.md#command-table, #encryption, #limits; the reference router's
+ntfStore):
 
 - Every SEND with the notification flag to a queue that has a notifier adds
   one NMSG for that notifier id, whether or not a notifier is subscribed
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .subscriptions import SubscriberRegistry
 
-NTF_TTL = 24 * 3600  # seconds a notification is kept (WIRE.md §8)
+NTF_TTL = 24 * 3600  # seconds a notification is kept (docs/protocol.md#limits)
 NTF_EXPIRE_INTERVAL = 3600.0  # how often expired notifications are dropped
 NTF_MAX_PENDING = 64  # kept per notifier; a notification server needs the latest ones
 

@@ -1,4 +1,4 @@
-"""Service subscriptions: SUBS, NSUBS, ENDS and ALLS (WIRE.md §11, §14.5;
+"""Service subscriptions: SUBS, NSUBS, ENDS and ALLS (docs/protocol.md#services, #service-extension;
 docs/protocol.md#services).
 
 Theory of operation. A connection may prove a service identity in its client

@@ -1,7 +1,7 @@
 """Who is subscribed to what: per-connection `Sub` records, the router-wide
 registry of subscribers, and the batched END/DELD events of displaced ones.
 
-Theory of operation (WIRE.md §9, the reference router's model):
+Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 
 - A connection's `subscriptions` map holds one `Sub` per queue it used SUB or
   GET on. `delivered` is the gate of delivery: while it holds a message id,
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from .connection import Connection
 
 _END, _DELD = END(), DELD()
-DELD_VERSION = 10  # below it the router sends END where it would send DELD (WIRE.md §14.1)
+# below it the router sends END where it would send DELD (docs/protocol.md#versions)
+DELD_VERSION = 10
 
 
 @dataclass(slots=True, eq=False)
@@ -43,7 +44,7 @@ class Sub:
     """One queue on one connection."""
 
     recipient_id: bytes
-    box_key: bytes  # the queue's rcv_dh_secret, encrypts MSG bodies (WIRE.md §7)
+    box_key: bytes  # the queue's rcv_dh_secret, encrypts MSG bodies (docs/protocol.md#encryption)
     get_mode: bool = False  # GET was used here: SUB is prohibited, nothing is pushed
     delivered: tuple[bytes, int] | None = None  # (msg id, ts) in flight, awaiting ACK
     # per-queue-task mode only: the queue's own task waits on `wake`

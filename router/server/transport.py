@@ -1,6 +1,6 @@
 """SMP blocks over WebSockets, and the router side of the handshake.
 
-One binary WebSocket message is one 16384-byte block (WIRE.md §3.4); a
+One binary WebSocket message is one 16384-byte block (docs/protocol.md#websocket); a
 message of any other size, or a text message, ends the connection. The router
 serves connections through `BlockStream`: the router's own listener gives a
 `router.server.edge.WebSocketTransport`, and `BlockTransport` here wraps a
@@ -8,11 +8,11 @@ trio-websocket connection a host program accepted itself (`handle_websocket`).
 Library exceptions become `TransportClosed` in the transport, once, so nothing
 above it catches them.
 
-Handshake (WIRE.md §3, §14): the router sends its hello first (versions
+Handshake (docs/protocol.md#handshake): the router sends its hello first (versions
 9..10, a fresh random 32-byte session id, its identity certificate and a
 signed key), then waits a bounded time for the client hello. A version outside the range, a key hash
 other than the router's, or a service proof (this router's hello extension,
-WIRE.md §14.5) that does not verify closes the connection without an error
+docs/protocol.md#service-extension) that does not verify closes the connection without an error
 block. A valid proof is kept for the service commands.
 """
 

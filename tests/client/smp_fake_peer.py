@@ -146,7 +146,8 @@ async def _handshake(
         return None
     peer.hellos.append(reply)
     if check_key_hash and reply.key_hash != peer.key_hash:
-        await ws.aclose()  # what the router does: close, no error block (WIRE.md §3.3)
+        # what the router does: close, no error block (docs/protocol.md#handshake-client-hello)
+        await ws.aclose()
         return None
     return PeerConnection(ws, reply, session_id)
 
@@ -162,6 +163,6 @@ def fake_queue() -> RecipientQueue:
 
 
 def sealed(queue: RecipientQueue, body: bytes, ts: int = 1_700_000_000, quota: bool = False) -> MSG:
-    """A MSG for `queue` as the router would seal it (WIRE.md §7)."""
+    """A MSG for `queue` as the router would seal it (docs/protocol.md#encryption)."""
     msg_id = os.urandom(24)
     return MSG(msg_id, crypto.encrypt_msg_body(queue.box_key, msg_id, ts, b"F", body, quota))

@@ -1,6 +1,6 @@
 """The MessageStore contract, run against every backend in conftest.MESSAGE_BACKENDS.
 
-Quota and marker rules: WIRE.md §9.
+Quota and marker rules: docs/protocol.md#behaviour
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Random operation sequences on every message store, checked step by step against a
-plain list model of WIRE.md §9 (deterministic seeds, so failures reproduce)."""
+plain list model of docs/protocol.md#behaviour (deterministic seeds, so failures reproduce)."""
 
 from __future__ import annotations
 
