@@ -112,11 +112,10 @@ class RouterCollector(Collector):
     def _own(self, s: RouterStatistics) -> Iterator[Metric]:
         for name, field, doc in OWN_COUNTERS:
             yield CounterMetricFamily(name, doc, value=getattr(s, field))
-        counters = self._router.counters
         refused = CounterMetricFamily("smp_router_commands_refused",
                                       "Commands refused by a limit", labels=["reason"])
-        refused.add_metric(["new_queue_rate"], counters.new_queues_rate_limited)
-        refused.add_metric(["store_full"], counters.messages_store_full)
+        refused.add_metric(["new_queue_rate"], s.new_queues_rate_limited)
+        refused.add_metric(["store_full"], s.messages_store_full)
         yield refused
         yield GaugeMetricFamily("smp_router_open_connections", "Connections open now",
                                 value=s.connections)

@@ -52,7 +52,6 @@ from .metrics import serve_metrics
 from .notifications import Notifications
 from .services import Services
 from .stats import Counters, RouterStatistics
-from .statsfeed import FedCounters, run_stats_log
 from .statslog import StatsLog
 from .stores import open_router_stores
 from .subscriptions import Event, PendingEvents, Sub, SubscriberRegistry
@@ -96,11 +95,9 @@ class Router:
         )
         self.info_page: InfoPage | None = None  # answers a plain GET of "/", if set
         self.stats_log: StatsLog | None = None
-        self._activity: FedCounters | None = None
         if config.stats_log is not None:
-            self._activity = FedCounters(self.statistics)
             self.stats_log = StatsLog(
-                config.stats_log, self._activity, interval=config.stats_interval
+                config.stats_log, self.statistics, interval=config.stats_interval
             )
 
     @property
@@ -112,8 +109,7 @@ class Router:
         messages, writing the stats log."""
         async with trio.open_nursery() as nursery:
             if self.stats_log is not None:
-                assert self._activity is not None
-                await nursery.start(run_stats_log, self.stats_log, self._activity)
+                await nursery.start(self.stats_log.run)
             await nursery.start(self.expirer.run)
             nursery.start_soon(self.events.run)
             nursery.start_soon(self.notifications.run)
@@ -136,8 +132,8 @@ class Router:
 
     def queue_active(self, recipient_id: bytes) -> None:
         """The queue was used (created, secured, sent to, subscribed, acknowledged on)."""
-        if self._activity is not None:
-            self._activity.record_active_queue(recipient_id)
+        if self.stats_log is not None:
+            self.stats_log.record_active_queue(recipient_id)
 
     async def expire_before_send(self, recipient_id: bytes) -> None:
         """With `expire_on_send`, drop the queue's expired messages before a SEND."""
@@ -306,23 +302,10 @@ class Router:
     # --- observation ---------------------------------------------------------------------
 
     def statistics(self) -> RouterStatistics:
-        c = self.counters
-        return RouterStatistics(
+        return self.counters.snapshot(
             connections=len(self.connections),
-            connections_total=c.connections_total,
             subscriptions=len(self.subscribers),
             pending_deliveries=sum(len(conn.deliveries) for conn in self.connections.values()),
-            queues_created=c.queues_created,
-            queues_secured=c.queues_secured,
-            queues_deleted=c.queues_deleted,
-            messages_sent=c.messages_sent,
-            messages_delivered=c.messages_delivered,
-            messages_acked=c.messages_acked,
-            messages_quota_refused=c.messages_quota_refused,
-            messages_deferred=c.messages_deferred,
-            subscriptions_displaced=c.subscriptions_displaced,
-            writers_stalled=c.writers_stalled,
-            messages_expired=c.messages_expired,
         )
 
     def connection_task_counts(self) -> dict[int, int]:

@@ -1,7 +1,9 @@
-"""Router counters and the frozen record `Router.statistics()` returns.
+"""The router's one set of counters and the frozen record `Router.statistics()` returns.
 
-Counters are plain integers bumped on the hot path; the record is a snapshot
-that callers may keep and compare.
+Counters are plain integers bumped on the hot path and never reset; the record
+is a snapshot that callers may keep and compare. Every reader works from them:
+the metrics collector, the control port, and the stats log, whose lines are the
+differences between two snapshots (statslog.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ class Counters:
         for name in self.__slots__:
             setattr(self, name, 0)
 
+    def snapshot(
+        self, *, connections: int, subscriptions: int, pending_deliveries: int
+    ) -> RouterStatistics:
+        """The totals now, with the gauges only the router can read."""
+        totals = {name: getattr(self, name) for name in self.__slots__}
+        return RouterStatistics(
+            connections=connections, subscriptions=subscriptions,
+            pending_deliveries=pending_deliveries, **totals,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class RouterStatistics:
@@ -41,3 +53,5 @@ class RouterStatistics:
     subscriptions_displaced: int  # END sent because another connection took over
     writers_stalled: int  # connections dropped for not reading
     messages_expired: int = 0  # messages removed for being older than the message TTL
+    new_queues_rate_limited: int = 0  # NEWs refused by the new-queue rate limit
+    messages_store_full: int = 0  # SENDs refused because the store was full

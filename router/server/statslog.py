@@ -2,29 +2,35 @@
 
 Theory of operation
 -------------------
-The router increments plain integers on a `RouterCounters` object as things happen
-(a queue created, a message sent, ...) and calls `record_active_queue` with the
-recipient id of every queue that sees activity. Nothing else is shared: the router
-never awaits anything of this module.
+The router keeps one set of monotonic totals (`stats.Counters`) and answers
+`Router.statistics()` with a snapshot of them (`stats.RouterStatistics`). The log
+holds two snapshots: the one taken when the current interval began and the one
+taken when the current UTC day began. A line is the difference between such a
+snapshot and the snapshot at the line's end, computed by the pure `stats_line`;
+the gauges (subscriptions, clients) are read from the later snapshot. So the
+router increments nothing for the log, and no count is lost or counted twice.
+The router also calls `record_active_queue` with the recipient id of every queue
+that sees activity; the log never awaits anything of the router.
 
-`StatsLog` owns the file. Its `run` task sleeps until the next interval boundary
-(aligned to UTC, default hourly), then in one synchronous step takes the counters
-(reading and zeroing them, so no increment is lost or counted twice), adds them to
-the day's running totals and formats the lines; the file append and the state save
-run on a worker thread. When the UTC day changes, a `P1D` roll-up line follows the
-last interval line of the day. Lines carry the start of the period they cover.
+`StatsLog.run` sleeps until the next interval boundary (aligned to UTC, default
+hourly), then in one synchronous step takes a snapshot and formats the lines; the
+file append and the state save run on a worker thread. When the UTC day changes,
+a `P1D` roll-up line follows the last interval line of the day. Lines carry the
+start of the period they cover.
 
 Active queues per day, ISO week and month are counted in three HyperLogLog
 sketches (4096 one-byte registers each) over a 64-bit hash of the recipient id:
 bounded memory, no per-queue history and no raw ids, about 1.6% standard error.
 The week sketch is cleared when a Monday starts, the month sketch on the 1st.
 
-The counters, the day totals and the sketches are saved to a small JSON state file
-next to the log after every line and on a clean stop, and added back at start, so
-a restart within an interval keeps counting it. An interval that ended while the
-router was stopped is written at start, with the time it began. A crash between
-appending a line and saving the state can repeat that line at the next start;
-readers keep one line per (period, time), see docs/stats-log.md.
+The counts of the interval and of the day so far, and the sketches, are saved to a
+small JSON state file next to the log after every line and on a clean stop. At
+start the router's totals are zero again, so the saved counts become the start
+snapshots (the current totals minus what was already counted) and a restart
+within an interval keeps counting it. An interval that ended while the router was
+stopped is written at start, with the time it began. A crash between appending a
+line and saving the state can repeat that line at the next start; readers keep
+one line per (period, time), see docs/stats-log.md.
 """
 
 from __future__ import annotations
@@ -37,10 +43,13 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import trio
+
+from .stats import RouterStatistics
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +58,22 @@ DEFAULT_INTERVAL = 3600
 STATE_VERSION = 1
 WAKE_SLACK = 1.0  # seconds
 
-# Counters reset at every line: how many times each thing happened in the period.
-COUNTER_FIELDS = (
-    "queues_created",
-    "queues_secured",
-    "queues_deleted",
-    "msgs_sent",
-    "msgs_delivered",
-    "msgs_acknowledged",
-    "msgs_expired",
-    "msgs_quota_refused",
-)
-# Gauges the router keeps current (increment and decrement); written as they are.
-GAUGE_FIELDS = ("subscriptions", "clients")
+# Count columns: how many times each thing happened in the period. Each column
+# writes one field of the router's statistics; the column names are the file's.
+COUNTER_COLUMNS = {
+    "queues_created": "queues_created",
+    "queues_secured": "queues_secured",
+    "queues_deleted": "queues_deleted",
+    "msgs_sent": "messages_sent",
+    "msgs_delivered": "messages_delivered",
+    "msgs_acknowledged": "messages_acked",
+    "msgs_expired": "messages_expired",
+    "msgs_quota_refused": "messages_quota_refused",
+}
+# Gauge columns: the statistic's value at the end of the period.
+GAUGE_COLUMNS = {"subscriptions": "subscriptions", "clients": "connections"}
+COUNTER_FIELDS = tuple(COUNTER_COLUMNS)
+GAUGE_FIELDS = tuple(GAUGE_COLUMNS)
 ACTIVE_FIELDS = ("active_queues_day", "active_queues_week", "active_queues_month")
 COLUMNS = ("time", "period", *COUNTER_FIELDS, *GAUGE_FIELDS, *ACTIVE_FIELDS)
 HEADER = ",".join(COLUMNS)
@@ -120,52 +132,44 @@ class HyperLogLog:
         return cls(base64.b64decode(text))
 
 
-# --- the counters the router increments --------------------------------------
+# --- the active-queue sketches ---------------------------------------------------
+
+SKETCH_PERIODS = ("day", "week", "month")
 
 
-class RouterCounters:
-    """One int per counter and gauge, plus the active-queue sketches.
+class ActiveQueues:
+    """The distinct queues active in the current UTC day, ISO week and month."""
 
-    The router writes `counters.msgs_sent += 1` and so on directly, and
-    `counters.subscriptions += 1` / `-= 1` for the gauges.
-    """
-
-    __slots__ = (*COUNTER_FIELDS, *GAUGE_FIELDS, "active_day", "active_week", "active_month")
+    __slots__ = ("day", "week", "month")
 
     def __init__(self) -> None:
-        for name in COUNTER_FIELDS + GAUGE_FIELDS:
-            setattr(self, name, 0)
-        self.active_day = HyperLogLog()
-        self.active_week = HyperLogLog()
-        self.active_month = HyperLogLog()
+        self.day = HyperLogLog()
+        self.week = HyperLogLog()
+        self.month = HyperLogLog()
 
-    def record_active_queue(self, recipient_id: bytes) -> None:
+    def record(self, recipient_id: bytes) -> None:
         """Count the queue as active today, this week and this month."""
         h = queue_hash(recipient_id)
-        self.active_day.add_hash(h)
-        self.active_week.add_hash(h)
-        self.active_month.add_hash(h)
+        self.day.add_hash(h)
+        self.week.add_hash(h)
+        self.month.add_hash(h)
 
-    def take(self) -> dict[str, int]:
-        """The counters since the last take, zeroed in the same step (gauges stay)."""
-        counts = {name: getattr(self, name) for name in COUNTER_FIELDS}
-        for name in COUNTER_FIELDS:
-            setattr(self, name, 0)
-        return counts
+    def estimates(self) -> dict[str, int]:
+        return {f"active_queues_{name}": getattr(self, name).estimate() for name in SKETCH_PERIODS}
 
-    def add(self, counts: Mapping[str, int]) -> None:
-        for name in COUNTER_FIELDS:
-            setattr(self, name, getattr(self, name) + int(counts.get(name, 0)))
+    def new_day(self, week_changed: bool, month_changed: bool) -> None:
+        self.day.clear()
+        if week_changed:
+            self.week.clear()
+        if month_changed:
+            self.month.clear()
 
-    def gauges(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in GAUGE_FIELDS}
+    def to_state(self) -> dict[str, str]:
+        return {name: getattr(self, name).to_text() for name in SKETCH_PERIODS}
 
-    def active(self) -> dict[str, int]:
-        return {
-            "active_queues_day": self.active_day.estimate(),
-            "active_queues_week": self.active_week.estimate(),
-            "active_queues_month": self.active_month.estimate(),
-        }
+    def merge_state(self, state: Mapping[str, str]) -> None:
+        for name in SKETCH_PERIODS:
+            getattr(self, name).merge(HyperLogLog.from_text(state[name]))
 
 
 # --- pure helpers: periods and line formatting --------------------------------
@@ -215,8 +219,36 @@ def format_line(
     return ",".join(values) + "\n"
 
 
-def sum_counts(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
-    return {name: int(a.get(name, 0)) + int(b.get(name, 0)) for name in COUNTER_FIELDS}
+def interval_counts(before: RouterStatistics, after: RouterStatistics) -> dict[str, int]:
+    """The count columns of the period between two snapshots."""
+    return {
+        column: getattr(after, field) - getattr(before, field)
+        for column, field in COUNTER_COLUMNS.items()
+    }
+
+
+def gauges(snapshot: RouterStatistics) -> dict[str, int]:
+    return {column: getattr(snapshot, field) for column, field in GAUGE_COLUMNS.items()}
+
+
+def stats_line(
+    start: int,
+    seconds: int,
+    before: RouterStatistics,
+    after: RouterStatistics,
+    active: Mapping[str, int],
+) -> str:
+    """The line of the period [start, start + seconds) whose ends the snapshots are."""
+    return format_line(start, seconds, interval_counts(before, after), gauges(after), active)
+
+
+def rebase(snapshot: RouterStatistics, counts: Mapping[str, int]) -> RouterStatistics:
+    """The snapshot from which `snapshot` is `counts` later (counts as saved by the log)."""
+    earlier = {
+        field: getattr(snapshot, field) - int(counts.get(column, 0))
+        for column, field in COUNTER_COLUMNS.items()
+    }
+    return replace(snapshot, **earlier)
 
 
 def _day(ts: int) -> date:
@@ -239,90 +271,92 @@ def period_resets(old_day_start: int, new_day_start: int) -> tuple[bool, bool]:
 class StatsLog:
     """Appends the stats lines of one router to `path` (CSV with a header row).
 
-    Call `restore(now)` before the router starts counting (or let `run` do it:
-    `await nursery.start(stats.run)`), and `save()` on a clean stop (`run` does
-    this when it is cancelled).
+    `statistics` returns the router's current snapshot (`Router.statistics`). Run
+    the log as a task (`await nursery.start(stats.run)`): it restores the saved
+    state first and saves it when cancelled. Tools that drive the log without a
+    Trio loop call `restore(now)`, `write_due(now)` and `save()` themselves.
     """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
-        counters: RouterCounters | None = None,
+        statistics: Callable[[], RouterStatistics],
         *,
         interval: int = DEFAULT_INTERVAL,
         state_path: str | os.PathLike[str] | None = None,
         wall_clock: Callable[[], float] | None = None,
-        file_io_in_thread: bool = True,
     ) -> None:
         self.path = Path(path)
         self.state_path = (
             Path(state_path) if state_path else self.path.with_name(self.path.name + ".state")
         )
-        self.counters = counters if counters is not None else RouterCounters()
+        self._statistics = statistics
+        self.active = ActiveQueues()
         self.interval = check_interval(interval)
         self._wall = wall_clock or time.time
-        # Tests on trio's autojump clock write inline: a worker thread looks idle
-        # to the clock, which would then jump past every deadline.
-        self._in_thread = file_io_in_thread
         self._interval_start: int | None = None
         self._interval_seconds = self.interval
         self._day_start = 0
-        self._day_counts: dict[str, int] = dict.fromkeys(COUNTER_FIELDS, 0)
+        self._interval_base = self._day_base = statistics()
         self._lines_written = 0
         self._written = trio.Event()
+
+    def record_active_queue(self, recipient_id: bytes) -> None:
+        self.active.record(recipient_id)
 
     # -- state ------------------------------------------------------------------
 
     def restore(self, now: float | None = None) -> list[str]:
-        """Add the saved state back and open the current interval.
-
-        Returns the lines of periods that ended while the router was stopped; they
-        are written to the file too. Safe to call once, before counting starts.
-        """
-        now = self._wall() if now is None else now
-        lines = self._load_state(now)
-        if self._interval_start is None:
-            self._start_periods(now)
+        """Take the saved state back, open the current interval and write the lines
+        of periods that ended while the router was stopped (returned too).
+        Call once, before the router counts anything."""
+        lines = self._restored_lines(self._wall() if now is None else now)
         self._write(lines, self._state_bytes())
         self._lines_written += len(lines)
         return lines
 
+    def _restored_lines(self, now: float) -> list[str]:
+        lines = self._load_state(now)
+        if self._interval_start is None:
+            self._start_periods(now)
+        return lines
+
     def _load_state(self, now: float) -> list[str]:
-        try:
-            state = json.loads(self.state_path.read_text())
-        except FileNotFoundError:
+        state = self._read_state()
+        if state is None:
             return []
-        except (OSError, ValueError) as exc:
-            log.warning("stats state %s unreadable, starting from zero: %s", self.state_path, exc)
-            return []
-        if state.get("version") != STATE_VERSION:
-            log.warning("stats state %s has an unknown version, ignored", self.state_path)
-            return []
-        self.counters.add(state["counts"])
-        for name in ("day", "week", "month"):
-            getattr(self.counters, f"active_{name}").merge(
-                HyperLogLog.from_text(state["hll"][name])
-            )
+        self._interval_base = rebase(self._statistics(), state["counts"])
+        self._day_base = rebase(self._interval_base, state["day_counts"])
+        self.active.merge_state(state["hll"])
         self._interval_start = int(state["interval_start"])
         self._interval_seconds = int(state["interval"])
         self._day_start = int(state["day_start"])
-        self._day_counts = sum_counts(state["day_counts"], {})
         return self.roll(now)
 
+    def _read_state(self) -> dict | None:
+        try:
+            state = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("stats state %s unreadable, starting from zero: %s", self.state_path, exc)
+            return None
+        if state.get("version") != STATE_VERSION:
+            log.warning("stats state %s has an unknown version, ignored", self.state_path)
+            return None
+        return state
+
     def state(self) -> dict:
-        """What `save` writes: enough to continue the current interval and day."""
+        """What `save` writes: the counts of the interval and of the day's earlier
+        intervals (column names), enough to continue both after a restart."""
         return {
             "version": STATE_VERSION,
             "interval": self._interval_seconds,
             "interval_start": self._interval_start,
             "day_start": self._day_start,
-            "counts": {name: getattr(self.counters, name) for name in COUNTER_FIELDS},
-            "day_counts": self._day_counts,
-            "hll": {
-                "day": self.counters.active_day.to_text(),
-                "week": self.counters.active_week.to_text(),
-                "month": self.counters.active_month.to_text(),
-            },
+            "counts": interval_counts(self._interval_base, self._statistics()),
+            "day_counts": interval_counts(self._day_base, self._interval_base),
+            "hll": self.active.to_state(),
         }
 
     def _state_bytes(self) -> bytes:
@@ -348,24 +382,24 @@ class StatsLog:
     def roll(self, now: float) -> list[str]:
         """Close the current interval if it has ended by `now`; returns the lines.
 
-        Synchronous and free of I/O: the counters are read and zeroed in one step.
-        Periods that were skipped entirely (the router was stopped) get no line.
+        Synchronous and free of I/O: one snapshot ends the interval and starts the
+        next. Periods that were skipped entirely (the router was stopped) get no line.
         """
         if self._interval_start is None or now < self.next_boundary():
             return []
-        counts = self.counters.take()
-        self._day_counts = sum_counts(self._day_counts, counts)
-        gauges, active = self.counters.gauges(), self.counters.active()
+        snapshot = self._statistics()
+        active = self.active.estimates()
         lines = []
         if self._interval_seconds != DAY:
-            lines.append(
-                format_line(self._interval_start, self._interval_seconds, counts, gauges, active)
-            )
+            lines.append(stats_line(
+                self._interval_start, self._interval_seconds, self._interval_base, snapshot, active
+            ))
         if now >= self._day_start + DAY:
-            lines.append(format_line(self._day_start, DAY, self._day_counts, gauges, active))
-            self._new_day(floor_to(now, DAY))
+            lines.append(stats_line(self._day_start, DAY, self._day_base, snapshot, active))
+            self._new_day(floor_to(now, DAY), snapshot)
         self._interval_start = floor_to(now, self.interval)
         self._interval_seconds = self.interval
+        self._interval_base = snapshot
         return lines
 
     def write_due(self, now: float | None = None) -> list[str]:
@@ -377,15 +411,10 @@ class StatsLog:
             self._lines_written += len(lines)
         return lines
 
-    def _new_day(self, day_start: int) -> None:
-        week_changed, month_changed = period_resets(self._day_start, day_start)
-        self.counters.active_day.clear()
-        if week_changed:
-            self.counters.active_week.clear()
-        if month_changed:
-            self.counters.active_month.clear()
+    def _new_day(self, day_start: int, snapshot: RouterStatistics) -> None:
+        self.active.new_day(*period_resets(self._day_start, day_start))
         self._day_start = day_start
-        self._day_counts = dict.fromkeys(COUNTER_FIELDS, 0)
+        self._day_base = snapshot
 
     # -- file ---------------------------------------------------------------------
 
@@ -425,41 +454,38 @@ class StatsLog:
         while self._lines_written < count:
             await self._written.wait()
 
-    def _notify_written(self) -> None:
+    async def _write_in_thread(self, lines: list[str]) -> None:
+        # The snapshot and the state are taken here, on the router's thread; only
+        # the file work moves to the worker.
+        await trio.to_thread.run_sync(self._write, lines, self._state_bytes())
+        self._lines_written += len(lines)
         self._written.set()
         self._written = trio.Event()
-
-    async def _file_io(self, fn: Callable[..., object], *args: object) -> None:
-        if self._in_thread:
-            await trio.to_thread.run_sync(fn, *args)
-        else:
-            fn(*args)
-            await trio.lowlevel.checkpoint()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write a line at every interval boundary until cancelled; then save the state."""
         if self._interval_start is None:
-            await self._file_io(self.restore, self._wall())
-            self._notify_written()
+            await self._write_in_thread(self._restored_lines(self._wall()))
         task_status.started()
         try:
             while True:
-                boundary = self.next_boundary()
-                await trio.sleep(max(0.0, boundary - self._wall()))
-                now = self._wall()
-                if now < boundary - WAKE_SLACK:
-                    continue  # the wall clock was set back while we slept
-                # monotonic and wall clocks drift apart a little: a wake-up just
-                # before the boundary belongs to it
-                lines = self.roll(max(now, boundary))
-                if lines:
-                    log.debug("stats: %d line(s) to %s", len(lines), self.path)
-                    await self._file_io(self._write, lines, self._state_bytes())
-                    self._lines_written += len(lines)
-                    self._notify_written()
+                await self._write_next_boundary()
         finally:
             # A clean stop: keep the partial interval for the next start.
             self.save()
+
+    async def _write_next_boundary(self) -> None:
+        boundary = self.next_boundary()
+        await trio.sleep(max(0.0, boundary - self._wall()))
+        now = self._wall()
+        if now < boundary - WAKE_SLACK:
+            return  # the wall clock was set back while we slept
+        # monotonic and wall clocks drift apart a little: a wake-up just before the
+        # boundary belongs to it
+        lines = self.roll(max(now, boundary))
+        if lines:
+            log.debug("stats: %d line(s) to %s", len(lines), self.path)
+            await self._write_in_thread(lines)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

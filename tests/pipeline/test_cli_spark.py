@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import trio
+from statslog_driver import CountingRouter, jump_to
 
 import pipeline
 from pipeline.cli import main
 from pipeline.synth import write_synthetic_log
-from router.server.statslog import RouterCounters, StatsLog
+from router.server.statslog import StatsLog
 from store.storelog import compact_records
 
 pytestmark = pytest.mark.spark
@@ -33,26 +34,21 @@ def test_compact_from_the_command_line_writes_the_routers_snapshot(spark, tmp_pa
 
 
 async def test_stats_from_the_command_line_reports_a_running_stats_log(
-    spark, tmp_path, autojump_clock
+    spark, tmp_path, mock_clock
 ):
     start = 1714521600 - trio.current_time()  # 2024-05-01T00:00:00Z
-    counters = RouterCounters()
-    stats = StatsLog(
-        tmp_path / "logs" / "eu-1" / "stats.csv",
-        counters,
-        wall_clock=lambda: start + trio.current_time(),
-        file_io_in_thread=False,
-    )
-    with trio.fail_after(3 * 86400):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(stats.run)
-            for hour in range(30):
-                counters.msgs_sent += hour
-                counters.msgs_acknowledged += hour // 2
-                counters.record_active_queue(bytes([hour % 5]) * 24)
-                await trio.sleep(3600)
-            await stats.wait_lines_written(31)
-            nursery.cancel_scope.cancel()
+    wall = lambda: start + trio.current_time()  # noqa: E731 - the mock clock in UTC
+    router = CountingRouter()
+    stats = StatsLog(tmp_path / "logs" / "eu-1" / "stats.csv", router.statistics, wall_clock=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stats.run)
+        for hour in range(30):
+            router.counters.messages_sent += hour
+            router.counters.messages_acked += hour // 2
+            stats.record_active_queue(bytes([hour % 5]) * 24)
+            await jump_to(mock_clock, wall, 1714521600 + 3600 * (hour + 1))
+        await stats.wait_lines_written(31)
+        nursery.cancel_scope.cancel()
     out = tmp_path / "report"
     assert main([*SPARK, "stats", str(tmp_path / "logs"), "--out", str(out)]) == 0
     rows = (out / "total_daily.csv").read_text().splitlines()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from statslog_driver import CountingRouter
 
 from pipeline import follow
 from pipeline.charts import CHARTS
@@ -25,7 +26,7 @@ from pipeline.stats_job import StatsOutput, run_increment, run_stats
 from pipeline.stats_transforms import stats_tables
 from router.client import open_client
 from router.server import RouterConfig, serve_router
-from router.server.statslog import COLUMNS, RouterCounters, StatsLog
+from router.server.statslog import COLUMNS, COUNTER_COLUMNS, StatsLog
 
 pytestmark = pytest.mark.spark
 
@@ -53,17 +54,18 @@ def hour_numbers(router: str, hour: int) -> dict[str, int]:
 
 def write_router_log(path: Path, router: str, start: str, hours: int) -> None:
     """Drive the real StatsLog hour by hour, as a running router would."""
-    counters = RouterCounters()
+    counting = CountingRouter()
     now = ts(start)
-    stats = StatsLog(path, counters, wall_clock=lambda: now)
+    stats = StatsLog(path, counting.statistics, wall_clock=lambda: now)
     stats.restore(now)
     for hour in range(hours):
-        for name, value in hour_numbers(router, hour).items():
-            setattr(counters, name, getattr(counters, name) + value)
-        counters.subscriptions = 5 + hour % 6
-        counters.clients = 2 + hour % 3
+        for column, value in hour_numbers(router, hour).items():
+            field = COUNTER_COLUMNS[column]
+            setattr(counting.counters, field, getattr(counting.counters, field) + value)
+        counting.subscriptions = 5 + hour % 6
+        counting.clients = 2 + hour % 3
         for q in range(hour % 4 + 1):  # queue ids repeat: distinct counts stay small
-            counters.record_active_queue(f"{router}-{q + hour // 24}".encode())
+            stats.record_active_queue(f"{router}-{q + hour // 24}".encode())
         now += 3600
         stats.write_due(now)
     stats.save()

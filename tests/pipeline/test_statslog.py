@@ -1,28 +1,33 @@
 """The router's stats log: line format, interval and day roll-over, state across restarts.
 
-Time runs on trio's MockClock (autojump): the log's wall clock is the mock clock
-plus a fixed UTC start, so a day passes in no real time.
+Time runs on trio's MockClock, moved by the test: the log's wall clock is the mock
+clock plus a fixed UTC start, so a day passes in no real time.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from datetime import UTC, datetime
 
 import pytest
 import trio
+from statslog_driver import CountingRouter, jump_to
 
+from router.server.stats import RouterStatistics
 from router.server.statslog import (
     COLUMNS,
+    COUNTER_COLUMNS,
+    GAUGE_COLUMNS,
     HEADER,
     HyperLogLog,
-    RouterCounters,
     StatsLog,
     format_line,
     period_label,
     period_resets,
     queue_hash,
+    stats_line,
 )
 
 
@@ -101,35 +106,47 @@ def test_a_sketch_survives_its_text_form():
     assert HyperLogLog.from_text(sketch.to_text()).registers == sketch.registers
 
 
-def test_taking_the_counters_zeroes_them_but_keeps_gauges():
-    counters = RouterCounters()
-    counters.msgs_sent += 3
-    counters.subscriptions += 2
-    assert counters.take()["msgs_sent"] == 3
-    assert counters.msgs_sent == 0
-    assert counters.gauges()["subscriptions"] == 2
+def test_a_line_is_the_difference_of_two_snapshots():
+    router = CountingRouter()
+    router.counters.messages_sent = 10
+    before = router.statistics()
+    router.counters.messages_sent += 3
+    router.counters.messages_acked += 2
+    router.subscriptions, router.clients = 4, 2
+    line = stats_line(utc("2024-05-01T13:00:00"), 3600, before, router.statistics(), {})
+    row = dict(zip(COLUMNS, line.rstrip("\n").split(","), strict=True))
+    assert (row["msgs_sent"], row["msgs_acknowledged"], row["queues_created"]) == ("3", "2", "0")
+    assert (row["subscriptions"], row["clients"]) == ("4", "2")
+
+
+def test_every_count_column_writes_a_field_of_the_statistics():
+    fields = {f.name for f in dataclasses.fields(RouterStatistics)}
+    assert set(COUNTER_COLUMNS.values()) <= fields
+    assert set(GAUGE_COLUMNS.values()) <= fields
 
 
 async def test_the_log_writes_one_line_per_interval_and_a_day_line_at_midnight(
-    autojump_clock, tmp_path
+    mock_clock, tmp_path
 ):
     wall = mock_wall("2024-05-05T22:30:00")  # a Sunday
-    counters = RouterCounters()
-    stats = StatsLog(tmp_path / "stats.csv", counters, wall_clock=wall, file_io_in_thread=False)
-    with trio.fail_after(3 * 86400):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(stats.run)
-            counters.queues_created += 2
-            counters.msgs_sent += 5
-            counters.record_active_queue(b"a" * 24)
-            await sleep_until(wall, "2024-05-05T23:10:00")
-            counters.msgs_sent += 1
-            counters.record_active_queue(b"b" * 24)
-            await stats.wait_lines_written(3)
-            await sleep_until(wall, "2024-05-06T00:30:00")
-            counters.record_active_queue(b"c" * 24)
-            await stats.wait_lines_written(4)
-            nursery.cancel_scope.cancel()
+    router = CountingRouter()
+    stats = StatsLog(tmp_path / "stats.csv", router.statistics, wall_clock=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stats.run)
+        router.counters.queues_created += 2
+        router.counters.messages_sent += 5
+        stats.record_active_queue(b"a" * 24)
+        for when in ("2024-05-05T23:00:00", "2024-05-05T23:10:00"):
+            await jump_to(mock_clock, wall, utc(when))
+        router.counters.messages_sent += 1
+        stats.record_active_queue(b"b" * 24)
+        await jump_to(mock_clock, wall, utc("2024-05-06T00:00:00"))
+        await stats.wait_lines_written(3)
+        await jump_to(mock_clock, wall, utc("2024-05-06T00:30:00"))
+        stats.record_active_queue(b"c" * 24)
+        await jump_to(mock_clock, wall, utc("2024-05-06T01:00:00"))
+        await stats.wait_lines_written(4)
+        nursery.cancel_scope.cancel()
     rows = read_rows(tmp_path / "stats.csv")
     assert [(r["time"], r["period"]) for r in rows] == [
         ("2024-05-05T22:00:00Z", "PT1H"),
@@ -145,43 +162,62 @@ async def test_the_log_writes_one_line_per_interval_and_a_day_line_at_midnight(
     assert [r["active_queues_month"] for r in rows] == ["1", "2", "2", "3"]
 
 
-async def test_a_clean_stop_and_start_within_an_interval_keeps_counting_it(
-    autojump_clock, tmp_path
-):
+async def test_a_clean_stop_and_start_within_an_interval_keeps_counting_it(mock_clock, tmp_path):
     path = tmp_path / "stats.csv"
     wall = mock_wall("2024-05-01T10:05:00")
-    first = RouterCounters()
-    with trio.fail_after(86400):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(StatsLog(path, first, wall_clock=wall, file_io_in_thread=False).run)
-            first.msgs_sent += 4
-            first.record_active_queue(b"a" * 24)
-            await sleep_until(wall, "2024-05-01T10:20:00")
-            nursery.cancel_scope.cancel()
-        second = RouterCounters()
-        stats = StatsLog(path, second, wall_clock=wall, file_io_in_thread=False)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(stats.run)
-            assert second.msgs_sent == 4
-            second.msgs_sent += 1
-            second.record_active_queue(b"a" * 24)
-            await stats.wait_lines_written(1)
-            nursery.cancel_scope.cancel()
+    first = CountingRouter()
+    async with trio.open_nursery() as nursery:
+        first_log = StatsLog(path, first.statistics, wall_clock=wall)
+        await nursery.start(first_log.run)
+        first.counters.messages_sent += 4
+        first_log.record_active_queue(b"a" * 24)
+        await jump_to(mock_clock, wall, utc("2024-05-01T10:20:00"))
+        nursery.cancel_scope.cancel()
+    second = CountingRouter()  # a new process counts from zero
+    stats = StatsLog(path, second.statistics, wall_clock=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stats.run)
+        assert stats.state()["counts"]["msgs_sent"] == 4
+        second.counters.messages_sent += 1
+        stats.record_active_queue(b"a" * 24)
+        await jump_to(mock_clock, wall, utc("2024-05-01T11:00:00"))
+        await stats.wait_lines_written(1)
+        nursery.cancel_scope.cancel()
     rows = read_rows(path)
     assert [(r["time"], r["msgs_sent"], r["active_queues_day"]) for r in rows] == [
         ("2024-05-01T10:00:00Z", "5", "1")
     ]
 
 
-async def test_an_interval_that_ended_while_stopped_is_written_at_start(autojump_clock, tmp_path):
+def test_a_restart_keeps_the_days_earlier_intervals(tmp_path):
     path = tmp_path / "stats.csv"
-    counters = RouterCounters()
-    stopped = StatsLog(path, counters, wall_clock=mock_wall("2024-05-01T23:40:00"))
+    first = CountingRouter()
+    stats = StatsLog(path, first.statistics)
+    stats.restore(utc("2024-05-01T22:30:00"))
+    first.counters.messages_sent += 3
+    stats.write_due(utc("2024-05-01T23:00:00"))
+    first.counters.messages_sent += 2
+    stats.save()
+    later = StatsLog(path, CountingRouter().statistics)
+    later.restore(utc("2024-05-01T23:30:00"))
+    assert later.write_due(utc("2024-05-02T00:00:00"))
+    rows = read_rows(path)
+    assert [(r["period"], r["msgs_sent"]) for r in rows] == [
+        ("PT1H", "3"), ("PT1H", "2"), ("P1D", "5"),
+    ]
+
+
+def test_an_interval_that_ended_while_stopped_is_written_at_start(tmp_path):
+    path = tmp_path / "stats.csv"
+    router = CountingRouter()
+    stopped = StatsLog(path, router.statistics, wall_clock=lambda: utc("2024-05-01T23:40:00"))
     stopped.restore()
-    counters.msgs_expired += 9
-    counters.msgs_quota_refused += 2
+    router.counters.messages_expired += 9
+    router.counters.messages_quota_refused += 2
     stopped.save()
-    later = StatsLog(path, RouterCounters(), wall_clock=mock_wall("2024-05-02T03:15:00"))
+    later = StatsLog(
+        path, CountingRouter().statistics, wall_clock=lambda: utc("2024-05-02T03:15:00")
+    )
     lines = later.restore()
     assert len(lines) == 2
     rows = read_rows(path)
@@ -193,16 +229,15 @@ async def test_an_interval_that_ended_while_stopped_is_written_at_start(autojump
     assert later.next_boundary() == utc("2024-05-02T04:00:00")
 
 
-async def test_idle_intervals_while_running_still_get_a_line(autojump_clock, tmp_path):
+async def test_idle_intervals_while_running_still_get_a_line(mock_clock, tmp_path):
     wall = mock_wall("2024-05-01T10:00:00")
-    stats = StatsLog(
-        tmp_path / "s.csv", RouterCounters(), interval=900, wall_clock=wall, file_io_in_thread=False
-    )
-    with trio.fail_after(86400):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(stats.run)
-            await stats.wait_lines_written(4)
-            nursery.cancel_scope.cancel()
+    stats = StatsLog(tmp_path / "s.csv", CountingRouter().statistics, interval=900, wall_clock=wall)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stats.run)
+        for quarter in range(1, 5):
+            await jump_to(mock_clock, wall, utc("2024-05-01T10:00:00") + 900 * quarter)
+        await stats.wait_lines_written(4)
+        nursery.cancel_scope.cancel()
     rows = read_rows(tmp_path / "s.csv")
     assert [r["time"][11:16] for r in rows] == ["10:00", "10:15", "10:30", "10:45"]
     assert {r["period"] for r in rows} == {"PT15M"}
@@ -211,8 +246,8 @@ async def test_idle_intervals_while_running_still_get_a_line(autojump_clock, tmp
 def test_the_file_starts_with_the_header_once(tmp_path):
     path = tmp_path / "stats.csv"
     clock = iter([utc("2024-05-01T10:00:00"), utc("2024-05-01T12:00:00")])
-    StatsLog(path, RouterCounters(), wall_clock=lambda: next(clock)).restore()
-    StatsLog(path, RouterCounters(), wall_clock=lambda: next(clock)).restore()
+    StatsLog(path, CountingRouter().statistics, wall_clock=lambda: next(clock)).restore()
+    StatsLog(path, CountingRouter().statistics, wall_clock=lambda: next(clock)).restore()
     text = path.read_text()
     assert text.startswith(HEADER + "\n")
     assert text.count("time,period") == 1
@@ -222,19 +257,19 @@ def test_the_file_starts_with_the_header_once(tmp_path):
 def test_a_log_with_other_columns_is_moved_aside(tmp_path):
     path = tmp_path / "stats.csv"
     path.write_text("when,what\n1,2\n")
-    StatsLog(path, RouterCounters(), wall_clock=lambda: utc("2024-05-01T10:00:00")).restore()
+    ten = lambda: utc("2024-05-01T10:00:00")  # noqa: E731 - a fixed wall clock
+    StatsLog(path, CountingRouter().statistics, wall_clock=ten).restore()
     assert path.read_text() == HEADER + "\n"
     assert (tmp_path / "stats.csv.old").read_text() == "when,what\n1,2\n"
 
 
 def test_neither_the_log_nor_its_state_holds_queue_ids(tmp_path):
     path = tmp_path / "stats.csv"
-    counters = RouterCounters()
     clock = iter([utc("2024-05-01T10:00:00"), utc("2024-05-01T11:00:00")])
-    stats = StatsLog(path, counters, wall_clock=lambda: next(clock))
+    stats = StatsLog(path, CountingRouter().statistics, wall_clock=lambda: next(clock))
     stats.restore()
     rid = os.urandom(24)
-    counters.record_active_queue(rid)
+    stats.record_active_queue(rid)
     stats.save()
     assert stats.write_due(next(clock))
     for file in (path, stats.state_path):
@@ -245,20 +280,20 @@ def test_neither_the_log_nor_its_state_holds_queue_ids(tmp_path):
 @pytest.mark.parametrize("bad", [0, 7, 7000, 86401])
 def test_an_interval_that_does_not_tile_a_day_is_refused(tmp_path, bad):
     with pytest.raises(ValueError):
-        StatsLog(tmp_path / "s.csv", interval=bad)
+        StatsLog(tmp_path / "s.csv", CountingRouter().statistics, interval=bad)
 
 
 async def test_the_task_restores_and_saves_through_a_worker_thread(tmp_path):
     path = tmp_path / "stats.csv"
-    counters = RouterCounters()
+    router = CountingRouter()
     half_past = lambda: utc("2024-05-01T10:30:00")  # noqa: E731 - a fixed wall clock
-    stats = StatsLog(path, counters, wall_clock=half_past)
+    stats = StatsLog(path, router.statistics, wall_clock=half_past)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             await nursery.start(stats.run)
-            counters.msgs_delivered += 3
+            router.counters.messages_delivered += 3
             nursery.cancel_scope.cancel()
     assert path.read_text() == HEADER + "\n"
-    restored = RouterCounters()
-    StatsLog(path, restored, wall_clock=half_past).restore()
-    assert restored.msgs_delivered == 3
+    restored = StatsLog(path, CountingRouter().statistics, wall_clock=half_past)
+    restored.restore()
+    assert restored.state()["counts"]["msgs_delivered"] == 3
