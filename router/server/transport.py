@@ -2,9 +2,11 @@
 
 One binary WebSocket message is one 16384-byte block (docs/protocol.md#websocket); a
 message of any other size, or a text message, ends the connection. The router
-serves connections through `BlockStream`: the router's own listener gives a
-`router.server.edge.WebSocketTransport`, and `BlockTransport` here wraps a
-trio-websocket connection a host program accepted itself (`handle_websocket`).
+serves connections through one interface, `BlockStream`: the router's own listener
+gives a `router.server.edge.WebSocketTransport`, `BlockTransport` here wraps a
+trio-websocket connection a host program accepted itself (`handle_websocket`), and
+`memory_block_pair` gives two connected in-memory ends (as trio's
+`memory_stream_pair`), for serving a client in the same process without a socket.
 Library exceptions become `TransportClosed` in the transport, once, so nothing
 above it catches them.
 
@@ -19,6 +21,7 @@ block. A valid proof is kept for the service commands.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from dataclasses import dataclass
 from typing import Protocol
@@ -131,6 +134,72 @@ class BlockTransport:
                 await self._ws.aclose()
             except _STREAM_ERRORS:
                 pass
+
+
+class MemoryBlockTransport:
+    """One end of `memory_block_pair`: blocks go to the other end through a bounded
+    in-memory channel, so a reader that stops reading holds its peer's writes back
+    as a socket would."""
+
+    __slots__ = ("_out", "_in", "_stalled_timeout", "remote", "stalled")
+
+    def __init__(
+        self,
+        out: trio.MemorySendChannel[bytes],
+        into: trio.MemoryReceiveChannel[bytes],
+        remote: str,
+        stalled_timeout: float,
+    ) -> None:
+        self._out = out
+        self._in = into
+        self._stalled_timeout = stalled_timeout
+        self.remote = remote
+        self.stalled = False
+
+    def established(self) -> None:
+        pass  # no listener counts in-memory connections
+
+    async def receive_block(self) -> bytes:
+        try:
+            block = await self._in.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError) as e:
+            raise TransportClosed("peer closed the connection") from e
+        if len(block) != BLOCK_SIZE:
+            raise TransportClosed(f"message of {len(block)} bytes instead of a block")
+        return block
+
+    async def send_block(self, block: bytes) -> None:
+        """Send one block; a peer that does not take it within the deadline is dropped."""
+        with trio.move_on_after(self._stalled_timeout) as scope:
+            try:
+                await self._out.send(block)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+                raise TransportClosed("peer closed the connection") from e
+        if scope.cancelled_caught:
+            self.stalled = True
+            raise TransportClosed(f"peer did not read for {self._stalled_timeout} s")
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        for block in blocks:
+            await self.send_block(block)
+
+    async def aclose(self, timeout: float = 0) -> None:
+        """Close both directions at once: the peer's reads end, its writes fail."""
+        self._out.close()
+        self._in.close()
+        await trio.lowlevel.checkpoint()
+
+
+def memory_block_pair(
+    *, capacity: int = MESSAGE_QUEUE_SIZE, stalled_timeout: float = math.inf
+) -> tuple[MemoryBlockTransport, MemoryBlockTransport]:
+    """Two connected transports (client end, router end) holding up to `capacity`
+    blocks in flight each way."""
+    to_router, router_in = trio.open_memory_channel[bytes](capacity)
+    to_client, client_in = trio.open_memory_channel[bytes](capacity)
+    client = MemoryBlockTransport(to_router, client_in, "memory:router", stalled_timeout)
+    router = MemoryBlockTransport(to_client, router_in, "memory:client", stalled_timeout)
+    return client, router
 
 
 def _describe(ws: WebSocketConnection) -> str:

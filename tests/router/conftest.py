@@ -1,0 +1,70 @@
+"""Fixtures for the router-level tests: a real router without a listener, per test.
+
+The router runs as in production (`open_router`: its stores, its background
+tasks), but clients reach it through `memory_block_pair` instead of a socket, and
+the tests speak SMP with the protocol codec (router/protocol) instead of the
+client library: a block in, the transmissions out. Every test that takes
+`router` or `router_factory` runs once per delivery mode and once per store
+kind of the store contract (memory, journal, sqlite; the durable ones in a fresh
+data directory per router). `SMP_ROUTER_STORES` (comma-separated) narrows them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+
+from router.server import DELIVERY_MODES, RouterConfig
+from router.server.router import Router, open_router
+
+ALL_STORES = "memory,journal,sqlite"
+STORES = [kind for kind in os.environ.get("SMP_ROUTER_STORES", ALL_STORES).split(",") if kind]
+
+# Short END/DELD batching keeps displacement tests quick; everything else is default.
+TEST_DEFAULTS: dict[str, object] = {"end_batch_interval": 0.02}
+
+RouterFactory = Callable[..., Awaitable[Router]]
+
+
+@pytest.fixture(params=DELIVERY_MODES)
+def delivery(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(params=STORES)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+async def _hold_router(
+    config: RouterConfig, *, task_status: trio.TaskStatus[Router] = trio.TASK_STATUS_IGNORED
+) -> None:
+    async with open_router(config) as router:
+        task_status.started(router)
+        await trio.sleep_forever()
+
+
+@pytest.fixture
+def router_factory(
+    nursery: trio.Nursery, delivery: str, store_kind: str, tmp_path
+) -> RouterFactory:
+    """`await router_factory(**config_overrides)` starts a router; stopped after the test."""
+    numbers = itertools.count()
+
+    async def start(**overrides: object) -> Router:
+        settings = {**TEST_DEFAULTS, "delivery": delivery, "store": store_kind}
+        if store_kind != "memory":
+            settings["data_dir"] = tmp_path / f"router-{next(numbers)}"
+        settings.update(overrides)
+        return await nursery.start(_hold_router, RouterConfig(**settings))
+
+    return start
+
+
+@pytest.fixture
+async def router(router_factory: RouterFactory) -> Router:
+    return await router_factory()

@@ -1,0 +1,187 @@
+"""An SMP client made of the protocol codec alone, over `memory_block_pair`.
+
+It sends the blocks a test builds and hands back the transmissions the router
+writes, with no client library between them: what a test asserts is what the
+router put on the wire. Pushed transmissions (MSG, END, ... with an empty
+correlation id) are kept in `events` in arrival order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+from router.protocol import crypto
+from router.protocol.block import BatchPacker, decode_batch, pad_block, unpad_block
+from router.protocol.codec import decode_response, encode_command
+from router.protocol.crypto import MessageBody
+from router.protocol.handshake import ClientHello, decode_server_hello, encode_client_hello
+from router.protocol.transmission import decode_transmission, encode_transmission
+from router.protocol.types import (
+    ACK,
+    IDS,
+    MSG,
+    NEW,
+    OK,
+    PING,
+    PONG,
+    SEND,
+    SUB,
+    Command,
+    Response,
+    Transmission,
+)
+from router.server import Router
+from router.server.transport import MemoryBlockTransport, memory_block_pair
+
+Request = tuple[bytes, Command, bytes | None]  # entity id, command, signing seed
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    corr_id: bytes
+    entity_id: bytes
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    recipient_id: bytes
+    sender_id: bytes
+    rcv_seed: bytes  # signs the recipient's commands
+    box: bytes  # opens the bodies of its MSGs
+
+    def open(self, msg: MSG) -> MessageBody:
+        return crypto.decrypt_msg_body(self.box, msg.msg_id, msg.enc_body)
+
+
+class Session:
+    def __init__(self, transport: MemoryBlockTransport, session_id: bytes) -> None:
+        self.transport = transport
+        self.session_id = session_id
+        self.events: deque[Reply] = deque()
+        self._corr_ids = (n.to_bytes(24, "big") for n in itertools.count(1))
+        self._replies: dict[bytes, Reply] = {}
+        self._msg_is_event: set[bytes] = set()  # SUB, ACK: a MSG answer is a delivery
+
+    def transmission(self, entity_id: bytes, command: Command, seed: bytes | None) -> bytes:
+        corr_id = next(self._corr_ids)
+        body = encode_command(command)
+        auth = b"" if seed is None else crypto.authorize(
+            seed, self.session_id, corr_id, entity_id, body
+        )
+        return encode_transmission(Transmission(auth, corr_id, entity_id, body))
+
+    async def send_block(self, block: bytes) -> None:
+        await self.transport.send_block(block)
+
+    async def receive(self) -> list[Reply]:
+        """The transmissions of the next block the router writes."""
+        block = await self.transport.receive_block()
+        return [_reply(raw) for raw in decode_batch(block)]
+
+    async def commands(self, requests: Sequence[Request]) -> list[Response]:
+        """Send the requests in one block; their responses in the same order. A MSG
+        answering SUB or ACK goes to `events` (as a delivery) and reads as OK here."""
+        packer = BatchPacker()
+        corr_ids = []
+        for entity_id, command, seed in requests:
+            raw = self.transmission(entity_id, command, seed)
+            assert packer.add(raw), "the requests do not fit in one block"
+            corr_id = decode_transmission(raw).corr_id
+            corr_ids.append(corr_id)
+            if isinstance(command, SUB | ACK):
+                self._msg_is_event.add(corr_id)
+        await self.send_block(packer.take_block())
+        return [(await self._reply_to(corr_id)).response for corr_id in corr_ids]
+
+    async def command(
+        self, entity_id: bytes, command: Command, seed: bytes | None = None
+    ) -> Response:
+        return (await self.commands([(entity_id, command, seed)]))[0]
+
+    async def _sort_next_block(self) -> None:
+        for reply in await self.receive():
+            if not reply.corr_id:
+                self.events.append(reply)
+            elif reply.corr_id in self._msg_is_event and isinstance(reply.response, MSG):
+                self.events.append(reply)
+                self._replies[reply.corr_id] = Reply(reply.corr_id, reply.entity_id, OK())
+            else:
+                self._replies[reply.corr_id] = reply
+            self._msg_is_event.discard(reply.corr_id)
+
+    async def _reply_to(self, corr_id: bytes) -> Reply:
+        while corr_id not in self._replies:
+            await self._sort_next_block()
+        return self._replies.pop(corr_id)
+
+    async def next_message(self, queue: Queue) -> tuple[MSG, MessageBody]:
+        """The next pushed MSG, which must be for `queue`, and its opened body."""
+        event = await self.next_event()
+        assert isinstance(event.response, MSG) and event.entity_id == queue.recipient_id, event
+        return event.response, queue.open(event.response)
+
+    async def next_event(self) -> Reply:
+        """The next pushed transmission (reading blocks until one comes)."""
+        while not self.events:
+            await self._sort_next_block()
+        return self.events.popleft()
+
+    async def no_more_events(self) -> bool:
+        """Whatever the router pushed before answering PING has arrived by then."""
+        assert await self.command(b"", PING()) == PONG()
+        return not self.events
+
+    async def create_queue(
+        self, *, subscribe: bool = False, snd_secure: bool = False,
+        basic_auth: bytes | None = None,
+    ) -> Queue:
+        seed, auth_key = crypto.new_ed25519()
+        dh_priv, dh_key = crypto.new_x25519()
+        new = NEW(auth_key, dh_key, basic_auth, subscribe, snd_secure)
+        ids = await self.command(b"", new, seed)
+        assert isinstance(ids, IDS), ids
+        return Queue(ids.rcv_id, ids.snd_id, seed, crypto.box_key(dh_priv, ids.srv_dh_key))
+
+    async def recipient(self, queue: Queue, command: Command) -> Response:
+        return await self.command(queue.recipient_id, command, queue.rcv_seed)
+
+    async def send(self, sender_id: bytes, body: bytes, seed: bytes | None = None) -> None:
+        await self.expect_ok(sender_id, SEND(b"F", body), seed)
+
+    async def expect_ok(
+        self, entity_id: bytes, command: Command, seed: bytes | None = None
+    ) -> None:
+        response = await self.command(entity_id, command, seed)
+        assert response == OK(), response
+
+
+def _reply(raw: bytes) -> Reply:
+    t = decode_transmission(raw)
+    return Reply(t.corr_id, t.entity_id, decode_response(t.command))
+
+
+@asynccontextmanager
+async def connect(
+    router: Router, *, version: int = 10, key_hash: bytes | None = None, hello: bool = True,
+    capacity: int = 4,
+) -> AsyncIterator[Session]:
+    """A client served by `router.serve_transport`, past the handshake unless `hello`
+    is False. On leaving, the client end closes and the router's side must end."""
+    client, served = memory_block_pair(capacity=capacity)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(router.serve_transport, served)
+        server_hello = decode_server_hello(unpad_block(await client.receive_block()))
+        if hello:
+            client_hello = ClientHello(version, router.key_hash if key_hash is None else key_hash)
+            await client.send_block(pad_block(encode_client_hello(client_hello)))
+        try:
+            yield Session(client, server_hello.session_id)
+        finally:
+            await client.aclose()
