@@ -6,7 +6,8 @@ the tests speak SMP with the protocol codec (router/protocol) instead of the
 client library: a block in, the transmissions out. Every test that takes
 `router` or `router_factory` runs once per delivery mode and once per store
 kind of the store contract (memory, journal, sqlite; the durable ones in a fresh
-data directory per router). `SMP_ROUTER_STORES` (comma-separated) narrows them.
+data directory per router). `SMP_ROUTER_STORES` (comma-separated) narrows them;
+``pytest -m "not scale"`` leaves out the large ones.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
-from router.server import DELIVERY_MODES, RouterConfig
-from router.server.router import Router, open_router
+from router.server import DELIVERY_MODES, Router, RouterConfig, open_router
 
 ALL_STORES = "memory,journal,sqlite"
 STORES = [kind for kind in os.environ.get("SMP_ROUTER_STORES", ALL_STORES).split(",") if kind]
@@ -28,6 +28,10 @@ STORES = [kind for kind in os.environ.get("SMP_ROUTER_STORES", ALL_STORES).split
 TEST_DEFAULTS: dict[str, object] = {"end_batch_interval": 0.02}
 
 RouterFactory = Callable[..., Awaitable[Router]]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "scale: a large test (a thousand queues or more)")
 
 
 @pytest.fixture(params=DELIVERY_MODES)

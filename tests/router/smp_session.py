@@ -8,6 +8,7 @@ correlation id) are kept in `events` in arrival order.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -17,10 +18,21 @@ from dataclasses import dataclass
 import trio
 
 from router.protocol import crypto
-from router.protocol.block import BatchPacker, decode_batch, pad_block, unpad_block
+from router.protocol.block import (
+    BatchPacker,
+    decode_batch,
+    encode_batches,
+    pad_block,
+    unpad_block,
+)
 from router.protocol.codec import decode_response, encode_command
 from router.protocol.crypto import MessageBody
-from router.protocol.handshake import ClientHello, decode_server_hello, encode_client_hello
+from router.protocol.handshake import (
+    ClientHello,
+    ServerHello,
+    decode_server_hello,
+    encode_client_hello,
+)
 from router.protocol.transmission import decode_transmission, encode_transmission
 from router.protocol.types import (
     ACK,
@@ -37,9 +49,10 @@ from router.protocol.types import (
     Transmission,
 )
 from router.server import Router
-from router.server.transport import MemoryBlockTransport, memory_block_pair
+from router.server.transport import MemoryBlockTransport, TransportClosed, memory_block_pair
 
-Request = tuple[bytes, Command, bytes | None]  # entity id, command, signing seed
+# entity id, command (or its raw bytes), signing seed
+Request = tuple[bytes, Command | bytes, bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,17 +74,20 @@ class Queue:
 
 
 class Session:
-    def __init__(self, transport: MemoryBlockTransport, session_id: bytes) -> None:
+    def __init__(self, transport: MemoryBlockTransport, server_hello: ServerHello) -> None:
         self.transport = transport
-        self.session_id = session_id
+        self.server_hello = server_hello
+        self.session_id = server_hello.session_id
         self.events: deque[Reply] = deque()
         self._corr_ids = (n.to_bytes(24, "big") for n in itertools.count(1))
         self._replies: dict[bytes, Reply] = {}
         self._msg_is_event: set[bytes] = set()  # SUB, ACK: a MSG answer is a delivery
 
-    def transmission(self, entity_id: bytes, command: Command, seed: bytes | None) -> bytes:
+    def transmission(
+        self, entity_id: bytes, command: Command | bytes, seed: bytes | None
+    ) -> bytes:
         corr_id = next(self._corr_ids)
-        body = encode_command(command)
+        body = command if isinstance(command, bytes) else encode_command(command)
         auth = b"" if seed is None else crypto.authorize(
             seed, self.session_id, corr_id, entity_id, body
         )
@@ -85,25 +101,26 @@ class Session:
         block = await self.transport.receive_block()
         return [_reply(raw) for raw in decode_batch(block)]
 
-    async def commands(self, requests: Sequence[Request]) -> list[Response]:
-        """Send the requests in one block; their responses in the same order. A MSG
-        answering SUB or ACK goes to `events` (as a delivery) and reads as OK here."""
-        packer = BatchPacker()
-        corr_ids = []
-        for entity_id, command, seed in requests:
-            raw = self.transmission(entity_id, command, seed)
-            assert packer.add(raw), "the requests do not fit in one block"
-            corr_id = decode_transmission(raw).corr_id
-            corr_ids.append(corr_id)
-            if isinstance(command, SUB | ACK):
+    async def commands(
+        self, requests: Sequence[Request], *, msg_is_event: bool = True
+    ) -> list[Response]:
+        """Send the requests in as few blocks as they fit in; their responses in the
+        same order. With `msg_is_event`, a MSG answering SUB or ACK goes to `events`
+        (as a delivery) and reads as OK here."""
+        raws = [self.transmission(*request) for request in requests]
+        corr_ids = [decode_transmission(raw).corr_id for raw in raws]
+        for corr_id, (_, command, _) in zip(corr_ids, requests, strict=True):
+            if msg_is_event and isinstance(command, SUB | ACK):
                 self._msg_is_event.add(corr_id)
-        await self.send_block(packer.take_block())
+        for block in encode_batches(raws):
+            await self.send_block(block)
         return [(await self._reply_to(corr_id)).response for corr_id in corr_ids]
 
     async def command(
-        self, entity_id: bytes, command: Command, seed: bytes | None = None
+        self, entity_id: bytes, command: Command | bytes, seed: bytes | None = None,
+        *, msg_is_event: bool = True,
     ) -> Response:
-        return (await self.commands([(entity_id, command, seed)]))[0]
+        return (await self.commands([(entity_id, command, seed)], msg_is_event=msg_is_event))[0]
 
     async def _sort_next_block(self) -> None:
         for reply in await self.receive():
@@ -142,12 +159,33 @@ class Session:
         self, *, subscribe: bool = False, snd_secure: bool = False,
         basic_auth: bytes | None = None,
     ) -> Queue:
-        seed, auth_key = crypto.new_ed25519()
-        dh_priv, dh_key = crypto.new_x25519()
-        new = NEW(auth_key, dh_key, basic_auth, subscribe, snd_secure)
-        ids = await self.command(b"", new, seed)
-        assert isinstance(ids, IDS), ids
-        return Queue(ids.rcv_id, ids.snd_id, seed, crypto.box_key(dh_priv, ids.srv_dh_key))
+        [queue] = await self.create_queues(
+            1, subscribe=subscribe, snd_secure=snd_secure, basic_auth=basic_auth
+        )
+        return queue
+
+    async def create_queues(
+        self, n: int, *, subscribe: bool = False, snd_secure: bool = False,
+        basic_auth: bytes | None = None,
+    ) -> list[Queue]:
+        """`n` queues made with NEW commands packed into as few blocks as they fit in."""
+        keys = [(crypto.new_ed25519(), crypto.new_x25519()) for _ in range(n)]
+        requests: list[Request] = [
+            (b"", NEW(auth_key, dh_key, basic_auth, subscribe, snd_secure), seed)
+            for (seed, auth_key), (_, dh_key) in keys
+        ]
+        queues = []
+        for ((seed, _), (dh_priv, _)), ids in zip(keys, await self.commands(requests), strict=True):
+            assert isinstance(ids, IDS), ids
+            box = crypto.box_key(dh_priv, ids.srv_dh_key)
+            queues.append(Queue(ids.rcv_id, ids.snd_id, seed, box))
+        return queues
+
+    async def wait_closed(self) -> None:
+        """Read until the router closes the connection."""
+        with contextlib.suppress(TransportClosed):
+            while True:
+                await self.transport.receive_block()
 
     async def recipient(self, queue: Queue, command: Command) -> Response:
         return await self.command(queue.recipient_id, command, queue.rcv_seed)
@@ -160,6 +198,13 @@ class Session:
     ) -> None:
         response = await self.command(entity_id, command, seed)
         assert response == OK(), response
+
+
+def raw_block(*transmissions: Transmission) -> bytes:
+    packer = BatchPacker()
+    for t in transmissions:
+        assert packer.add(encode_transmission(t))
+    return packer.take_block()
 
 
 def _reply(raw: bytes) -> Reply:
@@ -182,6 +227,6 @@ async def connect(
             client_hello = ClientHello(version, router.key_hash if key_hash is None else key_hash)
             await client.send_block(pad_block(encode_client_hello(client_hello)))
         try:
-            yield Session(client, server_hello.session_id)
+            yield Session(client, server_hello)
         finally:
             await client.aclose()
