@@ -39,6 +39,9 @@ from router.protocol.types import (
     IDS,
     MSG,
     NEW,
+    NID,
+    NKEY,
+    NMSG,
     OK,
     PING,
     PONG,
@@ -73,12 +76,25 @@ class Queue:
         return crypto.decrypt_msg_body(self.box, msg.msg_id, msg.enc_body)
 
 
+@dataclass(frozen=True, slots=True)
+class Notifier:
+    notifier_id: bytes
+    seed: bytes  # signs NSUB
+    srv_ntf_dh_key: bytes
+    box: bytes  # opens the metadata of its NMSGs
+
+    def open(self, nmsg: NMSG) -> tuple[bytes, int]:
+        """(msgId, ts) of the message an NMSG announces."""
+        return crypto.decrypt_ntf_meta(self.box, nmsg.nonce, nmsg.enc_meta)
+
+
 class Session:
     def __init__(self, transport: MemoryBlockTransport, server_hello: ServerHello) -> None:
         self.transport = transport
         self.server_hello = server_hello
         self.session_id = server_hello.session_id
         self.events: deque[Reply] = deque()
+        self.blocks_received = 0
         self._corr_ids = (n.to_bytes(24, "big") for n in itertools.count(1))
         self._replies: dict[bytes, Reply] = {}
         self._msg_is_event: set[bytes] = set()  # SUB, ACK: a MSG answer is a delivery
@@ -99,6 +115,7 @@ class Session:
     async def receive(self) -> list[Reply]:
         """The transmissions of the next block the router writes."""
         block = await self.transport.receive_block()
+        self.blocks_received += 1
         return [_reply(raw) for raw in decode_batch(block)]
 
     async def commands(
@@ -180,6 +197,15 @@ class Session:
             box = crypto.box_key(dh_priv, ids.srv_dh_key)
             queues.append(Queue(ids.rcv_id, ids.snd_id, seed, box))
         return queues
+
+    async def enable_notifications(self, queue: Queue) -> Notifier:
+        """NKEY with fresh keys: the queue's notifier."""
+        seed, ntf_key = crypto.new_ed25519()
+        dh_priv, dh_key = crypto.new_x25519()
+        nid = await self.recipient(queue, NKEY(ntf_key, dh_key))
+        assert isinstance(nid, NID), nid
+        box = crypto.box_key(dh_priv, nid.srv_ntf_dh_key)
+        return Notifier(nid.notifier_id, seed, nid.srv_ntf_dh_key, box)
 
     async def wait_closed(self) -> None:
         """Read until the router closes the connection."""
