@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from router.server.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
+
 from .harness import (
     PeakSampler,
     RouterProcess,
@@ -30,7 +32,7 @@ from .harness import (
     write_results,
 )
 
-MODES = ("single-task", "per-queue-task")
+MODES = DELIVERY_MODES
 SIZES = (10_000,)
 BODY_SIZE = 256
 
@@ -79,10 +81,10 @@ def run(sizes: tuple[int, ...] = SIZES, repeats: int = 3) -> dict[str, Any]:
             for mode in MODES:
                 log(f"burst: {mode} N={size} run {rep + 1}/{repeats}")
                 point[mode] = burst_once(mode, size)
-            point["drain_ratio"] = (point["per-queue-task"]["drain_seconds"]
-                                    / point["single-task"]["drain_seconds"])
-            point["peak_ratio"] = (point["per-queue-task"]["peak_over_before"]
-                                   / max(1, point["single-task"]["peak_over_before"]))
+            point["drain_ratio"] = (point[PER_QUEUE_TASK]["drain_seconds"]
+                                    / point[SINGLE_TASK]["drain_seconds"])
+            point["peak_ratio"] = (point[PER_QUEUE_TASK]["peak_over_before"]
+                                   / max(1, point[SINGLE_TASK]["peak_over_before"]))
             runs.append(point)
     summary = []
     for size in sizes:

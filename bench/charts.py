@@ -15,9 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MODES = ("single-task", "per-queue-task")
-STYLES = {"single-task": "o-", "per-queue-task": "s--"}
-COLORS = {"single-task": "tab:blue", "per-queue-task": "tab:orange"}
+from router.server.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
+
+MODES = DELIVERY_MODES
+STYLES = {SINGLE_TASK: "o-", PER_QUEUE_TASK: "s--"}
+COLORS = {SINGLE_TASK: "tab:blue", PER_QUEUE_TASK: "tab:orange"}
 
 
 def _pyplot() -> Any:

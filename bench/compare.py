@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from router.server.config import SINGLE_TASK
+
 from .harness import RouterProcess, WorkerGroup, connect, log
 from .throughput import RouterLoad
 
@@ -62,7 +64,7 @@ SCENARIOS = {"drain": drain, "throughput": throughput}
 
 
 def run(base: Path, repeats: int = 4, scenarios: tuple[str, ...] = ("drain", "throughput"),
-        mode: str = "single-task") -> dict[str, Any]:
+        mode: str = SINGLE_TASK) -> dict[str, Any]:
     trees: dict[str, Path | None] = {"base": base, "this": None}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for rep in range(repeats):

@@ -20,9 +20,8 @@ from nacl import bindings
 from router.client import RecipientQueue
 from router.protocol import crypto
 from router.protocol.keys import ed25519_spki, x25519_spki
+from router.server.commands import ID_SIZE
 from store.interfaces import QueueRecord
-
-ID_SIZE = 24
 
 
 def _seed(label: str) -> bytes:

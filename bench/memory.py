@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.server.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
+
 from .harness import (
     RouterProcess,
     WorkerGroup,
@@ -29,7 +31,7 @@ from .harness import (
     write_results,
 )
 
-MODES = ("single-task", "per-queue-task")
+MODES = DELIVERY_MODES
 SIZES = (1_000, 10_000, 100_000, 200_000)
 QUICK_SIZES = (1_000, 10_000)
 WORKERS = 2
@@ -92,8 +94,8 @@ def run(
                 if rep < traced_runs:
                     point[mode]["traced"] = measure_once(mode, size, c, traced=True)
             point["ratio_per_subscription"] = (
-                point["per-queue-task"]["per_subscription"]
-                / point["single-task"]["per_subscription"]
+                point[PER_QUEUE_TASK]["per_subscription"]
+                / point[SINGLE_TASK]["per_subscription"]
             )
             runs.append(point)
     summary = summarize(runs, sizes)
@@ -124,9 +126,9 @@ def summarize(runs: list[dict[str, Any]], sizes: tuple[int, ...]) -> list[dict[s
             }
         row["ratio_rss"] = median(p["ratio_per_subscription"] for p in points)
         row["ratio_trimmed"] = median(
-            p["per-queue-task"]["per_subscription_trimmed"]
-            / p["single-task"]["per_subscription_trimmed"] for p in points)
-        single, per_queue = row["single-task"], row["per-queue-task"]
+            p[PER_QUEUE_TASK]["per_subscription_trimmed"]
+            / p[SINGLE_TASK]["per_subscription_trimmed"] for p in points)
+        single, per_queue = row[SINGLE_TASK], row[PER_QUEUE_TASK]
         if single["traced_per_subscription"] and per_queue["traced_per_subscription"]:
             row["ratio_traced"] = (
                 per_queue["traced_per_subscription"] / single["traced_per_subscription"]
@@ -140,7 +142,7 @@ def summarize(runs: list[dict[str, Any]], sizes: tuple[int, ...]) -> list[dict[s
 def table(summary: list[dict[str, Any]]) -> str:
     rows = []
     for r in summary:
-        s, q = r["single-task"], r["per-queue-task"]
+        s, q = r[SINGLE_TASK], r[PER_QUEUE_TASK]
         rows.append([
             r["size"], r["connections"],
             s["rss_per_subscription"], s["trimmed_per_subscription"],
@@ -191,7 +193,7 @@ def _owner(where: str) -> str:
     return "other"
 
 
-def breakdown(mode: str = "single-task") -> dict[str, Any]:
+def breakdown(mode: str = SINGLE_TASK) -> dict[str, Any]:
     """Live bytes per idle connection and per idle subscription, by source line and by
     package (tracemalloc snapshots of one router, before and after each phase)."""
     c, n = BREAKDOWN_CONNECTIONS, BREAKDOWN_SUBSCRIPTIONS

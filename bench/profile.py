@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from router.server.config import SINGLE_TASK
+
 from . import harness
 from .harness import BenchError, RouterProcess, WorkerGroup, connect, log
 from .throughput import RouterLoad, _sleep_until, _window
@@ -138,7 +140,7 @@ def _scale(router: RouterProcess, prof: _Profiler, quick: bool) -> dict[str, Any
 
 
 def run(target: str = "throughput", profiler: str = "pyinstrument", quick: bool = False,
-        mode: str = "single-task") -> dict[str, Any]:
+        mode: str = SINGLE_TASK) -> dict[str, Any]:
     scenario = {"throughput": _throughput, "burst": _burst, "scale": _scale,
                 "memory": _scale}[target]
     name = f"profile-{target}-{profiler}"

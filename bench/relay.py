@@ -48,6 +48,8 @@ from typing import Any
 
 import psutil
 
+from router.server.config import DELIVERY_MODES, SINGLE_TASK
+
 from . import harness
 from .harness import BenchError, RouterProcess, log, md_table, percentiles_ms, write_results
 
@@ -443,8 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.relay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small setting (seconds)")
-    parser.add_argument("--mode", default="single-task",
-                        choices=("single-task", "per-queue-task"))
+    parser.add_argument("--mode", default=SINGLE_TASK,
+                        choices=DELIVERY_MODES)
     parser.add_argument("--queues", type=int)
     parser.add_argument("--connections", type=int)
     parser.add_argument("--processes", type=int)

@@ -45,9 +45,13 @@ import psutil
 import trio
 
 from router.server import RouterConfig, RouterInfo, serve_router
+from router.server.commands import ID_SIZE
+from router.server.config import SINGLE_TASK
 from store.interfaces import Message, WriteResult
 
 from . import identities
+
+DEFAULTS = RouterConfig()  # the router's own defaults, for the options it shares
 
 
 class GcPauses:
@@ -160,7 +164,7 @@ class Control:
         started = time.perf_counter()
         for i in range(req["start"], req["start"] + req["count"]):
             rid = identities.recipient_id(i)
-            msg = Message(secrets.token_bytes(24), ts, b"F", body)
+            msg = Message(secrets.token_bytes(ID_SIZE), ts, b"F", body)
             if write is not None:
                 result = write(rid, msg, quota)
             else:
@@ -389,9 +393,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.router_process")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--delivery", default="single-task")
-    parser.add_argument("--quota", type=int, default=128)
-    parser.add_argument("--send-queue-size", type=int, default=64)
+    parser.add_argument("--delivery", default=SINGLE_TASK)
+    parser.add_argument("--quota", type=int, default=DEFAULTS.quota)
+    parser.add_argument("--send-queue-size", type=int, default=DEFAULTS.send_queue_size)
     parser.add_argument("--snapshot-queues", type=int, default=0,
                         help="start from a memory-store snapshot holding this many queues")
     parser.add_argument("--write-snapshot", type=Path,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.server.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
+
 from . import harness
 from .harness import (
     RouterProcess,
@@ -33,7 +35,7 @@ from .harness import (
     write_results,
 )
 
-MODES = ("single-task", "per-queue-task")
+MODES = DELIVERY_MODES
 SIZES = (1_000, 10_000, 50_000, 100_000, 200_000)
 QUICK_SIZES = (1_000, 5_000)
 PER_QUEUE_DRAIN_LIMIT = 100_000
@@ -58,7 +60,7 @@ def scale_once(mode: str, size: int, idle_connections: int = 0) -> dict[str, Any
             "full_gc_ms": loaded["full_gc_ms"],
             "tasks": loaded["tasks"],
         }
-        if mode == "single-task" or size <= PER_QUEUE_DRAIN_LIMIT:
+        if mode == SINGLE_TASK or size <= PER_QUEUE_DRAIN_LIMIT:
             workers.call_all({"op": "drain_start", "expect": [size]})
             cpu0 = router.cpu_seconds()
             injected = router.call("inject", start=0, count=size)
@@ -79,7 +81,7 @@ def scale_once(mode: str, size: int, idle_connections: int = 0) -> dict[str, Any
 def loaded_at_start(size: int) -> dict[str, Any]:
     """A router started on a memory snapshot of `size` queues, as `smp-router serve`
     would be: the full gc pass right after start (the CLI freezes what it loaded)."""
-    with RouterProcess("single-task", extra=["--snapshot-queues", str(size)]) as router:
+    with RouterProcess(SINGLE_TASK, extra=["--snapshot-queues", str(size)]) as router:
         stats = router.call("stats", gc=True)
     return {"full_gc_ms": stats["full_gc_ms"], "rss": stats["rss"]}
 
@@ -162,7 +164,7 @@ def project(summary: list[dict[str, Any]]) -> dict[str, Any]:
             "full_gc_ms_after_freeze": max(0.0, frozen_slope * PROJECT_SUBSCRIPTIONS),
             "full_gc_ms_records_frozen": max(0.0, subs_slope * PROJECT_SUBSCRIPTIONS),
             "trio_tasks": (PROJECT_SUBSCRIPTIONS + 5 * PROJECT_CONNECTIONS
-                           if mode == "per-queue-task" else 5 * PROJECT_CONNECTIONS),
+                           if mode == PER_QUEUE_TASK else 5 * PROJECT_CONNECTIONS),
         }
         drain = [r[mode]["drain_msgs_per_s"] for r in fit_rows if r[mode]["drain_msgs_per_s"]]
         out[mode]["drain_all_seconds"] = PROJECT_SUBSCRIPTIONS / drain[-1] if drain else None

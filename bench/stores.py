@@ -36,9 +36,13 @@ from typing import Any
 import trio
 
 from router.client import MessageEvent, RecipientQueue, SMPClient, open_client
+from router.server.commands import ID_SIZE
+from router.server.config import STORE_KINDS, RouterConfig
 from store import Message, QueueRecord, open_stores
 
 from .harness import log, md_table, median, write_results
+
+QUOTA = RouterConfig().quota  # the router's default
 
 KINDS = (
     ("memory", "batch"),
@@ -169,9 +173,9 @@ async def _fill(kind: str, data_dir: Path, n: int) -> None:
         batch_q: list[QueueRecord] = []
         batch_m: list[tuple[bytes, Message]] = []
         for i in range(n):
-            rec = QueueRecord(os.urandom(24), os.urandom(24), os.urandom(44), os.urandom(32),
-                              None, True, updated_at=now)
-            msg = Message(os.urandom(24), now, b"F", os.urandom(BODY_SIZE // 16))
+            rec = QueueRecord(os.urandom(ID_SIZE), os.urandom(ID_SIZE), os.urandom(44),
+                              os.urandom(32), None, True, updated_at=now)
+            msg = Message(os.urandom(ID_SIZE), now, b"F", os.urandom(BODY_SIZE // 16))
             if stores.bulk_import is not None:
                 batch_q.append(rec)
                 batch_m.append((rec.recipient_id, msg))
@@ -180,7 +184,7 @@ async def _fill(kind: str, data_dir: Path, n: int) -> None:
                     batch_q, batch_m = [], []
             else:
                 await stores.queues.add_queue(rec)
-                await stores.messages.write_message(rec.recipient_id, msg, 128)
+                await stores.messages.write_message(rec.recipient_id, msg, QUOTA)
 
 
 def restart(kind: str, n: int, repeats: int) -> dict[str, Any]:
@@ -222,7 +226,7 @@ def run(*, quick: bool = False, repeats: int = 3, duration: float | None = None,
              "relative_to_memory": (median(v) or 0.0) / memory_rate}
             for (k, f), v in rates.items()]
     restarts = []
-    for kind in ("memory", "journal", "sqlite"):
+    for kind in STORE_KINDS:
         log(f"stores: restart {kind} with {n:,} queues")
         restarts.append(restart(kind, n, repeats))
     table = _tables(tput, restarts, duration, repeats)

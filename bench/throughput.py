@@ -28,6 +28,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from router.server.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
+
 from .harness import (
     EchoServer,
     RouterProcess,
@@ -42,7 +44,7 @@ from .harness import (
     write_results,
 )
 
-MODES = ("single-task", "per-queue-task")
+MODES = DELIVERY_MODES
 CLIENTS = (2, 10, 50)
 QUICK_CLIENTS = (4,)
 QUEUES_PER_RECIPIENT = 8
@@ -334,7 +336,7 @@ def summarize(runs: list[dict[str, Any]], clients: tuple[int, ...]) -> dict[str,
 def table(summary: dict[str, Any]) -> str:
     rows = []
     for r in summary["by_clients"]:
-        s, q = r["single-task"], r["per-queue-task"]
+        s, q = r[SINGLE_TASK], r[PER_QUEUE_TASK]
         rows.append([r["clients"], r["echo_msgs_per_s"], s["msgs_per_s"], s["ratio"],
                      q["msgs_per_s"], q["ratio"], s["p50"], s["p99"], s["p999"],
                      q["p50"], q["p99"], q["p999"], s["router_cpu"]])

@@ -20,8 +20,9 @@ import pytest
 import trio
 
 from router.server import DELIVERY_MODES, Router, RouterConfig, open_router
+from router.server.config import STORE_KINDS
 
-ALL_STORES = "memory,journal,sqlite"
+ALL_STORES = ",".join(STORE_KINDS)
 STORES = [kind for kind in os.environ.get("SMP_ROUTER_STORES", ALL_STORES).split(",") if kind]
 
 # Short END/DELD batching keeps displacement tests quick; everything else is default.
