@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import trio
+from memory_connections import connection
 
 from router.protocol.codec import decode_response
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import DELD, END
-from router.server.connection import Connection
 from router.server.subscriptions import Event, PendingEvents, SubscriberRegistry, encode_events
-from router.server.transport import Handshake
 
 
 def decoded(transmissions: list[bytes]) -> list[tuple[bytes, bytes, object]]:
@@ -58,15 +57,6 @@ def test_the_registry_keeps_one_subscriber_per_queue_and_reports_who_was_displac
     assert registry.get(b"q") is second
     assert registry.unsubscribe(b"q", second)  # type: ignore[arg-type]
     assert registry.get(b"q") is None and len(registry) == 0
-
-
-class _Transport:
-    remote = "test"
-
-
-def connection(conn_id: int, send_queue_size: int = 1, version: int = 10) -> Connection:
-    handshake = Handshake(version, b"s" * 32, None, None)
-    return Connection(conn_id, _Transport(), handshake, send_queue_size)  # type: ignore[arg-type]
 
 
 async def test_a_client_with_a_full_send_channel_does_not_hold_up_the_events_of_others():

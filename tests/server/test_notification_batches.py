@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import trio
+from memory_connections import connection
 
 from router.protocol import crypto
 from router.protocol.codec import decode_response
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import NMSG
-from router.server.connection import Connection
 from router.server.notifications import Notifications
 from router.server.subscriptions import SubscriberRegistry
-from router.server.transport import Handshake
 from store.interfaces import Message, NotifierCreds
 
 NOW = 1_700_000_000
-
-
-class _Transport:
-    remote = "test"
-
-
-def connection(conn_id: int, send_queue_size: int = 1) -> Connection:
-    handshake = Handshake(10, b"s" * 32, None, None)
-    return Connection(conn_id, _Transport(), handshake, send_queue_size)  # type: ignore[arg-type]
 
 
 def creds(n: int) -> NotifierCreds:
@@ -50,7 +40,7 @@ def setup(**kwargs: object) -> tuple[Notifications, SubscriberRegistry]:
     return Notifications(registry, 0.01, clock=lambda: NOW, **kwargs), registry  # type: ignore
 
 
-def test_notifications_wait_for_a_subscriber_and_go_out_in_one_batch_after_nsub():
+async def test_notifications_wait_for_a_subscriber_and_go_out_in_one_batch_after_nsub():
     ntfs, registry = setup()
     c, conn = creds(1), connection(1)
     ntfs.notify(c, message(1))
@@ -64,7 +54,7 @@ def test_notifications_wait_for_a_subscriber_and_go_out_in_one_batch_after_nsub(
     assert len(ntfs) == 0 and ntfs.sent == 2
 
 
-def test_each_nmsg_has_its_own_random_nonce():
+async def test_each_nmsg_has_its_own_random_nonce():
     ntfs, registry = setup()
     c, conn = creds(1), connection(1)
     registry.subscribe(c.notifier_id, conn)
@@ -78,7 +68,7 @@ def test_each_nmsg_has_its_own_random_nonce():
     assert len(nonces) == 2
 
 
-def test_a_connection_with_a_full_send_channel_keeps_its_nmsgs_and_others_get_theirs():
+async def test_a_connection_with_a_full_send_channel_keeps_its_nmsgs_and_others_get_theirs():
     ntfs, registry = setup()
     full, free = connection(1), connection(2)
     c_full, c_free = creds(1), creds(2)
@@ -95,7 +85,7 @@ def test_a_connection_with_a_full_send_channel_keeps_its_nmsgs_and_others_get_th
     assert opened(full._outbox_out.receive_nowait(), c_full) == [(b"\1" * 24, NOW)]
 
 
-def test_nmsgs_of_all_notifiers_of_one_connection_go_in_one_batch():
+async def test_nmsgs_of_all_notifiers_of_one_connection_go_in_one_batch():
     ntfs, registry = setup()
     conn = connection(1)
     all_creds = [creds(n) for n in range(1, 6)]
@@ -110,7 +100,7 @@ def test_nmsgs_of_all_notifiers_of_one_connection_go_in_one_batch():
     }
 
 
-def test_the_pending_nmsgs_of_a_notifier_are_bounded_and_the_oldest_go_first():
+async def test_the_pending_nmsgs_of_a_notifier_are_bounded_and_the_oldest_go_first():
     ntfs, registry = setup(max_pending=3)
     c, conn = creds(1), connection(1)
     for n in range(1, 6):
@@ -133,7 +123,7 @@ def test_notifications_older_than_the_ttl_expire():
     assert ntfs.pending(c.notifier_id) == 1
 
 
-def test_forgetting_a_notifier_drops_its_nmsgs():
+async def test_forgetting_a_notifier_drops_its_nmsgs():
     ntfs, registry = setup()
     c, conn = creds(1), connection(1)
     registry.subscribe(c.notifier_id, conn)
