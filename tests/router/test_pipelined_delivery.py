@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import pytest
 import trio
-from e2e_helpers import assert_no_more_events, create_queues
+from smp_session import Queue, Session, connect
 
-from router.client import MessageEvent, RecipientQueue, SMPClient, open_client
-from router.protocol.types import OK, SEND
+from router.protocol.types import ACK, MSG, OK, SEND, SUB
 
 FSYNC_POLICIES = ["never", "batch", "always"]
 PIPELINE = 20  # SENDs per block, as a client that pipelines would send them
@@ -21,7 +20,7 @@ PIPELINE = 20  # SENDs per block, as a client that pipelines would send them
 STALL_SECONDS = 10
 
 
-async def _send_pipelined(sender: SMPClient, sender_ids: list[bytes], per_queue: int) -> None:
+async def _send_pipelined(sender: Session, sender_ids: list[bytes], per_queue: int) -> None:
     requests = [
         (sid, SEND(b"F", b"%d" % i), None) for i in range(per_queue) for sid in sender_ids
     ]
@@ -31,7 +30,7 @@ async def _send_pipelined(sender: SMPClient, sender_ids: list[bytes], per_queue:
 
 
 async def _receive_acking(
-    recipient: SMPClient, queues: dict[bytes, RecipientQueue], expected: int
+    recipient: Session, queues: dict[bytes, Queue], expected: int
 ) -> dict[bytes, list[bytes]]:
     """ACK every MSG as it comes until `expected` messages arrived; the bodies per queue."""
     received: dict[bytes, list[bytes]] = {rid: [] for rid in queues}
@@ -41,23 +40,27 @@ async def _receive_acking(
             event = await recipient.next_event()
         if event is None:
             pytest.fail(f"{expected - n} of {expected} messages were never pushed")
-        assert isinstance(event, MessageEvent) and not event.quota, event
-        received[event.recipient_id].append(event.body)
-        await recipient.ack(queues[event.recipient_id], event.msg_id)
+        assert isinstance(event.response, MSG), event
+        q = queues[event.entity_id]
+        body = q.open(event.response)
+        assert not body.quota, body
+        received[event.entity_id].append(body.body)
+        assert await recipient.recipient(q, ACK(event.response.msg_id)) == OK()
     return received
 
 
 async def _burst(router, n_queues: int, per_queue: int) -> None:
-    async with open_client(router.address) as recipient, open_client(router.address) as sender:
-        queues = {q.recipient_id: q for q in await create_queues(recipient, n_queues)}
-        assert all(e is None for e in await recipient.subscribe_many(list(queues.values())))
+    async with connect(router) as recipient, connect(router) as sender:
+        queues = {q.recipient_id: q for q in await recipient.create_queues(n_queues)}
+        subs = [(q.recipient_id, SUB(), q.rcv_seed) for q in queues.values()]
+        assert set(await recipient.commands(subs)) == {OK()}
         sender_ids = [q.sender_id for q in queues.values()]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_send_pipelined, sender, sender_ids, per_queue)
             received = await _receive_acking(recipient, queues, n_queues * per_queue)
         expected = [b"%d" % i for i in range(per_queue)]
         assert all(bodies == expected for bodies in received.values())
-        await assert_no_more_events(recipient)
+        assert await recipient.no_more_events()
 
 
 @pytest.mark.parametrize("fsync", FSYNC_POLICIES)
