@@ -32,6 +32,7 @@ from router.protocol.handshake import (
     ServerHello,
     decode_server_hello,
     encode_client_hello,
+    service_id,
 )
 from router.protocol.transmission import decode_transmission, encode_transmission
 from router.protocol.types import (
@@ -42,11 +43,14 @@ from router.protocol.types import (
     NID,
     NKEY,
     NMSG,
+    NSUBS,
     OK,
     PING,
     PONG,
     SEND,
+    SOKS,
     SUB,
+    SUBS,
     Command,
     Response,
     Transmission,
@@ -89,10 +93,17 @@ class Notifier:
 
 
 class Session:
-    def __init__(self, transport: MemoryBlockTransport, server_hello: ServerHello) -> None:
+    def __init__(
+        self, transport: MemoryBlockTransport, server_hello: ServerHello,
+        service_seed: bytes | None = None,
+    ) -> None:
         self.transport = transport
         self.server_hello = server_hello
         self.session_id = server_hello.session_id
+        self.service_seed = service_seed
+        self.service_id = None
+        if service_seed is not None:
+            self.service_id = service_id(crypto.ed25519_public(service_seed))
         self.events: deque[Reply] = deque()
         self.blocks_received = 0
         self._corr_ids = (n.to_bytes(24, "big") for n in itertools.count(1))
@@ -129,9 +140,15 @@ class Session:
         for corr_id, (_, command, _) in zip(corr_ids, requests, strict=True):
             if msg_is_event and isinstance(command, SUB | ACK):
                 self._msg_is_event.add(corr_id)
-        for block in encode_batches(raws):
+        # Read while writing, as a client must: the router stops reading a client
+        # whose answers it cannot write.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._send_blocks, encode_batches(raws))
+            return [(await self._reply_to(corr_id)).response for corr_id in corr_ids]
+
+    async def _send_blocks(self, blocks: list[bytes]) -> None:
+        for block in blocks:
             await self.send_block(block)
-        return [(await self._reply_to(corr_id)).response for corr_id in corr_ids]
 
     async def command(
         self, entity_id: bytes, command: Command | bytes, seed: bytes | None = None,
@@ -207,6 +224,13 @@ class Session:
         box = crypto.box_key(dh_priv, nid.srv_ntf_dh_key)
         return Notifier(nid.notifier_id, seed, nid.srv_ntf_dh_key, box)
 
+    async def service_command(self, command: SUBS | NSUBS) -> int:
+        """SUBS or NSUBS for this connection's service: the count SOKS answers."""
+        assert self.service_id is not None, "connect with a service_seed"
+        soks = await self.command(self.service_id, command, self.service_seed)
+        assert isinstance(soks, SOKS), soks
+        return soks.count
+
     async def wait_closed(self) -> None:
         """Read until the router closes the connection."""
         with contextlib.suppress(TransportClosed):
@@ -241,18 +265,24 @@ def _reply(raw: bytes) -> Reply:
 @asynccontextmanager
 async def connect(
     router: Router, *, version: int = 10, key_hash: bytes | None = None, hello: bool = True,
-    capacity: int = 4,
+    service_seed: bytes | None = None, capacity: int = 4,
 ) -> AsyncIterator[Session]:
     """A client served by `router.serve_transport`, past the handshake unless `hello`
-    is False. On leaving, the client end closes and the router's side must end."""
+    is False, proving the service key `service_seed` if given. On leaving, the
+    client end closes and the router's side must end."""
     client, served = memory_block_pair(capacity=capacity)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(router.serve_transport, served)
         server_hello = decode_server_hello(unpad_block(await client.receive_block()))
+        key_hash = router.key_hash if key_hash is None else key_hash
+        client_key = service = None
+        if service_seed is not None:  # the proof follows a client key in the hello
+            client_key = crypto.new_x25519()[1]
+            service = crypto.prove_service(service_seed, server_hello.session_id, key_hash)
         if hello:
-            client_hello = ClientHello(version, router.key_hash if key_hash is None else key_hash)
+            client_hello = ClientHello(version, key_hash, client_key, service)
             await client.send_block(pad_block(encode_client_hello(client_hello)))
         try:
-            yield Session(client, server_hello)
+            yield Session(client, server_hello, service_seed)
         finally:
             await client.aclose()

@@ -1,0 +1,283 @@
+"""Service subscriptions at the router: SUBS catch-up and ALLS, takeover with ENDS, NSUBS."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import trio
+from smp_session import Queue, Reply, Session, connect
+
+from router.protocol import crypto
+from router.protocol.types import (
+    ACK,
+    ALLS,
+    AUTH,
+    END,
+    ENDS,
+    ERR,
+    MSG,
+    NMSG,
+    NO_MSG,
+    NSUB,
+    NSUBS,
+    OK,
+    SEND,
+    SUB,
+    SUBS,
+)
+from router.server import SINGLE_TASK, Router
+
+CONNECTION_TASKS = 3  # receive, send, delivery
+
+
+def body(i: int) -> bytes:
+    return b"message %d" % i
+
+
+def sends(queues: list[Queue], bodies: list[bytes]) -> list:
+    return [(q.sender_id, SEND(b"F", b), None) for q, b in zip(queues, bodies, strict=True)]
+
+
+async def service_queues(router: Router, seed: bytes, n: int) -> list[Queue]:
+    """`n` queues created with subMode S by a connection of the service: all associated."""
+    async with connect(router, service_seed=seed) as creator:
+        return await creator.create_queues(n, subscribe=True)
+
+
+async def catch_up(client: Session, router: Router) -> tuple[int, list[Reply], set[int]]:
+    """SUBS, then every event up to ALLS; also the connection's task counts seen meanwhile."""
+    assert await client.no_more_events()  # an answer: the router serves the connection now
+    conn = router.connection_for_session(client.session_id)
+    assert conn is not None
+    task_counts = {conn.task_count()}
+    count = await client.service_command(SUBS())
+    messages: list[Reply] = []
+    while True:
+        event = await client.next_event()
+        task_counts.add(conn.task_count())
+        if event.response == ALLS():
+            return count, messages, task_counts
+        assert isinstance(event.response, MSG), event
+        messages.append(event)
+
+
+def opened(by_queue: dict[bytes, Queue], event: Reply) -> bytes:
+    assert isinstance(event.response, MSG), event
+    return by_queue[event.entity_id].open(event.response).body
+
+
+async def check_catch_up_and_takeover(
+    router: Router, delivery: str, n_queues: int, n_full: int
+) -> None:
+    seed, _ = crypto.new_ed25519()
+    queues = await service_queues(router, seed, n_queues)
+    by_queue = {q.recipient_id: q for q in queues}
+    full = queues[:n_full]
+    async with connect(router) as sender:
+        assert set(await sender.commands(sends(full, [body(i) for i in range(n_full)]))) == {OK()}
+
+    async with connect(router, service_seed=seed) as first:
+        count, messages, task_counts = await catch_up(first, router)
+        assert count == n_queues
+        assert Counter(opened(by_queue, m) for m in messages) == Counter(
+            body(i) for i in range(n_full)
+        )
+        if delivery == SINGLE_TASK:
+            assert task_counts == {CONNECTION_TASKS}  # the catch-up added no task
+        else:
+            assert max(task_counts) == CONNECTION_TASKS + n_queues  # one per queue
+        assert await first.no_more_events()
+
+        # The first connection acknowledges half; the rest stays in flight there.
+        acked, unacked = messages[: n_full // 2], messages[n_full // 2 :]
+        acks = [(m.entity_id, ACK(m.response.msg_id), by_queue[m.entity_id].rcv_seed)
+                for m in acked]
+        assert set(await first.commands(acks)) <= {OK()}
+
+        async with connect(router, service_seed=seed) as second:
+            count, moved, _ = await catch_up(second, router)
+            assert count == n_queues
+            ended = await first.next_event()
+            assert (ended.entity_id, ended.response) == (first.service_id, ENDS(n_queues))
+            assert sorted((m.entity_id, m.response.msg_id) for m in moved) == sorted(
+                (m.entity_id, m.response.msg_id) for m in unacked
+            )
+            assert await second.no_more_events()
+            # the queue is the second connection's now: the first cannot acknowledge it
+            stale = unacked[0]
+            q = by_queue[stale.entity_id]
+            assert await first.recipient(q, ACK(stale.response.msg_id)) == ERR(NO_MSG)
+            assert await first.no_more_events()
+
+
+# 10,000 queues of which 3,000 hold a message. The design this router replaces
+# (a task per queue) and the durable stores take several times as long, so they
+# run at that size with the stress tests and at 2,000 / 600 otherwise.
+FULL_SCALE, SMALL_SCALE = (10_000, 3_000), (2_000, 600)
+
+
+@pytest.mark.scale
+async def test_subs_delivers_every_waiting_message_once_through_the_delivery_task_then_alls(
+    router_factory, delivery, store_kind
+):
+    router = await router_factory()
+    full = delivery == SINGLE_TASK and store_kind == "memory"
+    n_queues, n_full = FULL_SCALE if full else SMALL_SCALE
+    with trio.fail_after(300):
+        await check_catch_up_and_takeover(router, delivery, n_queues, n_full)
+
+
+@pytest.mark.stress
+async def test_subs_delivers_3000_waiting_messages_of_10000_queues_once_in_every_setting(
+    router_factory, delivery, store_kind
+):
+    if delivery == SINGLE_TASK and store_kind == "memory":
+        pytest.skip("the default run covers this setting at this size")
+    router = await router_factory()
+    with trio.fail_after(600):
+        await check_catch_up_and_takeover(router, delivery, *FULL_SCALE)
+
+
+@pytest.mark.scale
+async def test_messages_sent_while_subs_catches_up_are_delivered_exactly_once(router_factory):
+    # A small outbox keeps the catch-up waiting on the client, so SENDs land meanwhile.
+    router = await router_factory(send_queue_size=2)
+    seed, _ = crypto.new_ed25519()
+    queues = await service_queues(router, seed, 1000)
+    by_queue = {q.recipient_id: q for q in queues}
+    waiting, empty = queues[:300], queues[300:600]
+    with trio.fail_after(60):
+        async with connect(router) as sender, connect(router, service_seed=seed) as service:
+            before = sends(waiting, [b"before %d" % i for i in range(300)])
+            assert set(await sender.commands(before)) == {OK()}
+            during = sends(empty, [b"during %d" % i for i in range(300)])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sender.commands, during)
+                assert await service.service_command(SUBS()) == 1000
+                received: list[bytes] = []
+                alls = 0
+                while alls == 0 or len(received) < 600:
+                    event = await service.next_event()
+                    if event.response == ALLS():
+                        alls += 1
+                    else:
+                        received.append(opened(by_queue, event))
+            assert await service.no_more_events()
+            assert alls == 1
+            assert Counter(received) == Counter(
+                [b"before %d" % i for i in range(300)] + [b"during %d" % i for i in range(300)]
+            )
+
+
+async def test_after_a_takeover_new_messages_go_to_the_new_service_connection(router):
+    seed, _ = crypto.new_ed25519()
+    [q] = await service_queues(router, seed, 1)
+    with trio.fail_after(10):
+        async with connect(router) as sender, connect(router, service_seed=seed) as first, \
+                connect(router, service_seed=seed) as second:
+            assert await first.service_command(SUBS()) == 1
+            assert (await first.next_event()).response == ALLS()
+            assert await second.service_command(SUBS()) == 1
+            assert (await first.next_event()).response == ENDS(1)
+            assert (await second.next_event()).response == ALLS()
+            await sender.send(q.sender_id, b"after the takeover")
+            _, pushed = await second.next_message(q)
+            assert pushed.body == b"after the takeover"
+            assert await first.no_more_events()
+
+
+async def test_subs_again_on_the_same_connection_delivers_what_is_waiting_and_not_in_flight(
+    router,
+):
+    seed, _ = crypto.new_ed25519()
+    q1, q2 = await service_queues(router, seed, 2)
+    with trio.fail_after(10):
+        async with connect(router) as sender, connect(router, service_seed=seed) as service:
+            await sender.send(q1.sender_id, b"one")
+            assert await service.service_command(SUBS()) == 2
+            first, opened_first = await service.next_message(q1)
+            assert opened_first.body == b"one"
+            assert (await service.next_event()).response == ALLS()
+            await sender.send(q1.sender_id, b"behind one")
+            await sender.send(q2.sender_id, b"two")
+            _, pushed = await service.next_message(q2)  # pushed live
+            assert pushed.body == b"two"
+            assert await service.service_command(SUBS()) == 2
+            assert (await service.next_event()).response == ALLS()  # nothing new to send
+            assert await service.recipient(q1, ACK(first.msg_id)) == OK()
+            _, behind = await service.next_message(q1)
+            assert behind.body == b"behind one"
+
+
+async def test_a_queue_subscribed_by_a_plain_connection_leaves_the_service(router):
+    seed, _ = crypto.new_ed25519()
+    with trio.fail_after(10):
+        async with connect(router, service_seed=seed) as service, connect(router) as plain:
+            q1, q2, q3 = await service.create_queues(3, subscribe=True)
+            assert await plain.recipient(q2, SUB()) == OK()
+            ended = await service.next_event()
+            assert (ended.entity_id, ended.response) == (q2.recipient_id, END())
+            assert await service.service_command(SUBS()) == 2
+            assert (await service.next_event()).response == ALLS()
+            # and a queue made elsewhere joins the service when a service connection SUBs it
+            other = await plain.create_queue()
+            assert await service.recipient(other, SUB()) == OK()
+            assert await service.service_command(SUBS()) == 3
+
+
+async def test_create_only_queues_join_the_service_only_when_subscribed(router):
+    seed, _ = crypto.new_ed25519()
+    with trio.fail_after(10):
+        async with connect(router, service_seed=seed) as service:
+            q = await service.create_queue(subscribe=False)
+            assert await service.service_command(SUBS()) == 0
+            assert (await service.next_event()).response == ALLS()
+            assert await service.recipient(q, SUB()) == OK()
+            assert await service.service_command(SUBS()) == 1
+
+
+async def test_subs_for_another_service_or_with_another_key_is_refused_with_auth(router):
+    seed, _ = crypto.new_ed25519()
+    other_seed, _ = crypto.new_ed25519()
+    with trio.fail_after(10):
+        async with connect(router, service_seed=seed) as service:
+            assert service.service_id is not None
+            assert await service.command(service.service_id, SUBS(), other_seed) == ERR(AUTH)
+            assert await service.command(b"x" * 24, SUBS(), seed) == ERR(AUTH)
+            assert await service.command(b"x" * 24, NSUBS(), seed) == ERR(AUTH)
+            assert await service.command(service.service_id, NSUBS(), seed) != ERR(AUTH)
+
+
+async def test_nsubs_subscribes_the_services_notifiers_and_a_second_connection_takes_them(
+    router,
+):
+    seed, _ = crypto.new_ed25519()
+    with trio.fail_after(20):
+        async with connect(router) as recipient:
+            queues = await recipient.create_queues(5)
+            notifiers = [await recipient.enable_notifications(q) for q in queues]
+            async with connect(router, service_seed=seed) as first_ntf:
+                responses = await first_ntf.commands(
+                    [(n.notifier_id, NSUB(), n.seed) for n in notifiers]
+                )
+                assert responses == [OK()] * 5  # each NSUB joins the notifier to the service
+
+            async def notified(client: Session) -> set[bytes]:
+                flagged = [(q.sender_id, SEND(b"T", b"hi"), None) for q in queues]
+                assert await recipient.commands(flagged) == [OK()] * 5
+                events = [await client.next_event() for _ in queues]
+                assert all(isinstance(e.response, NMSG) for e in events)
+                return {e.entity_id for e in events}
+
+            async with connect(router, service_seed=seed) as ntf, \
+                    connect(router, service_seed=seed) as successor:
+                assert await ntf.service_command(NSUBS()) == 5
+                assert await notified(ntf) == {n.notifier_id for n in notifiers}
+                assert await successor.service_command(NSUBS()) == 5
+                ended = await ntf.next_event()
+                assert (ended.entity_id, ended.response) == (ntf.service_id, ENDS(5))
+                assert await notified(successor) == {n.notifier_id for n in notifiers}
+                assert await ntf.no_more_events()
+                # the recipient side of this service has no queues: NSUBS is separate
+                assert await successor.service_command(SUBS()) == 0
