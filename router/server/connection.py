@@ -64,7 +64,7 @@ class Connection:
         self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
         self.closed = False
         self.close_reason = ""
-        self.last_activity = trio.current_time()  # when the client last sent a block
+        self.last_activity = 0.0  # trio time the client last sent a block (set by run())
         self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
         self._receiving = False  # the receive loop runs (in the task that called run())
@@ -149,6 +149,7 @@ class Connection:
     async def run(self, process_block: BlockProcessor, delivery_loop: DeliveryLoop) -> None:
         """Serve the client until one of its tasks ends. The receive loop runs in the
         calling task itself: one task fewer per connection than a child of its own."""
+        self.last_activity = trio.current_time()
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             nursery.start_soon(self._until_done, self._send_loop)
