@@ -26,7 +26,6 @@ counts the queues whose messages were copied.
 from __future__ import annotations
 
 import importlib
-import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -34,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .durable import atomic_write, replace_durably
 from .interfaces import Message, MessageStore, QueueRecord, QueueStore
-from .memory import MemoryMessageStore, MemoryQueueStore, _fsync_dir
+from .memory import MemoryMessageStore, MemoryQueueStore
 
 KIND_FILE = "STORE_KIND"
 MIGRATE_COMMAND = "smp-router migrate-store --data-dir {data_dir} --to {kind}"
@@ -147,13 +147,7 @@ async def open_stores(
 
 
 def _write_store_kind(data_dir: Path, kind: str) -> None:
-    tmp = data_dir / (KIND_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(kind + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, data_dir / KIND_FILE)
-    _fsync_dir(data_dir)
+    atomic_write(data_dir / KIND_FILE, (kind.encode() + b"\n",))
 
 
 # --- memory kind ---------------------------------------------------------------------
@@ -180,7 +174,7 @@ async def open_memory_stores(
     # back messages already delivered or queues already deleted.
     for file in (qfile, mfile):
         if file.exists():
-            os.replace(file, file.with_name(file.name + ".loaded"))
+            replace_durably(file, file.with_name(file.name + ".loaded"))
     try:
         yield Stores("memory", queues, messages, store_dir)
     finally:
@@ -219,8 +213,7 @@ async def migrate_store(
             counts = await copy_stores(src, dst, progress)
             await check_copy(src, dst, counts)
     _set_aside(final, data_dir / f"{to_kind}-store.old")
-    os.replace(tmp, final)
-    _fsync_dir(data_dir)
+    replace_durably(tmp, final)
     _write_store_kind(data_dir, to_kind)
     _set_aside(store_dir(data_dir, from_kind), data_dir / f"{from_kind}-store.old")
     return counts
@@ -229,7 +222,7 @@ async def migrate_store(
 def _set_aside(path: Path, backup: Path) -> None:
     if path.exists():
         shutil.rmtree(backup, ignore_errors=True)
-        os.replace(path, backup)
+        replace_durably(path, backup)
 
 
 async def copy_stores(

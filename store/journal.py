@@ -65,15 +65,8 @@ from ._journal_files import (
     state_line,
     write_state_new,
 )
-from ._logfile import (
-    FsyncPolicy,
-    GroupCommit,
-    encode_line,
-    fsync_dir,
-    io_error,
-    log,
-    write_all,
-)
+from ._logfile import encode_line, log
+from .durable import FsyncPolicy, GroupCommit, fsync_dir, io_error, write_all
 from .factory import StoreOptions, Stores
 from .interfaces import Message, StoreError, WriteResult
 from .storelog import open_store_log
@@ -162,7 +155,7 @@ class JournalMessageStore:
         return cls(
             directory,
             queues,
-            fsync=FsyncPolicy(fsync),
+            fsync=FsyncPolicy.parse(fsync),
             window=window,
             rotate_after=rotate_after,
             max_open_files=max_open_files,

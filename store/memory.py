@@ -19,7 +19,6 @@ clean restart. The file is written atomically (temporary file, fsync, rename).
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 import zlib
@@ -30,6 +29,7 @@ from typing import BinaryIO
 
 from router.protocol.types import ErrorType
 
+from .durable import atomic_write
 from .interfaces import (
     Message,
     NotifierCreds,
@@ -240,27 +240,21 @@ class SnapshotError(Exception):
 
 
 def write_snapshot(path: Path | str, magic: bytes, items: Iterable[bytes]) -> int:
-    """Write magic, items, end mark and crc to `path` via a temporary file; returns item count."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    count = 0
-    with open(tmp, "wb", buffering=_CHUNK) as f:
-        crc = _write(f, magic, 0)
-        for item in items:
-            crc = _write(f, _ITEM + item, crc)
-            count += 1
-        crc = _write(f, _END, crc)
-        f.write(_U32.pack(crc))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-    return count
+    """Write magic, items, end mark and crc to `path` atomically; returns the item count."""
+    count = [0]
+    atomic_write(path, _snapshot_chunks(magic, items, count))
+    return count[0]
 
 
-def _write(f: BinaryIO, chunk: bytes, crc: int) -> int:
-    f.write(chunk)
-    return zlib.crc32(chunk, crc)
+def _snapshot_chunks(magic: bytes, items: Iterable[bytes], count: list[int]) -> Iterator[bytes]:
+    crc = zlib.crc32(magic)
+    yield magic
+    for item in items:
+        chunk = _ITEM + item
+        crc = zlib.crc32(chunk, crc)
+        count[0] += 1
+        yield chunk
+    yield _END + _U32.pack(zlib.crc32(_END, crc))
 
 
 def read_snapshot(path: Path | str, magic: bytes) -> Iterator[_Reader]:
@@ -398,17 +392,3 @@ def _decode_messages(items: Iterator[_Reader]) -> Iterator[tuple[bytes, Message]
     for rd in items:
         rid, msg_id, ts, quota = rd.bytes_(), rd.bytes_(), rd.i64(), rd.byte()
         yield rid, Message(msg_id, ts, rd.bytes_(), rd.bytes_(), bool(quota))
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename is durable only once the directory entry itself is on disk.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

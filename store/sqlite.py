@@ -8,7 +8,8 @@ connection is only ever touched by one worker thread at a time and the Trio
 thread never blocks on disk.
 
 Writes are closures `op(conn) -> result` that only touch the database. They
-are grouped into transactions by group commit: a writer appends its op to the
+are grouped into transactions by group commit (`GroupCommit`, store/durable.py,
+the same as the journal's): a writer appends its op to the
 pending list; if no batch is being committed it becomes the committer, takes
 the whole pending list and runs it as one transaction on the worker; writers
 that arrive meanwhile wait, and one of them commits their ops together as the
@@ -57,6 +58,7 @@ import trio
 
 from router.protocol.types import AUTH, INTERNAL, ErrorType, store_error
 
+from .durable import FsyncPolicy, GroupCommit
 from .factory import StoreOptions, Stores
 from .interfaces import (
     DUPLICATE,
@@ -85,7 +87,7 @@ T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 
 DB_FILE = "store.sqlite3"
-FSYNC_MODES = {"never": "OFF", "batch": "FULL", "always": "FULL"}
+SYNCHRONOUS = {FsyncPolicy.NEVER: "OFF", FsyncPolicy.BATCH: "FULL", FsyncPolicy.ALWAYS: "FULL"}
 DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
 DEFAULT_CACHE_SIZE = 16_384  # queue records kept in memory (about 0.6 KB each)
 _SCHEMA_VERSION = 1
@@ -146,11 +148,10 @@ def translate_error(exc: BaseException) -> BaseException:
 
 
 class _Pending:
-    __slots__ = ("op", "done", "result", "error")
+    __slots__ = ("op", "result", "error")
 
     def __init__(self, op: Op) -> None:
         self.op = op
-        self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -158,16 +159,13 @@ class _Pending:
 class SqliteDatabase:
     """One database file, one worker path, group-committed writes."""
 
-    def __init__(self, path: Path | str, *, fsync: str = "batch") -> None:
-        if fsync not in FSYNC_MODES:
-            raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {fsync!r}")
+    def __init__(self, path: Path | str, *, fsync: FsyncPolicy | str = FsyncPolicy.BATCH) -> None:
         self.path = Path(path)
-        self.fsync = fsync
+        self.fsync = FsyncPolicy.parse(fsync)
         self._limiter = trio.CapacityLimiter(1)
         self._conn: sqlite3.Connection | None = None
         self._pending: list[_Pending] = []
-        self._committing = False
-        self._batch_done = trio.Event()
+        self._group = GroupCommit(self._commit_pending)
         self.commits = 0  # transactions committed, for statistics and tests
         self.reads = 0  # read calls made on the worker
 
@@ -181,7 +179,7 @@ class SqliteDatabase:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={FSYNC_MODES[self.fsync]}")
+            conn.execute(f"PRAGMA synchronous={SYNCHRONOUS[self.fsync]}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > _SCHEMA_VERSION:
                 raise StoreError(
@@ -198,8 +196,7 @@ class SqliteDatabase:
         if self._conn is None:
             return
         with trio.CancelScope(shield=True):
-            while self._committing or self._pending:
-                await self.write(lambda conn: None)
+            await self._group.wait(hurry=True)  # every write handed over before is committed
             await self._run(self._disconnect)
 
     def _disconnect(self) -> None:
@@ -226,29 +223,21 @@ class SqliteDatabase:
         item = _Pending(op)
         self._pending.append(item)
         with trio.CancelScope(shield=True):
-            while not item.done:
-                if self._committing:
-                    await self._batch_done.wait()
-                else:
-                    await self._commit_next_batch()
+            await self._group.wait()
         if item.error is not None:
             raise item.error
         return item.result
 
-    async def _commit_next_batch(self) -> None:
-        self._committing = True
+    async def _commit_pending(self) -> None:
+        """One group-commit round: every op handed over so far, as one transaction."""
         batch, self._pending = self._pending, []
+        if not batch:
+            return
         try:
             await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
-        except BaseException as exc:  # the worker call itself failed: fail the whole batch
+        except Exception as exc:  # the worker call itself failed: fail the whole batch
             for item in batch:
                 item.error = translate_error(exc)
-        finally:
-            for item in batch:
-                item.done = True
-            self._committing = False
-            done, self._batch_done = self._batch_done, trio.Event()
-            done.set()
 
     def _run_batch(self, batch: list[_Pending]) -> None:
         conn = self._connection()
@@ -797,7 +786,7 @@ class SqliteMessageStore:
 
 @asynccontextmanager
 async def open_sqlite_database(
-    path: Path | str, *, fsync: str = "batch"
+    path: Path | str, *, fsync: FsyncPolicy | str = FsyncPolicy.BATCH
 ) -> AsyncIterator[SqliteDatabase]:
     db = SqliteDatabase(path, fsync=fsync)
     await db.open()

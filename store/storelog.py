@@ -42,15 +42,14 @@ from typing import Any
 
 import trio
 
-from ._logfile import (
+from ._logfile import LogCorruptError, encode_line, iter_log, log
+from .durable import (
     FsyncPolicy,
     GroupCommit,
-    LogCorruptError,
-    encode_line,
+    atomic_write,
     fsync_dir,
     io_error,
-    iter_log,
-    log,
+    replace_durably,
     write_all,
     write_synced,
 )
@@ -142,8 +141,7 @@ def recover_files(path: Path) -> None:
             new.unlink()
     elif new.exists():
         log.warning("%s: completing an interrupted compaction", path)
-        os.replace(new, path)
-        fsync_dir(path.parent)
+        replace_durably(new, path)
     elif backups_of(path):
         raise StoreLogError(
             f"{path} is missing but backups of it exist; restore the newest backup "
@@ -177,8 +175,7 @@ def open_log(path: Path, *, backups: int, skip_corrupt: bool) -> QueueTable:
     path.parent.mkdir(parents=True, exist_ok=True)
     recover_files(path)
     if not path.exists():
-        write_synced(path, ())
-        fsync_dir(path.parent)
+        atomic_write(path, ())
         return QueueTable()
     table, compacted = _replay_file(path, skip_corrupt)
     if compacted and len(table.queues) == compacted:
@@ -290,7 +287,7 @@ class StoreLogQueueStore(TableQueueStore):
             lambda: open_log(path, backups=backups, skip_corrupt=skip_corrupt)
         )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        return cls(path, table, fd, fsync=FsyncPolicy(fsync), window=window, clock=clock)
+        return cls(path, table, fd, fsync=FsyncPolicy.parse(fsync), window=window, clock=clock)
 
     # --- QueueStore ---------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from store._logfile import LogCorruptError, encode_line, line_payload, write_synced
+from store._logfile import LogCorruptError, encode_line, line_payload
+from store.durable import write_synced
 from store.interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
 from store.storelog import (
     StoreLogError,
