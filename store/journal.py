@@ -67,9 +67,7 @@ from ._journal_files import (
 )
 from ._logfile import encode_line, log
 from .durable import FsyncPolicy, GroupCommit, fsync_dir, io_error, write_all
-from .factory import StoreOptions, Stores
 from .interfaces import Message, StoreError, WriteResult
-from .storelog import open_store_log
 
 __all__ = [
     "FsyncPolicy",
@@ -79,7 +77,6 @@ __all__ = [
     "decode_message",
     "encode_message",
     "open_journal",
-    "open_journal_stores",
     "parse_state_line",
     "state_line",
 ]
@@ -581,26 +578,3 @@ async def open_journal(directory: Path | str, **options: Any) -> AsyncIterator[J
         yield store
     finally:
         await store.close()
-
-
-_QUEUE_SETTINGS = ("backups", "skip_corrupt", "window")
-_MESSAGE_SETTINGS = ("window", "rotate_after", "max_open_files", "compact_state_at", "skip_corrupt")
-
-
-@asynccontextmanager
-async def open_journal_stores(
-    store_dir: Path | None, options: StoreOptions
-) -> AsyncIterator[Stores]:
-    """The `journal` store kind: `queues.log` (the store log) and `messages/` (this journal).
-
-    Settings used: backups, skip_corrupt, window, rotate_after, max_open_files,
-    compact_state_at; others are ignored.
-    """
-    if store_dir is None:
-        raise ValueError("the journal store needs a data directory")
-    s = options.settings
-    queue_opts = {k: s[k] for k in _QUEUE_SETTINGS if k in s}
-    message_opts = {k: s[k] for k in _MESSAGE_SETTINGS if k in s}
-    async with open_store_log(store_dir / "queues.log", fsync=options.fsync, **queue_opts) as q:
-        async with open_journal(store_dir / "messages", fsync=options.fsync, **message_opts) as m:
-            yield Stores("journal", q, m, store_dir)

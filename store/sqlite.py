@@ -59,7 +59,6 @@ import trio
 from router.protocol.types import AUTH, INTERNAL, ErrorType, store_error
 
 from .durable import FsyncPolicy, GroupCommit
-from .factory import StoreOptions, Stores
 from .interfaces import (
     DUPLICATE,
     Message,
@@ -70,6 +69,7 @@ from .interfaces import (
     StoreError,
     WriteResult,
 )
+from .kinds import DEFAULT_CACHE_SIZE, DEFAULT_DELETED_TTL
 from .queue_table import (
     Decision,
     QueueTable,
@@ -88,8 +88,6 @@ Op = Callable[[sqlite3.Connection], Any]
 
 DB_FILE = "store.sqlite3"
 SYNCHRONOUS = {FsyncPolicy.NEVER: "OFF", FsyncPolicy.BATCH: "FULL", FsyncPolicy.ALWAYS: "FULL"}
-DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
-DEFAULT_CACHE_SIZE = 16_384  # queue records kept in memory (about 0.6 KB each)
 _SCHEMA_VERSION = 1
 _PAGE = 1000  # rows per worker call when iterating
 
@@ -808,26 +806,3 @@ async def open_queue_store(
     await store.compact()
     await store.load_ids()
     return store
-
-
-@asynccontextmanager
-async def open_sqlite_stores(
-    store_dir: Path | None, options: StoreOptions
-) -> AsyncIterator[Stores]:
-    """Both stores on one database in `store_dir` (the "sqlite" store kind).
-
-    `options.settings` may carry `deleted_ttl` (seconds a deleted queue row is kept)
-    and `cache_size` (queue records kept in memory).
-    """
-    if store_dir is None:
-        raise ValueError("the sqlite store needs a data directory")
-    ttl = int(options.settings.get("deleted_ttl", DEFAULT_DELETED_TTL))
-    cache_size = int(options.settings.get("cache_size", DEFAULT_CACHE_SIZE))
-    async with open_sqlite_database(store_dir / DB_FILE, fsync=options.fsync) as db:
-        queues = await open_queue_store(db, deleted_ttl=ttl, cache_size=cache_size)
-        messages = SqliteMessageStore(db)
-        try:
-            yield Stores("sqlite", queues, messages, store_dir, bulk_import=queues.bulk_import)
-        finally:
-            await messages.close()
-            await queues.close()
