@@ -54,37 +54,15 @@ from .durable import (
     write_synced,
 )
 from .interfaces import QueueRecord, StoreError
-from .queue_table import (
-    AddNotifier,
-    CreateQueue,
-    DeleteNotifier,
-    DeleteQueue,
-    LogRecord,
-    QueueTable,
-    SecureQueue,
-    SetService,
-    SuspendQueue,
-    TableQueueStore,
-    replay,
-    step,
-)
+from .queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore
 from .storelog_format import compact_records, decode_record, encode_record, snapshot_lines
 
-__all__ = [
-    "AddNotifier",
-    "CreateQueue",
-    "DeleteNotifier",
-    "DeleteQueue",
+__all__ = [  # the records and the fold are in store/queue_table.py
     "FsyncPolicy",
     "LogCorruptError",
-    "LogRecord",
-    "QueueTable",
-    "SecureQueue",
-    "SetService",
     "StoreError",
     "StoreLogError",
     "StoreLogQueueStore",
-    "SuspendQueue",
     "backups_of",
     "compact_file",
     "compact_records",
@@ -94,9 +72,7 @@ __all__ = [
     "iter_snapshot_lines",
     "open_store_log",
     "recover_files",
-    "replay",
     "snapshot_lines",
-    "step",
 ]
 
 

@@ -13,6 +13,7 @@ import pytest
 from store._logfile import LogCorruptError, encode_line, line_payload
 from store.durable import write_synced
 from store.interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
+from store.queue_table import replay
 from store.storelog import (
     StoreLogError,
     _backup_path,
@@ -20,7 +21,6 @@ from store.storelog import (
     compact_records,
     decode_record,
     open_store_log,
-    replay,
 )
 
 
