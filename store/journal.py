@@ -44,10 +44,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -68,6 +66,7 @@ from ._journal_files import (
 from ._logfile import encode_line, log
 from .durable import FsyncPolicy, GroupCommit, fsync_dir, io_error, write_all
 from .interfaces import Message, StoreError, WriteResult
+from .kinds import closing_opener
 
 __all__ = [
     "FsyncPolicy",
@@ -570,11 +569,5 @@ def _fsync_all(fds: list[int], directory: Path | None) -> None:
         fsync_dir(directory)
 
 
-@asynccontextmanager
-async def open_journal(directory: Path | str, **options: Any) -> AsyncIterator[JournalMessageStore]:
-    """`JournalMessageStore.open(directory, **options)`, closed on exit."""
-    store = await JournalMessageStore.open(directory, **options)
-    try:
-        yield store
-    finally:
-        await store.close()
+# `JournalMessageStore.open(directory, ...)`, closed on exit.
+open_journal = closing_opener(JournalMessageStore.open)

@@ -9,11 +9,11 @@ factory `opener(store_dir, options) -> Stores` that opens both stores under
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from .durable import FsyncPolicy
 from .interfaces import Message, MessageStore, QueueRecord, QueueStore
@@ -86,3 +86,28 @@ class StoreKind(Generic[OptionsT]):
                 f"(it has: {', '.join(sorted(known))})"
             )
         return self.options(**settings)
+
+
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+P = ParamSpec("P")
+StoreT = TypeVar("StoreT", bound=_Closable)
+
+
+def closing_opener(
+    open_store: Callable[P, Awaitable[StoreT]],
+) -> Callable[P, AbstractAsyncContextManager[StoreT]]:
+    """An async context manager taking `open_store`'s own parameters: the store it
+    opens, closed on exit."""
+
+    @asynccontextmanager
+    async def opened(*args: P.args, **kwargs: P.kwargs) -> AsyncIterator[StoreT]:
+        store = await open_store(*args, **kwargs)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    return opened

@@ -34,11 +34,9 @@ import re
 import time
 import zlib
 from array import array
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -54,6 +52,7 @@ from .durable import (
     write_synced,
 )
 from .interfaces import QueueRecord, StoreError
+from .kinds import closing_opener
 from .queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore
 from .storelog_format import compact_records, decode_record, encode_record, snapshot_lines
 
@@ -318,11 +317,5 @@ class StoreLogQueueStore(TableQueueStore):
             raise io_error(exc, f"fsync of {self._path}") from exc
 
 
-@asynccontextmanager
-async def open_store_log(path: Path | str, **options: Any) -> AsyncIterator[StoreLogQueueStore]:
-    """`StoreLogQueueStore.open(path, **options)`, closed on exit."""
-    store = await StoreLogQueueStore.open(path, **options)
-    try:
-        yield store
-    finally:
-        await store.close()
+# `StoreLogQueueStore.open(path, ...)`, closed on exit.
+open_store_log = closing_opener(StoreLogQueueStore.open)
