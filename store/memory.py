@@ -1,9 +1,10 @@
 """In-memory queue and message stores, the default for tests and benchmarks.
 
 Both stores sit on the router's hot path and hold 100k+ queues, so they keep
-only flat dicts: queue records keyed by recipient id with two reverse indexes
-(sender id, notifier id), and one `deque` of messages per queue that holds at
-least one message. An empty queue has no entry in the message store at all.
+only flat dicts: queue records in a `QueueTable` (store/queue_table.py: keyed
+by recipient id, with sender, notifier and service indexes), and one `deque`
+of messages per queue that holds at least one message. An empty queue has no
+entry in the message store at all.
 
 No method awaits anything: every operation runs to completion without a
 checkpoint, which makes each one atomic with respect to other Trio tasks.
@@ -14,7 +15,8 @@ is empty" needs no extra state: a queue refuses while its tail is the marker.
 
 `save(path)` / `load(path)` write and read a versioned snapshot file so that a
 router on memory stores can keep its queues and undelivered messages across a
-clean restart. The file is written atomically (temporary file, fsync, rename).
+clean restart. The file is written atomically (`atomic_write`: temporary file,
+fsync, rename, fsync of the directory).
 """
 
 from __future__ import annotations
