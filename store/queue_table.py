@@ -25,51 +25,95 @@ from router.protocol.types import AUTH, ErrorType
 from .interfaces import DUPLICATE, NotifierCreds, Party, QueueRecord, QueueStatus
 
 # --- changes ----------------------------------------------------------------------
+#
+# Each change knows what it makes of its queue (`after`): a method of the
+# change rather than one function testing its type, and plain (not frozen)
+# dataclasses, because the memory store makes and applies one on every command
+# and a frozen dataclass takes several times as long to make. Nothing changes
+# a change once made.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CreateQueue:
     record: QueueRecord  # the whole record; its updated_at is the time of the change
 
+    @property
+    def recipient_id(self) -> bytes:
+        return self.record.recipient_id
 
-@dataclass(frozen=True, slots=True)
+    def after(self, old: QueueRecord | None) -> QueueRecord:
+        return self.record  # whatever was there
+
+
+@dataclass(slots=True)
 class SecureQueue:
     ts: int
     recipient_id: bytes
     sender_key: bytes
 
+    def after(self, old: QueueRecord | None) -> QueueRecord | None:
+        if old is None:
+            return None
+        return replace(old, sender_key=self.sender_key, updated_at=self.ts)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class AddNotifier:
     ts: int
     recipient_id: bytes
     notifier: NotifierCreds
 
+    def after(self, old: QueueRecord | None) -> QueueRecord | None:
+        if old is None:
+            return None
+        # A new notifier starts without a service: the old association was for the old id.
+        return replace(old, notifier=self.notifier, ntf_service_id=None, updated_at=self.ts)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class DeleteNotifier:
     ts: int
     recipient_id: bytes
 
+    def after(self, old: QueueRecord | None) -> QueueRecord | None:
+        if old is None:
+            return None
+        return replace(old, notifier=None, ntf_service_id=None, updated_at=self.ts)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class SuspendQueue:
     ts: int
     recipient_id: bytes
 
+    def after(self, old: QueueRecord | None) -> QueueRecord | None:
+        if old is None:
+            return None
+        return replace(old, status=QueueStatus.OFF, updated_at=self.ts)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class SetService:
     ts: int
     recipient_id: bytes
     party: Party  # RECIPIENT or NOTIFIER
     service_id: bytes | None
 
+    def after(self, old: QueueRecord | None) -> QueueRecord | None:
+        if old is None:
+            return None
+        if self.party is Party.RECIPIENT:
+            return replace(old, rcv_service_id=self.service_id, updated_at=self.ts)
+        return replace(old, ntf_service_id=self.service_id, updated_at=self.ts)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class DeleteQueue:
     ts: int
     recipient_id: bytes
+
+    def after(self, old: QueueRecord | None) -> None:
+        return None
 
 
 LogRecord = (
@@ -83,35 +127,13 @@ LogRecord = (
 )
 
 
-def record_id(rec: LogRecord) -> bytes:
-    return rec.record.recipient_id if isinstance(rec, CreateQueue) else rec.recipient_id
-
-
-# --- the fold ----------------------------------------------------------------------
-
-
 def step(old: QueueRecord | None, rec: LogRecord) -> QueueRecord | None:
-    """The queue `record_id(rec)` after `rec`, given what it was (None: no queue).
+    """The queue `rec.recipient_id` after `rec`, given what it was (None: no queue).
 
     A change to a queue that does not exist leaves it absent; `create` replaces
     whatever was there. A log the store wrote never relies on either rule.
     """
-    if isinstance(rec, CreateQueue):
-        return rec.record
-    if old is None or isinstance(rec, DeleteQueue):
-        return None
-    if isinstance(rec, SecureQueue):
-        return replace(old, sender_key=rec.sender_key, updated_at=rec.ts)
-    if isinstance(rec, AddNotifier):
-        # A new notifier starts without a service: the old association was for the old id.
-        return replace(old, notifier=rec.notifier, ntf_service_id=None, updated_at=rec.ts)
-    if isinstance(rec, DeleteNotifier):
-        return replace(old, notifier=None, ntf_service_id=None, updated_at=rec.ts)
-    if isinstance(rec, SuspendQueue):
-        return replace(old, status=QueueStatus.OFF, updated_at=rec.ts)
-    if rec.party is Party.RECIPIENT:
-        return replace(old, rcv_service_id=rec.service_id, updated_at=rec.ts)
-    return replace(old, ntf_service_id=rec.service_id, updated_at=rec.ts)
+    return rec.after(old)
 
 
 # --- the table ---------------------------------------------------------------------
@@ -137,11 +159,19 @@ class QueueTable:
         self.ntf_services: dict[bytes, set[bytes]] = {}
 
     def apply(self, rec: LogRecord) -> None:
-        rid = record_id(rec)
-        new = step(self.queues.get(rid), rec)
-        self.drop(rid)
+        rid = rec.recipient_id
+        queues = self.queues
+        old = queues.get(rid)
+        new = rec.after(old)
+        if old is not None and new is not None and _same_index(old, new):
+            queues[rid] = new  # most changes leave every id and service as it was
+            return
+        if old is not None:
+            del queues[rid]
+            self._unindex(old)
         if new is not None:
-            self.put(new)
+            queues[rid] = new
+            self._index(new)
 
     def put(self, rec: QueueRecord) -> None:
         """Hold `rec` as its queue's record, replacing any record held for it."""
@@ -191,6 +221,16 @@ class QueueTable:
             if self.notifiers.get(rec.notifier.notifier_id) == rid:
                 del self.notifiers[rec.notifier.notifier_id]
             _discard(self.ntf_services, rec.ntf_service_id, rid)
+
+
+def _same_index(old: QueueRecord, new: QueueRecord) -> bool:
+    """The two records have the same entries in every index."""
+    return (
+        old.sender_id == new.sender_id
+        and old.notifier is new.notifier
+        and old.rcv_service_id == new.rcv_service_id
+        and old.ntf_service_id == new.ntf_service_id
+    )
 
 
 def _add(index: dict[bytes, set[bytes]], key: bytes | None, rid: bytes) -> None:
