@@ -40,7 +40,7 @@ from .interfaces import (
     QueueStatus,
     WriteResult,
 )
-from .queue_table import LogRecord, QueueTable, TableQueueStore, decide_create
+from .queue_table import QueueTable, TableQueueStore, decide_create
 
 _STORED_INTO_EMPTY = WriteResult.STORED_INTO_EMPTY
 _STORED = WriteResult.STORED
@@ -56,9 +56,6 @@ class MemoryQueueStore(TableQueueStore):
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._table = QueueTable()
         self._clock = clock  # stamps updated_at on every change
-
-    async def _commit(self, change: LogRecord) -> None:
-        self._table.apply(change)
 
     async def close(self) -> None:
         return None

@@ -16,7 +16,14 @@ its row, and keeps its cache in a `QueueTable`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, MutableMapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    MutableMapping,
+)
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -334,23 +341,29 @@ def decide_delete(rec: QueueRecord | None, now: int) -> DeleteQueue | ErrorType:
 class TableQueueStore:
     """The QueueStore operations over a `QueueTable`, by the rules above.
 
-    A subclass says how a change is made in `_commit` (apply it; or append it
-    to a log and then apply it). Nothing between the rule's look at the table
-    and the change itself may checkpoint, so the table cannot move in between.
+    A change the rules allow is recorded (`_record`: nothing for the memory
+    store, a line appended to the store log), applied to the table, and then,
+    if the store has a `_durable` wait, made durable. Nothing from the rule's
+    look at the table to the change itself may checkpoint, so the table
+    cannot move in between.
     """
 
     __slots__ = ()
 
     _table: QueueTable
     _clock: Callable[[], float]
+    _durable: Callable[[], Awaitable[None]] | None = None
 
-    async def _commit(self, change: LogRecord) -> None:
-        raise NotImplementedError
+    def _record(self, change: LogRecord) -> None:
+        return None
 
     async def _make(self, decision: Decision) -> ErrorType | None:
         if decision is None or isinstance(decision, ErrorType):
             return decision
-        await self._commit(decision)
+        self._record(decision)
+        self._table.apply(decision)
+        if self._durable is not None:
+            await self._durable()
         return None
 
     def _now(self) -> int:

@@ -240,6 +240,8 @@ class StoreLogQueueStore(TableQueueStore):
         self._clock = clock
         self._closed = False
         self._group = GroupCommit(self._fsync, window if fsync is FsyncPolicy.BATCH else 0.0)
+        if fsync is not FsyncPolicy.NEVER:
+            self._durable = self._group.wait
 
     @classmethod
     async def open(
@@ -282,12 +284,9 @@ class StoreLogQueueStore(TableQueueStore):
     def path(self) -> Path:
         return self._path
 
-    async def _commit(self, rec: LogRecord) -> None:
-        """Append `rec`, apply it, then wait until it is as durable as the policy says.
-
-        Nothing before the first await may checkpoint: the caller decided the
-        change against the table and the table must not move under it.
-        """
+    def _record(self, rec: LogRecord) -> None:
+        """Append `rec` (written to the OS); the table applies it next, then `_durable`
+        waits until it is as durable as the policy says."""
         if self._closed:
             raise trio.ClosedResourceError("the queue store is closed")
         line = encode_line(encode_record(rec))
@@ -297,9 +296,6 @@ class StoreLogQueueStore(TableQueueStore):
             self._cut_back()
             raise io_error(exc, f"appending to {self._path}") from exc
         self._size += len(line)
-        self._table.apply(rec)
-        if self._policy is not FsyncPolicy.NEVER:
-            await self._group.wait()
 
     def _cut_back(self) -> None:
         """Remove a partly written line, so the log ends with the last whole change."""
