@@ -25,7 +25,7 @@ from collections.abc import (
     MutableMapping,
 )
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from router.protocol.types import AUTH, ErrorType
 
@@ -52,66 +52,69 @@ class CreateQueue:
         return self.record  # whatever was there
 
 
+class _Update:
+    """A change to a queue that exists: a queue that is not there stays absent."""
+
+    __slots__ = ()
+    ts: int
+
+    def after(self, old: QueueRecord | None) -> QueueRecord | None:
+        return None if old is None else replace(old, updated_at=self.ts, **self.changed())
+
+    def changed(self) -> dict[str, Any]:
+        """The fields of the queue record this change sets, besides updated_at."""
+        raise NotImplementedError
+
+
 @dataclass(slots=True)
-class SecureQueue:
+class SecureQueue(_Update):
     ts: int
     recipient_id: bytes
     sender_key: bytes
 
-    def after(self, old: QueueRecord | None) -> QueueRecord | None:
-        if old is None:
-            return None
-        return replace(old, sender_key=self.sender_key, updated_at=self.ts)
+    def changed(self) -> dict[str, Any]:
+        return {"sender_key": self.sender_key}
 
 
 @dataclass(slots=True)
-class AddNotifier:
+class AddNotifier(_Update):
     ts: int
     recipient_id: bytes
     notifier: NotifierCreds
 
-    def after(self, old: QueueRecord | None) -> QueueRecord | None:
-        if old is None:
-            return None
+    def changed(self) -> dict[str, Any]:
         # A new notifier starts without a service: the old association was for the old id.
-        return replace(old, notifier=self.notifier, ntf_service_id=None, updated_at=self.ts)
+        return {"notifier": self.notifier, "ntf_service_id": None}
 
 
 @dataclass(slots=True)
-class DeleteNotifier:
+class DeleteNotifier(_Update):
     ts: int
     recipient_id: bytes
 
-    def after(self, old: QueueRecord | None) -> QueueRecord | None:
-        if old is None:
-            return None
-        return replace(old, notifier=None, ntf_service_id=None, updated_at=self.ts)
+    def changed(self) -> dict[str, Any]:
+        return {"notifier": None, "ntf_service_id": None}
 
 
 @dataclass(slots=True)
-class SuspendQueue:
+class SuspendQueue(_Update):
     ts: int
     recipient_id: bytes
 
-    def after(self, old: QueueRecord | None) -> QueueRecord | None:
-        if old is None:
-            return None
-        return replace(old, status=QueueStatus.OFF, updated_at=self.ts)
+    def changed(self) -> dict[str, Any]:
+        return {"status": QueueStatus.OFF}
 
 
 @dataclass(slots=True)
-class SetService:
+class SetService(_Update):
     ts: int
     recipient_id: bytes
     party: Party  # RECIPIENT or NOTIFIER
     service_id: bytes | None
 
-    def after(self, old: QueueRecord | None) -> QueueRecord | None:
-        if old is None:
-            return None
-        if self.party is Party.RECIPIENT:
-            return replace(old, rcv_service_id=self.service_id, updated_at=self.ts)
-        return replace(old, ntf_service_id=self.service_id, updated_at=self.ts)
+    def changed(self) -> dict[str, Any]:
+        side = "rcv_service_id" if self.party is Party.RECIPIENT else "ntf_service_id"
+        return {side: self.service_id}
 
 
 @dataclass(slots=True)
