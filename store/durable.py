@@ -71,14 +71,17 @@ def truncate_file(path: Path, size: int) -> None:
         os.close(fd)
 
 
-def write_synced(path: Path, chunks: Iterable[bytes]) -> int:
+def write_synced(path: Path, chunks: Iterable[bytes], *, mode: int = 0o666) -> int:
     """Create (or replace) `path` with `chunks` and fsync it; returns its size.
 
     Only for a file nobody reads until it is renamed into place (or for a new,
-    empty file): use `atomic_write` to replace a file others may read.
+    empty file): use `atomic_write` to replace a file others may read. `mode` is
+    the new file's permissions (before the umask), so a secret is never readable
+    by others, not even for a moment.
     """
     size = 0
-    with open(path, "wb", buffering=1 << 16) as f:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with open(fd, "wb", buffering=1 << 16) as f:
         for chunk in chunks:
             f.write(chunk)
             size += len(chunk)
@@ -102,7 +105,9 @@ def replace_durably(source: Path, target: Path) -> None:
     fsync_dir(target.parent)
 
 
-def atomic_write(path: Path | str, chunks: Iterable[bytes], *, temp_suffix: str = ".tmp") -> int:
+def atomic_write(
+    path: Path | str, chunks: Iterable[bytes], *, temp_suffix: str = ".tmp", mode: int = 0o666
+) -> int:
     """Replace `path` by `chunks` so that a crash leaves the old file or the whole new one.
 
     Writes `<path><temp_suffix>`, fsyncs it, renames it over `path` and fsyncs
@@ -112,7 +117,7 @@ def atomic_write(path: Path | str, chunks: Iterable[bytes], *, temp_suffix: str 
     path = Path(path)
     temp = path.with_name(path.name + temp_suffix)
     try:
-        size = write_synced(temp, chunks)
+        size = write_synced(temp, chunks, mode=mode)
         replace_durably(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
