@@ -1,4 +1,4 @@
-"""One client connection: its state and the small group of tasks serving it.
+"""One client connection: its I/O and the small group of tasks serving it.
 
 Theory of operation (DESIGN.md, STYLE.md principle 7): after the handshake a
 connection runs three tasks (the receive loop in the connection's own task,
