@@ -15,10 +15,13 @@ the other two in its nursery) joined by a bounded memory channel (the outbox):
   not hand over without waiting, and the work its `Subscriber` has
   (subscriptions.py): queues in the `deliveries` map and the catch-up walk
   of a service subscription (`services.py`), which starts once the SUBS
-  answer is in the outbox (`answered`), so `SOKS` precedes its messages.
+  answer is in the outbox (`ClientHandler.answered`), so `SOKS` precedes its
+  messages.
 
 What the client is subscribed to is not kept here: a connection only does
-I/O.
+I/O. `run` is given a `ClientHandler` (the router's, shared by every
+connection) and the client's own state, which it hands back to the handler
+untouched: no object is made per connection to join the two.
 
 In per-queue-task mode each subscribed queue also has a task of its own in
 the same nursery. When one of the three tasks ends, for any reason, the
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 import trio
 
@@ -39,12 +43,23 @@ from .transport import BlockStream, Handshake, TransportClosed
 
 log = logging.getLogger(__name__)
 
-BlockProcessor = Callable[[bytes], Awaitable[list[bytes]]]
-DeliveryLoop = Callable[[], Awaitable[None]]
+Client = TypeVar("Client")
 
 
-def _no_work() -> bool:
-    return False
+class ClientHandler(Protocol[Client]):
+    """What serves a connection's client; `client` is the state it keeps for it."""
+
+    def process_block(self, client: Client, block: bytes) -> Awaitable[list[bytes]]:
+        """The answers to one block."""
+        ...
+
+    def delivery_loop(self, client: Client) -> Awaitable[None]:
+        """The client's delivery task; `Connection.wait_wakeup` waits for work."""
+        ...
+
+    def answered(self, client: Client) -> None:
+        """A block's answers are in the outbox."""
+        ...
 
 
 class Connection:
@@ -114,31 +129,24 @@ class Connection:
     def wake_delivery(self) -> None:
         self._wakeup.set()
 
-    async def wait_delivery_work(self, more_work: Callable[[], bool] = _no_work) -> None:
-        """Return once there are overflow events or `more_work()` says there is work."""
-        while not (self.overflow_events or more_work()):
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
+    async def wait_wakeup(self) -> None:
+        """Return once `wake_delivery` was called (at once if it was since the last time)."""
+        await self._wakeup.wait()
+        self._wakeup = trio.Event()
 
     # --- tasks ------------------------------------------------------------------
 
-    async def run(
-        self,
-        process_block: BlockProcessor,
-        delivery_loop: DeliveryLoop,
-        answered: Callable[[], None],
-    ) -> None:
-        """Serve the client until one of its tasks ends; `answered` is called each
-        time a block's answers are in the outbox. The receive loop runs in the
+    async def run(self, handler: ClientHandler[Client], client: Client) -> None:
+        """Serve the client until one of its tasks ends. The receive loop runs in the
         calling task itself: one task fewer per connection than a child of its own."""
         self.last_activity = trio.current_time()
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             nursery.start_soon(self._until_done, self._send_loop)
-            nursery.start_soon(self._until_done, delivery_loop)
+            nursery.start_soon(self._until_done, handler.delivery_loop, client)
             self._receiving = True
             try:
-                await self._until_done(self._receive_loop, process_block, answered)
+                await self._until_done(self._receive_loop, handler, client)
             finally:
                 self._receiving = False
 
@@ -190,18 +198,16 @@ class Connection:
             assert self.nursery is not None
             self.nursery.cancel_scope.cancel()
 
-    async def _receive_loop(
-        self, process_block: BlockProcessor, answered: Callable[[], None]
-    ) -> None:
+    async def _receive_loop(self, handler: ClientHandler[Client], client: Client) -> None:
         while True:
             block = await self.transport.receive_block()
             self.last_activity = trio.current_time()
-            responses = await process_block(block)
+            responses = await handler.process_block(client, block)
             del block  # an idle connection keeps nothing of its last block alive
             if responses:
                 await self.push(responses)
             del responses
-            answered()
+            handler.answered(client)
 
     async def _send_loop(self) -> None:
         packer = BatchPacker()

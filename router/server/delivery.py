@@ -50,8 +50,7 @@ module only writes the messages.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -70,8 +69,11 @@ DELIVERY_BATCH = 4
 if TYPE_CHECKING:
     from .stats import Counters
 
-# One step of a subscriber's service catch-up (services.py), run by its delivery task.
-CatchUpStep = Callable[[Subscriber], Awaitable[None]]
+
+class CatchUpWalker(Protocol):
+    """Walks a subscriber's service catch-up (services.py) in its delivery task."""
+
+    async def catch_up_step(self, subscriber: Subscriber) -> None: ...
 
 
 class Deliverer:
@@ -140,12 +142,13 @@ class Deliverer:
         """`stored` for a write that landed in an empty queue (benchmarks inject so)."""
         self.stored(recipient_id, msg, into_empty=True)
 
-    async def delivery_loop(self, subscriber: Subscriber, catch_up_step: CatchUpStep) -> None:
+    async def delivery_loop(self, subscriber: Subscriber, walker: CatchUpWalker) -> None:
         """The connection's one delivery task, in both modes: events that found the
         outbox full, deferred pushes (single-task mode) and service catch-ups."""
         conn = subscriber.conn
         while True:
-            await conn.wait_delivery_work(subscriber.has_delivery_work)
+            while not (conn.overflow_events or subscriber.deliveries or subscriber.catch_up):
+                await conn.wait_wakeup()
             if conn.overflow_events:
                 events, conn.overflow_events = conn.overflow_events, []
                 await conn.push(events)
@@ -154,7 +157,7 @@ class Deliverer:
                 if batch:
                     await conn.push(batch)
             else:
-                await catch_up_step(subscriber)
+                await walker.catch_up_step(subscriber)
 
     async def _take_heads(self, subscriber: Subscriber) -> list[bytes]:
         """MSGs for the oldest waiting queues, up to `DELIVERY_BATCH` of them as one

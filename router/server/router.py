@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -70,7 +70,8 @@ InfoPage = Callable[[HttpRequest], HttpResponse]
 
 
 class Router:
-    """State shared by every connection; created by `open_router`."""
+    """The assembled router: its parts, the connections it serves and the control
+    port's operations; created by `open_router`."""
 
     def __init__(
         self,
@@ -89,7 +90,7 @@ class Router:
         self.gate = SuspendGate()  # closed by the control port's suspend
         self.listener: Suspendable | None = None  # the listener, once it is accepting
         self.blocked = BlockedQueues(config.data_dir)  # recipient id -> reason
-        self._assemble_commands()
+        self._assemble_parts()
         self.expirer = Expirer(
             messages, ttl=config.message_ttl, interval=config.expire_interval,
             on_expired=self._count_expired,
@@ -103,7 +104,7 @@ class Router:
                 config.stats_log, self._activity, interval=config.stats_interval
             )
 
-    def _assemble_commands(self) -> None:
+    def _assemble_parts(self) -> None:
         """Subscriptions, delivery, services, notifications and the command
         handlers, each given only what it uses."""
         config, counters = self.config, self.counters
@@ -124,6 +125,7 @@ class Router:
             queue_active=self.queue_active, expire_before_send=self.expire_before_send,
         ))
         self.dispatcher = Dispatcher(self.queues, commands.execute)
+        self._serving = _Serving(self.dispatcher, self.deliverer, self.services)
 
     @property
     def key_hash(self) -> bytes:
@@ -217,11 +219,7 @@ class Router:
         self.counters.connections_total += 1
         log.debug("%r connected", conn)
         try:
-            await conn.run(
-                partial(self.dispatcher.process_block, subscriber),
-                partial(self.deliverer.delivery_loop, subscriber, self.services.catch_up_step),
-                subscriber.start_catch_up,
-            )
+            await conn.run(self._serving, subscriber)
         finally:
             self._cleanup(subscriber)
         log.debug("%r closed: %s", conn, conn.close_reason or "done")
@@ -315,6 +313,25 @@ class Router:
             if conn.session_id == session_id:
                 return conn
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Serving:
+    """How each connection's client is served (`Connection.run`): one for the
+    router, so that a connection costs no object of its own to join the parts."""
+
+    dispatcher: Dispatcher
+    deliverer: Deliverer
+    services: Services
+
+    def process_block(self, subscriber: Subscriber, block: bytes) -> Awaitable[list[bytes]]:
+        return self.dispatcher.process_block(subscriber, block)
+
+    def delivery_loop(self, subscriber: Subscriber) -> Awaitable[None]:
+        return self.deliverer.delivery_loop(subscriber, self.services)
+
+    def answered(self, subscriber: Subscriber) -> None:
+        subscriber.start_catch_up()
 
 
 @dataclass(frozen=True, slots=True)

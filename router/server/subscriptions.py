@@ -104,9 +104,6 @@ class Subscriber:
         sub = self.queues.get(entity_id)
         return sub is not None and not sub.get_mode
 
-    def has_delivery_work(self) -> bool:
-        return bool(self.deliveries) or self.catch_up is not None
-
     def start_catch_up(self) -> None:
         """Called once a block's answers are in the outbox: a SUBS among them may
         now start its walk, whose messages thus follow its SOKS."""

@@ -90,5 +90,5 @@ async def test_a_client_with_a_full_send_channel_does_not_hold_up_the_events_of_
     events.flush()
     assert [e for _, e, _ in decoded(full.overflow_events)] == [b"a" * 24, b"c" * 24]
     with trio.move_on_after(1):
-        await full.wait_delivery_work()
+        await full.wait_wakeup()
     assert len(events) == 0
