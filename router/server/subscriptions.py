@@ -83,7 +83,14 @@ class CatchUp:
 
 
 class Subscriber:
-    """One connection's subscriptions; changed only through `Subscriptions`."""
+    """One connection's subscriptions.
+
+    `queues` and `notifiers` mirror the router-wide registries and change only
+    through `Subscriptions`. `deliveries` gets an entry from delivery.py for a
+    queue `can_push` allows, and loses it when the queue leaves `queues`; the
+    delivery task works through it, and the SUBS walk (services.py) through
+    `catch_up`.
+    """
 
     __slots__ = ("conn", "queues", "notifiers", "deliveries", "catch_up", "next_catch_up")
 
@@ -368,8 +375,7 @@ class Subscriptions:
     # --- notifiers ----------------------------------------------------------------------
 
     def subscribe_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> None:
-        subscriber.notifiers.add(notifier_id)
-        previous = self._notifiers.subscribe(notifier_id, subscriber)
+        previous = self._attach_notifier(subscriber, notifier_id)
         if previous is not None:
             self._detach_notifier(previous, notifier_id)
             self.events.add(previous, notifier_id, Event.NTF_END)
@@ -379,6 +385,10 @@ class Subscriptions:
         if holder is not None:
             self._detach_notifier(holder, notifier_id)
             self.events.add(holder, notifier_id, event)
+
+    def _attach_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> Subscriber | None:
+        subscriber.notifiers.add(notifier_id)
+        return self._notifiers.subscribe(notifier_id, subscriber)
 
     def _detach_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> None:
         subscriber.notifiers.discard(notifier_id)
