@@ -76,9 +76,7 @@ class Connection:
         self.overflow_events: list[bytes] = []  # END/DELD/ENDS waiting for outbox room
         self.closed = False
         self.close_reason = ""
-        # when the client last sent a block; set when it starts, so that a connection
-        # can be built outside a trio run (tests of the router's parts)
-        self.last_activity = float("inf")
+        self.last_activity = 0.0  # trio time the client last sent a block (set by run())
         self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
         self._receiving = False  # the receive loop runs (in the task that called run())
