@@ -207,19 +207,20 @@ class Control:
         """Who is subscribed: registry entries, the connections' own maps, and with
         `verify` whether every queue a connection holds is registered to it."""
         router = self.router
+        subscriptions = router.subscriptions
         connections = list(router.connections.values())
+        subscribers = [s for c in connections if (s := subscriptions.subscriber_for(c))]
         reply: dict[str, Any] = {
             "connections": len(connections),
-            "subscriptions": len(router.subscribers),
-            "connection_subscriptions": sum(len(c.subscriptions) for c in connections),
+            "subscriptions": len(subscriptions),
+            "connection_subscriptions": sum(len(s.queues) for s in subscribers),
             "displaced": router.counters.subscriptions_displaced,
-            "pending_deliveries": sum(len(c.deliveries) for c in connections),
+            "pending_deliveries": subscriptions.pending_deliveries(),
             "at": time.monotonic(),
         }
         if req.get("verify"):
-            registry = router.subscribers
             reply["one_subscriber_each"] = all(
-                registry.get(rid) is conn for conn in connections for rid in conn.subscriptions
+                subscriptions.subscriber_of(rid) is s for s in subscribers for rid in s.queues
             )
         return reply
 

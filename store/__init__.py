@@ -1,9 +1,11 @@
 """Persistence behind two small interfaces: queue records and undelivered messages.
 
-`open_stores(kind, data_dir, fsync=...)` opens both stores of one kind
-("memory", "sqlite", or any kind added to `STORE_KINDS`).
+`open_stores(kind, data_dir, options)` opens both stores of one kind
+("memory", "journal", "sqlite", or any kind added to `STORE_KINDS`), each with
+its own typed options (`StoreOptions`, `JournalOptions`, `SqliteOptions`).
 """
 
+from .durable import FsyncPolicy
 from .factory import (
     KIND_FILE,
     MIGRATE_COMMAND,
@@ -18,6 +20,7 @@ from .factory import (
     open_stores,
     read_store_kind,
     register_store_kind,
+    store_options,
 )
 from .interfaces import (
     DUPLICATE,
@@ -31,10 +34,14 @@ from .interfaces import (
     StoreError,
     WriteResult,
 )
+from .kinds import JournalOptions, SqliteOptions
 from .memory import MemoryMessageStore, MemoryQueueStore, SnapshotError
 
 __all__ = [
     "DUPLICATE",
+    "FsyncPolicy",
+    "JournalOptions",
+    "SqliteOptions",
     "KIND_FILE",
     "MIGRATE_COMMAND",
     "STORE_KINDS",
@@ -60,4 +67,5 @@ __all__ = [
     "open_stores",
     "read_store_kind",
     "register_store_kind",
+    "store_options",
 ]

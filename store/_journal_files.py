@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._logfile import encode_line, fsync_dir, log, read_log, write_all
+from ._logfile import encode_line, log, read_log
+from .durable import atomic_write, write_all
 from .interfaces import Message
 
 # --- message records ---------------------------------------------------------------
@@ -345,9 +346,7 @@ def recover(directory: Path, *, skip_corrupt: bool) -> dict[bytes, QueueFiles]:
     lines = [state_line(q.rid, q.read_pos(), q.committed) for q in queues.values()]
     data = b"".join(map(encode_line, lines))
     if not state.exists() or state.read_bytes() != data:
-        os.close(write_state_new(directory, data, sync=True))
-        os.replace(new, state)
-        fsync_dir(directory)
+        atomic_write(state, (data,), temp_suffix=".new")
     return queues
 
 

@@ -1,4 +1,4 @@
-"""Checksummed line logs, torn-tail recovery, fsync policy and group commit.
+"""Checksummed line logs and torn-tail recovery.
 
 Shared by the store log (queue records, store/storelog.py) and the journal's
 state log (store/journal.py). Both are text files of lines
@@ -15,43 +15,25 @@ a torn tail: they are cut off the file with a warning. A bad line anywhere
 else means the file was damaged; the open stops with `LogCorruptError` naming
 file and line, or, with `skip_corrupt`, the line is skipped with a warning.
 
-Group commit (`GroupCommit`): every caller of `wait()` has already written its
-change (to the OS); one leader runs the owner's `commit` (the fsyncs) for all
-callers that arrived within a short window, or while the previous round was
-running, and every one of them returns after that round. The leader's round
-is shielded from cancellation, so a cancelled caller never strands the others.
+The files are written and made durable with store/durable.py.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from enum import Enum
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-import trio
-
-from router.protocol.types import store_error
-
-from .interfaces import StoreError
+from .durable import truncate_file
 
 log = logging.getLogger("store")
 
 T = TypeVar("T")
 
 _CRC_HEX = re.compile(rb"[0-9a-f]{8}")
-
-
-class FsyncPolicy(Enum):
-    """When appended data is forced to disk (the `--fsync` option)."""
-
-    NEVER = "never"  # written to the OS only: survives kill -9, not a power loss
-    BATCH = "batch"  # group commit: one fsync covers every change of a short window
-    ALWAYS = "always"  # an fsync before every change returns (concurrent ones may share it)
 
 
 class LogCorruptError(Exception):
@@ -169,112 +151,3 @@ def _checked(
         raise LogCorruptError(path, line_no, parsed)
     log.warning("%s:%d: skipping a corrupt line (%s)", path, line_no, parsed)
     return None, line
-
-
-# --- files -----------------------------------------------------------------------
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write every byte (a regular file may take a short write just before ENOSPC)."""
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def truncate_file(path: Path, size: int) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_synced(path: Path, chunks: Iterable[bytes]) -> int:
-    """Create (or replace) `path` with `chunks` and fsync it; returns its size."""
-    size = 0
-    with open(path, "wb", buffering=1 << 16) as f:
-        for chunk in chunks:
-            f.write(chunk)
-            size += len(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    return size
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make renames, creations and deletions in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def io_error(exc: OSError, what: str) -> StoreError:
-    """The one translation of an OSError into what the router answers."""
-    reason = exc.strerror or type(exc).__name__
-    return StoreError(store_error(reason), f"{what}: {exc}")
-
-
-# --- group commit ---------------------------------------------------------------
-
-
-class _Round:
-    __slots__ = ("done", "error", "hurry")
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.error: BaseException | None = None
-        # No window to wait: a caller arrived while another round was running (so
-        # the round has already collected for a while), or asked for it.
-        self.hurry = False
-
-
-class GroupCommit:
-    """One `commit()` call covers every `wait()` that arrived before it started.
-
-    `commit` must make durable everything its owner wrote before the call
-    (capturing that set before its first await). Its exception, if any, is
-    raised in every caller of that round.
-    """
-
-    def __init__(self, commit: Callable[[], Awaitable[None]], window: float) -> None:
-        self._commit = commit
-        self._window = window
-        self._collecting = _Round()
-        self._running: trio.Event | None = None  # set when the running round ends
-
-    async def wait(self, *, hurry: bool = False) -> None:
-        """Return once a round that started after this call has ended.
-
-        `hurry` starts that round without waiting for the window (for close).
-        """
-        mine = self._collecting
-        if hurry or self._running is not None:
-            mine.hurry = True
-        while not mine.done.is_set():
-            if self._running is None:
-                await self._lead()
-            else:
-                await self._running.wait()
-        if mine.error is not None:
-            raise mine.error
-
-    async def _lead(self) -> None:
-        finished = self._running = trio.Event()
-        try:
-            with trio.CancelScope(shield=True):
-                mine = self._collecting
-                if self._window > 0 and not mine.hurry:
-                    await trio.sleep(self._window)  # let concurrent writers join this round
-                self._collecting = _Round()
-                try:
-                    await self._commit()
-                except Exception as exc:  # handed to every caller of this round
-                    mine.error = exc
-                mine.done.set()
-        finally:
-            self._running = None
-            finished.set()

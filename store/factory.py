@@ -6,11 +6,10 @@ the kind, and that kind's files live in their own subdirectory
 that holds another kind is refused with `StoreKindMismatch`, whose message
 names the kind found and the command that migrates it.
 
-Kinds are registered in `STORE_KINDS`: kind name -> opener, or
-"module:function" naming the opener (imported on first use, so a backend
-module is only loaded when its kind is used). An opener is an async context
-manager factory `opener(store_dir, options) -> Stores` that opens both stores
-under `store_dir` (None for a memory-only run), and closes them on exit.
+Kinds are registered in `STORE_KINDS`: kind name -> `StoreKind`, its opener
+and the type of its options (store/kinds.py; each opener is in a module of
+its own, store/open_<kind>.py). `open_stores` takes the kind's options by
+name, so a setting the kind does not have is refused with ValueError.
 `register_store_kind()` adds one at run time.
 
 Migration (`migrate_store`) copies into a fresh `<kind>-store.tmp/`, checks
@@ -25,43 +24,52 @@ counts the queues whose messages were copied.
 
 from __future__ import annotations
 
-import importlib
-import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from .interfaces import Message, MessageStore, QueueRecord, QueueStore
-from .memory import MemoryMessageStore, MemoryQueueStore, _fsync_dir
+from .durable import FsyncPolicy, atomic_write, replace_durably
+from .interfaces import Message, QueueRecord
+from .kinds import (
+    JournalOptions,
+    SqliteOptions,
+    StoreKind,
+    StoreOpener,
+    StoreOptions,
+    Stores,
+)
+from .open_journal import open_journal_stores
+from .open_memory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, open_memory_stores
+from .open_sqlite import open_sqlite_stores
+
+__all__ = [  # the names the rest of the router takes from here
+    "KIND_FILE",
+    "MESSAGES_SNAPSHOT",
+    "MIGRATE_COMMAND",
+    "QUEUES_SNAPSHOT",
+    "STORE_KINDS",
+    "MigrationCheckError",
+    "StoreKind",
+    "StoreKindMismatch",
+    "StoreOpener",
+    "StoreOptions",
+    "Stores",
+    "copy_stores",
+    "migrate_store",
+    "open_stores",
+    "read_store_kind",
+    "register_store_kind",
+    "store_dir",
+    "store_opener",
+    "store_options",
+]
 
 KIND_FILE = "STORE_KIND"
 MIGRATE_COMMAND = "smp-router migrate-store --data-dir {data_dir} --to {kind}"
 
-BulkImport = Callable[[list[QueueRecord], list[tuple[bytes, Message]]], Awaitable[Any]]
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
-
-
-@dataclass(slots=True)
-class Stores:
-    """The two open stores of one kind."""
-
-    kind: str
-    queues: QueueStore
-    messages: MessageStore
-    store_dir: Path | None = None
-    bulk_import: BulkImport | None = None  # one-transaction insert, if the kind has one
-
-
-@dataclass(frozen=True, slots=True)
-class StoreOptions:
-    fsync: str = "batch"  # never | batch | always
-    settings: Mapping[str, Any] = field(default_factory=dict)  # kind-specific extras
-
-
-StoreOpener = Callable[[Path | None, StoreOptions], AbstractAsyncContextManager[Stores]]
 
 
 class MigrationCheckError(Exception):
@@ -82,27 +90,36 @@ class StoreKindMismatch(Exception):
 
 # --- registry ----------------------------------------------------------------------
 
-STORE_KINDS: dict[str, StoreOpener | str] = {
-    "memory": "store.factory:open_memory_stores",
-    "journal": "store.journal:open_journal_stores",
-    "sqlite": "store.sqlite:open_sqlite_stores",
+STORE_KINDS: dict[str, StoreKind[Any]] = {
+    "memory": StoreKind(open_memory_stores),
+    "journal": StoreKind(open_journal_stores, JournalOptions),
+    "sqlite": StoreKind(open_sqlite_stores, SqliteOptions),
 }
 
 
-def register_store_kind(kind: str, opener: StoreOpener | str) -> None:
-    STORE_KINDS[kind] = opener
+def register_store_kind(
+    kind: str, opener: StoreOpener[Any], options: type[StoreOptions] = StoreOptions
+) -> None:
+    STORE_KINDS[kind] = StoreKind(opener, options)
 
 
-def store_opener(kind: str) -> StoreOpener:
+def _store_kind(kind: str) -> StoreKind[Any]:
     try:
-        opener = STORE_KINDS[kind]
+        return STORE_KINDS[kind]
     except KeyError:
         known = ", ".join(sorted(STORE_KINDS))
         raise ValueError(f"unknown store kind {kind!r} (known: {known})") from None
-    if isinstance(opener, str):
-        module, _, name = opener.partition(":")
-        opener = STORE_KINDS[kind] = getattr(importlib.import_module(module), name)
-    return opener
+
+
+def store_opener(kind: str) -> StoreOpener[Any]:
+    return _store_kind(kind).opener
+
+
+def store_options(
+    kind: str, *, fsync: FsyncPolicy | str = FsyncPolicy.BATCH, **settings: Any
+) -> StoreOptions:
+    """The options of `kind` from settings by name; ValueError for an unknown kind or setting."""
+    return _store_kind(kind).make_options(kind, fsync=fsync, **settings)
 
 
 # --- opening -------------------------------------------------------------------------
@@ -122,15 +139,23 @@ def store_dir(data_dir: Path | str, kind: str) -> Path:
 
 @asynccontextmanager
 async def open_stores(
-    kind: str, data_dir: Path | str | None, *, fsync: str = "batch", **settings: Any
+    kind: str,
+    data_dir: Path | str | None,
+    options: StoreOptions | None = None,
+    *,
+    fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
+    **settings: Any,
 ) -> AsyncIterator[Stores]:
-    """Open the queue and message stores of `kind` in `data_dir` (None: memory only).
+    """Open the queue and message stores of `kind` in `data_dir` (None: memory only),
+    with `options` (the kind's options type) or, without them, options made
+    from `fsync` and `settings` by `store_options`.
 
     Raises StoreKindMismatch if the directory holds another kind; marks a fresh
     directory with this kind.
     """
     opener = store_opener(kind)
-    options = StoreOptions(fsync=fsync, settings=settings)
+    if options is None:
+        options = store_options(kind, fsync=fsync, **settings)
     if data_dir is None:
         async with opener(None, options) as stores:
             yield stores
@@ -147,46 +172,7 @@ async def open_stores(
 
 
 def _write_store_kind(data_dir: Path, kind: str) -> None:
-    tmp = data_dir / (KIND_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(kind + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, data_dir / KIND_FILE)
-    _fsync_dir(data_dir)
-
-
-# --- memory kind ---------------------------------------------------------------------
-
-QUEUES_SNAPSHOT = "queues.snapshot"
-MESSAGES_SNAPSHOT = "messages.snapshot"
-
-
-@asynccontextmanager
-async def open_memory_stores(
-    store_dir: Path | None, options: StoreOptions
-) -> AsyncIterator[Stores]:
-    """Memory stores; with a directory, restored from its snapshots at open and saved
-    back when the context exits (on a clean stop, cancellation included). The
-    snapshots read at open are renamed `*.loaded`, kept until the next save."""
-    if store_dir is None:
-        yield Stores("memory", MemoryQueueStore(), MemoryMessageStore())
-        return
-    store_dir.mkdir(parents=True, exist_ok=True)
-    qfile, mfile = store_dir / QUEUES_SNAPSHOT, store_dir / MESSAGES_SNAPSHOT
-    queues = MemoryQueueStore.load(qfile) if qfile.exists() else MemoryQueueStore()
-    messages = MemoryMessageStore.load(mfile) if mfile.exists() else MemoryMessageStore()
-    # A loaded snapshot is set aside: after a crash, the next start must not bring
-    # back messages already delivered or queues already deleted.
-    for file in (qfile, mfile):
-        if file.exists():
-            os.replace(file, file.with_name(file.name + ".loaded"))
-    try:
-        yield Stores("memory", queues, messages, store_dir)
-    finally:
-        # Messages first: a crash between the two leaves old queues, never orphaned ones lost.
-        messages.save(mfile)
-        queues.save(qfile)
+    atomic_write(data_dir / KIND_FILE, (kind.encode() + b"\n",))
 
 
 # --- migration -------------------------------------------------------------------------
@@ -198,7 +184,7 @@ async def migrate_store(
     data_dir: Path | str,
     to_kind: str,
     *,
-    fsync: str = "batch",
+    fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
     progress: Progress | None = None,
     **settings: Any,
 ) -> tuple[int, int]:
@@ -208,19 +194,17 @@ async def migrate_store(
     from_kind = read_store_kind(data_dir)
     if from_kind is None:
         raise ValueError(f"{data_dir} holds no store (no {KIND_FILE} file)")
-    store_opener(to_kind)  # fail on an unknown kind before touching anything
+    options = store_options(to_kind, fsync=fsync, **settings)  # fails before touching anything
     if from_kind == to_kind:
         return 0, 0
     final, tmp = store_dir(data_dir, to_kind), data_dir / f"{to_kind}-store.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    options = StoreOptions(fsync=fsync, settings=settings)
     async with open_stores(from_kind, data_dir) as src:
         async with store_opener(to_kind)(tmp, options) as dst:
             counts = await copy_stores(src, dst, progress)
             await check_copy(src, dst, counts)
     _set_aside(final, data_dir / f"{to_kind}-store.old")
-    os.replace(tmp, final)
-    _fsync_dir(data_dir)
+    replace_durably(tmp, final)
     _write_store_kind(data_dir, to_kind)
     _set_aside(store_dir(data_dir, from_kind), data_dir / f"{from_kind}-store.old")
     return counts
@@ -229,7 +213,7 @@ async def migrate_store(
 def _set_aside(path: Path, backup: Path) -> None:
     if path.exists():
         shutil.rmtree(backup, ignore_errors=True)
-        os.replace(path, backup)
+        replace_durably(path, backup)
 
 
 async def copy_stores(

@@ -44,10 +44,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -65,18 +63,10 @@ from ._journal_files import (
     state_line,
     write_state_new,
 )
-from ._logfile import (
-    FsyncPolicy,
-    GroupCommit,
-    encode_line,
-    fsync_dir,
-    io_error,
-    log,
-    write_all,
-)
-from .factory import StoreOptions, Stores
+from ._logfile import encode_line, log
+from .durable import FsyncPolicy, GroupCommit, fsync_dir, io_error, write_all
 from .interfaces import Message, StoreError, WriteResult
-from .storelog import open_store_log
+from .kinds import closing_opener
 
 __all__ = [
     "FsyncPolicy",
@@ -86,7 +76,6 @@ __all__ = [
     "decode_message",
     "encode_message",
     "open_journal",
-    "open_journal_stores",
     "parse_state_line",
     "state_line",
 ]
@@ -162,7 +151,7 @@ class JournalMessageStore:
         return cls(
             directory,
             queues,
-            fsync=FsyncPolicy(fsync),
+            fsync=FsyncPolicy.parse(fsync),
             window=window,
             rotate_after=rotate_after,
             max_open_files=max_open_files,
@@ -580,34 +569,5 @@ def _fsync_all(fds: list[int], directory: Path | None) -> None:
         fsync_dir(directory)
 
 
-@asynccontextmanager
-async def open_journal(directory: Path | str, **options: Any) -> AsyncIterator[JournalMessageStore]:
-    """`JournalMessageStore.open(directory, **options)`, closed on exit."""
-    store = await JournalMessageStore.open(directory, **options)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-_QUEUE_SETTINGS = ("backups", "skip_corrupt", "window")
-_MESSAGE_SETTINGS = ("window", "rotate_after", "max_open_files", "compact_state_at", "skip_corrupt")
-
-
-@asynccontextmanager
-async def open_journal_stores(
-    store_dir: Path | None, options: StoreOptions
-) -> AsyncIterator[Stores]:
-    """The `journal` store kind: `queues.log` (the store log) and `messages/` (this journal).
-
-    Settings used: backups, skip_corrupt, window, rotate_after, max_open_files,
-    compact_state_at; others are ignored.
-    """
-    if store_dir is None:
-        raise ValueError("the journal store needs a data directory")
-    s = options.settings
-    queue_opts = {k: s[k] for k in _QUEUE_SETTINGS if k in s}
-    message_opts = {k: s[k] for k in _MESSAGE_SETTINGS if k in s}
-    async with open_store_log(store_dir / "queues.log", fsync=options.fsync, **queue_opts) as q:
-        async with open_journal(store_dir / "messages", fsync=options.fsync, **message_opts) as m:
-            yield Stores("journal", q, m, store_dir)
+# `JournalMessageStore.open(directory, ...)`, closed on exit.
+open_journal = closing_opener(JournalMessageStore.open)

@@ -1,9 +1,10 @@
 """In-memory queue and message stores, the default for tests and benchmarks.
 
 Both stores sit on the router's hot path and hold 100k+ queues, so they keep
-only flat dicts: queue records keyed by recipient id with two reverse indexes
-(sender id, notifier id), and one `deque` of messages per queue that holds at
-least one message. An empty queue has no entry in the message store at all.
+only flat dicts: queue records in a `QueueTable` (store/queue_table.py: keyed
+by recipient id, with sender, notifier and service indexes), and one `deque`
+of messages per queue that holds at least one message. An empty queue has no
+entry in the message store at all.
 
 No method awaits anything: every operation runs to completion without a
 checkpoint, which makes each one atomic with respect to other Trio tasks.
@@ -14,25 +15,24 @@ is empty" needs no extra state: a queue refuses while its tail is the marker.
 
 `save(path)` / `load(path)` write and read a versioned snapshot file so that a
 router on memory stores can keep its queues and undelivered messages across a
-clean restart. The file is written atomically (temporary file, fsync, rename).
+clean restart. The file is written atomically (`atomic_write`: temporary file,
+fsync, rename, fsync of the directory).
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
-from router.protocol.types import AUTH, ErrorType
+from router.protocol.types import ErrorType
 
+from .durable import atomic_write
 from .interfaces import (
-    DUPLICATE,
     Message,
     NotifierCreds,
     Party,
@@ -40,6 +40,7 @@ from .interfaces import (
     QueueStatus,
     WriteResult,
 )
+from .queue_table import QueueTable, TableQueueStore, decide_create
 
 _STORED_INTO_EMPTY = WriteResult.STORED_INTO_EMPTY
 _STORED = WriteResult.STORED
@@ -47,105 +48,14 @@ _QUOTA_EXCEEDED = WriteResult.QUOTA_EXCEEDED
 _STORE_FULL = WriteResult.STORE_FULL
 
 
-class MemoryQueueStore:
-    """Queue records in three dicts; service associations in two indexes."""
+class MemoryQueueStore(TableQueueStore):
+    """Queue records in a `QueueTable`; a change is applied as soon as the rules allow it."""
 
-    __slots__ = ("_queues", "_senders", "_notifiers", "_rcv_services", "_ntf_services", "_clock")
+    __slots__ = ("_table", "_clock")
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
-        self._queues: dict[bytes, QueueRecord] = {}
-        self._senders: dict[bytes, bytes] = {}  # sender id -> recipient id
-        self._notifiers: dict[bytes, bytes] = {}  # notifier id -> recipient id
-        self._rcv_services: dict[bytes, set[bytes]] = {}  # service id -> recipient ids
-        self._ntf_services: dict[bytes, set[bytes]] = {}
+        self._table = QueueTable()
         self._clock = clock  # stamps updated_at on every change
-
-    # --- QueueStore -------------------------------------------------------
-
-    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
-        return self.add_queue_nowait(record)
-
-    async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
-        return self.get_queue_nowait(party, entity_id)
-
-    async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
-        rec = self._queues.get(recipient_id)
-        if rec is None:
-            return AUTH
-        if rec.sender_key is not None:
-            return None if rec.sender_key == sender_key else AUTH
-        self._put(replace(rec, sender_key=sender_key, updated_at=self._now()))
-        return None
-
-    async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
-        rec = self._queues.get(recipient_id)
-        if rec is None:
-            return AUTH
-        if creds.notifier_id in self._notifiers:
-            return DUPLICATE
-        self._drop_notifier(rec)
-        self._notifiers[creds.notifier_id] = recipient_id
-        # A new notifier starts without a service: the old association was for the old id.
-        self._put(replace(rec, notifier=creds, ntf_service_id=None, updated_at=self._now()))
-        return None
-
-    async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
-        rec = self._queues.get(recipient_id)
-        if rec is None or rec.notifier is None:
-            return None
-        self._drop_notifier(rec)
-        self._put(replace(rec, notifier=None, ntf_service_id=None, updated_at=self._now()))
-        return rec.notifier
-
-    async def suspend_queue(self, recipient_id: bytes) -> ErrorType | None:
-        rec = self._queues.get(recipient_id)
-        if rec is None:
-            return AUTH
-        if rec.status is not QueueStatus.OFF:
-            self._put(replace(rec, status=QueueStatus.OFF, updated_at=self._now()))
-        return None
-
-    async def set_service(
-        self, recipient_id: bytes, party: Party, service_id: bytes | None
-    ) -> ErrorType | None:
-        rec = self._queues.get(recipient_id)
-        if rec is None:
-            return AUTH
-        if party is Party.RECIPIENT:
-            _unindex(self._rcv_services, rec.rcv_service_id, recipient_id)
-            _index(self._rcv_services, service_id, recipient_id)
-            self._put(replace(rec, rcv_service_id=service_id, updated_at=self._now()))
-        elif party is Party.NOTIFIER:
-            if rec.notifier is None:
-                return AUTH
-            _unindex(self._ntf_services, rec.ntf_service_id, recipient_id)
-            _index(self._ntf_services, service_id, recipient_id)
-            self._put(replace(rec, ntf_service_id=service_id, updated_at=self._now()))
-        else:
-            raise ValueError(f"a service covers the recipient or notifier side, not {party}")
-        return None
-
-    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
-        index = self._rcv_services if party is Party.RECIPIENT else self._ntf_services
-        queues = self._queues
-        return [queues[rid] for rid in index.get(service_id, ())]
-
-    async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
-        rec = self._queues.pop(recipient_id, None)
-        if rec is None:
-            return AUTH
-        self._senders.pop(rec.sender_id, None)
-        self._drop_notifier(rec)
-        _unindex(self._rcv_services, rec.rcv_service_id, recipient_id)
-        return rec
-
-    async def iter_queues(self) -> AsyncIterator[QueueRecord]:
-        # A snapshot, so callers may await (and other tasks may change the store) meanwhile.
-        for rec in list(self._queues.values()):
-            yield rec
-
-    async def queue_count(self) -> int:
-        return len(self._queues)
 
     async def close(self) -> None:
         return None
@@ -153,36 +63,22 @@ class MemoryQueueStore:
     # --- synchronous helpers (no checkpoint; also used by save/load) -------
 
     def add_queue_nowait(self, record: QueueRecord) -> ErrorType | None:
-        nid = record.notifier.notifier_id if record.notifier else None
-        if (
-            record.recipient_id in self._queues
-            or record.sender_id in self._senders
-            or (nid is not None and nid in self._notifiers)
-        ):
-            return DUPLICATE
-        rid = record.recipient_id
-        self._queues[rid] = record
-        self._senders[record.sender_id] = rid
-        if nid is not None:
-            self._notifiers[nid] = rid
-        _index(self._rcv_services, record.rcv_service_id, rid)
-        if nid is not None:
-            _index(self._ntf_services, record.ntf_service_id, rid)
+        decision = decide_create(self._table, record)
+        if isinstance(decision, ErrorType):
+            return decision
+        self._table.apply(decision)
         return None
 
     def get_queue_nowait(self, party: Party, entity_id: bytes) -> QueueRecord | None:
-        if party is Party.RECIPIENT:
-            return self._queues.get(entity_id)
-        rid = (self._senders if party is Party.SENDER else self._notifiers).get(entity_id)
-        return None if rid is None else self._queues.get(rid)
+        return self._table.get(party, entity_id)
 
     def records(self) -> Iterator[QueueRecord]:
         """Every record, without copying; do not change the store while iterating."""
-        return iter(self._queues.values())
+        return self._table.records()
 
     def save(self, path: Path | str) -> int:
         """Write every queue record to `path` atomically; returns how many."""
-        return write_snapshot(path, _QUEUES_MAGIC, _encode_records(self._queues.values()))
+        return write_snapshot(path, _QUEUES_MAGIC, _encode_records(self._table.records()))
 
     @classmethod
     def load(cls, path: Path | str, *, clock: Callable[[], float] = time.time) -> MemoryQueueStore:
@@ -192,34 +88,6 @@ class MemoryQueueStore:
             if store.add_queue_nowait(rec) is not None:
                 raise SnapshotError(f"{path}: duplicate queue ids in snapshot")
         return store
-
-    # --- internals ----------------------------------------------------------
-
-    def _now(self) -> int:
-        return int(self._clock())
-
-    def _put(self, rec: QueueRecord) -> None:
-        self._queues[rec.recipient_id] = rec
-
-    def _drop_notifier(self, rec: QueueRecord) -> None:
-        if rec.notifier is not None:
-            self._notifiers.pop(rec.notifier.notifier_id, None)
-            _unindex(self._ntf_services, rec.ntf_service_id, rec.recipient_id)
-
-
-def _index(index: dict[bytes, set[bytes]], service_id: bytes | None, rid: bytes) -> None:
-    if service_id is not None:
-        index.setdefault(service_id, set()).add(rid)
-
-
-def _unindex(index: dict[bytes, set[bytes]], service_id: bytes | None, rid: bytes) -> None:
-    if service_id is None:
-        return
-    rids = index.get(service_id)
-    if rids is not None:
-        rids.discard(rid)
-        if not rids:
-            del index[service_id]
 
 
 class MemoryMessageStore:
@@ -371,27 +239,21 @@ class SnapshotError(Exception):
 
 
 def write_snapshot(path: Path | str, magic: bytes, items: Iterable[bytes]) -> int:
-    """Write magic, items, end mark and crc to `path` via a temporary file; returns item count."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    count = 0
-    with open(tmp, "wb", buffering=_CHUNK) as f:
-        crc = _write(f, magic, 0)
-        for item in items:
-            crc = _write(f, _ITEM + item, crc)
-            count += 1
-        crc = _write(f, _END, crc)
-        f.write(_U32.pack(crc))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-    return count
+    """Write magic, items, end mark and crc to `path` atomically; returns the item count."""
+    count = [0]
+    atomic_write(path, _snapshot_chunks(magic, items, count))
+    return count[0]
 
 
-def _write(f: BinaryIO, chunk: bytes, crc: int) -> int:
-    f.write(chunk)
-    return zlib.crc32(chunk, crc)
+def _snapshot_chunks(magic: bytes, items: Iterable[bytes], count: list[int]) -> Iterator[bytes]:
+    crc = zlib.crc32(magic)
+    yield magic
+    for item in items:
+        chunk = _ITEM + item
+        crc = zlib.crc32(chunk, crc)
+        count[0] += 1
+        yield chunk
+    yield _END + _U32.pack(zlib.crc32(_END, crc))
 
 
 def read_snapshot(path: Path | str, magic: bytes) -> Iterator[_Reader]:
@@ -529,17 +391,3 @@ def _decode_messages(items: Iterator[_Reader]) -> Iterator[tuple[bytes, Message]
     for rd in items:
         rid, msg_id, ts, quota = rd.bytes_(), rd.bytes_(), rd.i64(), rd.byte()
         yield rid, Message(msg_id, ts, rd.bytes_(), rd.bytes_(), bool(quota))
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename is durable only once the directory entry itself is on disk.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

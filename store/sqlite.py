@@ -8,7 +8,8 @@ connection is only ever touched by one worker thread at a time and the Trio
 thread never blocks on disk.
 
 Writes are closures `op(conn) -> result` that only touch the database. They
-are grouped into transactions by group commit: a writer appends its op to the
+are grouped into transactions by group commit (`GroupCommit`, store/durable.py,
+the same as the journal's): a writer appends its op to the
 pending list; if no batch is being committed it becomes the committer, takes
 the whole pending list and runs it as one transaction on the worker; writers
 that arrive meanwhile wait, and one of them commits their ops together as the
@@ -32,7 +33,7 @@ of an id that does not exist without touching the database: otherwise such a
 lookup would cost a read on the worker thread while an existing, cached queue
 costs none, and the answer time would tell which queue ids exist
 (docs/protocol.md, "Transmissions and authorization"). And a cache of queue
-records (recipient id -> record, plus sender and notifier indexes), bounded to
+records (a `QueueTable`, store/queue_table.py, over an OrderedDict), bounded to
 `cache_size` records with least-recently-used eviction, loaded on a miss and
 always updated after the database commit, never before. Misses load under a
 per-id lock with a second look into the cache after the lock is taken, so
@@ -50,7 +51,6 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,7 +58,7 @@ import trio
 
 from router.protocol.types import AUTH, INTERNAL, ErrorType, store_error
 
-from .factory import StoreOptions, Stores
+from .durable import FsyncPolicy, GroupCommit
 from .interfaces import (
     DUPLICATE,
     Message,
@@ -69,14 +69,25 @@ from .interfaces import (
     StoreError,
     WriteResult,
 )
+from .kinds import DEFAULT_CACHE_SIZE, DEFAULT_DELETED_TTL
+from .queue_table import (
+    Decision,
+    QueueTable,
+    check_service_party,
+    decide_add_notifier,
+    decide_create,
+    decide_delete_notifier,
+    decide_secure,
+    decide_set_service,
+    decide_suspend,
+    step,
+)
 
 T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 
 DB_FILE = "store.sqlite3"
-FSYNC_MODES = {"never": "OFF", "batch": "FULL", "always": "FULL"}
-DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
-DEFAULT_CACHE_SIZE = 16_384  # queue records kept in memory (about 0.6 KB each)
+SYNCHRONOUS = {FsyncPolicy.NEVER: "OFF", FsyncPolicy.BATCH: "FULL", FsyncPolicy.ALWAYS: "FULL"}
 _SCHEMA_VERSION = 1
 _PAGE = 1000  # rows per worker call when iterating
 
@@ -135,11 +146,10 @@ def translate_error(exc: BaseException) -> BaseException:
 
 
 class _Pending:
-    __slots__ = ("op", "done", "result", "error")
+    __slots__ = ("op", "result", "error")
 
     def __init__(self, op: Op) -> None:
         self.op = op
-        self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -147,16 +157,13 @@ class _Pending:
 class SqliteDatabase:
     """One database file, one worker path, group-committed writes."""
 
-    def __init__(self, path: Path | str, *, fsync: str = "batch") -> None:
-        if fsync not in FSYNC_MODES:
-            raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {fsync!r}")
+    def __init__(self, path: Path | str, *, fsync: FsyncPolicy | str = FsyncPolicy.BATCH) -> None:
         self.path = Path(path)
-        self.fsync = fsync
+        self.fsync = FsyncPolicy.parse(fsync)
         self._limiter = trio.CapacityLimiter(1)
         self._conn: sqlite3.Connection | None = None
         self._pending: list[_Pending] = []
-        self._committing = False
-        self._batch_done = trio.Event()
+        self._group = GroupCommit(self._commit_pending)
         self.commits = 0  # transactions committed, for statistics and tests
         self.reads = 0  # read calls made on the worker
 
@@ -170,7 +177,7 @@ class SqliteDatabase:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={FSYNC_MODES[self.fsync]}")
+            conn.execute(f"PRAGMA synchronous={SYNCHRONOUS[self.fsync]}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > _SCHEMA_VERSION:
                 raise StoreError(
@@ -187,8 +194,7 @@ class SqliteDatabase:
         if self._conn is None:
             return
         with trio.CancelScope(shield=True):
-            while self._committing or self._pending:
-                await self.write(lambda conn: None)
+            await self._group.wait(hurry=True)  # every write handed over before is committed
             await self._run(self._disconnect)
 
     def _disconnect(self) -> None:
@@ -215,29 +221,21 @@ class SqliteDatabase:
         item = _Pending(op)
         self._pending.append(item)
         with trio.CancelScope(shield=True):
-            while not item.done:
-                if self._committing:
-                    await self._batch_done.wait()
-                else:
-                    await self._commit_next_batch()
+            await self._group.wait()
         if item.error is not None:
             raise item.error
         return item.result
 
-    async def _commit_next_batch(self) -> None:
-        self._committing = True
+    async def _commit_pending(self) -> None:
+        """One group-commit round: every op handed over so far, as one transaction."""
         batch, self._pending = self._pending, []
+        if not batch:
+            return
         try:
             await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
-        except BaseException as exc:  # the worker call itself failed: fail the whole batch
+        except Exception as exc:  # the worker call itself failed: fail the whole batch
             for item in batch:
                 item.error = translate_error(exc)
-        finally:
-            for item in batch:
-                item.done = True
-            self._committing = False
-            done, self._batch_done = self._batch_done, trio.Event()
-            done.set()
 
     def _run_batch(self, batch: list[_Pending]) -> None:
         conn = self._connection()
@@ -396,6 +394,40 @@ class _KeyedLocks:
                 del self._locks[key]
 
 
+class _LiveIds:
+    """The ids of every live queue, per party (recipient, sender, notifier), nothing else."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self) -> None:
+        self._ids: dict[Party, set[bytes]] = {party: set() for party in Party}
+
+    def taken(self, party: Party, entity_id: bytes) -> bool:
+        return entity_id in self._ids[party]
+
+    def add(self, rid: bytes, sid: bytes, nid: bytes | None) -> None:
+        self._ids[Party.RECIPIENT].add(rid)
+        self._ids[Party.SENDER].add(sid)
+        if nid is not None:
+            self._ids[Party.NOTIFIER].add(nid)
+
+    def discard(self, party: Party, entity_id: bytes) -> None:
+        self._ids[party].discard(entity_id)
+
+    def index(self, rec: QueueRecord) -> None:
+        self.add(rec.recipient_id, rec.sender_id, _notifier_id(rec))
+
+    def unindex(self, rec: QueueRecord) -> None:
+        self.discard(Party.RECIPIENT, rec.recipient_id)
+        self.discard(Party.SENDER, rec.sender_id)
+        if rec.notifier is not None:
+            self.discard(Party.NOTIFIER, rec.notifier.notifier_id)
+
+
+def _notifier_id(rec: QueueRecord) -> bytes | None:
+    return None if rec.notifier is None else rec.notifier.notifier_id
+
+
 class SqliteQueueStore:
     """Queue records in the `queues` table, behind a coherent in-memory cache."""
 
@@ -413,12 +445,10 @@ class SqliteQueueStore:
         self.deleted_ttl = deleted_ttl
         self.cache_size = cache_size
         self._clock = clock
-        self._cache: OrderedDict[bytes, QueueRecord] = OrderedDict()  # oldest use first
-        self._senders: dict[bytes, bytes] = {}
-        self._notifiers: dict[bytes, bytes] = {}
-        # The ids of every live queue, per party: a lookup of any other id is a miss
-        # answered without the database.
-        self._ids: dict[Party, set[bytes]] = {party: set() for party in _LIVE_BY}
+        # The cached records, oldest use first, with the indexes of the shared table.
+        self._lru: OrderedDict[bytes, QueueRecord] = OrderedDict()  # oldest use first
+        self._cache = QueueTable(self._lru)  # the cached records, indexed as every table
+        self._ids = _LiveIds()  # a lookup of any other id is a miss without the database
         self._locks = _KeyedLocks()
         self._deletes = 0  # bumped on every delete: a load that straddles one is discarded
 
@@ -426,14 +456,11 @@ class SqliteQueueStore:
         """Read the ids of every live queue into the index (when the store opens)."""
         sql = "SELECT recipient_id, sender_id, notifier_id FROM queues WHERE deleted_at IS NULL"
         rows = await self.db.read(lambda conn: conn.execute(sql).fetchall())
-        for rid, sid, nid in rows:
-            self._ids[Party.RECIPIENT].add(rid)
-            self._ids[Party.SENDER].add(sid)
-            if nid is not None:
-                self._ids[Party.NOTIFIER].add(nid)
+        for ids in rows:
+            self._ids.add(*ids)
 
     def cached_count(self) -> int:
-        return len(self._cache)
+        return len(self._cache.queues)
 
     async def bulk_import(
         self, queues: Iterable[QueueRecord], messages: Iterable[tuple[bytes, Message]] = ()
@@ -442,69 +469,39 @@ class SqliteQueueStore:
         queues = list(queues)
         counts = await self.db.bulk_import(queues, messages)
         for rec in queues:
-            self._index(rec)
+            self._ids.index(rec)
         return counts
-
-    # --- id index --------------------------------------------------------------
-
-    def _index(self, rec: QueueRecord) -> None:
-        self._ids[Party.RECIPIENT].add(rec.recipient_id)
-        self._ids[Party.SENDER].add(rec.sender_id)
-        if rec.notifier is not None:
-            self._ids[Party.NOTIFIER].add(rec.notifier.notifier_id)
-
-    def _unindex(self, rec: QueueRecord) -> None:
-        self._ids[Party.RECIPIENT].discard(rec.recipient_id)
-        self._ids[Party.SENDER].discard(rec.sender_id)
-        if rec.notifier is not None:
-            self._ids[Party.NOTIFIER].discard(rec.notifier.notifier_id)
 
     # --- cache ---------------------------------------------------------------
 
     def _cached(self, party: Party, entity_id: bytes) -> QueueRecord | None:
-        if party is Party.RECIPIENT:
-            rid: bytes | None = entity_id
-        else:
-            rid = (self._senders if party is Party.SENDER else self._notifiers).get(entity_id)
-        rec = None if rid is None else self._cache.get(rid)
+        rec = self._cache.get(party, entity_id)
         if rec is not None:
-            self._cache.move_to_end(rec.recipient_id)
+            self._lru.move_to_end(rec.recipient_id)
         return rec
 
     def _cache_put(self, rec: QueueRecord, previous: QueueRecord | None = None) -> None:
         """Cache the record as it now is in the database (and index its ids);
         `previous`: the record it replaces, whose notifier id may be gone now."""
-        old = self._cache.get(rec.recipient_id) or previous
+        old = self._cache.queues.get(rec.recipient_id) or previous
         if old is not None and old.notifier is not None and old.notifier != rec.notifier:
-            self._notifiers.pop(old.notifier.notifier_id, None)
-            self._ids[Party.NOTIFIER].discard(old.notifier.notifier_id)
-        self._index(rec)
-        self._cache[rec.recipient_id] = rec
-        self._cache.move_to_end(rec.recipient_id)
-        self._senders[rec.sender_id] = rec.recipient_id
-        if rec.notifier is not None:
-            self._notifiers[rec.notifier.notifier_id] = rec.recipient_id
-        while len(self._cache) > self.cache_size:
-            self._evict(next(iter(self._cache.values())))
-
-    def _evict(self, rec: QueueRecord) -> None:
-        """Forget the record, not the queue: its ids stay in the index."""
-        del self._cache[rec.recipient_id]
-        self._senders.pop(rec.sender_id, None)
-        if rec.notifier is not None:
-            self._notifiers.pop(rec.notifier.notifier_id, None)
+            self._ids.discard(Party.NOTIFIER, old.notifier.notifier_id)
+        self._ids.index(rec)
+        self._cache.put(rec)  # the most recently used: put moves it to the end
+        while len(self._cache.queues) > self.cache_size:
+            # Forget the record, not the queue: its ids stay in the index.
+            self._cache.drop(next(iter(self._cache.queues)))
 
     def _cache_drop(self, rec: QueueRecord) -> None:
         """The queue is gone: forget the record and its ids."""
-        if rec.recipient_id in self._cache:
-            self._evict(self._cache[rec.recipient_id])
-        self._unindex(rec)
+        self._cache.drop(rec.recipient_id)
+        self._ids.unindex(rec)
 
     async def _load(self, party: Party, entity_id: bytes) -> QueueRecord | None:
         rec = self._cached(party, entity_id)
         if rec is not None:
             return rec
-        if entity_id not in self._ids[party]:
+        if not self._ids.taken(party, entity_id):
             return None  # no such queue: as quick as a cached one, and no database read
         async with self._locks.hold((party, entity_id)):
             while True:
@@ -520,7 +517,7 @@ class SqliteQueueStore:
                 if row is None:
                     return None
                 rec = _record(row)
-                cached = self._cache.get(rec.recipient_id)
+                cached = self._cache.queues.get(rec.recipient_id)
                 if cached is not None:
                     return cached if self._cached(party, entity_id) is cached else None
                 self._cache_put(rec)
@@ -541,9 +538,11 @@ class SqliteQueueStore:
                 return False
             return True
 
+        if isinstance(decide_create(self._ids, record), ErrorType):
+            return DUPLICATE
         async with self._locks.hold(record.recipient_id):
             if not await self.db.write(op):
-                return DUPLICATE
+                return DUPLICATE  # taken by a queue created meanwhile
             self._cache_put(record)
         return None
 
@@ -553,63 +552,40 @@ class SqliteQueueStore:
     async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
         async with self._locks.hold(recipient_id):
             rec = await self._load(Party.RECIPIENT, recipient_id)
-            if rec is None:
-                return AUTH
-            if rec.sender_key is not None:
-                return None if rec.sender_key == sender_key else AUTH
-            new = replace(rec, sender_key=sender_key, updated_at=self._now())
-            return await self._update(new, rec)
+            return await self._make(rec, decide_secure(rec, sender_key, self._now()))
 
     async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
+        nid = creds.notifier_id
+
+        def taken(conn: sqlite3.Connection) -> bool:  # by a queue changed meanwhile
+            sql = "SELECT 1 FROM queues WHERE notifier_id = ? AND deleted_at IS NULL"
+            return conn.execute(sql, (nid,)).fetchone() is not None
+
         async with self._locks.hold(recipient_id):
             rec = await self._load(Party.RECIPIENT, recipient_id)
-            if rec is None:
-                return AUTH
-            new = replace(rec, notifier=creds, ntf_service_id=None, updated_at=self._now())
-            nid = creds.notifier_id
-
-            def taken(conn: sqlite3.Connection) -> bool:
-                sql = "SELECT 1 FROM queues WHERE notifier_id = ? AND deleted_at IS NULL"
-                return conn.execute(sql, (nid,)).fetchone() is not None
-
-            return await self._update(new, rec, unless=taken, refused=DUPLICATE)
+            decision = decide_add_notifier(self._ids, rec, creds, self._now())
+            return await self._make(rec, decision, unless=taken, refused=DUPLICATE)
 
     async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
         async with self._locks.hold(recipient_id):
             rec = await self._load(Party.RECIPIENT, recipient_id)
-            if rec is None or rec.notifier is None:
+            decision = decide_delete_notifier(rec, self._now())
+            if decision is None or await self._make(rec, decision) is not None:
                 return None
-            new = replace(rec, notifier=None, ntf_service_id=None, updated_at=self._now())
-            if await self._update(new, rec) is not None:
-                return None
-            return rec.notifier
+            return None if rec is None else rec.notifier
 
     async def suspend_queue(self, recipient_id: bytes) -> ErrorType | None:
         async with self._locks.hold(recipient_id):
             rec = await self._load(Party.RECIPIENT, recipient_id)
-            if rec is None:
-                return AUTH
-            if rec.status is QueueStatus.OFF:
-                return None
-            new = replace(rec, status=QueueStatus.OFF, updated_at=self._now())
-            return await self._update(new, rec)
+            return await self._make(rec, decide_suspend(rec, self._now()))
 
     async def set_service(
         self, recipient_id: bytes, party: Party, service_id: bytes | None
     ) -> ErrorType | None:
-        if party not in (Party.RECIPIENT, Party.NOTIFIER):
-            raise ValueError(f"a service covers the recipient or notifier side, not {party}")
+        check_service_party(party)  # before any I/O
         async with self._locks.hold(recipient_id):
             rec = await self._load(Party.RECIPIENT, recipient_id)
-            if rec is None:
-                return AUTH
-            if party is Party.RECIPIENT:
-                new = replace(rec, rcv_service_id=service_id, updated_at=self._now())
-            elif rec.notifier is None:
-                return AUTH
-            else:
-                new = replace(rec, ntf_service_id=service_id, updated_at=self._now())
-            return await self._update(new, rec)
+            return await self._make(rec, decide_set_service(rec, party, service_id, self._now()))
 
     async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
         column = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
@@ -635,7 +611,7 @@ class SqliteQueueStore:
             if row is None:
                 return AUTH
             self._deletes += 1
-            rec = self._cache.get(recipient_id) or _record(row)
+            rec = self._cache.queues.get(recipient_id) or _record(row)
             self._cache_drop(rec)
             return rec
 
@@ -663,23 +639,35 @@ class SqliteQueueStore:
         return await self.db.write(lambda conn: conn.execute(sql, (cutoff,)).rowcount)
 
     async def close(self) -> None:
-        self._cache.clear()
-        self._senders.clear()
-        self._notifiers.clear()
-        for ids in self._ids.values():
-            ids.clear()
+        self._lru = OrderedDict()
+        self._cache = QueueTable(self._lru)
+        self._ids = _LiveIds()
 
     # --- internals ---------------------------------------------------------------
+
+    async def _make(
+        self,
+        previous: QueueRecord | None,
+        decision: Decision,
+        *,
+        unless: Callable[[sqlite3.Connection], bool] | None = None,
+        refused: ErrorType = AUTH,
+    ) -> ErrorType | None:
+        """Write the record the decided change makes over the live row of its queue,
+        then cache it. Caller holds the queue's lock."""
+        if decision is None or isinstance(decision, ErrorType):
+            return decision
+        new = step(previous, decision)
+        assert previous is not None and new is not None  # the rules changed a live queue
+        return await self._update(new, previous, unless, refused)
 
     async def _update(
         self,
         new: QueueRecord,
         previous: QueueRecord,
-        *,
-        unless: Callable[[sqlite3.Connection], bool] | None = None,
-        refused: ErrorType = AUTH,
+        unless: Callable[[sqlite3.Connection], bool] | None,
+        refused: ErrorType,
     ) -> ErrorType | None:
-        """Write `new` over the live row of its queue, then cache it. Caller holds the lock."""
         row = _queue_row(new)
         sql = (
             f"UPDATE queues SET ({_QUEUE_COLUMNS}) = ({','.join('?' * len(row))}) "
@@ -796,7 +784,7 @@ class SqliteMessageStore:
 
 @asynccontextmanager
 async def open_sqlite_database(
-    path: Path | str, *, fsync: str = "batch"
+    path: Path | str, *, fsync: FsyncPolicy | str = FsyncPolicy.BATCH
 ) -> AsyncIterator[SqliteDatabase]:
     db = SqliteDatabase(path, fsync=fsync)
     await db.open()
@@ -818,26 +806,3 @@ async def open_queue_store(
     await store.compact()
     await store.load_ids()
     return store
-
-
-@asynccontextmanager
-async def open_sqlite_stores(
-    store_dir: Path | None, options: StoreOptions
-) -> AsyncIterator[Stores]:
-    """Both stores on one database in `store_dir` (the "sqlite" store kind).
-
-    `options.settings` may carry `deleted_ttl` (seconds a deleted queue row is kept)
-    and `cache_size` (queue records kept in memory).
-    """
-    if store_dir is None:
-        raise ValueError("the sqlite store needs a data directory")
-    ttl = int(options.settings.get("deleted_ttl", DEFAULT_DELETED_TTL))
-    cache_size = int(options.settings.get("cache_size", DEFAULT_CACHE_SIZE))
-    async with open_sqlite_database(store_dir / DB_FILE, fsync=options.fsync) as db:
-        queues = await open_queue_store(db, deleted_ttl=ttl, cache_size=cache_size)
-        messages = SqliteMessageStore(db)
-        try:
-            yield Stores("sqlite", queues, messages, store_dir, bulk_import=queues.bulk_import)
-        finally:
-            await messages.close()
-            await queues.close()

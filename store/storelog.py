@@ -2,10 +2,12 @@
 
 Theory of operation. The file is a sequence of typed records, one per line
 (`create`, `secure`, `add_notifier`, `delete_notifier`, `suspend`,
-`set_service`, `delete`; see docs/store-log.md). The state is a pure fold over
-them: `replay(records)` starts from no queues and applies `step` to each, and
+`set_service`, `delete`; the format is store/storelog_format.py and
+docs/store-log.md). The state is a pure fold over them: `replay(records)`
+starts from no queues and applies `step` to each (store/queue_table.py), and
 `step` is the only code that ever changes the live table, so the router's
-state is, at every moment, the replay of its own log.
+state is, at every moment, the replay of its own log. This module holds the
+files (recovery, compaction, backups) and the store that appends to them.
 
 A change is validated against the table, appended (write + flush to the OS),
 applied, and then made as durable as the fsync policy says; validation, append
@@ -27,60 +29,39 @@ and step 3 did not (`.new` is complete and fsynced; it is renamed into place).
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import time
 import zlib
 from array import array
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
 
 import trio
 
-from router.protocol.types import AUTH, ErrorType
-
-from ._logfile import (
+from ._logfile import LogCorruptError, encode_line, iter_log, log
+from .durable import (
     FsyncPolicy,
     GroupCommit,
-    LogCorruptError,
-    encode_line,
+    atomic_write,
     fsync_dir,
     io_error,
-    iter_log,
-    line_payload,
-    log,
+    replace_durably,
     write_all,
     write_synced,
 )
-from .interfaces import (
-    DUPLICATE,
-    NotifierCreds,
-    Party,
-    QueueRecord,
-    QueueStatus,
-    StoreError,
-)
+from .interfaces import QueueRecord, StoreError
+from .kinds import closing_opener
+from .queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore
+from .storelog_format import compact_records, decode_record, encode_record, snapshot_lines
 
-__all__ = [
-    "AddNotifier",
-    "CreateQueue",
-    "DeleteNotifier",
-    "DeleteQueue",
+__all__ = [  # the records and the fold are in store/queue_table.py
     "FsyncPolicy",
     "LogCorruptError",
-    "LogRecord",
-    "QueueTable",
-    "SecureQueue",
-    "SetService",
     "StoreError",
     "StoreLogError",
     "StoreLogQueueStore",
-    "SuspendQueue",
     "backups_of",
     "compact_file",
     "compact_records",
@@ -90,357 +71,12 @@ __all__ = [
     "iter_snapshot_lines",
     "open_store_log",
     "recover_files",
-    "replay",
     "snapshot_lines",
-    "step",
 ]
 
 
 class StoreLogError(Exception):
     """The log's files are in a state no crash of ours can leave (e.g. the log is gone)."""
-
-
-# --- typed records --------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CreateQueue:
-    record: QueueRecord  # the whole record; its updated_at is the time of the change
-
-
-@dataclass(frozen=True, slots=True)
-class SecureQueue:
-    ts: int
-    recipient_id: bytes
-    sender_key: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class AddNotifier:
-    ts: int
-    recipient_id: bytes
-    notifier: NotifierCreds
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteNotifier:
-    ts: int
-    recipient_id: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SuspendQueue:
-    ts: int
-    recipient_id: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SetService:
-    ts: int
-    recipient_id: bytes
-    party: Party  # RECIPIENT or NOTIFIER
-    service_id: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteQueue:
-    ts: int
-    recipient_id: bytes
-
-
-LogRecord = (
-    CreateQueue
-    | SecureQueue
-    | AddNotifier
-    | DeleteNotifier
-    | SuspendQueue
-    | SetService
-    | DeleteQueue
-)
-
-
-def record_id(rec: LogRecord) -> bytes:
-    return rec.record.recipient_id if isinstance(rec, CreateQueue) else rec.recipient_id
-
-
-# --- the fold ----------------------------------------------------------------------
-
-
-def step(old: QueueRecord | None, rec: LogRecord) -> QueueRecord | None:
-    """The queue `record_id(rec)` after `rec`, given what it was (None: no queue).
-
-    A change to a queue that does not exist leaves it absent; `create` replaces
-    whatever was there. A log the store wrote never relies on either rule.
-    """
-    if isinstance(rec, CreateQueue):
-        return rec.record
-    if old is None or isinstance(rec, DeleteQueue):
-        return None
-    if isinstance(rec, SecureQueue):
-        return replace(old, sender_key=rec.sender_key, updated_at=rec.ts)
-    if isinstance(rec, AddNotifier):
-        # A new notifier starts without a service: the old association was for the old id.
-        return replace(old, notifier=rec.notifier, ntf_service_id=None, updated_at=rec.ts)
-    if isinstance(rec, DeleteNotifier):
-        return replace(old, notifier=None, ntf_service_id=None, updated_at=rec.ts)
-    if isinstance(rec, SuspendQueue):
-        return replace(old, status=QueueStatus.OFF, updated_at=rec.ts)
-    if rec.party is Party.RECIPIENT:
-        return replace(old, rcv_service_id=rec.service_id, updated_at=rec.ts)
-    return replace(old, ntf_service_id=rec.service_id, updated_at=rec.ts)
-
-
-class QueueTable:
-    """Queue records by recipient id, with the reverse indexes lookups need.
-
-    `apply` is the only mutator; the indexes are derived from the records, so
-    they are updated by removing the old record's entries and adding the new's.
-    """
-
-    __slots__ = ("queues", "senders", "notifiers", "rcv_services", "ntf_services")
-
-    def __init__(self) -> None:
-        self.queues: dict[bytes, QueueRecord] = {}
-        self.senders: dict[bytes, bytes] = {}  # sender id -> recipient id
-        self.notifiers: dict[bytes, bytes] = {}  # notifier id -> recipient id
-        self.rcv_services: dict[bytes, set[bytes]] = {}  # service id -> recipient ids
-        self.ntf_services: dict[bytes, set[bytes]] = {}
-
-    def apply(self, rec: LogRecord) -> None:
-        rid = record_id(rec)
-        old = self.queues.get(rid)
-        new = step(old, rec)
-        if old is not None:
-            self._unindex(old)
-            del self.queues[rid]
-        if new is not None:
-            self.queues[rid] = new
-            self._index(new)
-
-    def get(self, party: Party, entity_id: bytes) -> QueueRecord | None:
-        if party is Party.RECIPIENT:
-            return self.queues.get(entity_id)
-        rid = (self.senders if party is Party.SENDER else self.notifiers).get(entity_id)
-        return None if rid is None else self.queues.get(rid)
-
-    def _index(self, rec: QueueRecord) -> None:
-        rid = rec.recipient_id
-        self.senders[rec.sender_id] = rid
-        _add(self.rcv_services, rec.rcv_service_id, rid)
-        if rec.notifier is not None:
-            self.notifiers[rec.notifier.notifier_id] = rid
-            _add(self.ntf_services, rec.ntf_service_id, rid)
-
-    def _unindex(self, rec: QueueRecord) -> None:
-        rid = rec.recipient_id
-        if self.senders.get(rec.sender_id) == rid:
-            del self.senders[rec.sender_id]
-        _discard(self.rcv_services, rec.rcv_service_id, rid)
-        if rec.notifier is not None:
-            if self.notifiers.get(rec.notifier.notifier_id) == rid:
-                del self.notifiers[rec.notifier.notifier_id]
-            _discard(self.ntf_services, rec.ntf_service_id, rid)
-
-
-def _add(index: dict[bytes, set[bytes]], key: bytes | None, rid: bytes) -> None:
-    if key is not None:
-        index.setdefault(key, set()).add(rid)
-
-
-def _discard(index: dict[bytes, set[bytes]], key: bytes | None, rid: bytes) -> None:
-    rids = index.get(key) if key is not None else None
-    if rids is not None:
-        rids.discard(rid)
-        if not rids:
-            del index[key]
-
-
-def replay(records: Iterable[LogRecord]) -> QueueTable:
-    """The state a log describes: the fold of `step` over its records, from no queues."""
-    table = QueueTable()
-    for rec in records:
-        table.apply(rec)
-    return table
-
-
-# --- the line format (docs/store-log.md) --------------------------------------------
-
-E = TypeVar("E")
-_INT = re.compile(r"-?[0-9]+")
-_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
-_STATUS = {QueueStatus.ACTIVE: "active", QueueStatus.OFF: "off"}
-_STATUS_BY_NAME = {v: k for k, v in _STATUS.items()}
-_PARTY = {Party.RECIPIENT: "r", Party.NOTIFIER: "n"}
-_PARTY_BY_NAME = {v: k for k, v in _PARTY.items()}
-_FIELDS = {  # every field a record may have, in the order they are written
-    "create": (
-        "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc",
-        "ts rid sid rkey rdh secure status",
-    ),
-    "secure": ("ts rid skey", "ts rid skey"),
-    "add_notifier": ("ts rid nid nkey ndh", "ts rid nid nkey ndh"),
-    "delete_notifier": ("ts rid", "ts rid"),
-    "suspend": ("ts rid", "ts rid"),
-    "set_service": ("ts rid party svc", "ts rid party"),
-    "delete": ("ts rid", "ts rid"),
-}
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode("ascii")
-
-
-def unb64(text: str) -> bytes:
-    if not _B64.fullmatch(text) or len(text) % 4:
-        raise ValueError(f"not padded base64url: {text[:20]!r}")
-    return base64.b64decode(text, altchars=b"-_", validate=True)
-
-
-def _create_fields(r: QueueRecord) -> list[tuple[str, str | None]]:
-    n = r.notifier
-    return [
-        ("ts", str(r.updated_at)),
-        ("rid", b64(r.recipient_id)),
-        ("sid", b64(r.sender_id)),
-        ("rkey", b64(r.recipient_key)),
-        ("rdh", b64(r.rcv_dh_secret)),
-        ("skey", None if r.sender_key is None else b64(r.sender_key)),
-        ("secure", "1" if r.snd_secure else "0"),
-        ("status", _STATUS[r.status]),
-        ("nid", None if n is None else b64(n.notifier_id)),
-        ("nkey", None if n is None else b64(n.notifier_key)),
-        ("ndh", None if n is None else b64(n.rcv_ntf_dh_secret)),
-        ("rsvc", None if r.rcv_service_id is None else b64(r.rcv_service_id)),
-        ("nsvc", None if r.ntf_service_id is None else b64(r.ntf_service_id)),
-    ]
-
-
-def _fields(rec: LogRecord) -> tuple[str, list[tuple[str, str | None]]]:
-    if isinstance(rec, CreateQueue):
-        return "create", _create_fields(rec.record)
-    head = [("ts", str(rec.ts)), ("rid", b64(rec.recipient_id))]
-    if isinstance(rec, SecureQueue):
-        return "secure", head + [("skey", b64(rec.sender_key))]
-    if isinstance(rec, AddNotifier):
-        n = rec.notifier
-        return "add_notifier", head + [
-            ("nid", b64(n.notifier_id)),
-            ("nkey", b64(n.notifier_key)),
-            ("ndh", b64(n.rcv_ntf_dh_secret)),
-        ]
-    if isinstance(rec, SetService):
-        svc = None if rec.service_id is None else b64(rec.service_id)
-        return "set_service", head + [("party", _PARTY[rec.party]), ("svc", svc)]
-    names = {DeleteNotifier: "delete_notifier", SuspendQueue: "suspend", DeleteQueue: "delete"}
-    return names[type(rec)], head
-
-
-def encode_record(rec: LogRecord) -> str:
-    """The payload of a record's line (without checksum and LF)."""
-    op, fields = _fields(rec)
-    return " ".join([op, *(f"{k}={v}" for k, v in fields if v is not None)])
-
-
-def _split(payload: str) -> tuple[str, dict[str, str]]:
-    op, *pairs = payload.split(" ")
-    if op not in _FIELDS:
-        raise ValueError(f"unknown record {op!r}")
-    allowed, required = (set(s.split()) for s in _FIELDS[op])
-    fields: dict[str, str] = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or key not in allowed or key in fields:
-            raise ValueError(f"bad field {key!r} in {op}")
-        fields[key] = value
-    if missing := required - fields.keys():
-        raise ValueError(f"{op} lacks {', '.join(sorted(missing))}")
-    return op, fields
-
-
-def _int(text: str) -> int:
-    if not _INT.fullmatch(text):
-        raise ValueError(f"not an integer: {text[:20]!r}")
-    return int(text)
-
-
-def _opt(fields: dict[str, str], key: str) -> bytes | None:
-    return unb64(fields[key]) if key in fields else None
-
-
-def _enum(table: dict[str, E], text: str, what: str) -> E:
-    if text not in table:
-        raise ValueError(f"unknown {what} {text!r}")
-    return table[text]
-
-
-def _notifier(f: dict[str, str]) -> NotifierCreds | None:
-    present = [k for k in ("nid", "nkey", "ndh") if k in f]
-    if not present:
-        return None
-    if len(present) != 3:
-        raise ValueError("a notifier needs nid, nkey and ndh")
-    return NotifierCreds(unb64(f["nid"]), unb64(f["nkey"]), unb64(f["ndh"]))
-
-
-def _decode_create(f: dict[str, str]) -> CreateQueue:
-    if f["secure"] not in ("0", "1"):
-        raise ValueError(f"secure must be 0 or 1, not {f['secure']!r}")
-    return CreateQueue(
-        QueueRecord(
-            recipient_id=unb64(f["rid"]),
-            sender_id=unb64(f["sid"]),
-            recipient_key=unb64(f["rkey"]),
-            rcv_dh_secret=unb64(f["rdh"]),
-            sender_key=_opt(f, "skey"),
-            snd_secure=f["secure"] == "1",
-            status=_enum(_STATUS_BY_NAME, f["status"], "status"),
-            notifier=_notifier(f),
-            rcv_service_id=_opt(f, "rsvc"),
-            ntf_service_id=_opt(f, "nsvc"),
-            updated_at=_int(f["ts"]),
-        )
-    )
-
-
-def decode_record(payload: str) -> LogRecord:
-    """The record of a line's payload; ValueError if it is not one."""
-    op, f = _split(payload)
-    if op == "create":
-        return _decode_create(f)
-    ts, rid = _int(f["ts"]), unb64(f["rid"])
-    if op == "secure":
-        return SecureQueue(ts, rid, unb64(f["skey"]))
-    if op == "add_notifier":
-        notifier = _notifier(f)
-        assert notifier is not None  # all three fields are required for add_notifier
-        return AddNotifier(ts, rid, notifier)
-    if op == "set_service":
-        return SetService(ts, rid, _enum(_PARTY_BY_NAME, f["party"], "party"), _opt(f, "svc"))
-    return {"delete_notifier": DeleteNotifier, "suspend": SuspendQueue, "delete": DeleteQueue}[op](
-        ts, rid
-    )
-
-
-def snapshot_lines(table: QueueTable) -> list[str]:
-    """The compacted log of a state: one `create` line per queue, sorted, without LF."""
-    lines = (encode_line(encode_record(CreateQueue(r))) for r in table.queues.values())
-    return sorted(line[:-1].decode("ascii") for line in lines)
-
-
-def compact_records(lines: Iterable[str]) -> list[str]:
-    """Compact a log given as its lines (checksum included, LF optional).
-
-    The reference for any other compactor (the Spark pipeline): its output,
-    sorted, must equal this list line for line. A line that fails its checksum
-    or does not parse raises ValueError.
-    """
-    records = []
-    for no, line in enumerate(lines, 1):
-        payload = line_payload(line.rstrip("\n").encode("ascii"))
-        if payload is None:
-            raise ValueError(f"line {no}: checksum mismatch")
-        records.append(decode_record(payload))
-    return snapshot_lines(replay(records))
 
 
 # --- files: recovery, compaction, backups -----------------------------------------------
@@ -480,8 +116,7 @@ def recover_files(path: Path) -> None:
             new.unlink()
     elif new.exists():
         log.warning("%s: completing an interrupted compaction", path)
-        os.replace(new, path)
-        fsync_dir(path.parent)
+        replace_durably(new, path)
     elif backups_of(path):
         raise StoreLogError(
             f"{path} is missing but backups of it exist; restore the newest backup "
@@ -515,8 +150,7 @@ def open_log(path: Path, *, backups: int, skip_corrupt: bool) -> QueueTable:
     path.parent.mkdir(parents=True, exist_ok=True)
     recover_files(path)
     if not path.exists():
-        write_synced(path, ())
-        fsync_dir(path.parent)
+        atomic_write(path, ())
         return QueueTable()
     table, compacted = _replay_file(path, skip_corrupt)
     if compacted and len(table.queues) == compacted:
@@ -585,7 +219,7 @@ def _snapshot_crc(record: QueueRecord) -> int:
 # --- the store -------------------------------------------------------------------------
 
 
-class StoreLogQueueStore:
+class StoreLogQueueStore(TableQueueStore):
     """A QueueStore kept in memory and made durable by its append-only store log."""
 
     def __init__(
@@ -606,6 +240,8 @@ class StoreLogQueueStore:
         self._clock = clock
         self._closed = False
         self._group = GroupCommit(self._fsync, window if fsync is FsyncPolicy.BATCH else 0.0)
+        if fsync is not FsyncPolicy.NEVER:
+            self._durable = self._group.wait
 
     @classmethod
     async def open(
@@ -628,86 +264,9 @@ class StoreLogQueueStore:
             lambda: open_log(path, backups=backups, skip_corrupt=skip_corrupt)
         )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        return cls(path, table, fd, fsync=FsyncPolicy(fsync), window=window, clock=clock)
+        return cls(path, table, fd, fsync=FsyncPolicy.parse(fsync), window=window, clock=clock)
 
-    # --- QueueStore -----------------------------------------------------------------
-
-    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
-        t = self._table
-        nid = record.notifier.notifier_id if record.notifier else None
-        if (
-            record.recipient_id in t.queues
-            or record.sender_id in t.senders
-            or (nid is not None and nid in t.notifiers)
-        ):
-            return DUPLICATE
-        await self._change(CreateQueue(record))
-        return None
-
-    async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
-        return self._table.get(party, entity_id)
-
-    async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
-        rec = self._table.queues.get(recipient_id)
-        if rec is None:
-            return AUTH
-        if rec.sender_key is not None:
-            return None if rec.sender_key == sender_key else AUTH
-        await self._change(SecureQueue(self._now(), recipient_id, sender_key))
-        return None
-
-    async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
-        if recipient_id not in self._table.queues:
-            return AUTH
-        if creds.notifier_id in self._table.notifiers:
-            return DUPLICATE
-        await self._change(AddNotifier(self._now(), recipient_id, creds))
-        return None
-
-    async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
-        rec = self._table.queues.get(recipient_id)
-        if rec is None or rec.notifier is None:
-            return None
-        await self._change(DeleteNotifier(self._now(), recipient_id))
-        return rec.notifier
-
-    async def suspend_queue(self, recipient_id: bytes) -> ErrorType | None:
-        rec = self._table.queues.get(recipient_id)
-        if rec is None:
-            return AUTH
-        if rec.status is not QueueStatus.OFF:
-            await self._change(SuspendQueue(self._now(), recipient_id))
-        return None
-
-    async def set_service(
-        self, recipient_id: bytes, party: Party, service_id: bytes | None
-    ) -> ErrorType | None:
-        if party not in (Party.RECIPIENT, Party.NOTIFIER):
-            raise ValueError(f"a service covers the recipient or notifier side, not {party}")
-        rec = self._table.queues.get(recipient_id)
-        if rec is None or (party is Party.NOTIFIER and rec.notifier is None):
-            return AUTH
-        await self._change(SetService(self._now(), recipient_id, party, service_id))
-        return None
-
-    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
-        t = self._table
-        index = t.rcv_services if party is Party.RECIPIENT else t.ntf_services
-        return [t.queues[rid] for rid in index.get(service_id, ())]
-
-    async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
-        rec = self._table.queues.get(recipient_id)
-        if rec is None:
-            return AUTH
-        await self._change(DeleteQueue(self._now(), recipient_id))
-        return rec
-
-    async def iter_queues(self) -> AsyncIterator[QueueRecord]:
-        for rec in list(self._table.queues.values()):  # a snapshot: callers may await
-            yield rec
-
-    async def queue_count(self) -> int:
-        return len(self._table.queues)
+    # --- QueueStore ---------------------------------------------------------------------
 
     async def close(self) -> None:
         if self._closed:
@@ -725,15 +284,9 @@ class StoreLogQueueStore:
     def path(self) -> Path:
         return self._path
 
-    def _now(self) -> int:
-        return int(self._clock())
-
-    async def _change(self, rec: LogRecord) -> None:
-        """Append `rec`, apply it, then wait until it is as durable as the policy says.
-
-        Nothing before the first await may checkpoint: the caller validated the
-        change against the table and the table must not move under it.
-        """
+    def _record(self, rec: LogRecord) -> None:
+        """Append `rec` (written to the OS); the table applies it next, then `_durable`
+        waits until it is as durable as the policy says."""
         if self._closed:
             raise trio.ClosedResourceError("the queue store is closed")
         line = encode_line(encode_record(rec))
@@ -743,9 +296,6 @@ class StoreLogQueueStore:
             self._cut_back()
             raise io_error(exc, f"appending to {self._path}") from exc
         self._size += len(line)
-        self._table.apply(rec)
-        if self._policy is not FsyncPolicy.NEVER:
-            await self._group.wait()
 
     def _cut_back(self) -> None:
         """Remove a partly written line, so the log ends with the last whole change."""
@@ -763,11 +313,5 @@ class StoreLogQueueStore:
             raise io_error(exc, f"fsync of {self._path}") from exc
 
 
-@asynccontextmanager
-async def open_store_log(path: Path | str, **options: Any) -> AsyncIterator[StoreLogQueueStore]:
-    """`StoreLogQueueStore.open(path, **options)`, closed on exit."""
-    store = await StoreLogQueueStore.open(path, **options)
-    try:
-        yield store
-    finally:
-        await store.close()
+# `StoreLogQueueStore.open(path, ...)`, closed on exit.
+open_store_log = closing_opener(StoreLogQueueStore.open)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 from pathlib import Path
+
+from store.durable import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,10 @@ class BlockedQueues:
     def _save(self) -> None:
         if self._path is None:
             return
-        tmp = self._path.with_name(self._path.name + ".tmp")
-        with open(tmp, "w", encoding="ascii") as f:
-            for rid, reason in self.reasons.items():
-                f.write(f"{base64.urlsafe_b64encode(rid).decode()} {reason}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
+        atomic_write(self._path, (
+            f"{base64.urlsafe_b64encode(rid).decode()} {reason}\n".encode("ascii")
+            for rid, reason in self.reasons.items()
+        ))
 
 
 def _read(path: Path) -> dict[bytes, str]:

@@ -12,11 +12,13 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from store.durable import FsyncPolicy
+
 SINGLE_TASK = "single-task"
 PER_QUEUE_TASK = "per-queue-task"
 DELIVERY_MODES = (SINGLE_TASK, PER_QUEUE_TASK)
 STORE_KINDS = ("memory", "journal", "sqlite")
-FSYNC_POLICIES = ("never", "batch", "always")
+FSYNC_POLICIES = tuple(policy.value for policy in FsyncPolicy)  # never, batch, always
 DEFAULT_MESSAGE_TTL = 21 * 24 * 3600  # seconds (docs/protocol.md#limits)
 DEFAULT_EXPIRE_INTERVAL = 2 * 3600  # seconds between expiration passes (docs/protocol.md#limits)
 DEFAULT_STATS_INTERVAL = 3600  # seconds per stats log line
@@ -53,7 +55,7 @@ class RouterConfig:
     # client hello deadline (docs/protocol.md#handshake-client-hello)
     handshake_timeout: float = 120.0
     close_timeout: float = 2.0  # WebSocket closing handshake deadline
-    fsync: str = "batch"  # when durable stores force data to disk: never | batch | always
+    fsync: FsyncPolicy = FsyncPolicy.BATCH  # when durable stores force data to disk
     message_ttl: float = DEFAULT_MESSAGE_TTL  # messages older than this are removed
     expire_interval: float = DEFAULT_EXPIRE_INTERVAL  # how often expiration runs
     expire_on_send: bool = False  # also expire a queue's old messages on every SEND to it
@@ -99,6 +101,7 @@ class RouterConfig:
         _check_choice("store", self.store, STORE_KINDS)
         _check_choice("delivery", self.delivery, DELIVERY_MODES)
         _check_choice("fsync", self.fsync, FSYNC_POLICIES)
+        object.__setattr__(self, "fsync", FsyncPolicy(self.fsync))
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, not {self.port}")
         if not self.host:

@@ -1,4 +1,4 @@
-"""One client connection: its state and the small group of tasks serving it.
+"""One client connection: its I/O and the small group of tasks serving it.
 
 Theory of operation (DESIGN.md, STYLE.md principle 7): after the handshake a
 connection runs three tasks (the receive loop in the connection's own task,
@@ -11,10 +11,17 @@ the other two in its nursery) joined by a bounded memory channel (the outbox):
   fit and writes them; a peer that does not take a block within the
   configured deadline is dropped (the transport's `send_blocks`);
 - delivery: the one task that waits for this client's pushes that could not
-  go straight into the outbox: queues in the `deliveries` map, END/DELD
-  events the router's event task could not hand over without waiting, and
-  the catch-up walk of a service subscription (`services.py`), which starts
-  once the SUBS answer is in the outbox, so `SOKS` precedes its messages.
+  go straight into the outbox: END/DELD events the router's event task could
+  not hand over without waiting, and the work its `Subscriber` has
+  (subscriptions.py): queues in the `deliveries` map and the catch-up walk
+  of a service subscription (`services.py`), which starts once the SUBS
+  answer is in the outbox (`ClientHandler.answered`), so `SOKS` precedes its
+  messages.
+
+What the client is subscribed to is not kept here: a connection only does
+I/O. `run` is given a `ClientHandler` (the router's, shared by every
+connection) and the client's own state, which it hands back to the handler
+untouched: no object is made per connection to join the two.
 
 In per-queue-task mode each subscribed queue also has a task of its own in
 the same nursery. When one of the three tasks ends, for any reason, the
@@ -25,24 +32,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import trio
 
 from router.protocol.block import BatchPacker
 from router.protocol.handshake import service_id
 
-from .deliveries import Deliveries
-from .subscriptions import Sub
 from .transport import BlockStream, Handshake, TransportClosed
-
-if TYPE_CHECKING:
-    from .services import CatchUp
 
 log = logging.getLogger(__name__)
 
-BlockProcessor = Callable[["Connection", bytes], Awaitable[list[bytes]]]
-DeliveryLoop = Callable[["Connection"], Awaitable[None]]
+Client = TypeVar("Client")
+
+
+class ClientHandler(Protocol[Client]):
+    """What serves a connection's client; `client` is the state it keeps for it."""
+
+    def process_block(self, client: Client, block: bytes) -> Awaitable[list[bytes]]:
+        """The answers to one block."""
+        ...
+
+    def delivery_loop(self, client: Client) -> Awaitable[None]:
+        """The client's delivery task; `Connection.wait_wakeup` waits for work."""
+        ...
+
+    def answered(self, client: Client) -> None:
+        """A block's answers are in the outbox."""
+        ...
 
 
 class Connection:
@@ -56,15 +73,10 @@ class Connection:
         # proven in the client hello (docs/protocol.md#service-extension)
         self.service = handshake.service
         self.service_id = None if self.service is None else service_id(self.service.service_key)
-        self.subscriptions: dict[bytes, Sub] = {}
-        self.ntf_subscriptions: set[bytes] = set()  # notifier ids this connection NSUBed
-        self.deliveries = Deliveries()
         self.overflow_events: list[bytes] = []  # END/DELD/ENDS waiting for outbox room
-        self.catch_up: CatchUp | None = None  # a SUBS walk the delivery task is doing
-        self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
         self.closed = False
         self.close_reason = ""
-        self.last_activity = trio.current_time()  # when the client last sent a block
+        self.last_activity = 0.0  # trio time the client last sent a block (set by run())
         self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
         self._receiving = False  # the receive loop runs (in the task that called run())
@@ -115,47 +127,24 @@ class Connection:
     def wake_delivery(self) -> None:
         self._wakeup.set()
 
-    async def wait_delivery_work(self) -> None:
-        """Return once there are overflow events, pending deliveries or a catch-up."""
-        while not (self.overflow_events or self.deliveries or self.catch_up):
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
-
-    def start_catch_up_after_response(self) -> None:
-        """Called once a block's answers are in the outbox: a SUBS among them may
-        now start its walk, whose messages thus follow its SOKS."""
-        if self.next_catch_up is not None:
-            self.catch_up, self.next_catch_up = self.next_catch_up, None
-            self.wake_delivery()
-
-    # --- subscriptions ------------------------------------------------------------
-
-    def is_subscribed(self, entity_id: bytes, notifier: bool) -> bool:
-        if notifier:
-            return entity_id in self.ntf_subscriptions
-        sub = self.subscriptions.get(entity_id)
-        return sub is not None and not sub.get_mode
-
-    def drop_subscription(self, recipient_id: bytes) -> Sub | None:
-        """Forget the queue here: no more deliveries, its own task (if any) ends."""
-        sub = self.subscriptions.pop(recipient_id, None)
-        self.deliveries.discard(recipient_id)
-        if sub is not None and sub.scope is not None:
-            sub.scope.cancel()
-        return sub
+    async def wait_wakeup(self) -> None:
+        """Return once `wake_delivery` was called (at once if it was since the last time)."""
+        await self._wakeup.wait()
+        self._wakeup = trio.Event()
 
     # --- tasks ------------------------------------------------------------------
 
-    async def run(self, process_block: BlockProcessor, delivery_loop: DeliveryLoop) -> None:
+    async def run(self, handler: ClientHandler[Client], client: Client) -> None:
         """Serve the client until one of its tasks ends. The receive loop runs in the
         calling task itself: one task fewer per connection than a child of its own."""
+        self.last_activity = trio.current_time()
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             nursery.start_soon(self._until_done, self._send_loop)
-            nursery.start_soon(self._until_done, delivery_loop, self)
+            nursery.start_soon(self._until_done, handler.delivery_loop, client)
             self._receiving = True
             try:
-                await self._until_done(self._receive_loop, process_block)
+                await self._until_done(self._receive_loop, handler, client)
             finally:
                 self._receiving = False
 
@@ -207,16 +196,16 @@ class Connection:
             assert self.nursery is not None
             self.nursery.cancel_scope.cancel()
 
-    async def _receive_loop(self, process_block: BlockProcessor) -> None:
+    async def _receive_loop(self, handler: ClientHandler[Client], client: Client) -> None:
         while True:
             block = await self.transport.receive_block()
             self.last_activity = trio.current_time()
-            responses = await process_block(self, block)
+            responses = await handler.process_block(client, block)
             del block  # an idle connection keeps nothing of its last block alive
             if responses:
                 await self.push(responses)
             del responses
-            self.start_catch_up_after_response()
+            handler.answered(client)
 
     async def _send_loop(self) -> None:
         packer = BatchPacker()

@@ -129,9 +129,11 @@ async def _stats(session: ControlSession, args: list[str]) -> list[str]:
 
 async def _clients(session: ControlSession, args: list[str]) -> list[str]:
     lines = ["id remote version subscriptions deliveries_waiting"]
+    subscriptions = session.router.subscriptions
     for conn in list(session.router.connections.values()):
-        lines.append(f"{conn.id} {conn.transport.remote} v{conn.version} "
-                     f"{len(conn.subscriptions)} {len(conn.deliveries)}")
+        s = subscriptions.subscriber_for(conn)
+        queues, waiting = (0, 0) if s is None else (len(s.queues), len(s.deliveries))
+        lines.append(f"{conn.id} {conn.transport.remote} v{conn.version} {queues} {waiting}")
     lines.append(f"{len(lines) - 1} clients")
     return lines
 

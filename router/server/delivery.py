@@ -42,25 +42,24 @@ still this client's, still subscribed, nothing in flight), and `delivered` is
 set before the write, so no trigger can deliver a message twice. An ACK
 clears `delivered` before its delete reaches the store, so that a write
 committed meanwhile finds the subscriber idle; until the delete returns, the
-message it acknowledges is never pushed again (`acknowledging`), since a
-store that orders the delete after a concurrent peek would still show it.
+message it acknowledges is never pushed again (`Subscriptions.acknowledging`),
+since a store that orders the delete after a concurrent peek would still
+show it. Those checks belong to `Subscriptions` (subscriptions.py); this
+module only writes the messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from router.protocol.codec import encode_response_transmission
 from router.protocol.crypto import encrypt_msg_body
 from router.protocol.types import MSG
-from store.interfaces import Message
+from store.interfaces import Message, MessageStore
 
-from .config import PER_QUEUE_TASK
-from .subscriptions import Sub
+from .subscriptions import Sub, Subscriber, Subscriptions
 
 # MSGs the delivery task hands to the writer at once. Each is a block of its own
 # on the wire; the outbox holds `send_queue_size` batches, so this also bounds
@@ -68,58 +67,47 @@ from .subscriptions import Sub
 DELIVERY_BATCH = 4
 
 if TYPE_CHECKING:
-    from .connection import Connection
-    from .router import Router
+    from .stats import Counters
+
+
+class CatchUpWalker(Protocol):
+    """Walks a subscriber's service catch-up (services.py) in its delivery task."""
+
+    async def catch_up_step(self, subscriber: Subscriber) -> None: ...
 
 
 class Deliverer:
-    __slots__ = ("_router", "per_queue_task", "_acking")
+    __slots__ = ("_subscriptions", "_messages", "_counters", "per_queue_task")
 
-    def __init__(self, router: Router) -> None:
-        self._router = router
-        self.per_queue_task = router.config.delivery == PER_QUEUE_TASK
-        # Sub -> id of the message its ACK is deleting; at most one per connection,
-        # since a connection runs its commands one at a time.
-        self._acking: dict[Sub, bytes] = {}
+    def __init__(
+        self,
+        subscriptions: Subscriptions,
+        messages: MessageStore,
+        counters: Counters,
+        *,
+        per_queue_task: bool,
+    ) -> None:
+        self._subscriptions = subscriptions
+        self._messages = messages
+        self._counters = counters
+        self.per_queue_task = per_queue_task
+        if per_queue_task:
+            subscriptions.on_subscribed = self._start_queue_task
 
     def message_transmission(
         self, corr_id: bytes, recipient_id: bytes, sub: Sub, msg: Message
     ) -> bytes:
         """The MSG for `msg`, encrypted for the queue; marks it as in flight."""
         enc = encrypt_msg_body(sub.box_key, msg.msg_id, msg.ts, msg.flags, msg.body, msg.quota)
-        sub.delivered = (msg.msg_id, msg.ts)
-        self._router.counters.messages_delivered += 1
+        self._subscriptions.in_flight(sub, msg)
+        self._counters.messages_delivered += 1
         return encode_response_transmission(corr_id, recipient_id, MSG(msg.msg_id, enc))
 
-    def start(self, conn: Connection, sub: Sub) -> None:
-        """Called for each new subscription; per-queue-task mode gives it its task."""
-        if self.per_queue_task:
-            sub.wake = trio.Event()
-            sub.scope = trio.CancelScope()
-            conn.spawn(self._queue_task, conn, sub)
-
-    def can_push(self, conn: Connection, sub: Sub | None) -> bool:
-        """The queue is still `conn`'s, subscribed (not GET), and nothing is in flight."""
-        return (
-            sub is not None
-            and not sub.get_mode
-            and sub.delivered is None
-            and conn.subscriptions.get(sub.recipient_id) is sub
-            and self._router.subscribers.get(sub.recipient_id) is conn
-        )
-
-    def may_push(self, conn: Connection, sub: Sub | None, head: Message) -> bool:
-        """`can_push`, and `head` is not the message an ACK of this queue is deleting."""
-        return self.can_push(conn, sub) and self._acking.get(sub) != head.msg_id  # type: ignore[arg-type]
-
-    @contextmanager
-    def acknowledging(self, sub: Sub, msg_id: bytes) -> Iterator[None]:
-        """While an ACK deletes `msg_id`, no trigger pushes that message again."""
-        self._acking[sub] = msg_id
-        try:
-            yield
-        finally:
-            del self._acking[sub]
+    def _start_queue_task(self, subscriber: Subscriber, sub: Sub) -> None:
+        """Per-queue-task mode: each new subscription gets its own task."""
+        sub.wake = trio.Event()
+        sub.scope = trio.CancelScope()
+        subscriber.conn.spawn(self._queue_task, subscriber, sub)
 
     def stored(self, recipient_id: bytes, msg: Message, *, into_empty: bool) -> None:
         """A SEND's write returned (it is visible): an idle subscriber gets the head.
@@ -127,78 +115,81 @@ class Deliverer:
         `into_empty`: the queue held nothing else, so `msg` is its head and can go
         out at once; otherwise the head is read by the task that pushes it.
         """
-        conn = self._router.subscribers.get(recipient_id)
-        if conn is None:
+        subscriber = self._subscriptions.subscriber_of(recipient_id)
+        if subscriber is None:
             return
-        sub = conn.subscriptions.get(recipient_id)
-        if not self.can_push(conn, sub):
+        sub = subscriber.queues.get(recipient_id)
+        if not self._subscriptions.can_push(subscriber, sub):
             return  # the common case for a busy queue: its ACK delivers the next one
         assert sub is not None
+        conn = subscriber.conn
         if self.per_queue_task:
             assert sub.wake is not None
             sub.wake.set()
-        elif recipient_id in conn.deliveries:
+        elif recipient_id in subscriber.deliveries:
             return  # already waiting; the older entry stands
         elif into_empty and not conn.outbox_full():
             # No checkpoint since outbox_full(): send_nowait cannot fail here.
             conn.push_nowait([self.message_transmission(b"", recipient_id, sub, msg)])
         else:
             # The head is at most as new as `msg`: its time orders the entry well enough.
-            conn.deliveries.add(recipient_id, msg.ts)
+            subscriber.deliveries.add(recipient_id, msg.ts)
             conn.wake_delivery()
             if into_empty:
-                self._router.counters.messages_deferred += 1
+                self._counters.messages_deferred += 1
 
     def stored_into_empty(self, recipient_id: bytes, msg: Message) -> None:
         """`stored` for a write that landed in an empty queue (benchmarks inject so)."""
         self.stored(recipient_id, msg, into_empty=True)
 
-    async def delivery_loop(self, conn: Connection) -> None:
+    async def delivery_loop(self, subscriber: Subscriber, walker: CatchUpWalker) -> None:
         """The connection's one delivery task, in both modes: events that found the
         outbox full, deferred pushes (single-task mode) and service catch-ups."""
+        conn = subscriber.conn
         while True:
-            await conn.wait_delivery_work()
+            while not (conn.overflow_events or subscriber.deliveries or subscriber.catch_up):
+                await conn.wait_wakeup()
             if conn.overflow_events:
                 events, conn.overflow_events = conn.overflow_events, []
                 await conn.push(events)
-            elif conn.deliveries:
-                batch = await self._take_heads(conn)
+            elif subscriber.deliveries:
+                batch = await self._take_heads(subscriber)
                 if batch:
                     await conn.push(batch)
             else:
-                await self._router.services.catch_up_step(conn)
+                await walker.catch_up_step(subscriber)
 
-    async def _take_heads(self, conn: Connection) -> list[bytes]:
+    async def _take_heads(self, subscriber: Subscriber) -> list[bytes]:
         """MSGs for the oldest waiting queues, up to `DELIVERY_BATCH` of them as one
         outbox batch: a burst costs one hand-over to the writer per batch, not per MSG."""
         batch: list[bytes] = []
-        deliveries = conn.deliveries
+        deliveries = subscriber.deliveries
         while deliveries and len(batch) < DELIVERY_BATCH:
-            transmission = await self._head_transmission(conn, deliveries.pop_oldest())
+            transmission = await self._head_transmission(subscriber, deliveries.pop_oldest())
             if transmission is not None:
                 batch.append(transmission)
         return batch
 
-    async def _head_transmission(self, conn: Connection, recipient_id: bytes) -> bytes | None:
-        sub = conn.subscriptions.get(recipient_id)
-        if not self.can_push(conn, sub):
+    async def _head_transmission(self, subscriber: Subscriber, recipient_id: bytes) -> bytes | None:
+        sub = subscriber.queues.get(recipient_id)
+        if not self._subscriptions.can_push(subscriber, sub):
             return None
-        msg = await self._router.messages.peek_message(recipient_id)
-        if msg is None or not self.may_push(conn, sub, msg):
+        msg = await self._messages.peek_message(recipient_id)
+        if msg is None or not self._subscriptions.may_push(subscriber, sub, msg):
             return None
         assert sub is not None
         return self.message_transmission(b"", recipient_id, sub, msg)
 
-    async def _deliver_head(self, conn: Connection, recipient_id: bytes) -> None:
-        transmission = await self._head_transmission(conn, recipient_id)
+    async def _deliver_head(self, subscriber: Subscriber, recipient_id: bytes) -> None:
+        transmission = await self._head_transmission(subscriber, recipient_id)
         if transmission is not None:
-            await conn.push([transmission])
+            await subscriber.conn.push([transmission])
 
-    async def _queue_task(self, conn: Connection, sub: Sub) -> None:
+    async def _queue_task(self, subscriber: Subscriber, sub: Sub) -> None:
         assert sub.scope is not None
         with sub.scope:
             while True:
                 assert sub.wake is not None
                 await sub.wake.wait()
                 sub.wake = trio.Event()
-                await self._deliver_head(conn, sub.recipient_id)
+                await self._deliver_head(subscriber, sub.recipient_id)

@@ -20,17 +20,16 @@ connection, let alone the router.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from router.protocol.block import decode_batch
-from router.protocol.codec import check_credentials, decode_command, encode_response_transmission
+from router.protocol.codec import check_credentials, decode_command
 from router.protocol.crypto import verify_authorization
 from router.protocol.transmission import authorized_bytes, check_auth_length, decode_transmission
 from router.protocol.types import (
     AUTH,
     BLOCK,
-    ERR,
     INTERNAL,
     NEW,
     NSUB,
@@ -47,12 +46,13 @@ from router.protocol.types import (
     ProtocolError,
     Transmission,
 )
-from store.interfaces import Party, QueueRecord, StoreError
+from store.interfaces import Party, QueueRecord, QueueStore, StoreError
+
+from .verified import Verified, error_transmission
 
 if TYPE_CHECKING:
-    from .commands import Commands
     from .connection import Connection
-    from .router import Router
+    from .subscriptions import Subscriber
 
 log = logging.getLogger(__name__)
 
@@ -61,32 +61,22 @@ _UNVERIFIED = (PING, PRXY, PFWD)
 # Commands of the service extension: verified against the service key of the hello.
 _SERVICE = (SUBS, NSUBS)
 
-
-@dataclass(frozen=True, slots=True)
-class Verified:
-    """A command whose credentials and authorization passed; `queue` as looked up."""
-
-    corr_id: bytes
-    entity_id: bytes
-    command: Command
-    queue: QueueRecord | None
-
-
-def error_transmission(corr_id: bytes, entity_id: bytes, error: ErrorType) -> bytes:
-    return encode_response_transmission(corr_id, entity_id, ERR(error))
+# Runs one verified command for its subscriber (commands.py).
+Execute = Callable[["Subscriber", Verified], Awaitable[list[bytes]]]
 
 
 _BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
 
 
 class Dispatcher:
-    __slots__ = ("_router", "_commands")
+    __slots__ = ("_queues", "_execute_command")
 
-    def __init__(self, router: Router, commands: Commands) -> None:
-        self._router = router
-        self._commands = commands
+    def __init__(self, queues: QueueStore, execute: Execute) -> None:
+        self._queues = queues
+        self._execute_command = execute
 
-    async def process_block(self, conn: Connection, block: bytes) -> list[bytes]:
+    async def process_block(self, subscriber: Subscriber, block: bytes) -> list[bytes]:
+        conn = subscriber.conn
         try:
             raw_transmissions = decode_batch(block)
         except ProtocolError:
@@ -100,7 +90,7 @@ class Dispatcher:
             else:
                 out.append(result)
         for v in verified:
-            out.extend(await self._execute(conn, v))
+            out.extend(await self._execute(subscriber, v))
         return out
 
     async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:
@@ -113,9 +103,10 @@ class Dispatcher:
             log.exception("verifying a transmission from %r failed", conn)
             return error_transmission(b"", b"", INTERNAL)
 
-    async def _execute(self, conn: Connection, v: Verified) -> list[bytes]:
+    async def _execute(self, subscriber: Subscriber, v: Verified) -> list[bytes]:
+        conn = subscriber.conn
         try:
-            return await self._commands.execute(conn, v)
+            return await self._execute_command(subscriber, v)
         except ProtocolError as e:
             return [error_transmission(v.corr_id, v.entity_id, e.error)]
         except StoreError as e:  # disk full, I/O error: not stored, never OK
@@ -150,7 +141,7 @@ class Dispatcher:
         kind = type(cmd)
         if kind in _UNVERIFIED:
             return Verified(t.corr_id, t.entity_id, cmd, None)
-        queues = self._router.queues
+        queues = self._queues
         if kind is NEW:
             key, queue = cmd.rcv_auth_key, None  # type: ignore[union-attr]
         elif kind is SEND:

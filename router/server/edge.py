@@ -54,6 +54,11 @@ log = logging.getLogger(__name__)
 _framing_log = logging.getLogger(__name__ + ".framing")
 _framing_log.setLevel(logging.WARNING)
 
+# A read is parsed in pieces of about one block's frame: tiny frames cost at most
+# a piece's parsing before MAX_FRAMES_PER_READ ends the connection; a read holding
+# whole blocks has at most a few frames (RECEIVE_BUFFER_SIZE is four blocks).
+FEED_SIZE = BLOCK_SIZE + 16
+MAX_FRAMES_PER_READ = 64
 FD_LOG_INTERVAL = 10.0  # seconds between two log lines about descriptor exhaustion
 ACCEPT_RETRY_DELAY = 0.1  # seconds to wait for a free descriptor after EMFILE
 REFUSAL_TIMEOUT = 1.0  # seconds a refused client gets to send its request for the 503
@@ -151,7 +156,7 @@ class WebSocketTransport:
 
     __slots__ = (
         "_stream", "_protocol", "_limits", "_events", "_send_lock", "_on_established",
-        "remote", "stalled",
+        "_control_frames", "remote", "stalled",
     )
 
     def __init__(
@@ -168,6 +173,7 @@ class WebSocketTransport:
         self._events: list[object] = []  # frames read but not yet taken
         self._send_lock = trio.Lock()
         self._on_established = on_established
+        self._control_frames = 0  # pings, pongs since the last block
         self.remote = remote
         self.stalled = False
 
@@ -208,6 +214,7 @@ class WebSocketTransport:
                     parts.append(frame.data)
                     frame.data = b""  # the parser's last frame must not keep the block alive
                     if frame.fin:
+                        self._control_frames = 0
                         if not self._events:
                             self._events = []  # drop the list's spare capacity too
                         return _one_block(parts)
@@ -218,10 +225,12 @@ class WebSocketTransport:
                 elif opcode is Opcode.CLOSE:
                     await self._flush()
                     raise TransportClosed("peer closed the connection")
-                elif opcode is Opcode.PING:
-                    await self._flush()  # the pong the protocol queued
-                elif opcode is Opcode.PONG:
-                    pass
+                else:  # a ping (the protocol queued its pong) or a pong
+                    self._control_frames += 1
+                    if self._control_frames > self._limits.max_message_frames:
+                        await self._fail(1008, "too many control frames between two blocks")
+                    if opcode is Opcode.PING:
+                        await self._flush()
             await self._read(message_deadline)
 
     async def _read(self, message_deadline: float) -> None:
@@ -247,12 +256,22 @@ class WebSocketTransport:
         if not data:
             protocol.receive_eof()
             raise TransportClosed("peer closed the connection")
-        protocol.receive_data(data)
-        del data
-        self._events.extend(protocol.events_received())
-        if protocol.parser_exc is not None:
-            await self._flush()
-            raise TransportClosed(f"bad framing: {protocol.parser_exc}")
+        await self._parse(data)
+
+    async def _parse(self, data: bytes) -> None:
+        """Feed what was read to the protocol a block's worth at a time, so that a read
+        full of tiny frames costs at most that much parsing before the cap ends it."""
+        protocol = self._protocol
+        view = memoryview(data)
+        events = self._events
+        for start in range(0, len(view), FEED_SIZE):
+            protocol.receive_data(view[start:start + FEED_SIZE])  # type: ignore[arg-type]
+            events.extend(protocol.events_received())
+            if protocol.parser_exc is not None:
+                await self._flush()
+                raise TransportClosed(f"bad framing: {protocol.parser_exc}")
+            if len(events) > MAX_FRAMES_PER_READ:
+                await self._fail(1008, "too many frames at once")
 
     async def _ping(self) -> None:
         async with self._sending():

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import os
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from pathlib import Path
 from nacl.signing import SigningKey
 
 from router.protocol.crypto import new_x25519
+from store.durable import atomic_write
 
 from . import der
 
@@ -109,8 +109,8 @@ def load_identity(data_dir: Path) -> RouterIdentity | None:
 
 def save_identity(data_dir: Path, identity: RouterIdentity) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomically(data_dir / KEY_FILE, identity.seed, mode=0o600)
-    _write_atomically(data_dir / CERT_FILE, identity.certificate, mode=0o644)
+    atomic_write(data_dir / KEY_FILE, [identity.seed], mode=0o600)
+    atomic_write(data_dir / CERT_FILE, [identity.certificate], mode=0o644)
 
 
 def load_or_create_identity(data_dir: Path | None) -> RouterIdentity:
@@ -126,12 +126,3 @@ def load_or_create_identity(data_dir: Path | None) -> RouterIdentity:
             raise IdentityError(f"cannot write the router identity to {data_dir}: {e}") from e
     return identity
 
-
-def _write_atomically(path: Path, data: bytes, *, mode: int) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

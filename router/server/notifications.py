@@ -39,7 +39,9 @@ from store.interfaces import Message, NotifierCreds
 
 if TYPE_CHECKING:
     from .connection import Connection
-    from .subscriptions import SubscriberRegistry
+
+# Notifier id -> the connection subscribed to it now, if any (subscriptions.py).
+SubscriberLookup = Callable[[bytes], "Connection | None"]
 
 NTF_TTL = 24 * 3600  # seconds a notification is kept (docs/protocol.md#limits)
 NTF_EXPIRE_INTERVAL = 3600.0  # how often expired notifications are dropped
@@ -50,20 +52,20 @@ _Pending = deque[tuple[int, bytes]]  # (ts of the message, encoded NMSG transmis
 
 class Notifications:
     __slots__ = (
-        "_subscribers", "_interval", "_ttl", "_max_pending", "_clock",
+        "_subscriber_of", "_interval", "_ttl", "_max_pending", "_clock",
         "_pending", "_ready_ids", "_ready", "sent", "dropped",
     )
 
     def __init__(
         self,
-        subscribers: SubscriberRegistry,
+        subscriber_of: SubscriberLookup,
         interval: float,
         *,
         ttl: int = NTF_TTL,
         max_pending: int = NTF_MAX_PENDING,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._subscribers = subscribers  # notifier id -> its NSUB connection
+        self._subscriber_of = subscriber_of
         self._interval = interval
         self._ttl = ttl
         self._max_pending = max_pending
@@ -109,7 +111,7 @@ class Notifications:
         return 0 if pending is None else len(pending)
 
     def _mark_ready(self, notifier_id: bytes) -> None:
-        if self._subscribers.get(notifier_id) is not None:
+        if self._subscriber_of(notifier_id) is not None:
             self._ready_ids.add(notifier_id)
             self._ready.set()
 
@@ -137,7 +139,7 @@ class Notifications:
         ids, self._ready_ids = self._ready_ids, set()
         by_conn: dict[Connection, list[bytes]] = {}
         for nid in ids:
-            conn = self._subscribers.get(nid)
+            conn = self._subscriber_of(nid)
             if conn is not None and not conn.closed:
                 by_conn.setdefault(conn, []).append(nid)
         for conn, nids in by_conn.items():

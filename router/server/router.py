@@ -1,4 +1,10 @@
-"""The router: shared state, the connection life cycle, and the ways to run it.
+"""The router: where the parts are put together, the connection life cycle, and
+the ways to run it.
+
+`Router` builds the parts (stores, `Subscriptions`, delivery, services,
+notifications, the command handlers and their dispatcher) and wires each to
+only what it uses; none of them holds the `Router`. It serves connections and
+offers the control port's operations.
 
 `open_router(config)` gives a running `Router` (stores open, identity loaded,
 the END/DELD flush, message expiration and stats log tasks started) for as
@@ -13,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -25,12 +31,12 @@ from trio_websocket import WebSocketConnection
 
 from router.protocol.types import ErrorType
 from store.factory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, store_dir
-from store.interfaces import MessageStore, Party, QueueRecord, QueueStore
+from store.interfaces import MessageStore, Party, QueueStore
 from store.memory import MemoryMessageStore, MemoryQueueStore
 
 from .blocked import BlockedQueues
-from .commands import Commands
-from .config import ConfigError, RouterConfig
+from .commands import CommandContext, Commands
+from .config import PER_QUEUE_TASK, ConfigError, RouterConfig
 from .connection import Connection
 from .control import CONTROL_HOST, serve_control
 from .delivery import Deliverer
@@ -54,7 +60,7 @@ from .services import Services
 from .stats import Counters, RouterStatistics
 from .statslog import StatsLog
 from .stores import open_router_stores
-from .subscriptions import Event, PendingEvents, Sub, SubscriberRegistry
+from .subscriptions import Event, Subscriber, Subscriptions
 from .transport import BlockStream, BlockTransport, TransportClosed, server_handshake
 
 log = logging.getLogger(__name__)
@@ -63,7 +69,8 @@ InfoPage = Callable[[HttpRequest], HttpResponse]
 
 
 class Router:
-    """State shared by every connection; created by `open_router`."""
+    """The assembled router: its parts, the connections it serves and the control
+    port's operations; created by `open_router`."""
 
     def __init__(
         self,
@@ -77,18 +84,12 @@ class Router:
         self.queues = queues
         self.messages = messages
         self.counters = Counters()
-        self.subscribers = SubscriberRegistry()  # recipient id -> connection
-        self.ntf_subscribers = SubscriberRegistry()  # notifier id -> connection
-        self.events = PendingEvents(config.end_batch_interval)
-        self.notifications = Notifications(self.ntf_subscribers, config.ntf_batch_interval)
-        self.services = Services(self)
-        self.deliverer = Deliverer(self)
-        self.dispatcher = Dispatcher(self, Commands(self))
         self.connections: dict[int, Connection] = {}
         self._ids = count(1)
         self.gate = SuspendGate()  # closed by the control port's suspend
         self.listener: Suspendable | None = None  # the listener, once it is accepting
         self.blocked = BlockedQueues(config.data_dir)  # recipient id -> reason
+        self._assemble_parts()
         self.expirer = Expirer(
             messages, ttl=config.message_ttl, interval=config.expire_interval,
             on_expired=self._count_expired,
@@ -99,6 +100,29 @@ class Router:
             self.stats_log = StatsLog(
                 config.stats_log, self.statistics, interval=config.stats_interval
             )
+
+    def _assemble_parts(self) -> None:
+        """Subscriptions, delivery, services, notifications and the command
+        handlers, each given only what it uses."""
+        config, counters = self.config, self.counters
+        self.subscriptions = Subscriptions(counters, config.end_batch_interval)
+        self.notifications = Notifications(
+            self.subscriptions.notifier_connection, config.ntf_batch_interval
+        )
+        self.deliverer = Deliverer(
+            self.subscriptions, self.messages, counters,
+            per_queue_task=config.delivery == PER_QUEUE_TASK,
+        )
+        self.services = Services(
+            self.queues, self.messages, self.subscriptions, self.deliverer, self.notifications
+        )
+        commands = Commands(CommandContext(
+            config, self.queues, self.messages, counters, self.subscriptions, self.deliverer,
+            self.services, self.notifications, self.blocked,
+            queue_active=self.queue_active, expire_before_send=self.expire_before_send,
+        ))
+        self.dispatcher = Dispatcher(self.queues, commands.execute)
+        self._serving = _Serving(self.dispatcher, self.deliverer, self.services)
 
     @property
     def key_hash(self) -> bytes:
@@ -111,7 +135,7 @@ class Router:
             if self.stats_log is not None:
                 await nursery.start(self.stats_log.run)
             await nursery.start(self.expirer.run)
-            nursery.start_soon(self.events.run)
+            nursery.start_soon(self.subscriptions.events.run)
             nursery.start_soon(self.notifications.run)
             if self.config.idle_timeout is not None:
                 nursery.start_soon(self._drop_idle_clients, self.config.idle_timeout)
@@ -124,9 +148,13 @@ class Router:
             oldest = trio.current_time() - timeout
             for conn in list(self.connections.values()):
                 if conn.last_activity < oldest and not (
-                    conn.subscriptions or conn.ntf_subscriptions or conn.service
+                    conn.service or self._subscribed_anything(conn)
                 ):
                     conn.close_now(f"idle for {timeout} s without subscriptions")
+
+    def _subscribed_anything(self, conn: Connection) -> bool:
+        subscriber = self.subscriptions.subscriber_for(conn)
+        return subscriber is not None and bool(subscriber.queues or subscriber.notifiers)
 
     # --- hooks for the command handlers --------------------------------------------
 
@@ -142,42 +170,6 @@ class Router:
 
     def _count_expired(self, n: int) -> None:
         self.counters.messages_expired += n
-
-    # --- subscriptions (used by the command handlers) -------------------------------
-
-    def subscribe(self, conn: Connection, recipient_id: bytes, box_key: bytes) -> Sub:
-        """Make `conn` the queue's one subscriber; the connection it displaces gets END."""
-        sub = conn.subscriptions[recipient_id] = Sub(recipient_id, box_key)
-        previous = self.subscribers.subscribe(recipient_id, conn)
-        if previous is not None:
-            previous.drop_subscription(recipient_id)
-            self.events.add(previous, recipient_id, Event.END)
-            self.counters.subscriptions_displaced += 1
-        self.deliverer.start(conn, sub)
-        return sub
-
-    def end_subscriptions(self, conn: Connection, recipient_id: bytes, queue: QueueRecord) -> None:
-        """The queue was deleted by `conn`: every other subscriber gets DELD (END at v9)."""
-        conn.drop_subscription(recipient_id)
-        subscriber = self.subscribers.remove(recipient_id)
-        if subscriber is not None and subscriber is not conn:
-            subscriber.drop_subscription(recipient_id)
-            self.events.add(subscriber, recipient_id, Event.DELETED)
-        if queue.notifier is not None:
-            self.end_notifier(queue.notifier.notifier_id, Event.DELETED)
-
-    def subscribe_notifier(self, conn: Connection, notifier_id: bytes) -> None:
-        conn.ntf_subscriptions.add(notifier_id)
-        previous = self.ntf_subscribers.subscribe(notifier_id, conn)
-        if previous is not None:
-            previous.ntf_subscriptions.discard(notifier_id)
-            self.events.add(previous, notifier_id, Event.NTF_END)
-
-    def end_notifier(self, notifier_id: bytes, event: Event) -> None:
-        subscriber = self.ntf_subscribers.remove(notifier_id)
-        if subscriber is not None:
-            subscriber.ntf_subscriptions.discard(notifier_id)
-            self.events.add(subscriber, notifier_id, event)
 
     # --- connections ------------------------------------------------------------------
 
@@ -219,28 +211,20 @@ class Router:
 
     async def _run_connection(self, conn: Connection) -> None:
         self.connections[conn.id] = conn
+        subscriber = self.subscriptions.open(conn)
         self.counters.connections_total += 1
         log.debug("%r connected", conn)
         try:
-            await conn.run(self.dispatcher.process_block, self.deliverer.delivery_loop)
+            await conn.run(self._serving, subscriber)
         finally:
-            self._cleanup(conn)
+            self._cleanup(subscriber)
         log.debug("%r closed: %s", conn, conn.close_reason or "done")
 
-    def _cleanup(self, conn: Connection) -> None:
-        """Forget the connection; registry entries only where it is still the subscriber."""
-        for rid, sub in conn.subscriptions.items():
-            if not sub.get_mode:
-                self.subscribers.unsubscribe(rid, conn)
-        conn.subscriptions.clear()
-        conn.deliveries.clear()
-        for nid in conn.ntf_subscriptions:
-            self.ntf_subscribers.unsubscribe(nid, conn)
-        conn.ntf_subscriptions.clear()
-        self.events.forget(conn)
-        self.services.forget(conn)
-        self.connections.pop(conn.id, None)
-        conn.close()
+    def _cleanup(self, subscriber: Subscriber) -> None:
+        """Forget the connection and every subscription it still holds."""
+        self.subscriptions.forget(subscriber)
+        self.connections.pop(subscriber.conn.id, None)
+        subscriber.conn.close()
 
     # --- operation (the control port) ---------------------------------------------------
 
@@ -263,9 +247,9 @@ class Router:
         await self.messages.delete_queue_messages(recipient_id)
         if removed.notifier is not None:
             self.notifications.forget(removed.notifier.notifier_id)
-        self._end_subscription(recipient_id, Event.DELETED)
+        self.subscriptions.end_queue(recipient_id, Event.DELETED)
         if removed.notifier is not None:
-            self.end_notifier(removed.notifier.notifier_id, Event.DELETED)
+            self.subscriptions.end_notifier(removed.notifier.notifier_id, Event.DELETED)
         self.blocked.remove(recipient_id)
         self.counters.queues_deleted += 1
         return True
@@ -275,17 +259,11 @@ class Router:
         if await self.queues.get_queue(Party.RECIPIENT, recipient_id) is None:
             return False
         self.blocked.add(recipient_id, reason)
-        self._end_subscription(recipient_id, Event.END)
+        self.subscriptions.end_queue(recipient_id, Event.END)
         return True
 
     def unblock_queue(self, recipient_id: bytes) -> bool:
         return self.blocked.remove(recipient_id)
-
-    def _end_subscription(self, recipient_id: bytes, event: Event) -> None:
-        subscriber = self.subscribers.remove(recipient_id)
-        if subscriber is not None:
-            subscriber.drop_subscription(recipient_id)
-            self.events.add(subscriber, recipient_id, event)
 
     def save_now(self) -> str:
         """Write the memory store's snapshot now; the durable stores are on disk already."""
@@ -304,8 +282,8 @@ class Router:
     def statistics(self) -> RouterStatistics:
         return self.counters.snapshot(
             connections=len(self.connections),
-            subscriptions=len(self.subscribers),
-            pending_deliveries=sum(len(conn.deliveries) for conn in self.connections.values()),
+            subscriptions=len(self.subscriptions),
+            pending_deliveries=self.subscriptions.pending_deliveries(),
         )
 
     def connection_task_counts(self) -> dict[int, int]:
@@ -318,6 +296,25 @@ class Router:
             if conn.session_id == session_id:
                 return conn
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Serving:
+    """How each connection's client is served (`Connection.run`): one for the
+    router, so that a connection costs no object of its own to join the parts."""
+
+    dispatcher: Dispatcher
+    deliverer: Deliverer
+    services: Services
+
+    def process_block(self, subscriber: Subscriber, block: bytes) -> Awaitable[list[bytes]]:
+        return self.dispatcher.process_block(subscriber, block)
+
+    def delivery_loop(self, subscriber: Subscriber) -> Awaitable[None]:
+        return self.deliverer.delivery_loop(subscriber, self.services)
+
+    def answered(self, subscriber: Subscriber) -> None:
+        subscriber.start_catch_up()
 
 
 @dataclass(frozen=True, slots=True)

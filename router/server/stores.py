@@ -15,7 +15,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import trio
 
-from store import SnapshotError, StoreKindMismatch, open_stores
+from store import SnapshotError, StoreKindMismatch, open_stores, store_options
 from store.factory import store_dir
 from store.interfaces import MessageStore, QueueStore, StoreError
 from store.sqlite import DB_FILE
@@ -35,10 +35,9 @@ async def open_router_stores(
     stack = AsyncExitStack()
     try:
         try:
+            options = store_options(config.store, fsync=config.fsync, **config.store_options)
             stores = await stack.enter_async_context(
-                open_stores(
-                    config.store, config.data_dir, fsync=config.fsync, **config.store_options
-                )
+                open_stores(config.store, config.data_dir, options)
             )
         except LogCorruptError as e:
             raise StoreOpenError(

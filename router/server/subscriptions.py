@@ -1,16 +1,27 @@
-"""Who is subscribed to what: per-connection `Sub` records, the router-wide
-registry of subscribers, and the batched END/DELD events of displaced ones.
+"""Who is subscribed to what: the one owner of every piece of subscription state.
 
 Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 
-- A connection's `subscriptions` map holds one `Sub` per queue it used SUB or
-  GET on. `delivered` is the gate of delivery: while it holds a message id,
-  nothing more is pushed for that queue until the ACK.
-- `SubscriberRegistry` maps each queue (or notifier) id to the one connection
-  subscribed to it router-wide. A SUB from another connection replaces the
-  entry; the displaced connection forgets its `Sub` at once and is told with
-  an END event. GET never enters the registry.
-- `PendingEvents` collects END/DELD per connection and one router task
+- Each connection has a `Subscriber`: the `Sub` of every queue it used SUB or
+  GET on, the notifier ids it NSUBed, its `deliveries` map (deliveries.py)
+  and the SUBS walk its delivery task does (`CatchUp`). The `Connection`
+  itself only does I/O.
+- Router-wide, each queue (or notifier) id names the one `Subscriber` that
+  holds it. A SUB from another connection replaces the entry; the displaced
+  one forgets its `Sub` at once and is told with an END event. GET never
+  enters the registry.
+- The invariant: a subscriber holds a queue's (non-GET) `Sub` exactly when
+  the registry names it for that queue. Only `_attach` and `_detach` (and
+  their notifier twins) change either side, so it is kept in this one place
+  whatever the operation: subscribe, end a queue, take a service over, forget
+  a connection.
+- `delivered` is the gate of delivery: while it holds a message id, nothing
+  more is pushed for that queue until the ACK (`can_push`, `may_push`,
+  `acknowledging`).
+- A service subscription (SUBS / NSUBS, services.py) is held by one
+  subscriber per service and side; it records the `Sub`s its walk made or
+  found, which a takeover ends with one ENDS.
+- `PendingEvents` collects END/DELD per subscriber and one router task
   flushes them every `end_batch_interval`, so that a burst of takeovers (a
   client reconnecting with thousands of queues) costs the old connection a few
   blocks, not thousands of separate writes. The flush never waits on a
@@ -21,18 +32,23 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
 import trio
 
 from router.protocol.codec import encode_response_transmission
-from router.protocol.types import DELD, END
+from router.protocol.types import DELD, END, ENDS
+from store.interfaces import Message, Party, StoreError
+
+from .deliveries import Deliveries
 
 if TYPE_CHECKING:
     from .connection import Connection
+    from .stats import Counters
 
 _END, _DELD = END(), DELD()
 # below it the router sends END where it would send DELD (docs/protocol.md#versions)
@@ -52,35 +68,132 @@ class Sub:
     scope: trio.CancelScope | None = None
 
 
+@dataclass(slots=True)
+class CatchUp:
+    """The walk of one SUBS over its service's queues, done by the delivery task."""
+
+    service_id: bytes
+    recipient_ids: list[bytes]
+    position: int = 0
+    delivered: int = 0  # messages this walk pushed
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self.recipient_ids)
+
+
+class Subscriber:
+    """One connection's subscriptions.
+
+    `queues` and `notifiers` mirror the router-wide registries and change only
+    through `Subscriptions`. `deliveries` gets an entry from delivery.py for a
+    queue `can_push` allows, and loses it when the queue leaves `queues`; the
+    delivery task works through it, and the SUBS walk (services.py) through
+    `catch_up`.
+    """
+
+    __slots__ = ("conn", "queues", "notifiers", "deliveries", "catch_up", "next_catch_up")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.queues: dict[bytes, Sub] = {}
+        self.notifiers: set[bytes] = set()  # notifier ids this connection NSUBed
+        self.deliveries = Deliveries()
+        self.catch_up: CatchUp | None = None  # a SUBS walk the delivery task is doing
+        self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
+
+    def __repr__(self) -> str:
+        return f"<Subscriber {self.conn!r} {len(self.queues)} queues>"
+
+    def is_subscribed(self, entity_id: bytes, notifier: bool) -> bool:
+        if notifier:
+            return entity_id in self.notifiers
+        sub = self.queues.get(entity_id)
+        return sub is not None and not sub.get_mode
+
+    def start_catch_up(self) -> None:
+        """Called once a block's answers are in the outbox: a SUBS among them may
+        now start its walk, whose messages thus follow its SOKS."""
+        if self.next_catch_up is not None:
+            self.catch_up, self.next_catch_up = self.next_catch_up, None
+            self.conn.wake_delivery()
+
+
 class SubscriberRegistry:
-    """Entity id -> the connection subscribed to it, router-wide."""
+    """Entity id -> the subscriber holding it, router-wide."""
 
     __slots__ = ("_subscribers",)
 
     def __init__(self) -> None:
-        self._subscribers: dict[bytes, Connection] = {}
+        self._subscribers: dict[bytes, Subscriber] = {}
 
     def __len__(self) -> int:
         return len(self._subscribers)
 
-    def get(self, entity_id: bytes) -> Connection | None:
+    def get(self, entity_id: bytes) -> Subscriber | None:
         return self._subscribers.get(entity_id)
 
-    def subscribe(self, entity_id: bytes, conn: Connection) -> Connection | None:
-        """Make `conn` the subscriber; returns the other connection it displaced, if any."""
+    def subscribe(self, entity_id: bytes, subscriber: Subscriber) -> Subscriber | None:
+        """Make `subscriber` the holder; returns the other one it displaced, if any."""
         previous = self._subscribers.get(entity_id)
-        self._subscribers[entity_id] = conn
-        return previous if previous is not conn else None
+        self._subscribers[entity_id] = subscriber
+        return previous if previous is not subscriber else None
 
-    def unsubscribe(self, entity_id: bytes, conn: Connection) -> bool:
-        """Remove the entry only if it is still `conn`'s (a newer subscriber keeps it)."""
-        if self._subscribers.get(entity_id) is not conn:
+    def unsubscribe(self, entity_id: bytes, subscriber: Subscriber) -> bool:
+        """Remove the entry only if it is still `subscriber`'s (a newer one keeps it)."""
+        if self._subscribers.get(entity_id) is not subscriber:
             return False
         del self._subscribers[entity_id]
         return True
 
-    def remove(self, entity_id: bytes) -> Connection | None:
+    def remove(self, entity_id: bytes) -> Subscriber | None:
         return self._subscribers.pop(entity_id, None)
+
+
+@dataclass(slots=True, eq=False)
+class ServiceSubscription:
+    """One subscriber's service subscription on one side.
+
+    It holds the `Sub` records the SUBS walk made or found (recipient side)
+    or the notifier ids NSUBS subscribed (notifier side). A takeover ends
+    exactly these with one ENDS; anything else the connection subscribed with
+    plain SUB / NSUB stays an individual subscription, which gets its own END
+    when it is taken.
+    """
+
+    subscriber: Subscriber
+    count: int  # the n of its SOKS
+    subs: set[Sub] = field(default_factory=set)  # recipient side
+    notifier_ids: set[bytes] = field(default_factory=set)  # notifier side
+
+
+class _ServiceRegistry:
+    """Service id -> its one service subscription, for one side."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[bytes, ServiceSubscription] = {}
+
+    def take_over(
+        self, service_id: bytes, subscriber: Subscriber, count: int
+    ) -> ServiceSubscription | None:
+        """Make `subscriber` the holder; the other one's subscription it replaces."""
+        previous = self._held.get(service_id)
+        if previous is not None and previous.subscriber is subscriber:
+            previous.count = count  # SUBS again: what the first one holds stays held
+            return None
+        self._held[service_id] = ServiceSubscription(subscriber, count)
+        return previous
+
+    def held_by(self, service_id: bytes, subscriber: Subscriber) -> ServiceSubscription | None:
+        held = self._held.get(service_id)
+        return held if held is not None and held.subscriber is subscriber else None
+
+    def forget(self, subscriber: Subscriber) -> None:
+        service_id = subscriber.conn.service_id
+        if service_id is not None and self.held_by(service_id, subscriber) is not None:
+            del self._held[service_id]
 
 
 class Event(Enum):
@@ -89,25 +202,252 @@ class Event(Enum):
     NTF_END = "ntf-end"  # displaced from a notifier subscription
 
 
+class Subscriptions:
+    """Every subscription of the router, and the operations that change them."""
+
+    __slots__ = (
+        "_counters", "_queues", "_notifiers", "_subscribers", "_services", "_acking",
+        "events", "on_subscribed",
+    )
+
+    def __init__(self, counters: Counters, end_batch_interval: float) -> None:
+        self._counters = counters
+        self._queues = SubscriberRegistry()  # recipient id -> subscriber
+        self._notifiers = SubscriberRegistry()  # notifier id -> subscriber
+        self._subscribers: dict[Connection, Subscriber] = {}
+        self._services = {Party.RECIPIENT: _ServiceRegistry(), Party.NOTIFIER: _ServiceRegistry()}
+        # Sub -> id of the message its ACK is deleting; at most one per connection,
+        # since a connection runs its commands one at a time.
+        self._acking: dict[Sub, bytes] = {}
+        self.events = PendingEvents(end_batch_interval)
+        # per-queue-task mode gives each new subscription its task (delivery.py)
+        self.on_subscribed: Callable[[Subscriber, Sub], None] | None = None
+
+    # --- looking up -------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Queues subscribed now, router-wide."""
+        return len(self._queues)
+
+    def subscriber_of(self, recipient_id: bytes) -> Subscriber | None:
+        return self._queues.get(recipient_id)
+
+    def notifier_connection(self, notifier_id: bytes) -> Connection | None:
+        subscriber = self._notifiers.get(notifier_id)
+        return None if subscriber is None else subscriber.conn
+
+    def subscriber_for(self, conn: Connection) -> Subscriber | None:
+        return self._subscribers.get(conn)
+
+    def pending_deliveries(self) -> int:
+        return sum(len(s.deliveries) for s in self._subscribers.values())
+
+    def service_held(self, subscriber: Subscriber, party: Party) -> ServiceSubscription | None:
+        """`subscriber`'s service subscription on `party`'s side, if it still holds it."""
+        service_id = subscriber.conn.service_id
+        if service_id is None:
+            return None
+        return self._services[party].held_by(service_id, subscriber)
+
+    def queue_state(self, subscriber: Subscriber, sub: Sub | None) -> str:
+        """The `qSubThread` of a QUE answer."""
+        if sub is None:
+            return "noSub"
+        if sub.get_mode:
+            return "prohibitSub"
+        if sub.recipient_id in subscriber.deliveries:
+            return "subPending"
+        return "subThread" if sub.scope is not None else "noSub"
+
+    # --- connections ------------------------------------------------------------------
+
+    def open(self, conn: Connection) -> Subscriber:
+        subscriber = self._subscribers[conn] = Subscriber(conn)
+        return subscriber
+
+    def forget(self, subscriber: Subscriber) -> None:
+        """The connection closed: registry entries go where it is still the holder."""
+        for rid in list(subscriber.queues):
+            self._detach(subscriber, rid)
+        for nid in list(subscriber.notifiers):
+            self._detach_notifier(subscriber, nid)
+        subscriber.deliveries.clear()
+        subscriber.catch_up = subscriber.next_catch_up = None
+        self.events.forget(subscriber)
+        for registry in self._services.values():
+            registry.forget(subscriber)
+        self._subscribers.pop(subscriber.conn, None)
+
+    # --- queues -----------------------------------------------------------------------
+
+    def subscribe(self, subscriber: Subscriber, recipient_id: bytes, box_key: bytes) -> Sub:
+        """Make `subscriber` the queue's one holder; the one it displaces gets END."""
+        sub = Sub(recipient_id, box_key)
+        previous = self._attach(subscriber, sub)
+        if previous is not None:
+            self._detach(previous, recipient_id)
+            self.events.add(previous, recipient_id, Event.END)
+            self._counters.subscriptions_displaced += 1
+        if self.on_subscribed is not None:
+            self.on_subscribed(subscriber, sub)
+        return sub
+
+    def subscribe_for_get(self, subscriber: Subscriber, recipient_id: bytes,
+                          box_key: bytes) -> Sub | None:
+        """The queue's GET-mode `Sub` here (made on first use); None if SUB holds it."""
+        sub = subscriber.queues.get(recipient_id)
+        if sub is None:
+            # GET mode: not registered router-wide, never pushed to, SUB prohibited here.
+            sub = subscriber.queues[recipient_id] = Sub(recipient_id, box_key, get_mode=True)
+        return sub if sub.get_mode else None
+
+    def send_again(self, subscriber: Subscriber, sub: Sub) -> None:
+        """SUB again on the same connection: the head goes out again (reference behaviour)."""
+        sub.delivered = None
+        subscriber.deliveries.discard(sub.recipient_id)
+
+    def end_queue(self, recipient_id: bytes, event: Event, by: Subscriber | None = None) -> None:
+        """Nobody holds the queue any more; its holder other than `by` gets `event`."""
+        if by is not None:
+            self._detach(by, recipient_id)
+        holder = self._queues.remove(recipient_id)
+        if holder is not None:
+            self._detach(holder, recipient_id)
+            self.events.add(holder, recipient_id, event)
+
+    def _attach(self, subscriber: Subscriber, sub: Sub) -> Subscriber | None:
+        subscriber.queues[sub.recipient_id] = sub
+        return self._queues.subscribe(sub.recipient_id, subscriber)
+
+    def _detach(self, subscriber: Subscriber, recipient_id: bytes) -> Sub | None:
+        """Forget the queue there: no more deliveries, its own task (if any) ends."""
+        sub = subscriber.queues.pop(recipient_id, None)
+        subscriber.deliveries.discard(recipient_id)
+        if sub is not None:
+            if not sub.get_mode:
+                self._queues.unsubscribe(recipient_id, subscriber)
+            if sub.scope is not None:
+                sub.scope.cancel()
+        return sub
+
+    # --- the delivery gate --------------------------------------------------------------
+
+    def can_push(self, subscriber: Subscriber, sub: Sub | None) -> bool:
+        """The queue is still `subscriber`'s, subscribed (not GET), and nothing is in flight."""
+        return (
+            sub is not None
+            and not sub.get_mode
+            and sub.delivered is None
+            and subscriber.queues.get(sub.recipient_id) is sub
+            and self._queues.get(sub.recipient_id) is subscriber
+        )
+
+    def may_push(self, subscriber: Subscriber, sub: Sub | None, head: Message) -> bool:
+        """`can_push`, and `head` is not the message an ACK of this queue is deleting."""
+        return self.can_push(subscriber, sub) and self._acking.get(sub) != head.msg_id  # type: ignore[arg-type]
+
+    def in_flight(self, sub: Sub, msg: Message) -> None:
+        """`msg` is being written to the subscriber: nothing more until its ACK."""
+        sub.delivered = (msg.msg_id, msg.ts)
+
+    @contextmanager
+    def acknowledging(self, subscriber: Subscriber, sub: Sub) -> Iterator[bytes]:
+        """An ACK deletes the message in flight (its id is yielded).
+
+        `delivered` is cleared first, so that a write committed meanwhile finds
+        the subscriber idle; until the delete returns, the message is never
+        pushed again. A delete the store refused leaves it in flight, so the
+        client may ACK it again.
+        """
+        delivered = sub.delivered
+        assert delivered is not None
+        sub.delivered = None
+        self._acking[sub] = delivered[0]
+        try:
+            yield delivered[0]
+        except StoreError:
+            if sub.delivered is None and subscriber.queues.get(sub.recipient_id) is sub:
+                sub.delivered = delivered
+            raise
+        finally:
+            del self._acking[sub]
+
+    # --- notifiers ----------------------------------------------------------------------
+
+    def subscribe_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> None:
+        previous = self._attach_notifier(subscriber, notifier_id)
+        if previous is not None:
+            self._detach_notifier(previous, notifier_id)
+            self.events.add(previous, notifier_id, Event.NTF_END)
+
+    def end_notifier(self, notifier_id: bytes, event: Event) -> None:
+        holder = self._notifiers.remove(notifier_id)
+        if holder is not None:
+            self._detach_notifier(holder, notifier_id)
+            self.events.add(holder, notifier_id, event)
+
+    def _attach_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> Subscriber | None:
+        subscriber.notifiers.add(notifier_id)
+        return self._notifiers.subscribe(notifier_id, subscriber)
+
+    def _detach_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> None:
+        subscriber.notifiers.discard(notifier_id)
+        self._notifiers.unsubscribe(notifier_id, subscriber)
+
+    # --- services (docs/protocol.md#services) -----------------------------------------
+
+    def take_over_service(
+        self, subscriber: Subscriber, party: Party, count: int
+    ) -> ServiceSubscription:
+        """Make `subscriber` its service's holder on `party`'s side; the previous
+        holder loses what its service subscription held and gets ENDS."""
+        service_id = subscriber.conn.service_id
+        assert service_id is not None  # the dispatcher lets SUBS / NSUBS through only then
+        registry = self._services[party]
+        previous = registry.take_over(service_id, subscriber, count)
+        if previous is not None:
+            self._end_service(previous, party)
+        held = registry.held_by(service_id, subscriber)
+        assert held is not None  # just taken over
+        return held
+
+    def _end_service(self, previous: ServiceSubscription, party: Party) -> None:
+        """Queues the connection subscribed with plain SUB (NSUB) stay its own until
+        the new walk takes them, which sends their END."""
+        subscriber = previous.subscriber
+        if party is Party.RECIPIENT:
+            subscriber.catch_up = subscriber.next_catch_up = None
+        for sub in previous.subs:
+            if subscriber.queues.get(sub.recipient_id) is sub:
+                self._detach(subscriber, sub.recipient_id)
+        for nid in previous.notifier_ids:
+            self._detach_notifier(subscriber, nid)
+        service_id = subscriber.conn.service_id
+        assert service_id is not None
+        subscriber.conn.push_events(
+            [encode_response_transmission(b"", service_id, ENDS(previous.count))]
+        )
+
+
 class PendingEvents:
-    """END / DELD waiting to be sent, grouped by connection, flushed by one task."""
+    """END / DELD waiting to be sent, grouped by subscriber, flushed by one task."""
 
     __slots__ = ("_interval", "_pending", "_ready")
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
-        self._pending: dict[Connection, list[tuple[bytes, Event]]] = {}
+        self._pending: dict[Subscriber, list[tuple[bytes, Event]]] = {}
         self._ready = trio.Event()
 
     def __len__(self) -> int:
         return sum(len(events) for events in self._pending.values())
 
-    def add(self, conn: Connection, entity_id: bytes, event: Event) -> None:
-        self._pending.setdefault(conn, []).append((entity_id, event))
+    def add(self, subscriber: Subscriber, entity_id: bytes, event: Event) -> None:
+        self._pending.setdefault(subscriber, []).append((entity_id, event))
         self._ready.set()
 
-    def forget(self, conn: Connection) -> None:
-        self._pending.pop(conn, None)
+    def forget(self, subscriber: Subscriber) -> None:
+        self._pending.pop(subscriber, None)
 
     async def run(self) -> None:
         while True:
@@ -118,8 +458,9 @@ class PendingEvents:
     def flush(self) -> None:
         self._ready = trio.Event()
         pending, self._pending = self._pending, {}
-        for conn, events in pending.items():
-            transmissions = encode_events(conn.version, events, conn.is_subscribed)
+        for subscriber, events in pending.items():
+            conn = subscriber.conn
+            transmissions = encode_events(conn.version, events, subscriber.is_subscribed)
             if transmissions and not conn.closed:
                 conn.push_events(transmissions)
 

@@ -40,9 +40,9 @@ async def agents_reconnect_together(tmp_path, n_agents: int, per_agent: int) -> 
             for share, log in zip(shares, logs, strict=True):
                 assert all(log.history[q.rid] == ["UP", "DOWN", "UP"] for q in share)
             # Exactly one subscriber per queue: the connection of the agent that holds it.
-            registry = router.info.router.subscribers
+            registry = router.info.router.subscriptions
             assert len(registry) == len(queues)
-            owners = [{registry.get(q.rid) for q in share} for share in shares]
+            owners = [{registry.subscriber_of(q.rid) for q in share} for share in shares]
             assert all(len(o) == 1 and None not in o for o in owners)
             assert len(set.union(*owners)) == n_agents
             assert router.info.router.statistics().connections == n_agents

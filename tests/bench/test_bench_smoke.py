@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -33,7 +34,10 @@ def test_memory_writes_per_subscription_figures_for_both_modes(results_in: Path)
     summary = memory.run((200,), repeats=1, max_connections=4)
     row = _figures(results_in, "memory")["summary"][0]
     assert row["size"] == 200 and summary[0]["connections"] == 4
-    assert row["single-task"]["traced_per_subscription"] > 0
+    # At 200 subscriptions a single-task figure is a few bytes and may come out below
+    # zero from unrelated frees; a task per queue costs kilobytes more, well above that.
+    single, per_queue = row["single-task"], row["per-queue-task"]
+    assert per_queue["traced_per_subscription"] > single["traced_per_subscription"] + 1000
     assert row["per-queue-task"]["tasks"] > row["single-task"]["tasks"]
     assert (results_in / "memory.png").read_bytes()[:8] == PNG
 
@@ -62,7 +66,12 @@ def test_burst_drains_every_message_in_both_modes(results_in: Path):
 def test_scale_writes_a_projection_and_a_plot(results_in: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(scale, "IDLE_CONNECTIONS", 3)
     result = scale.run((200, 400), repeats=1)
-    assert _figures(results_in, "scale")["projection"]["single-task"]["memory_gib"] > 0
+    projection = _figures(results_in, "scale")["projection"]
+    # RSS at 200 and 400 subscriptions is too close for the fitted slope to have a
+    # reliable sign; what the smoke run can show is a finite projection per mode and
+    # the task counts of the two designs.
+    assert all(math.isfinite(projection[mode]["memory_gib"]) for mode in scale.MODES)
+    assert projection["per-queue-task"]["trio_tasks"] > projection["single-task"]["trio_tasks"]
     assert result["summary"][1]["single-task"]["drain_msgs_per_s"] > 0
     assert (results_in / "scale.png").stat().st_size > 0
 

@@ -213,11 +213,11 @@ async def _check(run: Run) -> list[str]:
         stored = [m async for m in router.messages.iter_messages(rid)]
         name = rid.hex()[:8]
         problems += _check_stored(name, stored, run.ledger.sent.get(rid, set()), acked_bodies)
-        conn = router.subscribers.get(rid)
-        if conn is None:
+        holder = router.subscriptions.subscriber_of(rid)
+        if holder is None:
             continue
-        rec = by_session.get(conn.session_id)
-        sub = conn.subscriptions[rid]
+        rec = by_session.get(holder.conn.session_id)
+        sub = holder.queues[rid]
         held = None if rec is None else rec.view(rid).in_flight
         delivered = None if sub.delivered is None else sub.delivered[0]
         stored_ids = [m.msg_id for m in stored]
@@ -229,17 +229,19 @@ async def _check(run: Run) -> list[str]:
             problems.append(f"{name}: the message in flight is not the head")
         if delivered is None and held in stored_ids:
             problems.append(f"{name}: the client holds a message the router does not count")
-        if rid in conn.deliveries:
+        if rid in holder.deliveries:
             problems.append(f"{name}: still waiting in the deliveries map")
     for rec in run.subscribers.values():
         for rid, view in rec.views.items():
-            conn = router.subscribers.get(rid)
+            holder = router.subscriptions.subscriber_of(rid)
+            conn = None if holder is None else holder.conn
             mine = conn is not None and conn.session_id == rec.session_id
             if view.end_overtook:
                 continue  # it cannot know whether it is still subscribed (QueueView)
             if view.in_flight is not None and rid not in run.ledger.deleted and not mine:
                 owner = None if conn is None else by_session.get(conn.session_id)
-                own = router.connection_for_session(rec.session_id)
+                own_conn = router.connection_for_session(rec.session_id)
+                own = None if own_conn is None else router.subscriptions.subscriber_for(own_conn)
                 others = "; ".join(
                     f"{r.name}: {' '.join(r.view(rid).history)}" for r in run.subscribers.values()
                     if r is not rec
@@ -248,7 +250,7 @@ async def _check(run: Run) -> list[str]:
                     f"{rec.name}: holds a message of {rid.hex()[:8]} unsubscribed"
                     f" (after: {'; '.join(view.history)}) registry: "
                     f"{None if owner is None else owner.name}, own sub: "
-                    f"{None if own is None else own.subscriptions.get(rid)}; {others}"
+                    f"{None if own is None else own.queues.get(rid)}; {others}"
                 )
     return problems
 

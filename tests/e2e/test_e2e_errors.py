@@ -1,6 +1,6 @@
 """Bad input only a socket can carry: a WebSocket message that is not one block, a text
 message, a client library that finds no common version. The router's answers to bad
-blocks, commands and hellos are tested without a socket in tests/router/test_errors.py."""
+blocks, commands and hellos are tested without a socket in tests/router/test_router_errors.py."""
 
 from __future__ import annotations
 

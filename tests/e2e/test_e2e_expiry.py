@@ -1,5 +1,5 @@
 """Message expiration when a router starts on a store that holds old messages. The
-periodic pass and expiry on SEND are tested at the router in tests/router/test_expiry.py."""
+periodic pass and expiry on SEND are tested at the router in tests/router/test_router_expiry.py."""
 
 from __future__ import annotations
 

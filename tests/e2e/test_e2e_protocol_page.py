@@ -314,7 +314,7 @@ async def test_a_takeover_sends_one_ends_for_the_walked_queues_and_an_end_for_a_
             assert await first.next_event() == ServiceEndEvent(first.service_id, 2)
             assert await second.next_event() == AllReceivedEvent()
             assert await first.next_event() == EndEvent(plain.recipient_id)
-            info.router.events.flush()  # any END still gathering goes out now
+            info.router.subscriptions.events.flush()  # any END still gathering goes out now
             await assert_no_more_events(first)  # no END for the walked queues
             await first.send(plain.sender_id, b"for the new subscriber")
             event = await second.next_event()
@@ -338,5 +338,5 @@ async def test_a_notifier_takeover_sends_one_ends_and_an_end_for_a_plain_nsub(on
             assert await second.subscribe_service_notifications() == 2
             assert await first.next_event() == ServiceEndEvent(first.service_id, 1)
             assert await first.next_event() == EndEvent(plain_creds.notifier_id)
-            one_router.router.events.flush()
+            one_router.router.subscriptions.events.flush()
             await assert_no_more_events(first)

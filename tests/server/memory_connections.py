@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from router.protocol.handshake import ServiceProof
 from router.server.connection import Connection
 from router.server.transport import Handshake, memory_block_pair
 
 
-def connection(conn_id: int, send_queue_size: int = 1, version: int = 10) -> Connection:
-    """A connection past its handshake, not running: what it would send stays in its
-    outbox for the test to read. Call from inside a Trio run."""
+def connection(
+    conn_id: int, send_queue_size: int = 1, version: int = 10,
+    service: ServiceProof | None = None,
+) -> Connection:
+    """A connection past its handshake (with `service` proven in it, if given), not
+    running: what it would send stays in its outbox for the test to read."""
     _, served = memory_block_pair()
-    return Connection(conn_id, served, Handshake(version, b"s" * 32, None, None), send_queue_size)
+    handshake = Handshake(version, bytes([conn_id % 256]) * 32, None, service)
+    return Connection(conn_id, served, handshake, send_queue_size)

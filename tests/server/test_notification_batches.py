@@ -37,7 +37,7 @@ def opened(batch: list[bytes], c: NotifierCreds) -> list[tuple[bytes, int]]:
 
 def setup(**kwargs: object) -> tuple[Notifications, SubscriberRegistry]:
     registry = SubscriberRegistry()
-    return Notifications(registry, 0.01, clock=lambda: NOW, **kwargs), registry  # type: ignore
+    return Notifications(registry.get, 0.01, clock=lambda: NOW, **kwargs), registry  # type: ignore
 
 
 async def test_notifications_wait_for_a_subscriber_and_go_out_in_one_batch_after_nsub():

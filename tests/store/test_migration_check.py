@@ -18,7 +18,7 @@ from store import (
     open_stores,
     read_store_kind,
 )
-from store.factory import store_opener
+from store.factory import StoreKind, store_opener
 
 
 def record() -> QueueRecord:
@@ -55,7 +55,7 @@ async def test_a_copy_that_lost_a_message_is_refused_and_the_directory_keeps_its
         async with real(store_dir, options) as stores:
             yield Stores(stores.kind, stores.queues, _DropsOne(stores.messages), store_dir)
 
-    monkeypatch.setitem(STORE_KINDS, "memory", lossy)
+    monkeypatch.setitem(STORE_KINDS, "memory", StoreKind(lossy))
     with pytest.raises(MigrationCheckError, match="message count"):
         await migrate_store(tmp_path, "memory")
     assert read_store_kind(tmp_path) == "journal"

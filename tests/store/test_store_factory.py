@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,12 +14,14 @@ import trio
 from store import (
     KIND_FILE,
     STORE_KINDS,
+    FsyncPolicy,
     MemoryMessageStore,
     MemoryQueueStore,
     Message,
     NotifierCreds,
     Party,
     QueueRecord,
+    SqliteOptions,
     StoreKindMismatch,
     StoreOptions,
     Stores,
@@ -27,6 +30,7 @@ from store import (
     open_stores,
     read_store_kind,
     register_store_kind,
+    store_options,
 )
 
 
@@ -169,22 +173,39 @@ async def test_migrating_to_the_current_kind_copies_nothing(tmp_path):
     assert await migrate_store(tmp_path, "memory") == (0, 0)
 
 
-async def test_a_registered_kind_is_opened_with_its_directory_and_options(tmp_path):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LevelOptions(StoreOptions):
+    level: int = 0
+
+
+async def test_a_registered_kind_is_opened_with_its_directory_and_typed_options(tmp_path):
     seen: list[tuple[Path | None, StoreOptions]] = []
 
     @asynccontextmanager
     async def open_test_stores(
-        store_dir: Path | None, options: StoreOptions
+        store_dir: Path | None, options: LevelOptions
     ) -> AsyncIterator[Stores]:
         seen.append((store_dir, options))
         yield Stores("test-kind", MemoryQueueStore(), MemoryMessageStore(), store_dir)
 
-    register_store_kind("test-kind", open_test_stores)
+    register_store_kind("test-kind", open_test_stores, LevelOptions)
     try:
         async with open_stores("test-kind", tmp_path, fsync="never", level=3) as stores:
             assert stores.kind == "test-kind"
+        with pytest.raises(ValueError, match="the test-kind store has no setting depth"):
+            async with open_stores("test-kind", tmp_path, depth=3):
+                pass
     finally:
         del STORE_KINDS["test-kind"]
     ((store_dir, options),) = seen
     assert store_dir == tmp_path / "test-kind-store"
-    assert options.fsync == "never" and options.settings == {"level": 3}
+    assert options == LevelOptions(fsync=FsyncPolicy.NEVER, level=3)
+
+
+def test_each_kind_takes_only_its_own_settings():
+    assert store_options("sqlite", cache_size=10) == SqliteOptions(cache_size=10)
+    assert store_options("journal", fsync="always").fsync is FsyncPolicy.ALWAYS
+    with pytest.raises(ValueError, match="the memory store has no setting cache_size"):
+        store_options("memory", cache_size=10)
+    with pytest.raises(ValueError, match="fsync must be one of never, batch, always"):
+        store_options("journal", fsync="sometimes")

@@ -14,22 +14,18 @@ import trio
 from store import storelog
 from store._logfile import encode_line, line_payload
 from store.interfaces import NotifierCreds, Party, QueueRecord, QueueStatus, StoreError
-from store.storelog import (
+from store.queue_table import (
     AddNotifier,
     CreateQueue,
     DeleteNotifier,
     DeleteQueue,
     SecureQueue,
     SetService,
-    StoreLogQueueStore,
     SuspendQueue,
-    backups_of,
-    compact_records,
-    decode_record,
-    encode_record,
-    open_store_log,
     replay,
 )
+from store.storelog import StoreLogQueueStore, backups_of, open_store_log
+from store.storelog_format import compact_records, decode_record, encode_record
 
 
 def new_id() -> bytes:

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from store._logfile import LogCorruptError, encode_line, line_payload, write_synced
+from store._logfile import LogCorruptError, encode_line, line_payload
+from store.durable import write_synced
 from store.interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
+from store.queue_table import replay
 from store.storelog import (
     StoreLogError,
     _backup_path,
@@ -19,7 +21,6 @@ from store.storelog import (
     compact_records,
     decode_record,
     open_store_log,
-    replay,
 )
 
 

@@ -13,17 +13,9 @@ from pipeline.synth import synthetic_lines
 from store import _logfile, storelog
 from store._logfile import encode_line
 from store.interfaces import QueueRecord
-from store.storelog import (
-    CreateQueue,
-    DeleteQueue,
-    backups_of,
-    compact_records,
-    encode_record,
-    iter_snapshot_lines,
-    open_log,
-    replay,
-    snapshot_lines,
-)
+from store.queue_table import CreateQueue, DeleteQueue, replay
+from store.storelog import backups_of, iter_snapshot_lines, open_log
+from store.storelog_format import compact_records, encode_record, snapshot_lines
 
 
 def write_lines(path: Path, lines: list[str]) -> None:

@@ -1,0 +1,28 @@
+"""What the dispatcher hands to the command handlers: a verified command, and the
+`ERR` transmission both of them answer failures with (docs/protocol.md#transmissions).
+
+Its own module so that the dispatcher, which holds the handlers, and the
+handlers, which take its output, both import it and not each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.protocol.codec import encode_response_transmission
+from router.protocol.types import ERR, Command, ErrorType
+from store.interfaces import QueueRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """A command whose credentials and authorization passed; `queue` as looked up."""
+
+    corr_id: bytes
+    entity_id: bytes
+    command: Command
+    queue: QueueRecord | None
+
+
+def error_transmission(corr_id: bytes, entity_id: bytes, error: ErrorType) -> bytes:
+    return encode_response_transmission(corr_id, entity_id, ERR(error))

@@ -1,0 +1,32 @@
+"""The "journal" store kind: `queues.log` (the store log) and `messages/` (the journal)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from .journal import open_journal
+from .kinds import JournalOptions, Stores
+from .storelog import open_store_log
+
+
+@asynccontextmanager
+async def open_journal_stores(
+    store_dir: Path | None, options: JournalOptions
+) -> AsyncIterator[Stores]:
+    """Both stores in `store_dir`, with one fsync policy."""
+    if store_dir is None:
+        raise ValueError("the journal store needs a data directory")
+    o = options
+    async with open_store_log(
+        store_dir / "queues.log",
+        fsync=o.fsync, backups=o.backups, skip_corrupt=o.skip_corrupt, window=o.window,
+    ) as queues:
+        async with open_journal(
+            store_dir / "messages",
+            fsync=o.fsync, window=o.window, rotate_after=o.rotate_after,
+            max_open_files=o.max_open_files, compact_state_at=o.compact_state_at,
+            skip_corrupt=o.skip_corrupt,
+        ) as messages:
+            yield Stores("journal", queues, messages, store_dir)

@@ -1,0 +1,421 @@
+"""The queue table every queue store shares: its changes, its fold and its rules.
+
+A change to a queue is a typed record (`CreateQueue`, `SecureQueue`, ...);
+`step` is the pure function that gives a queue after a change, and
+`QueueTable.apply` the only code that changes a table of queues. The rules a
+change must pass (DUPLICATE for a taken id, AUTH for a queue that is not
+there, a sender key set once) are the `decide_*` functions: each looks at the
+queue as it is and returns the change to make, the error to answer, or None
+when there is nothing to do.
+
+Every queue store uses the same three pieces: the memory store decides and
+applies; the store log decides, appends the change to its file, then
+applies; SQLite decides against its cached record, writes `step`'s result to
+its row, and keeps its cache in a `QueueTable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    MutableMapping,
+)
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from router.protocol.types import AUTH, ErrorType
+
+from .interfaces import DUPLICATE, NotifierCreds, Party, QueueRecord, QueueStatus
+
+# --- changes ----------------------------------------------------------------------
+#
+# Each change knows what it makes of its queue (`after`): a method of the
+# change rather than one function testing its type, and plain (not frozen)
+# dataclasses, because the memory store makes and applies one on every command
+# and a frozen dataclass takes several times as long to make. Nothing changes
+# a change once made.
+
+
+@dataclass(slots=True)
+class CreateQueue:
+    record: QueueRecord  # the whole record; its updated_at is the time of the change
+
+    @property
+    def recipient_id(self) -> bytes:
+        return self.record.recipient_id
+
+    def after(self, old: QueueRecord | None) -> QueueRecord:
+        return self.record  # whatever was there
+
+
+class _Update:
+    """A change to a queue that exists: a queue that is not there stays absent."""
+
+    __slots__ = ()
+    ts: int
+
+    def after(self, old: QueueRecord | None) -> QueueRecord | None:
+        return None if old is None else replace(old, updated_at=self.ts, **self.changed())
+
+    def changed(self) -> dict[str, Any]:
+        """The fields of the queue record this change sets, besides updated_at."""
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class SecureQueue(_Update):
+    ts: int
+    recipient_id: bytes
+    sender_key: bytes
+
+    def changed(self) -> dict[str, Any]:
+        return {"sender_key": self.sender_key}
+
+
+@dataclass(slots=True)
+class AddNotifier(_Update):
+    ts: int
+    recipient_id: bytes
+    notifier: NotifierCreds
+
+    def changed(self) -> dict[str, Any]:
+        # A new notifier starts without a service: the old association was for the old id.
+        return {"notifier": self.notifier, "ntf_service_id": None}
+
+
+@dataclass(slots=True)
+class DeleteNotifier(_Update):
+    ts: int
+    recipient_id: bytes
+
+    def changed(self) -> dict[str, Any]:
+        return {"notifier": None, "ntf_service_id": None}
+
+
+@dataclass(slots=True)
+class SuspendQueue(_Update):
+    ts: int
+    recipient_id: bytes
+
+    def changed(self) -> dict[str, Any]:
+        return {"status": QueueStatus.OFF}
+
+
+@dataclass(slots=True)
+class SetService(_Update):
+    ts: int
+    recipient_id: bytes
+    party: Party  # RECIPIENT or NOTIFIER
+    service_id: bytes | None
+
+    def changed(self) -> dict[str, Any]:
+        side = "rcv_service_id" if self.party is Party.RECIPIENT else "ntf_service_id"
+        return {side: self.service_id}
+
+
+@dataclass(slots=True)
+class DeleteQueue:
+    ts: int
+    recipient_id: bytes
+
+    def after(self, old: QueueRecord | None) -> None:
+        return None
+
+
+LogRecord = (
+    CreateQueue
+    | SecureQueue
+    | AddNotifier
+    | DeleteNotifier
+    | SuspendQueue
+    | SetService
+    | DeleteQueue
+)
+
+
+def step(old: QueueRecord | None, rec: LogRecord) -> QueueRecord | None:
+    """The queue `rec.recipient_id` after `rec`, given what it was (None: no queue).
+
+    A change to a queue that does not exist leaves it absent; `create` replaces
+    whatever was there. A log the store wrote never relies on either rule.
+    """
+    return rec.after(old)
+
+
+# --- the table ---------------------------------------------------------------------
+
+
+class QueueTable:
+    """Queue records by recipient id, with the reverse indexes lookups need.
+
+    `apply` changes it by a record of the log; `put` and `drop` set or remove a
+    whole record (a cache that loads records from elsewhere). The indexes are
+    derived from the records: a change removes the old record's entries and
+    adds the new's. `queues` may be any mapping (SQLite passes an OrderedDict
+    to keep its records in the order they were used).
+    """
+
+    __slots__ = ("queues", "senders", "notifiers", "rcv_services", "ntf_services")
+
+    def __init__(self, queues: MutableMapping[bytes, QueueRecord] | None = None) -> None:
+        self.queues: MutableMapping[bytes, QueueRecord] = {} if queues is None else queues
+        self.senders: dict[bytes, bytes] = {}  # sender id -> recipient id
+        self.notifiers: dict[bytes, bytes] = {}  # notifier id -> recipient id
+        self.rcv_services: dict[bytes, set[bytes]] = {}  # service id -> recipient ids
+        self.ntf_services: dict[bytes, set[bytes]] = {}
+
+    def apply(self, rec: LogRecord) -> None:
+        rid = rec.recipient_id
+        queues = self.queues
+        old = queues.get(rid)
+        new = rec.after(old)
+        if old is not None and new is not None and _same_index(old, new):
+            queues[rid] = new  # most changes leave every id and service as it was
+            return
+        if old is not None:
+            del queues[rid]
+            self._unindex(old)
+        if new is not None:
+            queues[rid] = new
+            self._index(new)
+
+    def put(self, rec: QueueRecord) -> None:
+        """Hold `rec` as its queue's record, replacing any record held for it."""
+        self.drop(rec.recipient_id)
+        self.queues[rec.recipient_id] = rec
+        self._index(rec)
+
+    def drop(self, rid: bytes) -> QueueRecord | None:
+        """Stop holding the queue's record; returns it (None if none was held)."""
+        old = self.queues.pop(rid, None)
+        if old is not None:
+            self._unindex(old)
+        return old
+
+    def get(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        if party is Party.RECIPIENT:
+            return self.queues.get(entity_id)
+        rid = (self.senders if party is Party.SENDER else self.notifiers).get(entity_id)
+        return None if rid is None else self.queues.get(rid)
+
+    def taken(self, party: Party, entity_id: bytes) -> bool:
+        if party is Party.RECIPIENT:
+            return entity_id in self.queues
+        return entity_id in (self.senders if party is Party.SENDER else self.notifiers)
+
+    def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+        index = self.rcv_services if party is Party.RECIPIENT else self.ntf_services
+        return [self.queues[rid] for rid in index.get(service_id, ())]
+
+    def records(self) -> Iterator[QueueRecord]:
+        return iter(self.queues.values())
+
+    def _index(self, rec: QueueRecord) -> None:
+        rid = rec.recipient_id
+        self.senders[rec.sender_id] = rid
+        _add(self.rcv_services, rec.rcv_service_id, rid)
+        if rec.notifier is not None:
+            self.notifiers[rec.notifier.notifier_id] = rid
+            _add(self.ntf_services, rec.ntf_service_id, rid)
+
+    def _unindex(self, rec: QueueRecord) -> None:
+        rid = rec.recipient_id
+        if self.senders.get(rec.sender_id) == rid:
+            del self.senders[rec.sender_id]
+        _discard(self.rcv_services, rec.rcv_service_id, rid)
+        if rec.notifier is not None:
+            if self.notifiers.get(rec.notifier.notifier_id) == rid:
+                del self.notifiers[rec.notifier.notifier_id]
+            _discard(self.ntf_services, rec.ntf_service_id, rid)
+
+
+def _same_index(old: QueueRecord, new: QueueRecord) -> bool:
+    """The two records have the same entries in every index."""
+    return (
+        old.sender_id == new.sender_id
+        and old.notifier is new.notifier
+        and old.rcv_service_id == new.rcv_service_id
+        and old.ntf_service_id == new.ntf_service_id
+    )
+
+
+def _add(index: dict[bytes, set[bytes]], key: bytes | None, rid: bytes) -> None:
+    if key is not None:
+        index.setdefault(key, set()).add(rid)
+
+
+def _discard(index: dict[bytes, set[bytes]], key: bytes | None, rid: bytes) -> None:
+    rids = index.get(key) if key is not None else None
+    if rids is not None:
+        rids.discard(rid)
+        if not rids:
+            del index[key]
+
+
+def replay(records: Iterable[LogRecord]) -> QueueTable:
+    """The state a log describes: the fold of `step` over its records, from no queues."""
+    table = QueueTable()
+    for rec in records:
+        table.apply(rec)
+    return table
+
+
+# --- the rules ------------------------------------------------------------------------
+
+
+class IdIndex(Protocol):
+    """What the rules ask of a store: is this id of this party in use by a live queue?"""
+
+    def taken(self, party: Party, entity_id: bytes) -> bool: ...
+
+
+Decision = LogRecord | ErrorType | None  # the change to make, the answer, or nothing to do
+
+
+def decide_create(ids: IdIndex, record: QueueRecord) -> CreateQueue | ErrorType:
+    notifier = record.notifier
+    if (
+        ids.taken(Party.RECIPIENT, record.recipient_id)
+        or ids.taken(Party.SENDER, record.sender_id)
+        or (notifier is not None and ids.taken(Party.NOTIFIER, notifier.notifier_id))
+    ):
+        return DUPLICATE
+    return CreateQueue(record)
+
+
+def decide_secure(
+    rec: QueueRecord | None, sender_key: bytes, now: int
+) -> SecureQueue | ErrorType | None:
+    """The sender key is set once; the same key again is fine, another is AUTH."""
+    if rec is None:
+        return AUTH
+    if rec.sender_key is not None:
+        return None if rec.sender_key == sender_key else AUTH
+    return SecureQueue(now, rec.recipient_id, sender_key)
+
+
+def decide_add_notifier(
+    ids: IdIndex, rec: QueueRecord | None, creds: NotifierCreds, now: int
+) -> AddNotifier | ErrorType:
+    if rec is None:
+        return AUTH
+    if ids.taken(Party.NOTIFIER, creds.notifier_id):
+        return DUPLICATE
+    return AddNotifier(now, rec.recipient_id, creds)
+
+
+def decide_delete_notifier(rec: QueueRecord | None, now: int) -> DeleteNotifier | None:
+    if rec is None or rec.notifier is None:
+        return None
+    return DeleteNotifier(now, rec.recipient_id)
+
+
+def decide_suspend(rec: QueueRecord | None, now: int) -> SuspendQueue | ErrorType | None:
+    if rec is None:
+        return AUTH
+    return None if rec.status is QueueStatus.OFF else SuspendQueue(now, rec.recipient_id)
+
+
+def decide_set_service(
+    rec: QueueRecord | None, party: Party, service_id: bytes | None, now: int
+) -> SetService | ErrorType:
+    check_service_party(party)
+    if rec is None or (party is Party.NOTIFIER and rec.notifier is None):
+        return AUTH
+    return SetService(now, rec.recipient_id, party, service_id)
+
+
+def check_service_party(party: Party) -> None:
+    if party not in (Party.RECIPIENT, Party.NOTIFIER):
+        raise ValueError(f"a service covers the recipient or notifier side, not {party}")
+
+
+def decide_delete(rec: QueueRecord | None, now: int) -> DeleteQueue | ErrorType:
+    return AUTH if rec is None else DeleteQueue(now, rec.recipient_id)
+
+
+# --- a queue store over a table ---------------------------------------------------------
+
+
+class TableQueueStore:
+    """The QueueStore operations over a `QueueTable`, by the rules above.
+
+    A change the rules allow is recorded (`_record`: nothing for the memory
+    store, a line appended to the store log), applied to the table, and then,
+    if the store has a `_durable` wait, made durable. Nothing from the rule's
+    look at the table to the change itself may checkpoint, so the table
+    cannot move in between.
+    """
+
+    __slots__ = ()
+
+    _table: QueueTable
+    _clock: Callable[[], float]
+    _durable: Callable[[], Awaitable[None]] | None = None
+
+    def _record(self, change: LogRecord) -> None:
+        return None
+
+    async def _make(self, decision: Decision) -> ErrorType | None:
+        if decision is None or isinstance(decision, ErrorType):
+            return decision
+        self._record(decision)
+        self._table.apply(decision)
+        if self._durable is not None:
+            await self._durable()
+        return None
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    def _queue(self, recipient_id: bytes) -> QueueRecord | None:
+        return self._table.queues.get(recipient_id)
+
+    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
+        return await self._make(decide_create(self._table, record))
+
+    async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        return self._table.get(party, entity_id)
+
+    async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
+        return await self._make(decide_secure(self._queue(recipient_id), sender_key, self._now()))
+
+    async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
+        rec = self._queue(recipient_id)
+        return await self._make(decide_add_notifier(self._table, rec, creds, self._now()))
+
+    async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
+        rec = self._queue(recipient_id)
+        await self._make(decide_delete_notifier(rec, self._now()))
+        return None if rec is None else rec.notifier
+
+    async def suspend_queue(self, recipient_id: bytes) -> ErrorType | None:
+        return await self._make(decide_suspend(self._queue(recipient_id), self._now()))
+
+    async def set_service(
+        self, recipient_id: bytes, party: Party, service_id: bytes | None
+    ) -> ErrorType | None:
+        rec = self._queue(recipient_id)
+        return await self._make(decide_set_service(rec, party, service_id, self._now()))
+
+    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+        return self._table.service_queues(service_id, party)
+
+    async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
+        rec = self._queue(recipient_id)
+        error = await self._make(decide_delete(rec, self._now()))
+        if rec is None or error is not None:
+            return error or AUTH
+        return rec
+
+    async def iter_queues(self) -> AsyncIterator[QueueRecord]:
+        # A snapshot, so callers may await (and other tasks may change the store) meanwhile.
+        for rec in list(self._table.queues.values()):
+            yield rec
+
+    async def queue_count(self) -> int:
+        return len(self._table.queues)

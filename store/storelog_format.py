@@ -1,0 +1,206 @@
+"""The store log's line format (docs/store-log.md): a change as one line of text.
+
+`encode_record` and `decode_record` turn a change of the queue table
+(store/queue_table.py) into a line's payload and back; `compact_records` is
+the reference compactor, pure, that any other compactor (the Spark pipeline)
+must equal line for line.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable
+from typing import TypeVar
+
+from ._logfile import encode_line, line_payload
+from .interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
+from .queue_table import (
+    AddNotifier,
+    CreateQueue,
+    DeleteNotifier,
+    DeleteQueue,
+    LogRecord,
+    QueueTable,
+    SecureQueue,
+    SetService,
+    SuspendQueue,
+    replay,
+)
+
+E = TypeVar("E")
+_INT = re.compile(r"-?[0-9]+")
+_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
+_STATUS = {QueueStatus.ACTIVE: "active", QueueStatus.OFF: "off"}
+_STATUS_BY_NAME = {v: k for k, v in _STATUS.items()}
+_PARTY = {Party.RECIPIENT: "r", Party.NOTIFIER: "n"}
+_PARTY_BY_NAME = {v: k for k, v in _PARTY.items()}
+_FIELDS = {  # every field a record may have, in the order they are written
+    "create": (
+        "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc",
+        "ts rid sid rkey rdh secure status",
+    ),
+    "secure": ("ts rid skey", "ts rid skey"),
+    "add_notifier": ("ts rid nid nkey ndh", "ts rid nid nkey ndh"),
+    "delete_notifier": ("ts rid", "ts rid"),
+    "suspend": ("ts rid", "ts rid"),
+    "set_service": ("ts rid party svc", "ts rid party"),
+    "delete": ("ts rid", "ts rid"),
+}
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    if not _B64.fullmatch(text) or len(text) % 4:
+        raise ValueError(f"not padded base64url: {text[:20]!r}")
+    return base64.b64decode(text, altchars=b"-_", validate=True)
+
+
+def _create_fields(r: QueueRecord) -> list[tuple[str, str | None]]:
+    n = r.notifier
+    return [
+        ("ts", str(r.updated_at)),
+        ("rid", b64(r.recipient_id)),
+        ("sid", b64(r.sender_id)),
+        ("rkey", b64(r.recipient_key)),
+        ("rdh", b64(r.rcv_dh_secret)),
+        ("skey", None if r.sender_key is None else b64(r.sender_key)),
+        ("secure", "1" if r.snd_secure else "0"),
+        ("status", _STATUS[r.status]),
+        ("nid", None if n is None else b64(n.notifier_id)),
+        ("nkey", None if n is None else b64(n.notifier_key)),
+        ("ndh", None if n is None else b64(n.rcv_ntf_dh_secret)),
+        ("rsvc", None if r.rcv_service_id is None else b64(r.rcv_service_id)),
+        ("nsvc", None if r.ntf_service_id is None else b64(r.ntf_service_id)),
+    ]
+
+
+def _fields(rec: LogRecord) -> tuple[str, list[tuple[str, str | None]]]:
+    if isinstance(rec, CreateQueue):
+        return "create", _create_fields(rec.record)
+    head = [("ts", str(rec.ts)), ("rid", b64(rec.recipient_id))]
+    if isinstance(rec, SecureQueue):
+        return "secure", head + [("skey", b64(rec.sender_key))]
+    if isinstance(rec, AddNotifier):
+        n = rec.notifier
+        return "add_notifier", head + [
+            ("nid", b64(n.notifier_id)),
+            ("nkey", b64(n.notifier_key)),
+            ("ndh", b64(n.rcv_ntf_dh_secret)),
+        ]
+    if isinstance(rec, SetService):
+        svc = None if rec.service_id is None else b64(rec.service_id)
+        return "set_service", head + [("party", _PARTY[rec.party]), ("svc", svc)]
+    names = {DeleteNotifier: "delete_notifier", SuspendQueue: "suspend", DeleteQueue: "delete"}
+    return names[type(rec)], head
+
+
+def encode_record(rec: LogRecord) -> str:
+    """The payload of a record's line (without checksum and LF)."""
+    op, fields = _fields(rec)
+    return " ".join([op, *(f"{k}={v}" for k, v in fields if v is not None)])
+
+
+def _split(payload: str) -> tuple[str, dict[str, str]]:
+    op, *pairs = payload.split(" ")
+    if op not in _FIELDS:
+        raise ValueError(f"unknown record {op!r}")
+    allowed, required = (set(s.split()) for s in _FIELDS[op])
+    fields: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in allowed or key in fields:
+            raise ValueError(f"bad field {key!r} in {op}")
+        fields[key] = value
+    if missing := required - fields.keys():
+        raise ValueError(f"{op} lacks {', '.join(sorted(missing))}")
+    return op, fields
+
+
+def _int(text: str) -> int:
+    if not _INT.fullmatch(text):
+        raise ValueError(f"not an integer: {text[:20]!r}")
+    return int(text)
+
+
+def _opt(fields: dict[str, str], key: str) -> bytes | None:
+    return unb64(fields[key]) if key in fields else None
+
+
+def _enum(table: dict[str, E], text: str, what: str) -> E:
+    if text not in table:
+        raise ValueError(f"unknown {what} {text!r}")
+    return table[text]
+
+
+def _notifier(f: dict[str, str]) -> NotifierCreds | None:
+    present = [k for k in ("nid", "nkey", "ndh") if k in f]
+    if not present:
+        return None
+    if len(present) != 3:
+        raise ValueError("a notifier needs nid, nkey and ndh")
+    return NotifierCreds(unb64(f["nid"]), unb64(f["nkey"]), unb64(f["ndh"]))
+
+
+def _decode_create(f: dict[str, str]) -> CreateQueue:
+    if f["secure"] not in ("0", "1"):
+        raise ValueError(f"secure must be 0 or 1, not {f['secure']!r}")
+    return CreateQueue(
+        QueueRecord(
+            recipient_id=unb64(f["rid"]),
+            sender_id=unb64(f["sid"]),
+            recipient_key=unb64(f["rkey"]),
+            rcv_dh_secret=unb64(f["rdh"]),
+            sender_key=_opt(f, "skey"),
+            snd_secure=f["secure"] == "1",
+            status=_enum(_STATUS_BY_NAME, f["status"], "status"),
+            notifier=_notifier(f),
+            rcv_service_id=_opt(f, "rsvc"),
+            ntf_service_id=_opt(f, "nsvc"),
+            updated_at=_int(f["ts"]),
+        )
+    )
+
+
+def decode_record(payload: str) -> LogRecord:
+    """The record of a line's payload; ValueError if it is not one."""
+    op, f = _split(payload)
+    if op == "create":
+        return _decode_create(f)
+    ts, rid = _int(f["ts"]), unb64(f["rid"])
+    if op == "secure":
+        return SecureQueue(ts, rid, unb64(f["skey"]))
+    if op == "add_notifier":
+        notifier = _notifier(f)
+        assert notifier is not None  # all three fields are required for add_notifier
+        return AddNotifier(ts, rid, notifier)
+    if op == "set_service":
+        return SetService(ts, rid, _enum(_PARTY_BY_NAME, f["party"], "party"), _opt(f, "svc"))
+    return {"delete_notifier": DeleteNotifier, "suspend": SuspendQueue, "delete": DeleteQueue}[op](
+        ts, rid
+    )
+
+
+def snapshot_lines(table: QueueTable) -> list[str]:
+    """The compacted log of a state: one `create` line per queue, sorted, without LF."""
+    lines = (encode_line(encode_record(CreateQueue(r))) for r in table.queues.values())
+    return sorted(line[:-1].decode("ascii") for line in lines)
+
+
+def compact_records(lines: Iterable[str]) -> list[str]:
+    """Compact a log given as its lines (checksum included, LF optional).
+
+    The reference for any other compactor (the Spark pipeline): its output,
+    sorted, must equal this list line for line. A line that fails its checksum
+    or does not parse raises ValueError.
+    """
+    records = []
+    for no, line in enumerate(lines, 1):
+        payload = line_payload(line.rstrip("\n").encode("ascii"))
+        if payload is None:
+            raise ValueError(f"line {no}: checksum mismatch")
+        records.append(decode_record(payload))
+    return snapshot_lines(replay(records))

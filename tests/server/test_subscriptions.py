@@ -1,0 +1,156 @@
+"""`Subscriptions` keeps its invariant whatever the order of operations.
+
+A subscriber holds a queue's (non-GET) `Sub` exactly when the registry names it
+for that queue; the same for notifier ids; a deliveries entry only for a queue
+it holds; and a forgotten connection is named nowhere. Checked after every
+step of random sequences of every operation, on connections without a socket.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memory_connections import connection as memory_connection
+
+from router.protocol.codec import decode_response
+from router.protocol.handshake import ServiceProof
+from router.protocol.transmission import decode_transmission
+from router.protocol.types import ENDS
+from router.server.connection import Connection
+from router.server.stats import Counters
+from router.server.subscriptions import Event, Subscriber, Subscriptions
+from store.interfaces import Message, Party
+
+QUEUES = [bytes([q]) * 24 for q in range(4)]
+NOTIFIERS = [bytes([0x80 + n]) * 24 for n in range(3)]
+CONNECTIONS = 3
+SERVICE = ServiceProof(b"service key", b"signature")  # connections 0 and 1 prove it
+
+
+def connection(conn_id: int) -> Connection:
+    return memory_connection(conn_id, 4, service=SERVICE if conn_id < 2 else None)
+
+
+class Model:
+    """The subscriptions of a few connections, some closed and reopened."""
+
+    def __init__(self) -> None:
+        self.counters = Counters()
+        self.subs = Subscriptions(self.counters, end_batch_interval=0.01)
+        self.open: list[Subscriber | None] = [None] * CONNECTIONS
+        self.forgotten: list[Subscriber] = []
+
+    def subscriber(self, i: int) -> Subscriber:
+        s = self.open[i]
+        if s is None:
+            s = self.open[i] = self.subs.open(connection(i))
+        return s
+
+    def apply(self, op: str, i: int, q: int, n: int) -> None:
+        s, rid, nid = self.subscriber(i), QUEUES[q], NOTIFIERS[n]
+        if op == "sub":
+            sub = s.queues.get(rid)
+            if sub is None:
+                self.subs.subscribe(s, rid, b"k")
+            elif not sub.get_mode:
+                self.subs.send_again(s, sub)
+        elif op == "get":
+            self.subs.subscribe_for_get(s, rid, b"k")
+        elif op == "delete":
+            self.subs.end_queue(rid, Event.DELETED, by=s)
+        elif op == "block":
+            self.subs.end_queue(rid, Event.END)
+        elif op == "defer":
+            sub = s.queues.get(rid)
+            if self.subs.can_push(s, sub):
+                s.deliveries.add(rid, 1)
+        elif op == "deliver":
+            sub = s.queues.get(rid)
+            if self.subs.may_push(s, sub, Message(b"m" * 24, 1, b"F", b"")):
+                assert sub is not None
+                self.subs.in_flight(sub, Message(b"m" * 24, 1, b"F", b""))
+        elif op == "nsub":
+            self.subs.subscribe_notifier(s, nid)
+        elif op == "ndel":
+            self.subs.end_notifier(nid, Event.DELETED)
+        elif op == "subs" and s.conn.service_id is not None:
+            held = self.subs.take_over_service(s, Party.RECIPIENT, len(QUEUES))
+            sub = s.queues.get(rid)
+            if sub is None:
+                sub = self.subs.subscribe(s, rid, b"k")
+            if not sub.get_mode:
+                held.subs.add(sub)
+        elif op == "nsubs" and s.conn.service_id is not None:
+            held = self.subs.take_over_service(s, Party.NOTIFIER, len(NOTIFIERS))
+            self.subs.subscribe_notifier(s, nid)
+            held.notifier_ids.add(nid)
+        elif op == "close":
+            self.subs.forget(s)
+            self.forgotten.append(s)
+            self.open[i] = None
+
+    def check(self) -> None:
+        live = [s for s in self.open if s is not None]
+        for s in live:
+            for rid, sub in s.queues.items():
+                assert sub.get_mode or self.subs.subscriber_of(rid) is s
+            for nid in s.notifiers:
+                assert self.subs.notifier_connection(nid) is s.conn
+            for rid in QUEUES:
+                if rid in s.deliveries:
+                    assert s.is_subscribed(rid, notifier=False)
+        for rid in QUEUES:
+            holder = self.subs.subscriber_of(rid)
+            assert holder is None or (holder in live and holder.is_subscribed(rid, False))
+        for nid in NOTIFIERS:
+            conn = self.subs.notifier_connection(nid)
+            holders = [s for s in live if s.conn is conn]
+            assert conn is None or (len(holders) == 1 and nid in holders[0].notifiers)
+        assert len(self.subs) == sum(self.subs.subscriber_of(rid) is not None for rid in QUEUES)
+        assert self.subs.pending_deliveries() == sum(len(s.deliveries) for s in live)
+        for s in self.forgotten:
+            assert not s.queues and not s.notifiers and self.subs.subscriber_for(s.conn) is None
+
+
+OPS = ["sub", "get", "delete", "block", "defer", "deliver", "nsub", "ndel", "subs", "nsubs",
+       "close"]
+STEP = st.tuples(
+    st.sampled_from(OPS),
+    st.integers(0, CONNECTIONS - 1),
+    st.integers(0, len(QUEUES) - 1),
+    st.integers(0, len(NOTIFIERS) - 1),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(STEP, max_size=40))
+def test_the_registry_and_the_subscribers_always_agree(steps: list[tuple[str, int, int, int]]):
+    model = Model()
+    for op, i, q, n in steps:
+        model.apply(op, i, q, n)
+        model.check()
+
+
+def test_a_sub_from_another_connection_displaces_the_first_which_gets_end():
+    model = Model()
+    first, second = model.subscriber(0), model.subscriber(2)
+    model.subs.subscribe(first, QUEUES[0], b"k")
+    model.subs.subscribe(second, QUEUES[0], b"k")
+    assert QUEUES[0] not in first.queues and model.subs.subscriber_of(QUEUES[0]) is second
+    assert model.counters.subscriptions_displaced == 1
+    assert len(model.subs.events) == 1
+
+
+def test_a_service_takeover_ends_only_what_the_service_subscription_held():
+    model = Model()
+    first, second = model.subscriber(0), model.subscriber(1)
+    held = model.subs.take_over_service(first, Party.RECIPIENT, 1)
+    held.subs.add(model.subs.subscribe(first, QUEUES[0], b"k"))
+    model.subs.subscribe(first, QUEUES[1], b"k")  # a plain SUB: stays until taken
+    model.subs.take_over_service(second, Party.RECIPIENT, 1)
+    assert QUEUES[0] not in first.queues and model.subs.subscriber_of(QUEUES[0]) is None
+    assert model.subs.subscriber_of(QUEUES[1]) is first
+    assert model.subs.service_held(first, Party.RECIPIENT) is None
+    [ends] = first.conn._outbox_out.receive_nowait()  # pushed at once, not batched
+    t = decode_transmission(ends)
+    assert t.entity_id == first.conn.service_id and decode_response(t.command) == ENDS(1)
