@@ -343,7 +343,9 @@ def _wait_settled(setting: Setting, router: RouterProcess, fleets: Fleets,
         statuses = fleets.call(recipients, {"op": "status"})
         done = sum(s["storm"]["done"] for s in statuses)
         polls.append({"t": census["at"] - storm_start, "subscriptions": census["subscriptions"],
-                      "connections": census["connections"], "resubscribed_connections": done})
+                      "connections": census["connections"], "resubscribed_connections": done,
+                      "listener": census.get("listener"),
+                      "router_cpu": router.cpu_seconds()})
         if (done == setting.connections and census["connections"] == want_connections
                 and census["subscriptions"] == setting.queues
                 and census["connection_subscriptions"] == setting.queues):

@@ -212,6 +212,10 @@ class Control:
             "pending_deliveries": sum(len(c.deliveries) for c in connections),
             "at": time.monotonic(),
         }
+        listener = self.info.listener
+        if listener is not None:
+            reply["listener"] = {"open": listener.open_connections,
+                                 "pending": listener.pending, "refused": listener.refused}
         if req.get("verify"):
             registry = router.subscribers
             reply["one_subscriber_each"] = all(
