@@ -328,6 +328,9 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
     phases["after"]["gc_policy"] = router.call("gc_policy")
     phases["after"]["full_collection"] = router.call("full_collection")
     phases["after"]["rss_after_full_collection"] = router.call("stats")["rss"]
+    trim_started = time.monotonic()
+    phases["after"]["rss_after_malloc_trim"] = router.call("malloc_trim")["rss"]
+    phases["after"]["malloc_trim_seconds"] = time.monotonic() - trim_started
     result["messages"] = _messages(fleets, recipients, sender, phases)
 
 
@@ -433,7 +436,9 @@ def table(result: dict[str, Any]) -> str:
     after = phases.get("after")
     if after:
         fc = after["full_collection"]
-        lines.append(f"- after: RSS {after['rss_settled'] / 2**20:.0f} MiB once settled; "
+        lines.append(f"- after: RSS {after['rss_settled'] / 2**20:.0f} MiB once settled, "
+                     f"{after['rss_after_malloc_trim'] / 2**20:.0f} MiB after malloc_trim "
+                     f"({after['malloc_trim_seconds'] * 1000:.0f} ms); "
                      f"quiet-time full collection {fc['ms']:.0f} ms, {fc['collected']} freed; "
                      f"collector policy {json.dumps(after['gc_policy'])}")
     lines.append(f"- peak router RSS {result['peak_rss'] / 2**20:.0f} MiB; least memory "
