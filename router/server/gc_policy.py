@@ -9,14 +9,18 @@ every full collection, and CPython runs one whenever the objects that survived
 into the oldest generation grew by a quarter: during a wave of reconnections,
 repeatedly, each pass longer than the last.
 
-Theory of operation. One task looks at the oldest generation ten times a second
-(`gc.get_objects(2)`, cheap because it is kept small):
+Theory of operation. While the policy runs, CPython never collects the oldest
+generation by itself (its threshold is set out of reach): only the young
+generations are collected automatically, and those passes are short whatever
+the size of the rest. What survives into the oldest generation is frozen
+instead, by one task that looks at it ten times a second (`gc.get_objects(2)`,
+cheap because it is kept small). Why CPython's own full collections are off
+rather than merely kept small: when every connection has a block of SUBs to
+verify, one pass of the trio scheduler takes seconds, so a task cannot look
+often enough; whatever arrives meanwhile then waits, unwalked, to be frozen.
 
 - budget: once it holds `budget` objects, the young generations are collected
-  (a pass over them only: short whatever the size of the rest) and everything
-  is frozen. A full pass, CPython's own included, then walks only what reached
-  the oldest generation since: at most `budget` objects and what arrives
-  within one `check_interval`;
+  and everything is frozen;
 - settle: once it has stopped growing for `settle` seconds (a wave of
   reconnections is over) and holds at least `settle_floor` objects, the same
   freeze runs, so that at a steady state the passes walk almost nothing;
@@ -44,6 +48,8 @@ from dataclasses import dataclass, field
 import trio
 
 log = logging.getLogger(__name__)
+
+NEVER = 2**31 - 1  # a threshold the count of young collections never reaches
 
 
 class GcPauses:
@@ -100,6 +106,14 @@ class GcPolicy:
     async def run(self, connections_opened: Callable[[], int]) -> None:
         """Watch the collector until cancelled; `connections_opened` counts connections
         since the start (what tells a quiet time)."""
+        thresholds = gc.get_threshold()
+        gc.set_threshold(thresholds[0], thresholds[1], NEVER)
+        try:
+            await self._watch(connections_opened)
+        finally:
+            gc.set_threshold(*thresholds)
+
+    async def _watch(self, connections_opened: Callable[[], int]) -> None:
         last_size = 0
         last_growth = trio.current_time()
         last_connections, last_connection_at = connections_opened(), trio.current_time()

@@ -117,6 +117,18 @@ async def test_no_full_collection_while_clients_keep_connecting():
     assert policy.full_collections == 0
 
 
+async def test_the_oldest_generation_is_left_to_the_policy_while_it_runs():
+    before = gc.get_threshold()
+    policy = GcPolicy(full_interval=None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(policy.run, lambda: 0)
+        await trio.sleep(0.01)
+        assert gc.get_threshold()[:2] == before[:2]
+        assert gc.get_threshold()[2] > 10**9
+        nursery.cancel_scope.cancel()
+    assert gc.get_threshold() == before
+
+
 def test_pauses_are_recorded_by_generation():
     pauses = GcPauses()
     try:
