@@ -1,11 +1,14 @@
 """The throughput ceiling: a plain trio-websocket server that echoes every message.
 
-    python -m bench.echo [--port 0]
+    python -m bench.echo [--port 0] [--server trio-websocket|edge]
 
 prints ``echo listening on ws://127.0.0.1:PORT`` and echoes binary messages
 back until terminated. It uses the router's own WebSocket settings (receive
 buffer, message queue, message size limit), so the difference between the
 router and this server is the router's work, not the library's tuning.
+`--server edge` echoes blocks through the router's own listener
+(`router.server.edge`) instead: the difference between the two echoes is the
+framing layer's.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from router.protocol.block import BLOCK_SIZE
-from router.server.transport import MESSAGE_QUEUE_SIZE, RECEIVE_BUFFER_SIZE
+from router.server.edge import WebSocketTransport, serve_edge
+from router.server.transport import MESSAGE_QUEUE_SIZE, RECEIVE_BUFFER_SIZE, TransportClosed
+
+SERVERS = ("trio-websocket", "edge")
 
 
 async def _echo(request: WebSocketRequest) -> None:
@@ -30,16 +36,32 @@ async def _echo(request: WebSocketRequest) -> None:
         pass
 
 
-async def _main(host: str, port: int) -> None:
+async def _echo_blocks(transport: WebSocketTransport) -> None:
+    transport.established()
+    try:
+        while True:
+            await transport.send_block(await transport.receive_block())
+    except TransportClosed:
+        pass
+    finally:
+        await transport.aclose(0)
+
+
+async def _main(host: str, port: int, kind: str) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(partial(
-                serve_websocket, _echo, host, port, None,
-                message_queue_size=MESSAGE_QUEUE_SIZE,
-                max_message_size=BLOCK_SIZE,
-                receive_buffer_size=RECEIVE_BUFFER_SIZE,
-            ))
-            print(f"echo listening on ws://{host}:{server.port}", flush=True)
+            if kind == "edge":
+                listener = await nursery.start(partial(serve_edge, _echo_blocks, host, port))
+                port = listener.port
+            else:
+                server = await nursery.start(partial(
+                    serve_websocket, _echo, host, port, None,
+                    message_queue_size=MESSAGE_QUEUE_SIZE,
+                    max_message_size=BLOCK_SIZE,
+                    receive_buffer_size=RECEIVE_BUFFER_SIZE,
+                ))
+                port = server.port
+            print(f"echo listening on ws://{host}:{port}", flush=True)
             async for _ in signals:
                 break
             nursery.cancel_scope.cancel()
@@ -49,8 +71,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.echo")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--server", choices=SERVERS, default="trio-websocket")
     args = parser.parse_args()
-    trio.run(_main, args.host, args.port)
+    trio.run(_main, args.host, args.port, args.server)
 
 
 if __name__ == "__main__":

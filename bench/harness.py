@@ -107,9 +107,10 @@ class RouterProcess:
 class EchoServer:
     """`python -m bench.echo`: a plain trio-websocket echo server (the ceiling)."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: str = "trio-websocket") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.echo"], stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "bench.echo", "--server", server],
+            stdout=subprocess.PIPE, text=True,
             cwd=Path(__file__).resolve().parent.parent,
         )
         assert self.proc.stdout is not None

@@ -174,6 +174,7 @@ _OWNERS = (
     ("trio_websocket/", "trio-websocket"),
     ("wsproto/", "wsproto"),
     ("h11/", "h11"),
+    ("websockets/", "websockets"),
     ("trio/", "trio"),
     ("<attrs generated methods trio.", "trio"),
     ("router/server/", "router.server"),
@@ -232,7 +233,8 @@ def breakdown_table(result: dict[str, Any]) -> str:
     out = ["### Live bytes of idle connections and subscriptions, by source", "",
            f"One WebSocket ping from each idle client afterwards frees "
            f"{result['freed_per_connection_by_a_websocket_ping']:,.0f} B per connection "
-           "in the router (the frame its WebSocket reader held).", ""]
+           "in the router (negative: it grew). A WebSocket reader that keeps the last "
+           "frame it read alive would free about 16 KB here.", ""]
     for name in ("connection", "subscription"):
         r = result[name]
         out += [f"### Per idle {name}: {r['total_bytes']:,.0f} B live ({result['mode']}, "

@@ -154,6 +154,7 @@ _PACKAGES = (
     ("trio_websocket/", "trio-websocket"),
     ("wsproto/", "wsproto (framing, unmasking)"),
     ("h11/", "h11"),
+    ("websockets/", "websockets (framing, unmasking)"),
     ("trio/_socket.py", "socket system calls (trio._socket)"),
     ("trio/_core/_io_epoll.py", "epoll (trio)"),
     ("trio/", "trio (scheduling, channels, cancel scopes)"),

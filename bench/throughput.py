@@ -71,10 +71,11 @@ def _sleep_until(t: float) -> None:
         time.sleep(delay)
 
 
-def echo_run(clients: int, duration: float, rate: float | None = None) -> dict[str, Any]:
+def echo_run(clients: int, duration: float, rate: float | None = None,
+             server: str = "trio-websocket") -> dict[str, Any]:
     """The echo server under `clients` connections, each with `ECHO_WINDOW` messages
     in flight, or sending `rate` messages per second whatever the answers do."""
-    with EchoServer() as echo, WorkerGroup(echo.url, WORKERS) as workers:
+    with EchoServer(server) as echo, WorkerGroup(echo.url, WORKERS) as workers:
         per_worker = split(clients, WORKERS)
         workers.call([{"op": "echo_connect", "url": echo.url, "count": n} if n else None
                       for n in per_worker])

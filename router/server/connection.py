@@ -9,7 +9,7 @@ the other two in its nursery) joined by a bounded memory channel (the outbox):
   outbox is full, which is the back-pressure a fast sender gets);
 - send: takes whatever batches are queued, packs them into as few blocks as
   fit and writes them; a peer that does not take a block within the
-  configured deadline is dropped (the transport's `send_block`);
+  configured deadline is dropped (the transport's `send_blocks`);
 - delivery: the one task that waits for this client's pushes that could not
   go straight into the outbox: queues in the `deliveries` map, END/DELD
   events the router's event task could not hand over without waiting, and
@@ -63,7 +63,7 @@ class Connection:
         self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
         self.closed = False
         self.close_reason = ""
-        self.last_activity = trio.current_time()  # when the client last sent a block
+        self.last_activity = 0.0  # trio time the client last sent a block (set by run())
         self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
         self._receiving = False  # the receive loop runs (in the task that called run())
@@ -148,6 +148,7 @@ class Connection:
     async def run(self, process_block: BlockProcessor, delivery_loop: DeliveryLoop) -> None:
         """Serve the client until one of its tasks ends. The receive loop runs in the
         calling task itself: one task fewer per connection than a child of its own."""
+        self.last_activity = trio.current_time()
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             nursery.start_soon(self._until_done, self._send_loop)
@@ -220,16 +221,17 @@ class Connection:
     async def _send_loop(self) -> None:
         packer = BatchPacker()
         outbox = self._outbox_out
-        send_block = self.transport.send_block
+        send_blocks = self.transport.send_blocks
         while True:
             batch = await outbox.receive()
             # One pass of the scheduler first: responses that other tasks are about to
             # queue (the next block of the same client, a push) share this block.
             await trio.lowlevel.checkpoint()
+            blocks = []
             while True:  # drain what is queued now into as few blocks as fit
                 for t in batch:
                     if not packer.add(t):
-                        await send_block(packer.take_block())
+                        blocks.append(packer.take_block())
                         packer.add(t)
                 try:
                     batch = outbox.receive_nowait()
@@ -237,7 +239,9 @@ class Connection:
                     break
             del batch  # nor of its last responses
             if len(packer):
-                await send_block(packer.take_block())
+                blocks.append(packer.take_block())
+            await send_blocks(blocks)  # one write for all of them, where the transport can
+            del blocks
 
 
 def _count_tasks(nursery: trio.Nursery) -> int:

@@ -30,7 +30,8 @@ import math
 import resource
 import ssl
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -53,6 +54,11 @@ log = logging.getLogger(__name__)
 _framing_log = logging.getLogger(__name__ + ".framing")
 _framing_log.setLevel(logging.WARNING)
 
+# A read is parsed in pieces of about one block's frame: tiny frames cost at most
+# a piece's parsing before MAX_FRAMES_PER_READ ends the connection; a read holding
+# whole blocks has at most a few frames (RECEIVE_BUFFER_SIZE is four blocks).
+FEED_SIZE = BLOCK_SIZE + 16
+MAX_FRAMES_PER_READ = 64
 FD_LOG_INTERVAL = 10.0  # seconds between two log lines about descriptor exhaustion
 ACCEPT_RETRY_DELAY = 0.1  # seconds to wait for a free descriptor after EMFILE
 REFUSAL_TIMEOUT = 1.0  # seconds a refused client gets to send its request for the 503
@@ -150,7 +156,7 @@ class WebSocketTransport:
 
     __slots__ = (
         "_stream", "_protocol", "_limits", "_events", "_send_lock", "_on_established",
-        "remote", "stalled",
+        "_control_frames", "remote", "stalled",
     )
 
     def __init__(
@@ -167,8 +173,23 @@ class WebSocketTransport:
         self._events: list[object] = []  # frames read but not yet taken
         self._send_lock = trio.Lock()
         self._on_established = on_established
+        self._control_frames = 0  # pings, pongs since the last block
         self.remote = remote
         self.stalled = False
+
+    @asynccontextmanager
+    async def _sending(self) -> AsyncIterator[None]:
+        """The write lock, taken without a pass through the scheduler when it is free
+        (the usual case: trio.Lock's `acquire` always yields, once per block sent)."""
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def established(self) -> None:
         """The SMP handshake is done: the connection no longer counts as pending."""
@@ -193,6 +214,7 @@ class WebSocketTransport:
                     parts.append(frame.data)
                     frame.data = b""  # the parser's last frame must not keep the block alive
                     if frame.fin:
+                        self._control_frames = 0
                         if not self._events:
                             self._events = []  # drop the list's spare capacity too
                         return _one_block(parts)
@@ -203,10 +225,12 @@ class WebSocketTransport:
                 elif opcode is Opcode.CLOSE:
                     await self._flush()
                     raise TransportClosed("peer closed the connection")
-                elif opcode is Opcode.PING:
-                    await self._flush()  # the pong the protocol queued
-                elif opcode is Opcode.PONG:
-                    pass
+                else:  # a ping (the protocol queued its pong) or a pong
+                    self._control_frames += 1
+                    if self._control_frames > self._limits.max_message_frames:
+                        await self._fail(1008, "too many control frames between two blocks")
+                    if opcode is Opcode.PING:
+                        await self._flush()
             await self._read(message_deadline)
 
     async def _read(self, message_deadline: float) -> None:
@@ -232,34 +256,47 @@ class WebSocketTransport:
         if not data:
             protocol.receive_eof()
             raise TransportClosed("peer closed the connection")
-        protocol.receive_data(data)
-        del data
-        self._events.extend(protocol.events_received())
-        if protocol.parser_exc is not None:
-            await self._flush()
-            raise TransportClosed(f"bad framing: {protocol.parser_exc}")
+        await self._parse(data)
+
+    async def _parse(self, data: bytes) -> None:
+        """Feed what was read to the protocol a block's worth at a time, so that a read
+        full of tiny frames costs at most that much parsing before the cap ends it."""
+        protocol = self._protocol
+        view = memoryview(data)
+        events = self._events
+        for start in range(0, len(view), FEED_SIZE):
+            protocol.receive_data(view[start:start + FEED_SIZE])  # type: ignore[arg-type]
+            events.extend(protocol.events_received())
+            if protocol.parser_exc is not None:
+                await self._flush()
+                raise TransportClosed(f"bad framing: {protocol.parser_exc}")
+            if len(events) > MAX_FRAMES_PER_READ:
+                await self._fail(1008, "too many frames at once")
 
     async def _ping(self) -> None:
-        async with self._send_lock:
+        async with self._sending():
             self._protocol.send_ping(b"")
             await self._write_pending()
 
     async def _fail(self, code: int, reason: str) -> None:
-        async with self._send_lock:
+        async with self._sending():
             if self._protocol.state is OPEN:
                 self._protocol.fail(code, reason)
             await self._write_pending()
         raise TransportClosed(reason)
 
     async def _flush(self) -> None:
-        async with self._send_lock:
+        async with self._sending():
             await self._write_pending()
 
     async def _write_pending(self) -> None:
+        writes = self._protocol.data_to_send()
+        data = b"".join(writes) if len(writes) != 1 else writes[0]
+        del writes
+        if not data:  # nothing, or only the end-of-stream mark: the stream is closed later
+            return
         with trio.move_on_after(self._limits.stalled_timeout) as scope:
-            for data in self._protocol.data_to_send():
-                if data:
-                    await self._send_all(data)
+            await self._send_all(data)
         if scope.cancelled_caught:
             self.stalled = True
             raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
@@ -272,10 +309,16 @@ class WebSocketTransport:
 
     async def send_block(self, block: bytes) -> None:
         """Send one block; a peer that does not take it within the deadline is dropped."""
-        async with self._send_lock:
-            if self._protocol.state is not OPEN:
+        await self.send_blocks([block])
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        """Send blocks in one write; a peer that does not take them in time is dropped."""
+        async with self._sending():
+            protocol = self._protocol
+            if protocol.state is not OPEN:
                 raise TransportClosed("connection closing")
-            self._protocol.send_binary(block)
+            for block in blocks:
+                protocol.send_binary(block)
             await self._write_pending()
 
     async def aclose(self, timeout: float) -> None:
@@ -283,7 +326,7 @@ class WebSocketTransport:
         if timeout > 0 and self._protocol.state is OPEN:
             with trio.move_on_after(timeout):
                 try:
-                    async with self._send_lock:
+                    async with self._sending():
                         self._protocol.send_close(1000)
                         await self._write_pending()
                 except TransportClosed:
@@ -496,6 +539,8 @@ class EdgeListener:
         for data in protocol.data_to_send():
             if data:
                 await stream.send_all(data)
+        # The protocol's parser keeps the request for the connection's life: not its headers.
+        request.headers.clear()
         if response.status_code != 101:
             return None
         transport = WebSocketTransport(stream, protocol, remote, self.limits, on_established)

@@ -75,6 +75,9 @@ class BlockStream(Protocol):
 
     async def send_block(self, block: bytes) -> None: ...
 
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        """Send blocks in order (in one write where the transport can)."""
+
     def established(self) -> None:
         """The SMP handshake is through (the listener stops counting it as pending)."""
 
@@ -116,6 +119,10 @@ class BlockTransport:
         if scope.cancelled_caught:
             self.stalled = True
             raise TransportClosed(f"peer did not read for {self._stalled_timeout} s")
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        for block in blocks:
+            await self.send_block(block)
 
     async def aclose(self, timeout: float) -> None:
         """Close politely within `timeout`; a zero timeout just drops the TCP stream."""
