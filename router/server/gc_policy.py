@@ -23,7 +23,10 @@ often enough; whatever arrives meanwhile then waits, unwalked, to be frozen.
   and everything is frozen;
 - settle: once it has stopped growing for `settle` seconds (a wave of
   reconnections is over) and holds at least `settle_floor` objects, the same
-  freeze runs, so that at a steady state the passes walk almost nothing;
+  freeze runs, so that at a steady state the passes walk almost nothing; and
+  the C heap's free pages go back to the system (glibc's `malloc_trim`): a wave
+  of SUB blocks leaves megabytes of freed 16 KB buffers between live objects,
+  which the process would otherwise keep as RSS;
 - quiet-time collection: objects frozen while alive that later die inside a
   reference cycle are never collected while frozen (a connection dropped
   abruptly leaves about a dozen such objects; garbage already in the oldest
@@ -38,6 +41,7 @@ how the pauses this policy keeps short are measured.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import math
@@ -50,6 +54,16 @@ import trio
 log = logging.getLogger(__name__)
 
 NEVER = 2**31 - 1  # a threshold the count of young collections never reaches
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
 
 
 class GcPauses:
@@ -100,6 +114,8 @@ class GcPolicy:
     freezes: int = 0
     full_collections: int = 0
     longest_freeze_ms: float = 0.0  # our own collect-and-freeze passes
+    trims: int = 0
+    longest_trim_ms: float = 0.0
     last_full_ms: float | None = None
     _since_full: float = field(default=0.0, repr=False)
 
@@ -127,10 +143,11 @@ class GcPolicy:
             opened = connections_opened()
             if opened != last_connections:
                 last_connections, last_connection_at = opened, now
-            if size >= self.budget or (
-                size >= self.settle_floor and now - last_growth >= self.settle
-            ):
+            settled = size >= self.settle_floor and now - last_growth >= self.settle
+            if size >= self.budget or settled:
                 self.collect_and_freeze()
+                if settled:
+                    self.trim_heap()
                 size = 0
             elif self._full_due(now) and now - last_connection_at >= self.quiet:
                 self.full_collection()
@@ -145,6 +162,15 @@ class GcPolicy:
         ms = (time.perf_counter() - started) * 1000
         self.freezes += 1
         self.longest_freeze_ms = max(self.longest_freeze_ms, ms)
+
+    def trim_heap(self) -> None:
+        """Give the C heap's free pages back to the system, where glibc can."""
+        if _malloc_trim is None:
+            return
+        started = time.perf_counter()
+        _malloc_trim(0)
+        self.trims += 1
+        self.longest_trim_ms = max(self.longest_trim_ms, (time.perf_counter() - started) * 1000)
 
     def full_collection(self) -> None:
         """Unfreeze, collect everything, freeze again: the one long pause."""
@@ -168,6 +194,8 @@ class GcPolicy:
             "freezes": self.freezes,
             "full_collections": self.full_collections,
             "longest_freeze_ms": self.longest_freeze_ms,
+            "trims": self.trims,
+            "longest_trim_ms": self.longest_trim_ms,
             "last_full_ms": self.last_full_ms,
             "frozen": gc.get_freeze_count(),
         }

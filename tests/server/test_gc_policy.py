@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from router.server import gc_policy
 from router.server.gc_policy import GcPauses, GcPolicy
 
 
@@ -78,6 +79,22 @@ async def test_a_settled_wave_is_frozen():
         nursery.cancel_scope.cancel()
     assert old_objects() < 1000
     assert len(nodes) == 3000
+    assert policy.trims == (1 if gc_policy._malloc_trim is not None else 0)
+
+
+async def test_a_settled_wave_hands_free_heap_back(monkeypatch):
+    trimmed: list[int] = []
+    monkeypatch.setattr(gc_policy, "_malloc_trim", lambda pad: trimmed.append(pad) or 1)
+    policy = GcPolicy(budget=10**9, settle=0.05, settle_floor=1000, check_interval=0.01,
+                      full_interval=None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(policy.run, lambda: 0)
+        nodes = make_old(3000)
+        with trio.fail_after(5):
+            while not trimmed:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert trimmed == [0] and policy.trims == 1 and len(nodes) == 3000
 
 
 async def test_a_quiet_time_collection_frees_cycles_that_died_frozen():
