@@ -21,8 +21,8 @@ often enough; whatever arrives meanwhile then waits, unwalked, to be frozen.
 
 - budget: once it holds `budget` objects, the young generations are collected
   and everything is frozen;
-- settle: once it has stopped growing for `settle` seconds (a wave of
-  reconnections is over) and holds at least `settle_floor` objects, the same
+- settle: once it has stopped growing for `settle` seconds after at least
+  `settle_floor` objects reached it (a wave of reconnections is over), the same
   freeze runs, so that at a steady state the passes walk almost nothing; and
   the C heap's free pages go back to the system (glibc's `malloc_trim`): a wave
   of SUB blocks leaves megabytes of freed 16 KB buffers between live objects,
@@ -107,7 +107,7 @@ class GcPolicy:
 
     budget: int = 10_000  # unfrozen old objects that trigger a collect-and-freeze
     settle: float = 10.0  # seconds without growth that end a wave
-    settle_floor: int = 2_000  # below this a settled generation is left alone
+    settle_floor: int = 2_000  # growth smaller than this is not a wave
     check_interval: float = 0.1  # seconds between two looks at the oldest generation
     full_interval: float | None = 6 * 3600.0  # seconds between quiet-time full collections
     quiet: float = 60.0  # seconds without a new connection that make a quiet time
@@ -131,6 +131,7 @@ class GcPolicy:
 
     async def _watch(self, connections_opened: Callable[[], int]) -> None:
         last_size = 0
+        wave = 0  # objects that reached the oldest generation since the last settle
         last_growth = trio.current_time()
         last_connections, last_connection_at = connections_opened(), trio.current_time()
         self._since_full = trio.current_time()
@@ -140,14 +141,16 @@ class GcPolicy:
             size = len(gc.get_objects(generation=2))
             if size > last_size:
                 last_growth = now
+                wave += size - last_size
             opened = connections_opened()
             if opened != last_connections:
                 last_connections, last_connection_at = opened, now
-            settled = size >= self.settle_floor and now - last_growth >= self.settle
+            settled = wave >= self.settle_floor and now - last_growth >= self.settle
             if size >= self.budget or settled:
                 self.collect_and_freeze()
                 if settled:
                     self.trim_heap()
+                    wave = 0
                 size = 0
             elif self._full_due(now) and now - last_connection_at >= self.quiet:
                 self.full_collection()
