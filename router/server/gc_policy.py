@@ -21,6 +21,13 @@ often enough; whatever arrives meanwhile then waits, unwalked, to be frozen.
 
 - budget: once it holds `budget` objects, the young generations are collected
   and everything is frozen;
+- young budget: the young generations are not bounded by CPython's thresholds
+  (its count nets out every deallocation, old objects' included, so a wave of
+  SUBs fills them with tens of thousands of subscriptions between two
+  collections). When a young collection is about to start with more than
+  `young_budget` objects to walk, a `gc.callbacks` hook freezes them instead,
+  and the pass walks nothing. Young garbage frozen so (the frames of
+  a dropped connection's last exception) waits for the quiet-time collection;
 - settle: once it has stopped growing for `settle` seconds after at least
   `settle_floor` objects reached it (a wave of reconnections is over), the same
   freeze runs, so that at a steady state the passes walk almost nothing; and
@@ -106,12 +113,14 @@ class GcPolicy:
     """The settings of the policy and what it has done (see the module comment)."""
 
     budget: int = 10_000  # unfrozen old objects that trigger a collect-and-freeze
+    young_budget: int = 20_000  # young objects above which a collection freezes them
     settle: float = 10.0  # seconds without growth that end a wave
     settle_floor: int = 2_000  # growth smaller than this is not a wave
     check_interval: float = 0.1  # seconds between two looks at the oldest generation
     full_interval: float | None = 6 * 3600.0  # seconds between quiet-time full collections
     quiet: float = 60.0  # seconds without a new connection that make a quiet time
     freezes: int = 0
+    young_freezes: int = 0
     full_collections: int = 0
     longest_freeze_ms: float = 0.0  # our own collect-and-freeze passes
     trims: int = 0
@@ -124,10 +133,22 @@ class GcPolicy:
         since the start (what tells a quiet time)."""
         thresholds = gc.get_threshold()
         gc.set_threshold(thresholds[0], thresholds[1], NEVER)
+        gc.callbacks.append(self._before_collection)
         try:
             await self._watch(connections_opened)
         finally:
+            gc.callbacks.remove(self._before_collection)
             gc.set_threshold(*thresholds)
+
+    def _before_collection(self, phase: str, info: dict[str, int]) -> None:
+        """A young collection with too much to walk freezes it instead."""
+        generation = info["generation"]
+        if phase != "start" or generation == 2:
+            return
+        young = sum(len(gc.get_objects(generation=g)) for g in range(generation + 1))
+        if young > self.young_budget:
+            gc.freeze()  # the lists the pass is about to walk are empty now
+            self.young_freezes += 1
 
     async def _watch(self, connections_opened: Callable[[], int]) -> None:
         last_size = 0
@@ -195,6 +216,7 @@ class GcPolicy:
     def report(self) -> dict[str, object]:
         return {
             "freezes": self.freezes,
+            "young_freezes": self.young_freezes,
             "full_collections": self.full_collections,
             "longest_freeze_ms": self.longest_freeze_ms,
             "trims": self.trims,

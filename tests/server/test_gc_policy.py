@@ -146,6 +146,25 @@ async def test_the_oldest_generation_is_left_to_the_policy_while_it_runs():
     assert gc.get_threshold() == before
 
 
+async def test_a_young_collection_with_too_much_to_walk_freezes_it_instead():
+    policy = GcPolicy(young_budget=5000, full_interval=None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(policy.run, lambda: 0)
+        await trio.sleep(0.01)
+        gc.disable()  # no automatic pass: the nodes stay young
+        try:
+            nodes = [Node() for _ in range(20_000)]
+            frozen = gc.get_freeze_count()
+            gc.collect(1)
+        finally:
+            gc.enable()
+        nursery.cancel_scope.cancel()
+    assert policy.young_freezes >= 1
+    assert gc.get_freeze_count() >= frozen + 20_000
+    assert policy._before_collection not in gc.callbacks
+    assert len(nodes) == 20_000
+
+
 def test_pauses_are_recorded_by_generation():
     pauses = GcPauses()
     try:
