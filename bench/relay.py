@@ -186,6 +186,21 @@ class Watchdog:
         self._thread.join(2)
 
 
+def _check_descriptors(setting: Setting) -> None:
+    """The router holds one descriptor per connection, below its RLIMIT_NOFILE less the
+    listener's headroom; a limit the router cannot raise caps the run."""
+    from router.server.edge import EdgeLimits
+
+    from .fleet import raise_nofile
+
+    room = raise_nofile(NOFILE) - EdgeLimits().fd_headroom - 16  # stores, pipes, logs
+    if setting.connections + SENDER_CONNECTIONS > room:
+        raise BenchError(
+            f"RLIMIT_NOFILE allows the router about {room:,} connections, not "
+            f"{setting.connections + SENDER_CONNECTIONS:,} (the hard limit can only be "
+            f"raised with CAP_SYS_RESOURCE); use --connections {room - SENDER_CONNECTIONS}")
+
+
 def _ranges(setting: Setting) -> list[list[list[int]]]:
     """Per load process, the [first queue, count] of each of its connections."""
     per, extra = divmod(setting.queues, setting.connections)
@@ -219,6 +234,7 @@ def _longest_pause(stats: dict[str, Any], key: str = "max_ms") -> float:
 def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False,
         profile_storm: bool = False, time_budget: float | None = None) -> dict:
     harness.START_TIMEOUT = 3600  # a snapshot of 1.4M queues takes minutes to write and load
+    _check_descriptors(setting)
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"setting": asdict(setting), "mode": mode, "phases": {},
 }
