@@ -189,11 +189,15 @@ class Watchdog:
 def _check_descriptors(setting: Setting) -> None:
     """The router holds one descriptor per connection, below its RLIMIT_NOFILE less the
     listener's headroom; a limit the router cannot raise caps the run."""
+    import resource
+
     from router.server.edge import EdgeLimits
 
-    from .fleet import raise_nofile
-
-    room = raise_nofile(NOFILE) - EdgeLimits().fd_headroom - 16  # stores, pipes, logs
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # The router raises its soft limit to the hard one (above it only with
+    # CAP_SYS_RESOURCE, which a root process here may lack).
+    limit = hard if hard != resource.RLIM_INFINITY else NOFILE
+    room = min(NOFILE, limit) - EdgeLimits().fd_headroom - 16  # stores, pipes, logs
     if setting.connections + SENDER_CONNECTIONS > room:
         raise BenchError(
             f"RLIMIT_NOFILE allows the router about {room:,} connections, not "
