@@ -32,6 +32,7 @@ counted apart ("held") from that of messages to a subscribed queue.
 
 from __future__ import annotations
 
+import os
 import random
 import resource
 import socket
@@ -137,6 +138,7 @@ class Fleet:
         self.counts = {"sub_errors": 0, "send_errors": 0, "ack_errors": 0, "ends": 0,
                        "refused": 0, "decrypt_errors": 0, "duplicates": 0, "reader_errors": 0}
         self.last_error = ""
+        self.refusals: dict[str, int] = {}  # why connecting failed -> how often
         self.storm: dict[str, Any] = {}
 
     # --- connections -----------------------------------------------------------------
@@ -181,7 +183,7 @@ class Fleet:
     async def op_status(self, req: dict) -> dict:
         return {"storm": self.storm, "subscribed": sum(c.subscribed for c in self.conns),
                 "connected": sum(c.stream is not None for c in self.conns), **self.counts,
-                "last_error": self.last_error}
+                "last_error": self.last_error, "refusals": self.refusals}
 
     def storm_connection_done(self) -> None:
         self.storm["done"] += 1
@@ -240,6 +242,14 @@ class Fleet:
         self.received.extend((now, now - sent_ns, held))
 
 
+def _refusal(e: BaseException) -> str:
+    if isinstance(e, trio.TooSlowError):
+        return "no answer in 30 s"
+    if isinstance(e, OSError) and e.errno is not None:
+        return f"OSError {e.errno} {os.strerror(e.errno)}"
+    return f"{type(e).__name__}: {str(e)[:40]}"
+
+
 class LeanConnection:
     """One router connection: socket, sans-I/O WebSocket, one reader task."""
 
@@ -268,8 +278,10 @@ class LeanConnection:
                 with trio.fail_after(30):
                     await self._connect()
                 return
-            except (Refused, OSError, trio.BrokenResourceError, trio.TooSlowError):
+            except (Refused, OSError, trio.BrokenResourceError, trio.TooSlowError) as e:
                 self.fleet.counts["refused"] += 1
+                why = _refusal(e)
+                self.fleet.refusals[why] = self.fleet.refusals.get(why, 0) + 1
                 await self._drop()
                 await trio.sleep(random.uniform(*RETRY_DELAY))
 

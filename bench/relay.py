@@ -188,6 +188,25 @@ class Watchdog:
         self._thread.join(2)
 
 
+def _check_descriptors(setting: Setting) -> None:
+    """The router holds one descriptor per connection, below its RLIMIT_NOFILE less the
+    listener's headroom; a limit the router cannot raise caps the run."""
+    import resource
+
+    from router.server.edge import EdgeLimits
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # The router raises its soft limit to the hard one (above it only with
+    # CAP_SYS_RESOURCE, which a root process here may lack).
+    limit = hard if hard != resource.RLIM_INFINITY else NOFILE
+    room = min(NOFILE, limit) - EdgeLimits().fd_headroom - 16  # stores, pipes, logs
+    if setting.connections + SENDER_CONNECTIONS > room:
+        raise BenchError(
+            f"RLIMIT_NOFILE allows the router about {room:,} connections, not "
+            f"{setting.connections + SENDER_CONNECTIONS:,} (the hard limit can only be "
+            f"raised with CAP_SYS_RESOURCE); use --connections {room - SENDER_CONNECTIONS}")
+
+
 def _ranges(setting: Setting) -> list[list[list[int]]]:
     """Per load process, the [first queue, count] of each of its connections."""
     per, extra = divmod(setting.queues, setting.connections)
@@ -221,6 +240,7 @@ def _longest_pause(stats: dict[str, Any], key: str = "max_ms") -> float:
 def run(setting: Setting, mode: str, out_dir: Path, *, tracemalloc: bool = False,
         profile_storm: bool = False, time_budget: float | None = None) -> dict:
     harness.START_TIMEOUT = 3600  # a snapshot of 1.4M queues takes minutes to write and load
+    _check_descriptors(setting)
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"setting": asdict(setting), "mode": mode, "phases": {},
 }
@@ -330,6 +350,9 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
     phases["after"]["gc_policy"] = router.call("gc_policy")
     phases["after"]["full_collection"] = router.call("full_collection")
     phases["after"]["rss_after_full_collection"] = router.call("stats")["rss"]
+    trim_started = time.monotonic()
+    phases["after"]["rss_after_malloc_trim"] = router.call("malloc_trim")["rss"]
+    phases["after"]["malloc_trim_seconds"] = time.monotonic() - trim_started
     result["messages"] = _messages(fleets, recipients, sender, phases)
 
 
@@ -345,7 +368,9 @@ def _wait_settled(setting: Setting, router: RouterProcess, fleets: Fleets,
         statuses = fleets.call(recipients, {"op": "status"})
         done = sum(s["storm"]["done"] for s in statuses)
         polls.append({"t": census["at"] - storm_start, "subscriptions": census["subscriptions"],
-                      "connections": census["connections"], "resubscribed_connections": done})
+                      "connections": census["connections"], "resubscribed_connections": done,
+                      "listener": census.get("listener"),
+                      "router_cpu": router.cpu_seconds()})
         if (done == setting.connections and census["connections"] == want_connections
                 and census["subscriptions"] == setting.queues
                 and census["connection_subscriptions"] == setting.queues):
@@ -433,7 +458,9 @@ def table(result: dict[str, Any]) -> str:
     after = phases.get("after")
     if after:
         fc = after["full_collection"]
-        lines.append(f"- after: RSS {after['rss_settled'] / 2**20:.0f} MiB once settled; "
+        lines.append(f"- after: RSS {after['rss_settled'] / 2**20:.0f} MiB once settled, "
+                     f"{after['rss_after_malloc_trim'] / 2**20:.0f} MiB after malloc_trim "
+                     f"({after['malloc_trim_seconds'] * 1000:.0f} ms); "
                      f"quiet-time full collection {fc['ms']:.0f} ms, {fc['collected']} freed; "
                      f"collector policy {json.dumps(after['gc_policy'])}")
     lines.append(f"- peak router RSS {result['peak_rss'] / 2**20:.0f} MiB; least memory "

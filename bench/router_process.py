@@ -20,6 +20,11 @@ reach into the running router, which the plain CLI cannot offer:
   ``{"op": "profile_start"}``, ``{"op": "profile_stop", "path": p}``,
   ``{"op": "quit"}``.
 
+With ``BENCH_GC_INSPECT=1`` in its environment, the process also records, for
+the longest collection of each generation, how many objects it walked and of
+which types (a pass over the young generations before each collection: slow,
+for finding out what a pause is made of, not for timing).
+
 Nothing here changes how the router serves clients; the requests run as one
 more task in the router's own Trio loop.
 """
@@ -54,6 +59,18 @@ from . import identities
 DEFAULTS = RouterConfig()  # the router's own defaults, for the options it shares
 
 
+def _young_summary(generation: int) -> list[Any]:
+    """How many objects a collection of `generation` walks, and its largest container."""
+    if generation == 2:
+        return [None]
+    from collections import Counter
+
+    kinds: Counter[str] = Counter()
+    for g in range(generation + 1):
+        kinds.update(type(o).__name__ for o in gc.get_objects(generation=g))
+    return [sum(kinds.values()), kinds.most_common(6)]
+
+
 class GcPauses:
     """Durations of the collector's runs, by generation, via `gc.callbacks`: wall
     clock (what clients wait) and the thread's CPU time (the collector's own work,
@@ -62,6 +79,8 @@ class GcPauses:
     def __init__(self) -> None:
         self._started = 0.0
         self._started_cpu = 0.0
+        self._young: Any = None
+        self.inspect = os.environ.get("BENCH_GC_INSPECT") == "1"
         self.reset()
         gc.callbacks.append(self._callback)
 
@@ -71,9 +90,11 @@ class GcPauses:
         self.max_cpu_ms = [0.0, 0.0, 0.0]
         self.total_ms = [0.0, 0.0, 0.0]
         self.collected_at_max = [0, 0, 0]  # objects the longest pass of each generation freed
+        self.young_at_max: list[Any] = [None, None, None]  # what it walked (with `inspect`)
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
+            self._young = _young_summary(info["generation"]) if self.inspect else None
             self._started = time.perf_counter()
             self._started_cpu = time.thread_time()
             return
@@ -86,10 +107,12 @@ class GcPauses:
         if cpu_ms > self.max_cpu_ms[g]:
             self.max_cpu_ms[g] = cpu_ms
             self.collected_at_max[g] = info["collected"]
+            self.young_at_max[g] = self._young
 
     def report(self) -> dict[str, list]:
         return {"count": self.count, "max_ms": self.max_ms, "max_cpu_ms": self.max_cpu_ms,
-                "total_ms": self.total_ms, "collected_at_max": self.collected_at_max}
+                "total_ms": self.total_ms, "collected_at_max": self.collected_at_max,
+                "young_at_max": self.young_at_max}
 
 
 def _count_tasks(nursery: trio.Nursery) -> int:
@@ -218,6 +241,10 @@ class Control:
             "pending_deliveries": subscriptions.pending_deliveries(),
             "at": time.monotonic(),
         }
+        listener = self.info.listener
+        if listener is not None:
+            reply["listener"] = {"open": listener.open_connections,
+                                 "pending": listener.pending, "refused": listener.refused}
         if req.get("verify"):
             reply["one_subscriber_each"] = all(
                 subscriptions.subscriber_of(rid) is s for s in subscribers for rid in s.queues

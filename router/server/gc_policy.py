@@ -9,17 +9,31 @@ every full collection, and CPython runs one whenever the objects that survived
 into the oldest generation grew by a quarter: during a wave of reconnections,
 repeatedly, each pass longer than the last.
 
-Theory of operation. One task looks at the oldest generation ten times a second
-(`gc.get_objects(2)`, cheap because it is kept small):
+Theory of operation. While the policy runs, CPython never collects the oldest
+generation by itself (its threshold is set out of reach): only the young
+generations are collected automatically, and those passes are short whatever
+the size of the rest. What survives into the oldest generation is frozen
+instead, by one task that looks at it ten times a second (`gc.get_objects(2)`,
+cheap because it is kept small). Why CPython's own full collections are off
+rather than merely kept small: when every connection has a block of SUBs to
+verify, one pass of the trio scheduler takes seconds, so a task cannot look
+often enough; whatever arrives meanwhile then waits, unwalked, to be frozen.
 
 - budget: once it holds `budget` objects, the young generations are collected
-  (a pass over them only: short whatever the size of the rest) and everything
-  is frozen. A full pass, CPython's own included, then walks only what reached
-  the oldest generation since: at most `budget` objects and what arrives
-  within one `check_interval`;
-- settle: once it has stopped growing for `settle` seconds (a wave of
-  reconnections is over) and holds at least `settle_floor` objects, the same
-  freeze runs, so that at a steady state the passes walk almost nothing;
+  and everything is frozen;
+- young budget: the young generations are not bounded by CPython's thresholds
+  (its count nets out every deallocation, old objects' included, so a wave of
+  SUBs fills them with tens of thousands of subscriptions between two
+  collections). When a young collection is about to start with more than
+  `young_budget` objects to walk, a `gc.callbacks` hook freezes them instead,
+  and the pass walks nothing. Young garbage frozen so (the frames of
+  a dropped connection's last exception) waits for the quiet-time collection;
+- settle: once it has stopped growing for `settle` seconds after at least
+  `settle_floor` objects reached it (a wave of reconnections is over), the same
+  freeze runs, so that at a steady state the passes walk almost nothing; and
+  the C heap's free pages go back to the system (glibc's `malloc_trim`): a wave
+  of SUB blocks leaves megabytes of freed 16 KB buffers between live objects,
+  which the process would otherwise keep as RSS;
 - quiet-time collection: objects frozen while alive that later die inside a
   reference cycle are never collected while frozen (a connection dropped
   abruptly leaves about a dozen such objects; garbage already in the oldest
@@ -34,6 +48,7 @@ how the pauses this policy keeps short are measured.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import math
@@ -44,6 +59,18 @@ from dataclasses import dataclass, field
 import trio
 
 log = logging.getLogger(__name__)
+
+NEVER = 2**31 - 1  # a threshold the count of young collections never reaches
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
 
 
 class GcPauses:
@@ -86,21 +113,46 @@ class GcPolicy:
     """The settings of the policy and what it has done (see the module comment)."""
 
     budget: int = 10_000  # unfrozen old objects that trigger a collect-and-freeze
+    young_budget: int = 20_000  # young objects above which a collection freezes them
     settle: float = 10.0  # seconds without growth that end a wave
-    settle_floor: int = 2_000  # below this a settled generation is left alone
+    settle_floor: int = 2_000  # growth smaller than this is not a wave
     check_interval: float = 0.1  # seconds between two looks at the oldest generation
     full_interval: float | None = 6 * 3600.0  # seconds between quiet-time full collections
     quiet: float = 60.0  # seconds without a new connection that make a quiet time
     freezes: int = 0
+    young_freezes: int = 0
     full_collections: int = 0
     longest_freeze_ms: float = 0.0  # our own collect-and-freeze passes
+    trims: int = 0
+    longest_trim_ms: float = 0.0
     last_full_ms: float | None = None
     _since_full: float = field(default=0.0, repr=False)
 
     async def run(self, connections_opened: Callable[[], int]) -> None:
         """Watch the collector until cancelled; `connections_opened` counts connections
         since the start (what tells a quiet time)."""
+        thresholds = gc.get_threshold()
+        gc.set_threshold(thresholds[0], thresholds[1], NEVER)
+        gc.callbacks.append(self._before_collection)
+        try:
+            await self._watch(connections_opened)
+        finally:
+            gc.callbacks.remove(self._before_collection)
+            gc.set_threshold(*thresholds)
+
+    def _before_collection(self, phase: str, info: dict[str, int]) -> None:
+        """A young collection with too much to walk freezes it instead."""
+        generation = info["generation"]
+        if phase != "start" or generation == 2:
+            return
+        young = sum(len(gc.get_objects(generation=g)) for g in range(generation + 1))
+        if young > self.young_budget:
+            gc.freeze()  # the lists the pass is about to walk are empty now
+            self.young_freezes += 1
+
+    async def _watch(self, connections_opened: Callable[[], int]) -> None:
         last_size = 0
+        wave = 0  # objects that reached the oldest generation since the last settle
         last_growth = trio.current_time()
         last_connections, last_connection_at = connections_opened(), trio.current_time()
         self._since_full = trio.current_time()
@@ -110,13 +162,16 @@ class GcPolicy:
             size = len(gc.get_objects(generation=2))
             if size > last_size:
                 last_growth = now
+                wave += size - last_size
             opened = connections_opened()
             if opened != last_connections:
                 last_connections, last_connection_at = opened, now
-            if size >= self.budget or (
-                size >= self.settle_floor and now - last_growth >= self.settle
-            ):
+            settled = wave >= self.settle_floor and now - last_growth >= self.settle
+            if size >= self.budget or settled:
                 self.collect_and_freeze()
+                if settled:
+                    self.trim_heap()
+                    wave = 0
                 size = 0
             elif self._full_due(now) and now - last_connection_at >= self.quiet:
                 self.full_collection()
@@ -131,6 +186,15 @@ class GcPolicy:
         ms = (time.perf_counter() - started) * 1000
         self.freezes += 1
         self.longest_freeze_ms = max(self.longest_freeze_ms, ms)
+
+    def trim_heap(self) -> None:
+        """Give the C heap's free pages back to the system, where glibc can."""
+        if _malloc_trim is None:
+            return
+        started = time.perf_counter()
+        _malloc_trim(0)
+        self.trims += 1
+        self.longest_trim_ms = max(self.longest_trim_ms, (time.perf_counter() - started) * 1000)
 
     def full_collection(self) -> None:
         """Unfreeze, collect everything, freeze again: the one long pause."""
@@ -152,8 +216,11 @@ class GcPolicy:
     def report(self) -> dict[str, object]:
         return {
             "freezes": self.freezes,
+            "young_freezes": self.young_freezes,
             "full_collections": self.full_collections,
             "longest_freeze_ms": self.longest_freeze_ms,
+            "trims": self.trims,
+            "longest_trim_ms": self.longest_trim_ms,
             "last_full_ms": self.last_full_ms,
             "frozen": gc.get_freeze_count(),
         }

@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from router.server import gc_policy
 from router.server.gc_policy import GcPauses, GcPolicy
 
 
@@ -78,6 +79,22 @@ async def test_a_settled_wave_is_frozen():
         nursery.cancel_scope.cancel()
     assert old_objects() < 1000
     assert len(nodes) == 3000
+    assert policy.trims == (1 if gc_policy._malloc_trim is not None else 0)
+
+
+async def test_a_settled_wave_hands_free_heap_back(monkeypatch):
+    trimmed: list[int] = []
+    monkeypatch.setattr(gc_policy, "_malloc_trim", lambda pad: trimmed.append(pad) or 1)
+    policy = GcPolicy(budget=10**9, settle=0.05, settle_floor=1000, check_interval=0.01,
+                      full_interval=None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(policy.run, lambda: 0)
+        nodes = make_old(3000)
+        with trio.fail_after(5):
+            while not trimmed:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert trimmed == [0] and policy.trims == 1 and len(nodes) == 3000
 
 
 async def test_a_quiet_time_collection_frees_cycles_that_died_frozen():
@@ -115,6 +132,37 @@ async def test_no_full_collection_while_clients_keep_connecting():
             await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert policy.full_collections == 0
+
+
+async def test_the_oldest_generation_is_left_to_the_policy_while_it_runs():
+    before = gc.get_threshold()
+    policy = GcPolicy(full_interval=None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(policy.run, lambda: 0)
+        await trio.sleep(0.01)
+        assert gc.get_threshold()[:2] == before[:2]
+        assert gc.get_threshold()[2] > 10**9
+        nursery.cancel_scope.cancel()
+    assert gc.get_threshold() == before
+
+
+async def test_a_young_collection_with_too_much_to_walk_freezes_it_instead():
+    policy = GcPolicy(young_budget=5000, full_interval=None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(policy.run, lambda: 0)
+        await trio.sleep(0.01)
+        gc.disable()  # no automatic pass: the nodes stay young
+        try:
+            nodes = [Node() for _ in range(20_000)]
+            frozen = gc.get_freeze_count()
+            gc.collect(1)
+        finally:
+            gc.enable()
+        nursery.cancel_scope.cancel()
+    assert policy.young_freezes >= 1
+    assert gc.get_freeze_count() >= frozen + 20_000
+    assert policy._before_collection not in gc.callbacks
+    assert len(nodes) == 20_000
 
 
 def test_pauses_are_recorded_by_generation():
