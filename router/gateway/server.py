@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import ssl
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -12,10 +11,9 @@ from pathlib import Path
 import trio
 
 from router.server import RouterConfig, open_router
-from router.server.config import ConfigError
-from router.server.edge import EdgeListener, serve_edge, tls_context
+from router.server.edge import EdgeListener, serve_edge
 from router.server.identity import host_port
-from router.server.router import Router, edge_limits
+from router.server.router import Router, edge_limits, listener_tls
 
 from .origins import OriginPolicy
 from .site import SMP_PATH, GatewaySite, SiteConfig, key_hash_text
@@ -98,12 +96,7 @@ async def serve_gateway(
     """
     rc = config.router
     secure = rc.tls_cert is not None
-    tls = None
-    if rc.tls_cert is not None and rc.tls_key is not None:
-        try:
-            tls = tls_context(rc.tls_cert, rc.tls_key)
-        except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
+    tls = listener_tls(rc)
     for missing in missing_web_files(config.web_root):
         log.warning("the gateway's web root lacks %s: those pages answer 404", missing)
     policy = OriginPolicy(config.allow_origins, secure=secure)

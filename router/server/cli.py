@@ -35,7 +35,6 @@ import gc
 import logging
 import os
 import signal
-import ssl
 import sys
 from argparse import SUPPRESS
 from collections.abc import Sequence
@@ -70,11 +69,10 @@ from .config_file import (
 )
 from .control import run_control_commands
 from .datadir import lock_data_dir
-from .edge import tls_context
 from .gc_policy import GcPolicy
 from .identity import IdentityError, load_or_create_identity
 from .info import information_page, router_version
-from .router import Router, RouterInfo, serve_router
+from .router import Router, RouterInfo, listener_tls, serve_router
 from .stores import StoreOpenError
 
 log = logging.getLogger("smp-router")
@@ -372,11 +370,7 @@ def _config_check(args: argparse.Namespace) -> int:
     path = config_file_path(args)
     settings = effective_settings(args)
     config = config_from_settings(settings)
-    if config.tls_cert is not None and config.tls_key is not None:
-        try:  # what serve would do with them, so that check finds the same errors
-            tls_context(config.tls_cert, config.tls_key)
-        except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
+    listener_tls(config)  # what serve does with the files, so that check finds the same errors
     settings.update(store=config.store, data_dir=config.data_dir, stats_log=config.stats_log)
     print(f"# configuration file: {path if path is not None else '(none: defaults)'}")
     print(render_config(settings, secret=SECRET_SETTINGS), end="", flush=True)

@@ -385,12 +385,7 @@ async def serve_router(
 ) -> None:
     """Run the router on `config.host:config.port` until cancelled; `info_page`
     answers a plain GET of "/"."""
-    tls = None
-    if config.tls_cert is not None and config.tls_key is not None:
-        try:
-            tls = tls_context(config.tls_cert, config.tls_key)
-        except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
+    tls = listener_tls(config)
     async with open_router(config) as router, trio.open_nursery() as nursery:
         router.info_page = info_page
         with naming_address("the router", config.host, config.port):
@@ -406,6 +401,17 @@ async def serve_router(
                           control_port)
         log.info("router listening on %s, address %s", info.url, info.address)
         task_status.started(info)
+
+
+def listener_tls(config: RouterConfig) -> ssl.SSLContext | None:
+    """The TLS context of the configured certificate and key (None without them);
+    a file that cannot be used is a ConfigError, exit code 2 at the command line."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    try:
+        return tls_context(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
 
 
 async def start_operation_ports(
