@@ -16,6 +16,7 @@ its row, and keeps its cache in a `QueueTable`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -52,7 +53,7 @@ class CreateQueue:
         return self.record  # whatever was there
 
 
-class _Update:
+class _Update(ABC):
     """A change to a queue that exists: a queue that is not there stays absent."""
 
     __slots__ = ()
@@ -61,9 +62,9 @@ class _Update:
     def after(self, old: QueueRecord | None) -> QueueRecord | None:
         return None if old is None else replace(old, updated_at=self.ts, **self.changed())
 
+    @abstractmethod
     def changed(self) -> dict[str, Any]:
         """The fields of the queue record this change sets, besides updated_at."""
-        raise NotImplementedError
 
 
 @dataclass(slots=True)
