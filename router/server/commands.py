@@ -287,9 +287,14 @@ class Commands:
             subscriptions.send_again(s, sub)
         out = _reply(v, _OK)
         self._c.queue_active(rid)
-        msg = await self._c.messages.peek_message(rid)
-        if msg is not None and subscriptions.can_push(s, sub):
+        with subscriptions.answering(sub) as window:
+            msg = await self._c.messages.peek_message(rid)
+        if not subscriptions.can_push(s, sub):
+            return out  # taken by another connection meanwhile
+        if msg is not None:
             out.append(self._c.deliverer.message_transmission(b"", rid, sub, msg))
+        elif window.missed is not None:  # a write landed after the read
+            self._c.deliverer.push_later(s, sub, window.missed)
         return out
 
     async def _get(self, s: Subscriber, v: Verified) -> list[bytes]:

@@ -119,24 +119,33 @@ class Deliverer:
         if subscriber is None:
             return
         sub = subscriber.queues.get(recipient_id)
-        if not self._subscriptions.can_push(subscriber, sub):
+        if not self._subscriptions.push_due(subscriber, sub, msg.ts):
             return  # the common case for a busy queue: its ACK delivers the next one
         assert sub is not None
         conn = subscriber.conn
-        if self.per_queue_task:
-            assert sub.wake is not None
-            sub.wake.set()
+        if self.per_queue_task or not into_empty:
+            self.push_later(subscriber, sub, msg.ts)
         elif recipient_id in subscriber.deliveries:
             return  # already waiting; the older entry stands
-        elif into_empty and not conn.outbox_full():
+        elif not conn.outbox_full():
             # No checkpoint since outbox_full(): send_nowait cannot fail here.
             conn.push_nowait([self.message_transmission(b"", recipient_id, sub, msg)])
         else:
-            # The head is at most as new as `msg`: its time orders the entry well enough.
-            subscriber.deliveries.add(recipient_id, msg.ts)
-            conn.wake_delivery()
-            if into_empty:
-                self._counters.messages_deferred += 1
+            self.push_later(subscriber, sub, msg.ts)
+            self._counters.messages_deferred += 1
+
+    def push_later(self, subscriber: Subscriber, sub: Sub, ts: int) -> None:
+        """The queue's head goes out from the delivery task (or the queue's own task).
+
+        `ts` is at most the head's time, which orders the entry well enough; an
+        entry already waiting stands.
+        """
+        if self.per_queue_task:
+            assert sub.wake is not None
+            sub.wake.set()
+        elif sub.recipient_id not in subscriber.deliveries:
+            subscriber.deliveries.add(sub.recipient_id, ts)
+            subscriber.conn.wake_delivery()
 
     def stored_into_empty(self, recipient_id: bytes, msg: Message) -> None:
         """`stored` for a write that landed in an empty queue (benchmarks inject so)."""

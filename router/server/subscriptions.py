@@ -17,7 +17,10 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
   a connection.
 - `delivered` is the gate of delivery: while it holds a message id, nothing
   more is pushed for that queue until the ACK (`can_push`, `may_push`,
-  `acknowledging`).
+  `acknowledging`). While a SUB reads the head to answer with it, it holds
+  `ANSWERING` (`answering`): a push due meanwhile would reach the client as a
+  second copy of the head, or ahead of the SUB's OK, so it is remembered
+  instead and made once the SUB has answered, if the answer carried no MSG.
 - A service subscription (SUBS / NSUBS, services.py) is held by one
   subscriber per service and side; it records the `Sub`s its walk made or
   found, which a takeover ends with one ENDS.
@@ -54,6 +57,10 @@ _END, _DELD = END(), DELD()
 # below it the router sends END where it would send DELD (docs/protocol.md#versions)
 DELD_VERSION = 10
 
+# `Sub.delivered` while a SUB of the queue's own connection reads the head to
+# answer with it: `can_push` is false, so the SUB is the only one to deliver it.
+ANSWERING = (b"", -1)
+
 
 @dataclass(slots=True, eq=False)
 class Sub:
@@ -66,6 +73,13 @@ class Sub:
     # per-queue-task mode only: the queue's own task waits on `wake`
     wake: trio.Event | None = None
     scope: trio.CancelScope | None = None
+
+
+@dataclass(slots=True)
+class Answering:
+    """What happened while a SUB read the head (`Subscriptions.answering`)."""
+
+    missed: int | None = None  # time of a write whose push it held back
 
 
 @dataclass(slots=True)
@@ -207,7 +221,7 @@ class Subscriptions:
 
     __slots__ = (
         "_counters", "_queues", "_notifiers", "_subscribers", "_services", "_acking",
-        "events", "on_subscribed",
+        "_missed", "events", "on_subscribed",
     )
 
     def __init__(self, counters: Counters, end_batch_interval: float) -> None:
@@ -219,6 +233,9 @@ class Subscriptions:
         # Sub -> id of the message its ACK is deleting; at most one per connection,
         # since a connection runs its commands one at a time.
         self._acking: dict[Sub, bytes] = {}
+        # Sub -> time of the first write that found it `ANSWERING`: a push is due
+        # once the SUB has answered (`answering`).
+        self._missed: dict[Sub, int] = {}
         self.events = PendingEvents(end_batch_interval)
         # per-queue-task mode gives each new subscription its task (delivery.py)
         self.on_subscribed: Callable[[Subscriber, Sub], None] | None = None
@@ -345,6 +362,28 @@ class Subscriptions:
     def may_push(self, subscriber: Subscriber, sub: Sub | None, head: Message) -> bool:
         """`can_push`, and `head` is not the message an ACK of this queue is deleting."""
         return self.can_push(subscriber, sub) and self._acking.get(sub) != head.msg_id  # type: ignore[arg-type]
+
+    def push_due(self, subscriber: Subscriber, sub: Sub | None, ts: int) -> bool:
+        """`can_push`, for a write of time `ts`; a push a SUB's answer holds back
+        is remembered, to be made after the answer (`answering`)."""
+        if self.can_push(subscriber, sub):
+            return True
+        if sub is not None and sub.delivered is ANSWERING:
+            self._missed.setdefault(sub, ts)
+        return False
+
+    @contextmanager
+    def answering(self, sub: Sub) -> Iterator[Answering]:
+        """A SUB reads the head to answer with it: nothing else pushes to `sub`
+        meanwhile. On exit, `missed` is the time of a write that found it so."""
+        window = Answering()
+        sub.delivered = ANSWERING
+        try:
+            yield window
+        finally:
+            if sub.delivered is ANSWERING:
+                sub.delivered = None
+            window.missed = self._missed.pop(sub, None)
 
     def in_flight(self, sub: Sub, msg: Message) -> None:
         """`msg` is being written to the subscriber: nothing more until its ACK."""

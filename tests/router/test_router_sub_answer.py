@@ -1,0 +1,114 @@
+"""A SUB answers with its queue's head itself: while it reads the head, nothing else
+pushes that queue to its connection (docs/protocol.md#behaviour).
+
+Each test holds the SUB's read of the head after the store answered it (as a slow
+store or a busy scheduler would), lets a SEND land meanwhile, and then checks what
+the client reads: the SUB's OK comes first, the head (if any) once, with it or
+after it, and a message the SUB's read could not see is still pushed. Before the
+SUB held the queue, the SEND's trigger pushed the head again ahead of the SUB's
+OK: a client that had read OK as "no message" then saw the message it held come
+back after it acknowledged it.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import trio
+from smp_session import Queue, Reply, Session, connect
+
+from router.protocol.block import BatchPacker
+from router.protocol.types import MSG, OK, PING, PONG, SUB
+
+
+class HeldRead:
+    """The next `peek_message` of one queue, held after the store answered it."""
+
+    def __init__(self, recipient_id: bytes) -> None:
+        self.recipient_id = recipient_id
+        self.armed = True
+        self.entered = trio.Event()
+        self.released = trio.Event()
+
+
+@contextmanager
+def hold_next_read(monkeypatch, router, recipient_id: bytes):
+    held = HeldRead(recipient_id)
+    store_class = type(router.messages)
+    peek = store_class.peek_message
+
+    async def held_peek(store, rid: bytes):
+        msg = await peek(store, rid)
+        if held.armed and rid == held.recipient_id:
+            held.armed = False
+            held.entered.set()
+            await held.released.wait()
+        return msg
+
+    monkeypatch.setattr(store_class, "peek_message", held_peek)
+    yield held
+
+
+async def _sub_with_a_send_meanwhile(
+    router, monkeypatch, recipient: Session, sender: Session, q: Queue, body: bytes
+) -> list[Reply]:
+    """SUB, with `body` sent while the SUB's read of the head is held; what the
+    recipient reads up to and including the SUB's answer, then what follows it."""
+    with hold_next_read(monkeypatch, router, q.recipient_id) as held:
+        sub = recipient.transmission(q.recipient_id, SUB(), q.rcv_seed)
+        await recipient.send_block(_block(sub))
+        await held.entered.wait()
+        await sender.send(q.sender_id, body)
+        held.released.set()
+        replies: list[Reply] = []
+        while not any(r.corr_id for r in replies):
+            replies += await recipient.receive()
+    return replies
+
+
+def _block(raw: bytes) -> bytes:
+    packer = BatchPacker()
+    assert packer.add(raw)
+    return packer.take_block()
+
+
+async def _pushed_before_pong(recipient: Session) -> list[Reply]:
+    """Whatever the router pushed before it answered a PING."""
+    assert await recipient.command(b"", PING()) == PONG()
+    events = list(recipient.events)
+    recipient.events.clear()
+    return events
+
+
+async def test_sub_again_answers_with_the_head_and_nothing_pushes_it_ahead(
+    router, monkeypatch
+):
+    with trio.fail_after(10):
+        async with connect(router) as recipient, connect(router) as sender:
+            q = await recipient.create_queue(subscribe=True)
+            await sender.send(q.sender_id, b"first")
+            held, _ = await recipient.next_message(q)  # in flight, not acknowledged
+            replies = await _sub_with_a_send_meanwhile(
+                router, monkeypatch, recipient, sender, q, b"second"
+            )
+            assert replies[0].corr_id and replies[0].response == OK(), replies
+            later = replies[1:] + await _pushed_before_pong(recipient)
+            msgs = [r.response for r in later if isinstance(r.response, MSG)]
+            assert [m.msg_id for m in msgs] == [held.msg_id], later
+            assert len(later) == 1, later
+
+
+async def test_a_write_the_subs_read_missed_is_pushed_after_the_subs_answer(
+    router, monkeypatch
+):
+    with trio.fail_after(10):
+        async with connect(router) as recipient, connect(router) as sender:
+            q = await recipient.create_queue()
+            replies = await _sub_with_a_send_meanwhile(
+                router, monkeypatch, recipient, sender, q, b"late"
+            )
+            assert replies[0].corr_id and replies[0].response == OK(), replies
+            pushed = replies[1:] or [await recipient.next_event()]
+            assert len(pushed) == 1 and isinstance(pushed[0].response, MSG), pushed
+            assert q.open(pushed[0].response).body == b"late"
+            assert await recipient.no_more_events()
