@@ -1,7 +1,11 @@
 """The router's own listener: TCP (or TLS), the HTTP upgrade, WebSocket framing.
 
 Theory of operation: one accept loop takes sockets off the listening socket and
-starts one task per connection. That task reads the HTTP request head under a
+starts one task per connection. Each time the socket is readable it takes every
+connection waiting in the backlog (up to `ACCEPT_BATCH`), not one: a pass of
+Trio's scheduler over thousands of busy connections can take a second, and at
+one accept per pass a router busy with a reconnecting crowd would let the
+rest of the crowd wait in the kernel, retrying. That task reads the HTTP request head under a
 fixed deadline (a trickle of bytes cannot extend it, EOF ends it at once),
 asks the request hook what to do, and either answers plain HTTP and closes, or
 completes the WebSocket upgrade and runs the connection handler with a
@@ -28,6 +32,7 @@ import errno
 import logging
 import math
 import resource
+import socket
 import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -64,6 +69,9 @@ ACCEPT_RETRY_DELAY = 0.1  # seconds to wait for a free descriptor after EMFILE
 REFUSAL_TIMEOUT = 1.0  # seconds a refused client gets to send its request for the 503
 MAX_REFUSING = 64  # refusals answered at once; beyond that a refused socket just closes
 _FD_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# A connection that went away while in the backlog: skip it, accept the next.
+_GONE_ERRORS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
+ACCEPT_BATCH = 256  # connections taken off the backlog per wake-up at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +361,7 @@ class EdgeListener:
 
     def __init__(
         self,
-        listener: trio.SocketListener,
+        listener: socket.socket,
         handler: ConnectionHandler,
         hook: RequestHook,
         limits: EdgeLimits,
@@ -379,11 +387,11 @@ class EdgeListener:
 
     @property
     def port(self) -> int:
-        return self._listener.socket.getsockname()[1]
+        return self._listener.getsockname()[1]
 
     @property
     def host(self) -> str:
-        return self._listener.socket.getsockname()[0]
+        return self._listener.getsockname()[0]
 
     @property
     def suspended(self) -> bool:
@@ -414,22 +422,32 @@ class EdgeListener:
                 if self._suspended:
                     await self._resumed.wait()
                     continue
-                stream = await self._accept()
-                if stream is not None:
+                for stream in await self._accept_waiting():
                     nursery.start_soon(self._serve_socket, stream)
 
-    async def _accept(self) -> trio.SocketStream | None:
+    async def _accept_waiting(self) -> list[trio.SocketStream]:
+        """The connections waiting in the backlog, once there is one (none if
+        suspended meanwhile or out of descriptors)."""
         with trio.CancelScope() as self._accept_scope:
+            await trio.lowlevel.wait_readable(self._listener)
+        self._accept_scope = None
+        streams: list[trio.SocketStream] = []
+        while not self._suspended and len(streams) < ACCEPT_BATCH:
             try:
-                return await self._listener.accept()
+                sock, _ = self._listener.accept()
+            except BlockingIOError:
+                break
             except OSError as e:
+                if e.errno in _GONE_ERRORS:
+                    continue
                 if e.errno not in _FD_ERRORS:
                     raise
                 self._log_fd_exhaustion(e)
-        self._accept_scope = None
-        if not self._suspended:
-            await trio.sleep(ACCEPT_RETRY_DELAY)
-        return None
+                if not streams:
+                    await trio.sleep(ACCEPT_RETRY_DELAY)
+                break
+            streams.append(trio.SocketStream(trio.socket.from_stdlib_socket(sock)))
+        return streams
 
     def _log_fd_exhaustion(self, e: OSError) -> None:
         self.fd_exhaustions += 1
@@ -639,11 +657,14 @@ async def serve_edge(
     """Listen on `host:port` (0: a free port) until cancelled; reports the `EdgeListener`
     (its `port`, `suspend()`, `resume()`) through `task_status`."""
     listeners = await trio.open_tcp_listeners(port, host=host)
-    listener = listeners[0]
     for extra in listeners[1:]:
         await extra.aclose()
+    # The accept loop takes connections without a checkpoint between them, which
+    # Trio's own accept always makes: it gets the plain socket.
+    listener = socket.socket(fileno=listeners[0].socket.detach())
+    listener.setblocking(False)
     edge = EdgeListener(listener, handler, hook, limits, tls)
-    async with listener:
+    with listener:
         task_status.started(edge)
         await edge.serve()
 
