@@ -65,6 +65,7 @@ from router.protocol.transmission import decode_transmission, encode_transmissio
 from router.protocol.types import ACK, END, ERR, MSG, OK, SEND, SUB, Transmission
 
 from . import identities
+from .looplag import LoopLag
 
 # handshakes in flight per process, below the router's cap per address
 # (RouterConfig.max_pending_per_address)
@@ -99,6 +100,7 @@ def raise_nofile(limit: int = NOFILE) -> int:
 async def _serve(pipe: Pipe, url: str, address: str, index: int) -> None:
     async with trio.open_nursery() as nursery:
         fleet = Fleet(url, address, index, nursery)
+        nursery.start_soon(fleet.loop_lag.run)
         while True:
             request = await trio.to_thread.run_sync(pipe.recv)
             if request["op"] == "exit":
@@ -140,6 +142,8 @@ class Fleet:
         self.last_error = ""
         self.refusals: dict[str, int] = {}  # why connecting failed -> how often
         self.storm: dict[str, Any] = {}
+        # This process's own delays, which its latency figures include (bench.looplag).
+        self.loop_lag = LoopLag()
 
     # --- connections -----------------------------------------------------------------
 
@@ -216,6 +220,13 @@ class Fleet:
             next_at += interval
             if conn.stream is not None:
                 self.nursery.start_soon(conn.send_message, sid, msg_id)
+
+    async def op_loop_lag(self, req: dict) -> dict:
+        """The loop's lag since the last call; `reset` starts a new record."""
+        report = self.loop_lag.report()
+        if req.get("reset"):
+            self.loop_lag.reset()
+        return report
 
     async def op_report(self, req: dict) -> dict:
         return {

@@ -229,8 +229,36 @@ def _router_stats(router: RouterProcess, fleets: Fleets | None = None) -> dict[s
             "router_cpu": router.cpu_seconds(), "at": time.monotonic(),
             "load_cpu": None if fleets is None else fleets.cpu_seconds(),
             "gc_pauses": s["gc_pauses"], "traced": s.get("traced"),
+            "loop_lag": s.get("loop_lag"),
+            "load_loop_lag": None if fleets is None else fleets.call(
+                list(range(len(fleets.pipes))), {"op": "loop_lag"}),
             "subscriptions": s["statistics"]["subscriptions"],
             "connections": s["statistics"]["connections"]}
+
+
+def _new_phase(router: RouterProcess, fleets: Fleets) -> None:
+    """Start the per-phase records: peak RSS, gc pauses, every process's loop lag."""
+    router.call("reset_hwm")
+    fleets.call(list(range(len(fleets.pipes))), {"op": "loop_lag", "reset": True})
+
+
+def _lag_ms(report: dict[str, Any] | None) -> float | None:
+    return None if report is None else report["max_ms"]
+
+
+def _load_lag_ms(phase: dict[str, Any]) -> float | None:
+    reports = phase.get("load_loop_lag")
+    return None if not reports else max(r["max_ms"] for r in reports)
+
+
+def _stall_summary(report: dict[str, Any] | None) -> str:
+    """The longest stall and the innermost frames of the router's code in its stack."""
+    if not report or not report["stalls"]:
+        return "none"
+    stall = report["stalls"][0]
+    frames = [line.strip() for line in stall["stack"].splitlines() if line.startswith("  File")]
+    own = [f for f in frames if "/router/" in f or "/store/" in f] or frames
+    return f"{stall['ms']:.0f} ms at {own[-1] if own else '?'}"
 
 
 def _longest_pause(stats: dict[str, Any], key: str = "max_ms") -> float:
@@ -299,7 +327,7 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
                            "refused": sum(r["refused"] for r in replies)}
 
     watchdog.phase = "subscribe"
-    router.call("reset_hwm")
+    _new_phase(router, fleets)
     t0 = time.monotonic()
     replies = fleets.call(recipients, {"op": "subscribe"})
     seconds = time.monotonic() - t0
@@ -312,7 +340,7 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
 
     watchdog.phase = "idle"
     time.sleep(setting.policy_settle)  # the policy freezes the settled wave
-    router.call("reset_hwm")
+    _new_phase(router, fleets)
     active = _active_queues(setting)
     t_start = time.monotonic() + 0.5
     fleets.call([sender], {"op": "traffic", "targets": active, "rate": setting.rate,
@@ -323,7 +351,7 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
                       "window": [t_start + warmup, t_start + setting.idle_seconds]}
 
     watchdog.phase = "storm"
-    router.call("reset_hwm")
+    _new_phase(router, fleets)
     if profiler is not None:
         profiler.start()
     storm_start = time.monotonic()
@@ -417,10 +445,11 @@ def table(result: dict[str, Any]) -> str:
             continue
         rows.append([name, p["rss"] / 2**20, (p.get("hwm") or 0) / 2**20, p["tasks"],
                      p["connections"], p["subscriptions"], _longest_pause(p),
-                     _longest_pause(p, "max_cpu_ms")])
+                     _longest_pause(p, "max_cpu_ms"), _lag_ms(p.get("loop_lag")),
+                     _load_lag_ms(p)])
     text = md_table(["phase", "router RSS MiB", "peak RSS in phase MiB", "trio tasks",
                      "connections", "subscriptions", "longest gc pause ms",
-                     "its CPU ms"], rows)
+                     "its CPU ms", "router loop lag ms", "load loop lag ms"], rows)
     lines = [f"{result['mode']}: {s['queues']:,} queues, {s['connections']:,} connections "
              f"({s['processes']} load processes), {s['active']:,} active queues at "
              f"{s['rate']:g} msg/s", "", text, ""]
@@ -446,6 +475,10 @@ def table(result: dict[str, Any]) -> str:
     if storm:
         lines.append(f"- storm settled in {storm['settle_seconds']} s; one subscriber each: "
                      f"{storm['census'].get('one_subscriber_each')}")
+    for name in ("idle", "storm"):
+        if name in phases and phases[name].get("loop_lag"):
+            lines.append(f"- longest router stall, {name}: "
+                         f"{_stall_summary(phases[name]['loop_lag'])}")
     msgs = result.get("messages")
     if msgs:
         lines.append(f"- messages: {msgs['sent_ok']} sent, {msgs['received']} received, "

@@ -15,7 +15,8 @@ reach into the running router, which the plain CLI cannot offer:
   into each of those queues, in one scheduler turn, through the same store
   write and delivery trigger a SEND uses once it has been verified;
 - ``{"op": "stats", "gc": true}``: RSS, the number of trio tasks, the
-  router's statistics, tracemalloc figures, gc pauses seen so far;
+  router's statistics, tracemalloc figures, gc pauses and the loop's lag
+  (`bench.looplag`) seen so far;
 - ``{"op": "gc_freeze"}``, ``{"op": "trace_reset_peak"}``,
   ``{"op": "profile_start"}``, ``{"op": "profile_stop", "path": p}``,
   ``{"op": "quit"}``.
@@ -55,6 +56,7 @@ from router.server.config import SINGLE_TASK
 from store.interfaces import Message, WriteResult
 
 from . import identities
+from .looplag import LoopLag
 
 DEFAULTS = RouterConfig()  # the router's own defaults, for the options it shares
 
@@ -138,6 +140,7 @@ class Control:
         self.args = args
         self.process = psutil.Process()
         self.gc_pauses = GcPauses()
+        self.loop_lag = LoopLag()
         self.profiler: Any = None
         self.gc_policy: Any = None
 
@@ -216,6 +219,7 @@ class Control:
             "connection_tasks": sum(self.router.connection_task_counts().values()),
             "statistics": asdict(stats),
             "gc_pauses": self.gc_pauses.report(),
+            "loop_lag": self.loop_lag.report(),
             "full_gc_ms": gc_ms,
             "gc_objects": len(gc.get_objects()) if req.get("objects") else None,
             "messages_stored": _message_count(self.router.messages),
@@ -266,8 +270,9 @@ class Control:
                 "frozen": gc.get_freeze_count()}
 
     async def op_reset_hwm(self, req: dict) -> dict:
-        """Restart the kernel's peak-RSS counter (VmHWM) and the gc pause record."""
+        """Restart the kernel's peak-RSS counter (VmHWM), the gc pause and loop lag records."""
         self.gc_pauses.reset()
+        self.loop_lag.reset()
         try:
             with open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
                 f.write("5")
@@ -385,6 +390,7 @@ async def _main(args: argparse.Namespace) -> None:
             print(f"smp-router listening on {info.url} address {info.address}", flush=True)
             control = Control(info, args)
             control.gc_policy = policy
+            nursery.start_soon(control.loop_lag.run)
             await control.serve()
             nursery.cancel_scope.cancel()
 
