@@ -11,7 +11,15 @@ router does:
 2. the verified commands run in order, each producing its responses.
 
 The block's answer is the pass-1 errors followed by the pass-2 responses, in
-order, handed to the connection's outbox as one batch. A block that does not
+order, handed to the connection's outbox as one batch.
+
+A block of many transmissions (`HEAVY_BLOCK`) waits for one of `HEAVY_AT_ONCE`
+places before its passes run. Trio runs every ready task once per pass of its
+scheduler, and a block of SUBs is milliseconds of signature checks: when
+thousands of clients send one at once (a reconnection storm), an unbounded pass
+would take seconds, and every client's SEND or ACK would wait as long. Small
+blocks never wait for a place, so they are answered within a few short passes
+whatever the crowd does, and the crowd is served in arrival order. A block that does not
 parse at all gets one `ERR BLOCK` with empty corrId and entity id. A bug in a
 handler is logged and answered `ERR INTERNAL`; it never reaches the
 connection, let alone the router.
@@ -22,6 +30,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
+
+import trio
 
 from router.protocol.block import decode_batch
 from router.protocol.codec import check_credentials, decode_command
@@ -67,20 +77,30 @@ Execute = Callable[["Subscriber", Verified], Awaitable[list[bytes]]]
 
 _BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
 
+HEAVY_BLOCK = 8  # a block of more transmissions than this waits for a place
+HEAVY_AT_ONCE = 4  # heavy blocks worked on at a time, router-wide
+
 
 class Dispatcher:
-    __slots__ = ("_queues", "_execute_command")
+    __slots__ = ("_queues", "_execute_command", "_heavy")
 
     def __init__(self, queues: QueueStore, execute: Execute) -> None:
         self._queues = queues
         self._execute_command = execute
+        self._heavy = trio.CapacityLimiter(HEAVY_AT_ONCE)
 
     async def process_block(self, subscriber: Subscriber, block: bytes) -> list[bytes]:
-        conn = subscriber.conn
         try:
             raw_transmissions = decode_batch(block)
         except ProtocolError:
             return list(_BAD_BLOCK)
+        if len(raw_transmissions) <= HEAVY_BLOCK:
+            return await self._answer(subscriber, raw_transmissions)
+        async with self._heavy:
+            return await self._answer(subscriber, raw_transmissions)
+
+    async def _answer(self, subscriber: Subscriber, raw_transmissions: list[bytes]) -> list[bytes]:
+        conn = subscriber.conn
         out: list[bytes] = []
         verified: list[Verified] = []
         for raw in raw_transmissions:
