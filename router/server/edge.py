@@ -35,8 +35,8 @@ import resource
 import socket
 import ssl
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -343,6 +343,26 @@ class WebSocketTransport:
         await trio.aclose_forcefully(self._stream)
 
 
+@contextmanager
+def _framing() -> Iterator[ServerProtocol]:
+    """One connection's framing, its parser closed once the connection is done.
+
+    The protocol's parser is a generator suspended in its own frame, and the
+    error that stopped it (`parser_exc`: EOF, for a client that just went away)
+    keeps that frame in its traceback; both frames hold the protocol. Those are
+    reference cycles that reference counting never frees, left for a full
+    collection (a dozen objects per connection, 200,000 after a reconnection
+    storm of 20,000 clients). Closing the generator and dropping the error end
+    them.
+    """
+    protocol = ServerProtocol(max_size=BLOCK_SIZE, logger=_framing_log)
+    try:
+        yield protocol
+    finally:
+        protocol.parser.close()
+        protocol.parser_exc = None
+
+
 def _one_block(parts: list[bytes]) -> bytes:
     block = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(block) != BLOCK_SIZE:
@@ -484,9 +504,10 @@ class EdgeListener:
                     del self._pending_by_address[remote_host]
 
         try:
-            transport = await self._upgrade(stream, remote, release_pending)
-            if transport is not None:
-                await self._handler(transport)
+            with _framing() as protocol:
+                transport = await self._upgrade(stream, protocol, remote, release_pending)
+                if transport is not None:
+                    await self._handler(transport)
         finally:
             release_pending()
             await trio.aclose_forcefully(stream)
@@ -503,8 +524,8 @@ class EdgeListener:
         self._refusing += 1
         try:
             with trio.move_on_after(REFUSAL_TIMEOUT):
-                await _read_request_head(stream, ServerProtocol(logger=_framing_log),
-                                         self.limits.max_request_bytes)
+                with _framing() as protocol:
+                    await _read_request_head(stream, protocol, self.limits.max_request_bytes)
                 await stream.send_all(_http_response(HttpResponse(503, why.encode() + b"\n")))
         except (trio.BrokenResourceError, trio.ClosedResourceError, _BadRequest):
             pass
@@ -513,13 +534,13 @@ class EdgeListener:
             await trio.aclose_forcefully(stream)
 
     async def _upgrade(
-        self, raw: trio.SocketStream, remote: str, on_established: Callable[[], None]
+        self, raw: trio.SocketStream, protocol: ServerProtocol, remote: str,
+        on_established: Callable[[], None],
     ) -> WebSocketTransport | None:
         """Read the request and answer it; the transport if it became a WebSocket."""
         stream: trio.abc.Stream = raw
         if self._tls is not None:
             stream = trio.SSLStream(raw, self._tls, server_side=True)
-        protocol = ServerProtocol(max_size=BLOCK_SIZE, logger=_framing_log)
         with trio.move_on_after(self.limits.upgrade_timeout):
             try:
                 request, events = await _read_request_head(
