@@ -7,12 +7,15 @@ full collection over a large relay's heap is a pause of seconds."""
 from __future__ import annotations
 
 import gc
+import struct
 import types
 from collections.abc import Awaitable, Callable
 
 import trio
 from edge_helpers import (
+    OP_BINARY,
     assert_served,
+    client_frame,
     connect_raw,
     listener,
     read_response_head,
@@ -22,6 +25,11 @@ from edge_helpers import (
 )
 
 from router.client import open_client
+from router.protocol.block import encode_batches, pad_block
+from router.protocol.codec import encode_command
+from router.protocol.handshake import SMP_VERSION_MAX, ClientHello, encode_client_hello
+from router.protocol.transmission import encode_transmission
+from router.protocol.types import PING, Transmission
 
 ROUNDS = 5
 
@@ -41,6 +49,39 @@ def _routers_own(obj: object) -> str | None:
 
 async def _dropped_after_upgrade(info) -> None:
     stream = await upgraded(info)
+    await trio.aclose_forcefully(stream)
+
+
+async def _read_frame_payload(stream: trio.SocketStream) -> bytes:
+    """One unmasked frame from the router (its payload)."""
+    data = b""
+
+    async def need(n: int) -> bytes:
+        nonlocal data
+        while len(data) < n:
+            chunk = await stream.receive_some(65536)
+            assert chunk, "the router closed the connection"
+            data += chunk
+        taken, data = data[:n], data[n:]
+        return taken
+
+    length = (await need(2))[1] & 0x7F
+    if length == 126:
+        length = struct.unpack("!H", await need(2))[0]
+    elif length == 127:
+        length = struct.unpack("!Q", await need(8))[0]
+    return await need(length)
+
+
+async def _dropped_once_established(info) -> None:
+    """Past the SMP handshake, with a PING answered: then the socket just closes."""
+    stream = await upgraded(info)
+    await _read_frame_payload(stream)  # the server hello
+    hello = pad_block(encode_client_hello(ClientHello(SMP_VERSION_MAX, info.key_hash)))
+    await stream.send_all(client_frame(OP_BINARY, hello))
+    ping = encode_transmission(Transmission(b"", b"1", b"", encode_command(PING())))
+    await stream.send_all(client_frame(OP_BINARY, encode_batches([ping])[0]))
+    await _read_frame_payload(stream)  # the PONG
     await trio.aclose_forcefully(stream)
 
 
@@ -81,7 +122,8 @@ async def _leftovers(info, end_one: Callable[..., Awaitable[None]]) -> list[str]
 async def test_connections_that_end_leave_no_cycle_on_the_routers_side():
     async with running_router() as info:
         await assert_served(info)  # the router's own objects of a first connection exist
-        for end_one in (_dropped_after_upgrade, _dropped_before_the_request,
+        for end_one in (_dropped_once_established, _dropped_after_upgrade,
+                        _dropped_before_the_request,
                         _dropped_during_the_request, _closed_by_a_client):
             assert await _leftovers(info, end_one) == [], end_one.__name__
 
