@@ -1,10 +1,10 @@
-"""Blocks of many transmissions take turns; small blocks never wait for them
+"""Blocks of many subscriptions take turns; every other block passes them
 (router/server/dispatch.py, `HEAVY_BLOCK`).
 
 The commands are slowed down by a probe that waits on the (mock) clock, as a
 store would: that makes every block long enough to overlap with the others, so
-the test can count how many heavy blocks are worked on at once and see a small
-block pass the queue of heavy ones.
+the test can count how many blocks of SUBs are worked on at once and see the
+traffic of clients already subscribed pass the queue they form.
 """
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ import pytest
 import trio
 from smp_session import connect
 
-from router.protocol.types import PING, PONG
+from router.protocol.types import OK, PING, PONG, SUB
 from router.server import dispatch
 
-CROWD = 20  # clients sending a heavy block at once
+CROWD = 12  # clients resubscribing at once
 STEP = 0.001  # mock seconds each command takes
+MANY = dispatch.HEAVY_BLOCK + 2
 
 
 @pytest.mark.parametrize("store_kind", ["memory"])
-async def test_heavy_blocks_take_turns_and_a_small_block_passes_them(
+async def test_blocks_of_subs_take_turns_and_other_blocks_pass_them(
     router, monkeypatch, autojump_clock
 ):
     execute, answer = dispatch.Dispatcher._execute, dispatch.Dispatcher._answer
@@ -32,33 +33,43 @@ async def test_heavy_blocks_take_turns_and_a_small_block_passes_them(
         await trio.sleep(STEP)
         return await execute(self, subscriber, v)
 
-    async def counting_answer(self, subscriber, raw_transmissions):
+    async def counting_answer(self, subscriber, parsed):
         nonlocal heavy_now, most
-        if len(raw_transmissions) <= dispatch.HEAVY_BLOCK:
-            return await answer(self, subscriber, raw_transmissions)
+        if dispatch._subscriptions(parsed) <= dispatch.HEAVY_BLOCK:
+            return await answer(self, subscriber, parsed)
         heavy_now += 1
         most = max(most, heavy_now)
         try:
-            return await answer(self, subscriber, raw_transmissions)
+            return await answer(self, subscriber, parsed)
         finally:
             heavy_now -= 1
 
-    monkeypatch.setattr(dispatch.Dispatcher, "_execute", slow_execute)
-    monkeypatch.setattr(dispatch.Dispatcher, "_answer", counting_answer)
-    heavy = [(b"", PING(), None)] * (dispatch.HEAVY_BLOCK + 2)
-
-    async def client(name: str, requests: list) -> None:
+    async def client(name: str, ready: trio.Event, go: trio.Event, sub: bool) -> None:
         async with connect(router) as session:
-            assert await session.commands(requests) == [PONG()] * len(requests)
+            queues = await session.create_queues(MANY) if sub else []
+            ready.set()
+            await go.wait()
+            if sub:
+                requests = [(q.recipient_id, SUB(), q.rcv_seed) for q in queues]
+                assert await session.commands(requests) == [OK()] * MANY
+            else:  # a busy client: many commands, no subscription
+                assert await session.commands([(b"", PING(), None)] * MANY) == [PONG()] * MANY
             finished.append(name)
 
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            for i in range(CROWD):
-                nursery.start_soon(client, f"heavy {i}", heavy)
+            go = trio.Event()
+            crowd = [trio.Event() for _ in range(CROWD)]
+            for i, ready in enumerate(crowd):
+                nursery.start_soon(client, f"subscribing {i}", ready, go, True)
+            for ready in crowd:
+                await ready.wait()
+            monkeypatch.setattr(dispatch.Dispatcher, "_execute", slow_execute)
+            monkeypatch.setattr(dispatch.Dispatcher, "_answer", counting_answer)
+            go.set()
             await trio.sleep(STEP)  # the crowd's blocks are in
-            nursery.start_soon(client, "small", [(b"", PING(), None)])
+            nursery.start_soon(client, "busy", trio.Event(), go, False)
     assert len(finished) == CROWD + 1
     assert most == dispatch.HEAVY_AT_ONCE, most
-    # It came after every heavy block and is answered before most of them.
-    assert finished.index("small") < CROWD // 2, finished
+    # It came after every block of SUBs and is answered before most of them.
+    assert finished.index("busy") < CROWD // 2, finished
