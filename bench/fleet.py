@@ -11,8 +11,10 @@ The runner (`bench.relay`) starts `Fleet` processes and drives each over a
 pipe, one operation at a time, like `bench.loadgen`:
 
 - ``connect``: open one connection per ``[first, count]`` in `queues` (the
-  queue indexes it holds), from the source address given (127.0.0.x: the
-  ephemeral ports of one address would run short across a reconnection storm);
+  queue indexes it holds), each from a loopback address of its own in the
+  ``source_net`` given (127.N.x.y): one address per client, as a relay sees
+  its clients, so that the router's per-address caps act as they would there,
+  and no address runs short of ephemeral ports across a reconnection storm;
 - ``subscribe``: every connection subscribes its queues, all SUBs of a
   connection packed into as few blocks as fit;
 - ``traffic``: (sender processes) SEND at an open-loop `rate` to the active
@@ -127,7 +129,7 @@ class Fleet:
         self.key_hash = parse_address(address).key_hash
         self.index = index
         self.nursery = nursery
-        self.source = "127.0.0.1"
+        self.source_net = "127.1"  # connection k binds to 127.1.(k // 250).(k % 250 + 1)
         self.conns: list[LeanConnection] = []
         self.client_key = crypto.x25519_public(crypto.new_x25519()[0])
         self.rcv_seed = identities.keys()["rcv_seed"]
@@ -148,9 +150,10 @@ class Fleet:
     # --- connections -----------------------------------------------------------------
 
     async def op_connect(self, req: dict) -> dict:
-        self.source = req.get("source", "127.0.0.1")
+        self.source_net = req.get("source_net", self.source_net)
         started = time.monotonic()
-        new = [LeanConnection(self, first, count) for first, count in req["queues"]]
+        new = [LeanConnection(self, first, count, self._source(len(self.conns) + k))
+               for k, (first, count) in enumerate(req["queues"])]
         limiter = trio.CapacityLimiter(CONNECT_CONCURRENCY)
 
         async def one(conn: LeanConnection) -> None:
@@ -172,6 +175,11 @@ class Fleet:
         return {"seconds": time.monotonic() - started,
                 "subscribed": sum(c.subscribed for c in self.conns),
                 "sub_errors": self.counts["sub_errors"]}
+
+    def _source(self, k: int) -> str:
+        """Connection k's own loopback address: a crowd of clients, one address
+        each, as a relay sees them (and no address runs short of ports)."""
+        return f"{self.source_net}.{k // 250}.{k % 250 + 1}"
 
     async def op_storm(self, req: dict) -> dict:
         """Drop and reconnect every connection; answers at once (see `op_status`)."""
@@ -265,10 +273,11 @@ class LeanConnection:
     """One router connection: socket, sans-I/O WebSocket, one reader task."""
 
     __slots__ = ("fleet", "first", "count", "stream", "protocol", "session_id", "subscribed",
-                 "subscribed_at_ns", "lock", "scope", "events", "_all_subscribed")
+                 "subscribed_at_ns", "lock", "scope", "events", "_all_subscribed", "source")
 
-    def __init__(self, fleet: Fleet, first: int, count: int) -> None:
+    def __init__(self, fleet: Fleet, first: int, count: int, source: str) -> None:
         self.fleet = fleet
+        self.source = source
         self.first = first
         self.count = count
         self.stream: trio.SocketStream | None = None
@@ -300,7 +309,7 @@ class LeanConnection:
         fleet = self.fleet
         sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            await sock.bind((fleet.source, 0))
+            await sock.bind((self.source, 0))
             await sock.connect((fleet.host, fleet.port))
         except OSError:
             sock.close()

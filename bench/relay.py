@@ -6,8 +6,8 @@
 
 Phases, in one router process (`bench.router_process`, started from a memory
 snapshot of N queues as `smp-router serve` would be, with its collector
-policy) and several lean load processes (`bench.fleet`), each on its own
-127.0.0.x source address:
+policy) and several lean load processes (`bench.fleet`), each connection from
+a loopback address of its own (127.N.x.y):
 
 1. loaded: the router holds N queues; RSS, trio tasks;
 2. connected: C WebSocket connections open and idle (RSS per connection);
@@ -318,11 +318,11 @@ def _phases(setting: Setting, router: RouterProcess, fleets: Fleets, watchdog: W
     watchdog.phase = "connect"
     ranges = _ranges(setting)
     t0 = time.monotonic()
-    requests = [{"op": "connect", "queues": ranges[p], "source": f"127.0.0.{10 + p}"}
+    requests = [{"op": "connect", "queues": ranges[p], "source_net": f"127.{10 + p}"}
                 for p in recipients]
     replies = fleets.call(recipients, requests)
     fleets.call([sender], {"op": "connect", "queues": [[0, 0]] * SENDER_CONNECTIONS,
-                           "source": "127.0.0.9"})
+                           "source_net": "127.9"})
     phases["connected"] = {**_router_stats(router, fleets), "seconds": time.monotonic() - t0,
                            "refused": sum(r["refused"] for r in replies)}
 
