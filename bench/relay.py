@@ -75,6 +75,8 @@ class Setting:
     grace_seconds: float = 5.0  # then the last messages have this long to arrive
 
 
+STORM_TIMELINE_STEP = 10.0  # seconds per row of the storm's latency timeline
+
 FULL = Setting(queues=1_400_000, connections=22_000, processes=4, active=2_000, rate=100,
                idle_seconds=45, drop_spread=2, return_spread=5, settle_timeout=900,
                policy_settle=15)
@@ -433,7 +435,22 @@ def _messages(fleets: Fleets, recipients: list[int], sender: int,
         held = [lat for t, lat, held in rows if a_ns <= t <= b_ns and held]
         out[name] = {"count": len(live), **percentiles_ms(live),
                      "held_count": len(held), "held": percentiles_ms(held)}
+    a, b = phases["storm"]["window"]
+    out["storm_timeline"] = _timeline(rows, a, b)
     return out
+
+
+def _timeline(rows: list[list[int]], start: float, end: float,
+              step: float = STORM_TIMELINE_STEP) -> list[dict[str, Any]]:
+    """Latency of messages to subscribed queues, by when they arrived: where in the
+    storm the long waits are."""
+    buckets: dict[int, list[int]] = {}
+    for t, lat, held in rows:
+        at = t / 1e9 - start
+        if not held and 0 <= at <= end - start:
+            buckets.setdefault(int(at // step), []).append(lat)
+    return [{"from_s": k * step, "count": len(v), **percentiles_ms(v)}
+            for k, v in sorted(buckets.items())]
 
 
 def table(result: dict[str, Any]) -> str:
@@ -488,6 +505,12 @@ def table(result: dict[str, Any]) -> str:
             lines.append(f"- latency {name}: p50 {m['p50']} ms, p99 {m['p99']} ms, "
                          f"p99.9 {m['p999']} ms over {m['count']} messages; held while "
                          f"the recipient was away: {m['held_count']} (p50 {m['held']['p50']} ms)")
+    timeline = (msgs or {}).get("storm_timeline")
+    if timeline:
+        lines += ["", "Latency of messages to subscribed queues during the storm, by arrival:",
+                  "", md_table(["from s", "messages", "p50 ms", "p99 ms", "max ms"],
+                               [[r["from_s"], r["count"], r["p50"], r["p99"], r["max"]]
+                                for r in timeline]), ""]
     after = phases.get("after")
     if after:
         fc = after["full_collection"]

@@ -14,13 +14,16 @@ The block's answer is the pass-1 errors followed by the pass-2 responses, in
 order, handed to the connection's outbox as one batch.
 
 A block of many subscriptions (more than `HEAVY_BLOCK` SUBs or NSUBs) waits
-for one of `HEAVY_AT_ONCE` places after it is parsed and before any signature
-is checked. Trio runs every ready task once per pass of its scheduler, and such
-a block is milliseconds of signature checks: when thousands of clients
-reconnect and resubscribe at once, an unbounded pass would take seconds, and
-every client's SEND or ACK would wait as long. Other blocks never wait for a
-place, so the traffic of clients already subscribed keeps flowing whatever the
-crowd does, and the crowd is served in arrival order. A block that does not
+for one of `HEAVY_AT_ONCE` places before any signature is checked. Trio runs
+every ready task once per pass of its scheduler, and such a block is
+milliseconds of signature checks: when thousands of clients reconnect and
+resubscribe at once, an unbounded pass would take seconds, and every client's
+SEND or ACK would wait as long. Other blocks never wait for a place, so the
+traffic of clients already subscribed keeps flowing whatever the crowd does,
+and the crowd is served in arrival order. While a block waits, only its bytes
+are kept (which the connection holds anyway): its transmissions are taken
+apart again when its turn comes, since a crowd of 20,000 blocks parked parsed
+would be half a gigabyte. A block that does not
 parse at all gets one `ERR BLOCK` with empty corrId and entity id. A bug in a
 handler is logged and answered `ERR INTERNAL`; it never reaches the
 connection, let alone the router.
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from router.protocol.block import decode_batch
-from router.protocol.codec import check_credentials, decode_command
+from router.protocol.codec import check_credentials, decode_command, encode_command
 from router.protocol.crypto import verify_authorization
 from router.protocol.transmission import authorized_bytes, check_auth_length, decode_transmission
 from router.protocol.types import (
@@ -73,10 +76,8 @@ _UNVERIFIED = (PING, PRXY, PFWD)
 # Commands of the service extension: verified against the service key of the hello.
 _SERVICE = (SUBS, NSUBS)
 
-# A transmission and its command, or the ERR it gets before any lookup.
-Parsed = tuple[Transmission, Command] | bytes
-# The commands a block of many is made to take turns for.
-_SUBSCRIBING = (SUB, NSUB)
+# The commands a block of many is made to take turns for, as they are on the wire.
+_SUBSCRIBING = frozenset({encode_command(SUB()), encode_command(NSUB())})
 
 # Runs one verified command for its subscriber (commands.py).
 Execute = Callable[["Subscriber", Verified], Awaitable[list[bytes]]]
@@ -101,18 +102,18 @@ class Dispatcher:
             raw_transmissions = decode_batch(block)
         except ProtocolError:
             return list(_BAD_BLOCK)
-        parsed = [_parse_guarded(raw) for raw in raw_transmissions]
-        if _subscriptions(parsed) <= HEAVY_BLOCK:
-            return await self._answer(subscriber, parsed)
+        if _subscriptions(raw_transmissions) <= HEAVY_BLOCK:
+            return await self._answer(subscriber, raw_transmissions)
+        del raw_transmissions
         async with self._heavy:
-            return await self._answer(subscriber, parsed)
+            return await self._answer(subscriber, decode_batch(block))
 
-    async def _answer(self, subscriber: Subscriber, parsed: list[Parsed]) -> list[bytes]:
+    async def _answer(self, subscriber: Subscriber, raw_transmissions: list[bytes]) -> list[bytes]:
         conn = subscriber.conn
         out: list[bytes] = []
         verified: list[Verified] = []
-        for item in parsed:
-            result = item if isinstance(item, bytes) else await self._verify_guarded(conn, *item)
+        for raw in raw_transmissions:
+            result = await self._verify_guarded(conn, raw)
             if isinstance(result, Verified):
                 verified.append(result)
             else:
@@ -121,19 +122,15 @@ class Dispatcher:
             out.extend(await self._execute(subscriber, v))
         return out
 
-    async def _verify_guarded(self, conn: Connection, t: Transmission, cmd: Command
-                              ) -> Verified | bytes:
+    async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:
         try:
-            result = await self._authorize(conn, t, cmd)
+            return await self._verify(conn, raw)
         except StoreError as e:  # the queue lookup failed: answer what the store says
             log.warning("queue lookup for %r failed: %s", conn, e)
             return error_transmission(b"", b"", e.error)
         except Exception:
             log.exception("verifying a transmission from %r failed", conn)
             return error_transmission(b"", b"", INTERNAL)
-        if isinstance(result, ErrorType):
-            return error_transmission(t.corr_id, t.entity_id, result)
-        return result
 
     async def _execute(self, subscriber: Subscriber, v: Verified) -> list[bytes]:
         conn = subscriber.conn
@@ -147,6 +144,19 @@ class Dispatcher:
         except Exception:
             log.exception("%s from %r failed", type(v.command).__name__, conn)
             return [error_transmission(v.corr_id, v.entity_id, INTERNAL)]
+
+    async def _verify(self, conn: Connection, raw: bytes) -> Verified | bytes:
+        try:
+            t = decode_transmission(raw)
+        except ProtocolError as e:
+            return error_transmission(b"", b"", e.error)
+        cmd = _parse(t)
+        if isinstance(cmd, ErrorType):
+            return error_transmission(t.corr_id, t.entity_id, cmd)
+        result = await self._authorize(conn, t, cmd)
+        if isinstance(result, ErrorType):
+            return error_transmission(t.corr_id, t.entity_id, result)
+        return result
 
     async def _authorize(
         self, conn: Connection, t: Transmission, cmd: Command
@@ -187,22 +197,15 @@ class Dispatcher:
         return Verified(t.corr_id, t.entity_id, cmd, queue)
 
 
-def _subscriptions(parsed: list[Parsed]) -> int:
-    return sum(1 for p in parsed if not isinstance(p, bytes) and isinstance(p[1], _SUBSCRIBING))
-
-
-def _parse_guarded(raw: bytes) -> Parsed:
-    try:
-        t = decode_transmission(raw)
-        cmd = _parse(t)
-    except ProtocolError as e:
-        return error_transmission(b"", b"", e.error)
-    except Exception:
-        log.exception("parsing a transmission failed")
-        return error_transmission(b"", b"", INTERNAL)
-    if isinstance(cmd, ErrorType):
-        return error_transmission(t.corr_id, t.entity_id, cmd)
-    return t, cmd
+def _subscriptions(raw_transmissions: list[bytes]) -> int:
+    """How many of the transmissions are SUB or NSUB, neither of which has parameters."""
+    count = 0
+    for raw in raw_transmissions:
+        try:
+            count += decode_transmission(raw).command in _SUBSCRIBING
+        except ProtocolError:
+            pass  # answered with its error in its turn
+    return count
 
 
 def _parse(t: Transmission) -> Command | ErrorType:

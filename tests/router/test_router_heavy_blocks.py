@@ -33,14 +33,14 @@ async def test_blocks_of_subs_take_turns_and_other_blocks_pass_them(
         await trio.sleep(STEP)
         return await execute(self, subscriber, v)
 
-    async def counting_answer(self, subscriber, parsed):
+    async def counting_answer(self, subscriber, raw_transmissions):
         nonlocal heavy_now, most
-        if dispatch._subscriptions(parsed) <= dispatch.HEAVY_BLOCK:
-            return await answer(self, subscriber, parsed)
+        if dispatch._subscriptions(raw_transmissions) <= dispatch.HEAVY_BLOCK:
+            return await answer(self, subscriber, raw_transmissions)
         heavy_now += 1
         most = max(most, heavy_now)
         try:
-            return await answer(self, subscriber, parsed)
+            return await answer(self, subscriber, raw_transmissions)
         finally:
             heavy_now -= 1
 
