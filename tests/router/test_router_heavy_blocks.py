@@ -13,7 +13,9 @@ import pytest
 import trio
 from smp_session import connect
 
-from router.protocol.types import OK, PING, PONG, SUB
+from router.protocol.codec import encode_command
+from router.protocol.transmission import encode_transmission
+from router.protocol.types import NSUB, OK, PING, PONG, SUB, Transmission
 from router.server import dispatch
 
 CROWD = 12  # clients resubscribing at once
@@ -35,7 +37,7 @@ async def test_blocks_of_subs_take_turns_and_other_blocks_pass_them(
 
     async def counting_answer(self, subscriber, raw_transmissions):
         nonlocal heavy_now, most
-        if dispatch._subscriptions(raw_transmissions) <= dispatch.HEAVY_BLOCK:
+        if not dispatch._many_subscriptions(raw_transmissions):
             return await answer(self, subscriber, raw_transmissions)
         heavy_now += 1
         most = max(most, heavy_now)
@@ -73,3 +75,15 @@ async def test_blocks_of_subs_take_turns_and_other_blocks_pass_them(
     assert most == dispatch.HEAVY_AT_ONCE, most
     # It came after every block of SUBs and is answered before most of them.
     assert finished.index("busy") < CROWD // 2, finished
+
+
+def _transmissions(commands: list) -> list[bytes]:
+    return [encode_transmission(Transmission(b"", b"%d" % i, b"q", encode_command(c)))
+            for i, c in enumerate(commands)]
+
+
+def test_a_block_is_many_subscriptions_from_one_more_than_heavy_block():
+    n = dispatch.HEAVY_BLOCK
+    assert not dispatch._many_subscriptions(_transmissions([SUB()] * n + [PING()] * 50))
+    assert dispatch._many_subscriptions(_transmissions([SUB()] * n + [NSUB()]))
+    assert not dispatch._many_subscriptions(_transmissions([PING()] * (n + 1)) + [b"\x00junk"])
