@@ -25,6 +25,7 @@ RECEIVE_BUFFER_SIZE = 4 * BLOCK_SIZE
 # Blocks trio-websocket may hold before its reader waits for ours.
 MESSAGE_QUEUE_SIZE = 16
 CLOSE_TIMEOUT = 5.0
+CONNECT_TIMEOUT = 10.0  # seconds for TCP, TLS and the WebSocket upgrade
 
 _TRANSPORT_ERRORS = (
     trio_websocket.ConnectionClosed,
@@ -53,18 +54,27 @@ class Transport:
         address: RouterAddress,
         ssl_context: ssl.SSLContext | None = None,
     ) -> Transport:
-        """Open the WebSocket; its reader task runs in `nursery` until `aclose`."""
+        """Open the WebSocket; its reader task runs in `nursery` until `aclose`.
+
+        TCP, TLS and the upgrade must be done within `CONNECT_TIMEOUT`: a router
+        at its limits may close a connection before it answers the upgrade, and
+        trio-websocket then waits for the answer for ever.
+        """
         stream: trio.abc.Stream | None = None
         try:
-            stream = await _open_stream(address, ssl_context)
-            ws = await nursery.start(_run_websocket, stream, address)
+            with trio.fail_after(CONNECT_TIMEOUT):
+                stream = await _open_stream(address, ssl_context)
+                ws = await nursery.start(_run_websocket, stream, address)
         except UpgradeRejected:
             await trio.aclose_forcefully(stream)
             raise
-        except _TRANSPORT_ERRORS as e:
+        except (*_TRANSPORT_ERRORS, trio.TooSlowError) as e:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
-            raise ConnectionClosed(f"cannot connect to {address.host}:{address.port}: {e}") from e
+            why = f"no answer in {CONNECT_TIMEOUT:g} s" if isinstance(e, trio.TooSlowError) else e
+            raise ConnectionClosed(
+                f"cannot connect to {address.host}:{address.port}: {why}"
+            ) from e
         return cls(ws, stream)
 
     async def send_block(self, block: bytes) -> None:

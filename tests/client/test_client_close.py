@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import trio
 import trio.testing
@@ -119,3 +121,28 @@ async def test_an_error_raised_in_the_client_block_propagates_unwrapped():
                 async with open_client(peer.address) as c:
                     await c.ping()
                     raise KeyError("mine")
+
+
+@pytest.mark.parametrize("reads_the_request", [False, True])
+async def test_a_router_that_closes_before_answering_the_upgrade_fails_the_connect(
+    monkeypatch, reads_the_request
+):
+    """A router at its limits may close a connection before it answers the
+    upgrade; the client gives up within its connect timeout instead of waiting
+    for ever (and an agent then tries again)."""
+    monkeypatch.setattr("router.client._transport.CONNECT_TIMEOUT", 0.5)
+
+    async def close_at_once(stream: trio.SocketStream) -> None:
+        if reads_the_request:
+            await stream.receive_some(4096)
+        await trio.aclose_forcefully(stream)
+
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(
+            functools.partial(trio.serve_tcp, close_at_once, 0, host="127.0.0.1")
+        )
+        port = listener.socket.getsockname()[1]
+        with trio.fail_after(10), pytest.raises(ConnectionClosed):
+            async with open_client(format_address(bytes(32), "127.0.0.1", port)):
+                pass
+        nursery.cancel_scope.cancel()
