@@ -60,7 +60,7 @@ from .services import Services
 from .stats import Counters, RouterStatistics
 from .statslog import StatsLog
 from .stores import open_router_stores
-from .subscriptions import Event, Subscriber, Subscriptions
+from .subscriptions import Event, PendingEvents, Subscriber, Subscriptions
 from .transport import BlockStream, BlockTransport, TransportClosed, server_handshake
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,9 @@ class Router:
             queue_active=self.queue_active, expire_before_send=self.expire_before_send,
         ))
         self.dispatcher = Dispatcher(self.queues, commands.execute)
-        self._serving = _Serving(self.dispatcher, self.deliverer, self.services)
+        self._serving = _Serving(
+            self.dispatcher, self.deliverer, self.services, self.subscriptions.events
+        )
 
     @property
     def key_hash(self) -> bytes:
@@ -306,14 +308,18 @@ class _Serving:
     dispatcher: Dispatcher
     deliverer: Deliverer
     services: Services
+    events: PendingEvents
 
     def process_block(self, subscriber: Subscriber, block: bytes) -> Awaitable[list[bytes]]:
+        subscriber.in_block = True  # its END/DELD now wait for this block's answers
         return self.dispatcher.process_block(subscriber, block)
 
     def delivery_loop(self, subscriber: Subscriber) -> Awaitable[None]:
         return self.deliverer.delivery_loop(subscriber, self.services)
 
     def answered(self, subscriber: Subscriber) -> None:
+        subscriber.in_block = False
+        self.events.release(subscriber)
         subscriber.start_catch_up()
 
 

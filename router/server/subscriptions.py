@@ -106,10 +106,12 @@ class Subscriber:
     `catch_up`.
     """
 
-    __slots__ = ("conn", "queues", "notifiers", "deliveries", "catch_up", "next_catch_up")
+    __slots__ = ("conn", "queues", "notifiers", "deliveries", "catch_up", "next_catch_up",
+                 "in_block")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.in_block = False  # a block of its commands is being answered (PendingEvents)
         self.queues: dict[bytes, Sub] = {}
         self.notifiers: set[bytes] = set()  # notifier ids this connection NSUBed
         self.deliveries = Deliveries()
@@ -469,7 +471,14 @@ class Subscriptions:
 
 
 class PendingEvents:
-    """END / DELD waiting to be sent, grouped by subscriber, flushed by one task."""
+    """END / DELD waiting to be sent, grouped by subscriber, flushed by one task.
+
+    A subscriber whose block of commands is being answered gets its events only
+    after that block's answers (`release`): a block's answers leave together once
+    the block is done, and an END pushed meanwhile would reach the client ahead of
+    the OK of a SUB that came before it, which would then read as the last word on
+    that queue.
+    """
 
     __slots__ = ("_interval", "_pending", "_ready")
 
@@ -498,10 +507,23 @@ class PendingEvents:
         self._ready = trio.Event()
         pending, self._pending = self._pending, {}
         for subscriber, events in pending.items():
-            conn = subscriber.conn
-            transmissions = encode_events(conn.version, events, subscriber.is_subscribed)
-            if transmissions and not conn.closed:
-                conn.push_events(transmissions)
+            if subscriber.in_block:
+                self._pending[subscriber] = events  # sent by `release`
+            else:
+                _push_events(subscriber, events)
+
+    def release(self, subscriber: Subscriber) -> None:
+        """The subscriber's block is answered: its events held meanwhile go now."""
+        events = self._pending.pop(subscriber, None)
+        if events is not None:
+            _push_events(subscriber, events)
+
+
+def _push_events(subscriber: Subscriber, events: list[tuple[bytes, Event]]) -> None:
+    conn = subscriber.conn
+    transmissions = encode_events(conn.version, events, subscriber.is_subscribed)
+    if transmissions and not conn.closed:
+        conn.push_events(transmissions)
 
 
 def encode_events(

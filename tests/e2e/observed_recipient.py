@@ -69,11 +69,6 @@ class QueueView:
     acked: set[bytes] = field(default_factory=set)
     last_seq: dict[bytes, int] = field(default_factory=dict)  # sender -> last seq seen
     history: list[str] = field(default_factory=list)  # what happened, for the report
-    waiting: int = 0  # commands of this queue sent, not answered yet
-    # An END that came while a command of the queue waited for its answer may end a
-    # subscription that answer is about: the router pushes END as soon as it is due,
-    # and a block's answers only once the whole block is done.
-    end_overtook: bool = False
 
     def note(self, what: str) -> None:
         self.history.append(what)
@@ -136,7 +131,6 @@ class ObservedRecipient:
             return
         view = self.view(rid)
         view.note(f"> {type(cmd).__name__}")
-        view.waiting += 1
         if isinstance(cmd, SUB):
             view.resets += 1
         elif isinstance(cmd, ACK):
@@ -163,7 +157,6 @@ class ObservedRecipient:
         rid, cmd, slot = entry
         if rid:
             self.view(rid).note(f"< {type(cmd).__name__}: {_short(resp)}")
-            self.view(rid).waiting -= 1
         if isinstance(cmd, ACK):
             self._ack_answered(rid, cmd.msg_id, resp)
         elif isinstance(cmd, GET) and isinstance(resp, MSG):
@@ -178,7 +171,6 @@ class ObservedRecipient:
         elif isinstance(resp, END | DELD):
             view = self.view(rid)
             view.in_flight, view.resets = None, 0
-            view.end_overtook = view.waiting > 0
         else:
             self._violation(f"unexpected push {resp!r}")
 

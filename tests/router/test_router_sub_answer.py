@@ -18,7 +18,7 @@ import trio
 from smp_session import Queue, Reply, Session, connect
 
 from router.protocol.block import BatchPacker
-from router.protocol.types import MSG, OK, PING, PONG, SUB
+from router.protocol.types import END, MSG, OK, PING, PONG, SUB
 
 
 class HeldRead:
@@ -112,3 +112,26 @@ async def test_a_write_the_subs_read_missed_is_pushed_after_the_subs_answer(
             assert len(pushed) == 1 and isinstance(pushed[0].response, MSG), pushed
             assert q.open(pushed[0].response).body == b"late"
             assert await recipient.no_more_events()
+
+
+async def test_an_end_due_while_a_block_is_answered_follows_that_blocks_answers(
+    router, monkeypatch
+):
+    """Another client takes the queue while this client's SUB of it is being
+    answered: the client reads the SUB's OK first and the END after it, so the END
+    is the last word on the queue, as it is in the router."""
+    with trio.fail_after(10):
+        async with connect(router) as first, connect(router) as second:
+            q = await first.create_queue()
+            with hold_next_read(monkeypatch, router, q.recipient_id) as held:
+                sub = first.transmission(q.recipient_id, SUB(), q.rcv_seed)
+                await first.send_block(_block(sub))
+                await held.entered.wait()
+                assert await second.recipient(q, SUB()) == OK()
+                await trio.sleep(router.config.end_batch_interval * 3)  # the END is due
+                held.released.set()
+                replies: list[Reply] = []
+                while len(replies) < 2:
+                    replies += await first.receive()
+            assert [r.response for r in replies] == [OK(), END()], replies
+            assert replies[0].corr_id and not replies[1].corr_id
