@@ -49,6 +49,8 @@ from pathlib import Path
 
 import trio
 
+from store.durable import atomic_write
+
 from .stats import RouterStatistics
 
 log = logging.getLogger(__name__)
@@ -490,9 +492,4 @@ class StatsLog:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, [data])
