@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the browser and web-client tests need beyond the Python
 # packages: Debian's Chromium (driven by Playwright for Python, which comes
-# from the `test` extra), the web client's npm packages (web/node_modules), and
-# systemd-analyze, which checks the unit file in deploy/.
+# from the `test` extra), the web client's npm packages (web/node_modules),
+# systemd-analyze, which checks the unit file in deploy/, and openssl, which
+# reads the router's identity certificate in tests/server/test_identity.py.
 # Run as root on Debian; idempotent, so CI runs it every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ missing=()
 [ -x "$CHROMIUM" ] || missing+=(chromium)
 command -v npm >/dev/null || missing+=(nodejs npm)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v openssl >/dev/null || missing+=(openssl)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
