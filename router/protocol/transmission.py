@@ -36,6 +36,19 @@ def decode_transmission(data: bytes) -> Transmission:
     return Transmission(fields[0], fields[1], fields[2], data[pos:])
 
 
+def command_offset(data: bytes) -> int:
+    """Where a transmission's command starts, past its three short strings: a look at
+    the command without splitting the rest. `ProtocolError(BLOCK)` if they do not fit."""
+    pos = 0
+    for _ in range(3):
+        if pos >= len(data):
+            raise ProtocolError(BLOCK, "truncated transmission")
+        pos += 1 + data[pos]
+    if pos > len(data):
+        raise ProtocolError(BLOCK, "truncated transmission")
+    return pos
+
+
 def authorized_bytes(
     session_id: bytes, corr_id: bytes, entity_id: bytes, command: bytes
 ) -> bytes:
