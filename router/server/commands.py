@@ -287,14 +287,17 @@ class Commands:
             subscriptions.send_again(s, sub)
         out = _reply(v, _OK)
         self._c.queue_active(rid)
-        with subscriptions.answering(sub) as window:
+        subscriptions.answering(sub)
+        try:
             msg = await self._c.messages.peek_message(rid)
+        finally:
+            missed = subscriptions.answered(sub)
         if not subscriptions.can_push(s, sub):
             return out  # taken by another connection meanwhile
         if msg is not None:
             out.append(self._c.deliverer.message_transmission(b"", rid, sub, msg))
-        elif window.missed is not None:  # a write landed after the read
-            self._c.deliverer.push_later(s, sub, window.missed)
+        elif missed is not None:  # a write landed after the read
+            self._c.deliverer.push_later(s, sub, missed)
         return out
 
     async def _get(self, s: Subscriber, v: Verified) -> list[bytes]:

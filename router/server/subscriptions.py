@@ -18,9 +18,10 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 - `delivered` is the gate of delivery: while it holds a message id, nothing
   more is pushed for that queue until the ACK (`can_push`, `may_push`,
   `acknowledging`). While a SUB reads the head to answer with it, it holds
-  `ANSWERING` (`answering`): a push due meanwhile would reach the client as a
-  second copy of the head, or ahead of the SUB's OK, so it is remembered
-  instead and made once the SUB has answered, if the answer carried no MSG.
+  `ANSWERING` (from `answering` to `answered`): a push due meanwhile would
+  reach the client as a second copy of the head, or ahead of the SUB's OK, so
+  it is remembered instead and made once the SUB has answered, if the answer
+  carried no MSG.
 - A service subscription (SUBS / NSUBS, services.py) is held by one
   subscriber per service and side; it records the `Sub`s its walk made or
   found, which a takeover ends with one ENDS.
@@ -73,13 +74,6 @@ class Sub:
     # per-queue-task mode only: the queue's own task waits on `wake`
     wake: trio.Event | None = None
     scope: trio.CancelScope | None = None
-
-
-@dataclass(slots=True)
-class Answering:
-    """What happened while a SUB read the head (`Subscriptions.answering`)."""
-
-    missed: int | None = None  # time of a write whose push it held back
 
 
 @dataclass(slots=True)
@@ -236,7 +230,7 @@ class Subscriptions:
         # since a connection runs its commands one at a time.
         self._acking: dict[Sub, bytes] = {}
         # Sub -> time of the first write that found it `ANSWERING`: a push is due
-        # once the SUB has answered (`answering`).
+        # once the SUB has answered (`answered`).
         self._missed: dict[Sub, int] = {}
         self.events = PendingEvents(end_batch_interval)
         # per-queue-task mode gives each new subscription its task (delivery.py)
@@ -367,25 +361,23 @@ class Subscriptions:
 
     def push_due(self, subscriber: Subscriber, sub: Sub | None, ts: int) -> bool:
         """`can_push`, for a write of time `ts`; a push a SUB's answer holds back
-        is remembered, to be made after the answer (`answering`)."""
+        is remembered, to be made after the answer (`answered`)."""
         if self.can_push(subscriber, sub):
             return True
         if sub is not None and sub.delivered is ANSWERING:
             self._missed.setdefault(sub, ts)
         return False
 
-    @contextmanager
-    def answering(self, sub: Sub) -> Iterator[Answering]:
+    def answering(self, sub: Sub) -> None:
         """A SUB reads the head to answer with it: nothing else pushes to `sub`
-        meanwhile. On exit, `missed` is the time of a write that found it so."""
-        window = Answering()
+        until `answered`."""
         sub.delivered = ANSWERING
-        try:
-            yield window
-        finally:
-            if sub.delivered is ANSWERING:
-                sub.delivered = None
-            window.missed = self._missed.pop(sub, None)
+
+    def answered(self, sub: Sub) -> int | None:
+        """The end of `answering`: the time of a write whose push it held back, if any."""
+        if sub.delivered is ANSWERING:
+            sub.delivered = None
+        return self._missed.pop(sub, None)
 
     def in_flight(self, sub: Sub, msg: Message) -> None:
         """`msg` is being written to the subscriber: nothing more until its ACK."""
