@@ -1,0 +1,1 @@
+"""The router's core: connections, dispatch, commands, subscriptions, delivery."""

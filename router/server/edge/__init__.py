@@ -1,0 +1,1 @@
+"""The edge: listening, WebSocket and HTTP, the block transports, the handshake, the identity."""

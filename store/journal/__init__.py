@@ -1,0 +1,1 @@
+"""The journal kind: queues in the store log, messages in per-queue journals."""

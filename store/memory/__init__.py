@@ -1,0 +1,1 @@
+"""The memory kind: stores in memory, saved as snapshots."""

@@ -1,0 +1,1 @@
+"""The sqlite kind: queues and messages in one SQLite database."""
