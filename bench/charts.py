@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from router.server.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
+from router.server.settings.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
 
 MODES = DELIVERY_MODES
 STYLES = {SINGLE_TASK: "o-", PER_QUEUE_TASK: "s--"}

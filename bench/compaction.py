@@ -5,7 +5,7 @@
 For each size, a synthetic store log (pipeline.synth, fixed seed) is written
 once, then compacted in a fresh process each way:
 
-- router: `store.storelog.open_log`, what the router runs at start (read and
+- router: `store.journal.storelog.open_log`, what the router runs at start (read and
   check every line, replay, write the snapshot, rename), on a copy of the log;
 - spark: `pipeline.compact_job.run_compact` on a local session (`--master`).
 
@@ -59,7 +59,7 @@ class PeakRss:
 
 
 def run_router(log: Path, out: Path) -> dict:
-    from store.storelog import open_log
+    from store.journal.storelog import open_log
 
     shutil.copyfile(log, out)
     with PeakRss() as rss:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from router.server.config import SINGLE_TASK
+from router.server.settings.config import SINGLE_TASK
 
 from .harness import RouterProcess, WorkerGroup, connect, log
 from .throughput import RouterLoad

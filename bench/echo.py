@@ -7,7 +7,7 @@ back until terminated. It uses the router's own WebSocket settings (receive
 buffer, message queue, message size limit), so the difference between the
 router and this server is the router's work, not the library's tuning.
 `--server edge` echoes blocks through the router's own listener
-(`router.server.edge`) instead: the difference between the two echoes is the
+(`router.server.edge.listener`) instead: the difference between the two echoes is the
 framing layer's.
 """
 
@@ -21,8 +21,8 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from router.protocol.block import BLOCK_SIZE
-from router.server.edge import WebSocketTransport, serve_edge
-from router.server.transport import MESSAGE_QUEUE_SIZE, RECEIVE_BUFFER_SIZE, TransportClosed
+from router.server.edge.listener import WebSocketTransport, serve_edge
+from router.server.edge.transport import MESSAGE_QUEUE_SIZE, RECEIVE_BUFFER_SIZE, TransportClosed
 
 SERVERS = ("trio-websocket", "edge")
 

@@ -20,7 +20,7 @@ from nacl import bindings
 from router.client import RecipientQueue
 from router.protocol import crypto
 from router.protocol.keys import ed25519_spki, x25519_spki
-from router.server.commands import ID_SIZE
+from router.server.core.commands import ID_SIZE
 from store.interfaces import QueueRecord
 
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from router.server.config import SINGLE_TASK
+from router.server.settings.config import SINGLE_TASK
 
 from . import harness
 from .harness import BenchError, RouterProcess, WorkerGroup, connect, log

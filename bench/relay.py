@@ -48,7 +48,7 @@ from typing import Any
 
 import psutil
 
-from router.server.config import DELIVERY_MODES, SINGLE_TASK
+from router.server.settings.config import DELIVERY_MODES, SINGLE_TASK
 
 from . import harness
 from .harness import BenchError, RouterProcess, log, md_table, percentiles_ms, write_results
@@ -195,7 +195,7 @@ def _check_descriptors(setting: Setting) -> None:
     listener's headroom; a limit the router cannot raise caps the run."""
     import resource
 
-    from router.server.edge import EdgeLimits
+    from router.server.edge.listener import EdgeLimits
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     # The router raises its soft limit to the hard one (above it only with

@@ -51,8 +51,8 @@ import psutil
 import trio
 
 from router.server import RouterConfig, RouterInfo, serve_router
-from router.server.commands import ID_SIZE
-from router.server.config import SINGLE_TASK
+from router.server.core.commands import ID_SIZE
+from router.server.settings.config import SINGLE_TASK
 from store.interfaces import Message, WriteResult
 
 from . import identities
@@ -400,7 +400,10 @@ def _as_the_cli_does_once_loaded(
 ) -> Any:
     """What `smp-router serve` runs between starting the router and printing its line;
     returns its collector policy (None if the tree has none or it is turned off)."""
-    from router.server import cli
+    try:
+        from router.server.cli import main as cli
+    except ImportError:  # a tree from before the command line was a folder
+        from router.server import cli  # type: ignore[no-redef]
 
     freeze = getattr(cli, "freeze_loaded_state", None)  # absent from older trees
     if freeze is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.server.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
+from router.server.settings.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
 
 from . import harness
 from .harness import (

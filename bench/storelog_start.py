@@ -37,7 +37,7 @@ FULL_SIZE = 1_000_000
 
 def _serve(source: Path, data_dir: Path, timeout: float) -> dict[str, Any]:
     """Start the router from `source` on `data_dir`; measure until it listens."""
-    cmd = [sys.executable, "-c", "from router.server.cli import main; main()",
+    cmd = [sys.executable, "-c", "from router.server.cli.main import main; main()",
            "serve", "--store", "journal", "--data-dir", str(data_dir), "--port", "0",
            "--no-stats-log", "--log-level", "warning"]
     env = {**os.environ, "PYTHONPATH": str(source)}

@@ -36,8 +36,8 @@ from typing import Any
 import trio
 
 from router.client import MessageEvent, RecipientQueue, SMPClient, open_client
-from router.server.commands import ID_SIZE
-from router.server.config import STORE_KINDS, RouterConfig
+from router.server.core.commands import ID_SIZE
+from router.server.settings.config import STORE_KINDS, RouterConfig
 from store import Message, QueueRecord, open_stores
 
 from .harness import log, md_table, median, write_results

@@ -20,7 +20,7 @@ That is one hash aggregation with `max` / `max_by` over a sequence number
 shuffle. Lines that fail their checksum or do not parse are grouped under a
 per-file key (`!bad:<file>`) so the job finds them without another scan.
 The output lines are rebuilt with the router's field order and checksum, so
-they equal `store.storelog.compact_records` line for line after sorting.
+they equal `store.journal.storelog.compact_records` line for line after sorting.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Explicit schemas of everything the pipeline reads.
 
-The stats log columns are those of `router.server.statslog.COLUMNS`
+The stats log columns are those of `router.server.ops.statslog.COLUMNS`
 (docs/stats-log.md); a test checks that the two lists agree.
 """
 

@@ -5,7 +5,7 @@
 its own typed options (`StoreOptions`, `JournalOptions`, `SqliteOptions`).
 """
 
-from .durable import FsyncPolicy
+from .durability import FsyncPolicy
 from .factory import (
     KIND_FILE,
     MIGRATE_COMMAND,
@@ -35,7 +35,7 @@ from .interfaces import (
     WriteResult,
 )
 from .kinds import JournalOptions, SqliteOptions
-from .memory import MemoryMessageStore, MemoryQueueStore, SnapshotError
+from .memory.stores import MemoryMessageStore, MemoryQueueStore, SnapshotError
 
 __all__ = [
     "DUPLICATE",

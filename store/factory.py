@@ -30,8 +30,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from .durable import FsyncPolicy, atomic_write, replace_durably
+from .durability import FsyncPolicy, atomic_write, replace_durably
 from .interfaces import Message, QueueRecord
+from .journal.opener import open_journal_stores
 from .kinds import (
     JournalOptions,
     SqliteOptions,
@@ -40,9 +41,8 @@ from .kinds import (
     StoreOptions,
     Stores,
 )
-from .open_journal import open_journal_stores
-from .open_memory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, open_memory_stores
-from .open_sqlite import open_sqlite_stores
+from .memory.opener import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, open_memory_stores
+from .sqlite.opener import open_sqlite_stores
 
 __all__ = [  # the names the rest of the router takes from here
     "KIND_FILE",

@@ -1,8 +1,8 @@
 """What a store kind is: its two open stores, the typed options it opens with, its opener.
 
 Each kind has its own options type (a frozen dataclass deriving from
-`StoreOptions`) and an opener in its own module (store/open_memory.py,
-store/open_journal.py, store/open_sqlite.py): an async context manager
+`StoreOptions`) and an opener in its own module (store/memory/opener.py,
+store/journal/opener.py, store/sqlite/opener.py): an async context manager
 factory `opener(store_dir, options) -> Stores` that opens both stores under
 `store_dir` (None for a memory-only run) and closes them on exit.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from .durable import FsyncPolicy
+from .durability import FsyncPolicy
 from .interfaces import Message, MessageStore, QueueRecord, QueueStore
 
 BulkImport = Callable[[list[QueueRecord], list[tuple[bytes, Message]]], Awaitable[Any]]

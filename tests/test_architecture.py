@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = "router.server"
 # The operation ports are handed the assembled Router (for type checking only):
 # the one way back up to router.py.
-OPERATION_PORTS = {("router.server.control", "router.server.router"),
-                   ("router.server.metrics", "router.server.router")}
+OPERATION_PORTS = {("router.server.ops.control", "router.server.router"),
+                   ("router.server.ops.metrics", "router.server.router")}
 
 
 def module_name(path: Path) -> str:
@@ -102,7 +102,7 @@ def server_graph(*, type_checking: bool) -> dict[str, set[str]]:
     `__init__` first, which is how packages work, not a dependency of design.
     """
     graph = {}
-    for path in sorted((ROOT / "router" / "server").glob("*.py")):
+    for path in sorted((ROOT / "router" / "server").rglob("*.py")):
         name = module_name(path)
         if name != SERVER:
             imports = module_imports(path, type_checking=type_checking)
@@ -215,4 +215,4 @@ def test_the_server_uses_the_gateway_only_to_offer_its_command() -> None:
         for path in files("router/server")
         if any(name.startswith("router.gateway") for name in all_imports(path))
     }
-    assert importers <= {"router.server.cli"}
+    assert importers <= {"router.server.cli.main"}

@@ -9,7 +9,7 @@ chat and a health page on one port, in one Trio program.
     info = await nursery.start(serve_gateway, config)
     print(info.page_url, info.smp_url, info.address)
 
-The listener is the router's own (router.server.edge: deadlines, caps, TLS);
+The listener is the router's own (router.server.edge.listener: deadlines, caps, TLS);
 `GatewaySite` (site.py) is its request hook: the URL layout, static files,
 `/demo/config.json`, `/health`, and the Origin allow-list (origins.py) in front
 of the SMP upgrade on `/smp`. `smp-router gateway` (cli.py) is its command.

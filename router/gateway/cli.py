@@ -23,7 +23,7 @@ from pathlib import Path
 
 import trio
 
-from router.server.config import ConfigError, RouterConfig
+from router.server.settings.config import ConfigError, RouterConfig
 
 from .origins import OriginError, normalize_origin
 from .server import DEFAULT_WEB_ROOT, GatewayConfig, GatewayInfo, serve_gateway

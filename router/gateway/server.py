@@ -11,8 +11,8 @@ from pathlib import Path
 import trio
 
 from router.server import RouterConfig, open_router
-from router.server.edge import EdgeListener, serve_edge
-from router.server.identity import host_port
+from router.server.edge.identity import host_port
+from router.server.edge.listener import EdgeListener, serve_edge
 from router.server.router import Router, edge_limits, listener_tls
 
 from .origins import OriginPolicy

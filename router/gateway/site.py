@@ -31,12 +31,12 @@ from urllib.parse import unquote, urlsplit
 
 import trio
 
-from router.server.edge import (  # noqa: F401 - HttpRequest re-exported for hooks
+from router.server.edge.identity import host_port
+from router.server.edge.listener import (  # noqa: F401 - HttpRequest re-exported for hooks
     ACCEPT_WEBSOCKET,
     HttpRequest,
     HttpResponse,
 )
-from router.server.identity import host_port
 
 from .origins import OriginPolicy
 

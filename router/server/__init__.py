@@ -1,9 +1,9 @@
 """The SMP router on Trio and WebSockets. Public names are re-exported here."""
 
-from .config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK, ConfigError, RouterConfig
-from .identity import RouterIdentity, load_or_create_identity
+from .core.counters import RouterStatistics
+from .edge.identity import RouterIdentity, load_or_create_identity
 from .router import Router, RouterInfo, handle_websocket, open_router, serve_router
-from .stats import RouterStatistics
+from .settings.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK, ConfigError, RouterConfig
 
 __all__ = [
     "DELIVERY_MODES",

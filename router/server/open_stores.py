@@ -18,10 +18,10 @@ import trio
 from store import SnapshotError, StoreKindMismatch, open_stores, store_options
 from store.factory import store_dir
 from store.interfaces import MessageStore, QueueStore, StoreError
-from store.sqlite import DB_FILE
-from store.storelog import LogCorruptError, StoreLogError
+from store.journal.storelog import LogCorruptError, StoreLogError
+from store.sqlite.stores import DB_FILE
 
-from .config import ConfigError, RouterConfig
+from .settings.config import ConfigError, RouterConfig
 
 # A router is normally stopped by cancelling it; closing its stores (the last
 # group commit, the snapshot of a memory store) must still run to the end.

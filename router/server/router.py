@@ -32,16 +32,22 @@ from trio_websocket import WebSocketConnection
 from router.protocol.types import ErrorType
 from store.factory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, store_dir
 from store.interfaces import MessageStore, Party, QueueStore
-from store.memory import MemoryMessageStore, MemoryQueueStore
+from store.memory.stores import MemoryMessageStore, MemoryQueueStore
 
-from .blocked import BlockedQueues
-from .commands import CommandContext, Commands
-from .config import PER_QUEUE_TASK, ConfigError, RouterConfig
-from .connection import Connection
-from .control import CONTROL_HOST, serve_control
-from .delivery import Deliverer
-from .dispatch import Dispatcher
-from .edge import (
+from .core.blocked import BlockedQueues
+from .core.commands import CommandContext, Commands
+from .core.connection import Connection
+from .core.counters import Counters, RouterStatistics
+from .core.delivery import Deliverer
+from .core.dispatch import Dispatcher
+from .core.expiry import Expirer
+from .core.notifications import Notifications
+from .core.services import Services
+from .core.subscriptions import Event, PendingEvents, Subscriber, Subscriptions
+from .edge.gate import GatedTransport, Suspendable, SuspendGate
+from .edge.identity import RouterIdentity, host_port, load_or_create_identity
+from .edge.listen import naming_address
+from .edge.listener import (
     ACCEPT_WEBSOCKET,
     EdgeLimits,
     EdgeListener,
@@ -50,18 +56,12 @@ from .edge import (
     serve_edge,
     tls_context,
 )
-from .expiry import Expirer
-from .gate import GatedTransport, Suspendable, SuspendGate
-from .identity import RouterIdentity, host_port, load_or_create_identity
-from .listen import naming_address
-from .metrics import serve_metrics
-from .notifications import Notifications
-from .services import Services
-from .stats import Counters, RouterStatistics
-from .statslog import StatsLog
-from .stores import open_router_stores
-from .subscriptions import Event, PendingEvents, Subscriber, Subscriptions
-from .transport import BlockStream, BlockTransport, TransportClosed, server_handshake
+from .edge.transport import BlockStream, BlockTransport, TransportClosed, server_handshake
+from .open_stores import open_router_stores
+from .ops.control import CONTROL_HOST, serve_control
+from .ops.metrics import serve_metrics
+from .ops.statslog import StatsLog
+from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig
 
 log = logging.getLogger(__name__)
 

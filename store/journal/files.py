@@ -1,7 +1,7 @@
 """The journal's files: message records, state lines, open-file LRU and recovery.
 
 Formats: docs/store-log.md §3. The store itself, and the order in which it
-writes and fsyncs these files, is in store/journal.py.
+writes and fsyncs these files, is in store/journal/messages.py.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._logfile import encode_line, log, read_log
-from .durable import atomic_write, write_all
-from .interfaces import Message
+from ..durability import atomic_write, write_all
+from ..interfaces import Message
+from .logfile import encode_line, log, read_log
 
 # --- message records ---------------------------------------------------------------
 #

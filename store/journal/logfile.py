@@ -1,7 +1,7 @@
 """Checksummed line logs and torn-tail recovery.
 
-Shared by the store log (queue records, store/storelog.py) and the journal's
-state log (store/journal.py). Both are text files of lines
+Shared by the store log (queue records, store/journal/storelog.py) and the journal's
+state log (store/journal/messages.py). Both are text files of lines
 
     <crc> SP <payload> LF
 
@@ -15,7 +15,7 @@ a torn tail: they are cut off the file with a warning. A bad line anywhere
 else means the file was damaged; the open stops with `LogCorruptError` naming
 file and line, or, with `skip_corrupt`, the line is skipped with a warning.
 
-The files are written and made durable with store/durable.py.
+The files are written and made durable with store/durability.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from .durable import truncate_file
+from ..durability import truncate_file
 
 log = logging.getLogger("store")
 

@@ -51,7 +51,10 @@ import trio
 
 from router.protocol.types import INTERNAL, store_error
 
-from ._journal_files import (
+from ..durability import FsyncPolicy, GroupCommit, fsync_dir, io_error, write_all
+from ..interfaces import Message, StoreError, WriteResult
+from ..kinds import closing_opener
+from .files import (
     Entry,
     Handles,
     Pos,
@@ -63,10 +66,7 @@ from ._journal_files import (
     state_line,
     write_state_new,
 )
-from ._logfile import encode_line, log
-from .durable import FsyncPolicy, GroupCommit, fsync_dir, io_error, write_all
-from .interfaces import Message, StoreError, WriteResult
-from .kinds import closing_opener
+from .logfile import encode_line, log
 
 __all__ = [
     "FsyncPolicy",

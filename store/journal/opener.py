@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from .journal import open_journal
-from .kinds import JournalOptions, Stores
+from ..kinds import JournalOptions, Stores
+from .messages import open_journal
 from .storelog import open_store_log
 
 

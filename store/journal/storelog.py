@@ -2,7 +2,7 @@
 
 Theory of operation. The file is a sequence of typed records, one per line
 (`create`, `secure`, `add_notifier`, `delete_notifier`, `suspend`,
-`set_service`, `delete`; the format is store/storelog_format.py and
+`set_service`, `delete`; the format is store/journal/storelog_format.py and
 docs/store-log.md). The state is a pure fold over them: `replay(records)`
 starts from no queues and applies `step` to each (store/queue_table.py), and
 `step` is the only code that ever changes the live table, so the router's
@@ -40,8 +40,7 @@ from pathlib import Path
 
 import trio
 
-from ._logfile import LogCorruptError, encode_line, iter_log, log
-from .durable import (
+from ..durability import (
     FsyncPolicy,
     GroupCommit,
     atomic_write,
@@ -51,9 +50,10 @@ from .durable import (
     write_all,
     write_synced,
 )
-from .interfaces import QueueRecord, StoreError
-from .kinds import closing_opener
-from .queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore
+from ..interfaces import QueueRecord, StoreError
+from ..kinds import closing_opener
+from ..queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore
+from .logfile import LogCorruptError, encode_line, iter_log, log
 from .storelog_format import compact_records, decode_record, encode_record, snapshot_lines
 
 __all__ = [  # the records and the fold are in store/queue_table.py

@@ -13,9 +13,8 @@ import re
 from collections.abc import Iterable
 from typing import TypeVar
 
-from ._logfile import encode_line, line_payload
-from .interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
-from .queue_table import (
+from ..interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
+from ..queue_table import (
     AddNotifier,
     CreateQueue,
     DeleteNotifier,
@@ -27,6 +26,7 @@ from .queue_table import (
     SuspendQueue,
     replay,
 )
+from .logfile import encode_line, line_payload
 
 E = TypeVar("E")
 _INT = re.compile(r"-?[0-9]+")

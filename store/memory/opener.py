@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from .durable import replace_durably
-from .kinds import StoreOptions, Stores
-from .memory import MemoryMessageStore, MemoryQueueStore
+from ..durability import replace_durably
+from ..kinds import StoreOptions, Stores
+from .stores import MemoryMessageStore, MemoryQueueStore
 
 QUEUES_SNAPSHOT = "queues.snapshot"
 MESSAGES_SNAPSHOT = "messages.snapshot"

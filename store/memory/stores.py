@@ -31,8 +31,8 @@ from typing import BinaryIO
 
 from router.protocol.types import ErrorType
 
-from .durable import atomic_write
-from .interfaces import (
+from ..durability import atomic_write
+from ..interfaces import (
     Message,
     NotifierCreds,
     Party,
@@ -40,7 +40,7 @@ from .interfaces import (
     QueueStatus,
     WriteResult,
 )
-from .queue_table import QueueTable, TableQueueStore, decide_create
+from ..queue_table import QueueTable, TableQueueStore, decide_create
 
 _STORED_INTO_EMPTY = WriteResult.STORED_INTO_EMPTY
 _STORED = WriteResult.STORED

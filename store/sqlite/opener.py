@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from .kinds import SqliteOptions, Stores
-from .sqlite import DB_FILE, SqliteMessageStore, open_queue_store, open_sqlite_database
+from ..kinds import SqliteOptions, Stores
+from .stores import DB_FILE, SqliteMessageStore, open_queue_store, open_sqlite_database
 
 
 @asynccontextmanager

@@ -8,7 +8,7 @@ connection is only ever touched by one worker thread at a time and the Trio
 thread never blocks on disk.
 
 Writes are closures `op(conn) -> result` that only touch the database. They
-are grouped into transactions by group commit (`GroupCommit`, store/durable.py,
+are grouped into transactions by group commit (`GroupCommit`, store/durability.py,
 the same as the journal's): a writer appends its op to the
 pending list; if no batch is being committed it becomes the committer, takes
 the whole pending list and runs it as one transaction on the worker; writers
@@ -58,8 +58,8 @@ import trio
 
 from router.protocol.types import AUTH, INTERNAL, ErrorType, store_error
 
-from .durable import FsyncPolicy, GroupCommit
-from .interfaces import (
+from ..durability import FsyncPolicy, GroupCommit
+from ..interfaces import (
     DUPLICATE,
     Message,
     NotifierCreds,
@@ -69,8 +69,8 @@ from .interfaces import (
     StoreError,
     WriteResult,
 )
-from .kinds import DEFAULT_CACHE_SIZE, DEFAULT_DELETED_TTL
-from .queue_table import (
+from ..kinds import DEFAULT_CACHE_SIZE, DEFAULT_DELETED_TTL
+from ..queue_table import (
     Decision,
     QueueTable,
     check_service_party,

@@ -84,7 +84,7 @@ def test_profile_saves_the_router_profile(results_in: Path):
 def test_collapsed_stacks_are_summarised_by_package_and_function():
     text = profile.summarize_collapsed(
         "run (trio/_core/_run.py:1);crypto_sign_open (nacl/bindings/crypto_sign.py:103) 3\n"
-        "run (trio/_core/_run.py:1);send_block (router/server/transport.py:94) 1\n"
+        "run (trio/_core/_run.py:1);send_block (router/server/edge/transport.py:94) 1\n"
     )
     assert "samples: 4" in text
     assert "75.0%  PyNaCl" in text and "25.0%  router.server" in text

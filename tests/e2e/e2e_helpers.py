@@ -15,7 +15,7 @@ from router.protocol.handshake import ClientHello, decode_server_hello, encode_c
 from router.protocol.transmission import encode_transmission
 from router.protocol.types import IDS, NEW, OK, SEND, Transmission
 from router.server import RouterInfo
-from router.server.connection import Connection
+from router.server.core.connection import Connection
 
 
 async def create_queues(

@@ -17,7 +17,7 @@ import trio
 
 from router.client import RecipientQueue, SMPClient, open_client
 from router.server import RouterConfig, serve_router
-from router.server.cli import main
+from router.server.cli.main import main
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "embedded_gateway.py"

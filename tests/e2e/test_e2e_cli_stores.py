@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from router.client import RecipientQueue, SMPError, open_client
-from router.server.cli import DEFAULT_STORE
-from router.server.statslog import HEADER
+from router.server.cli.main import DEFAULT_STORE
+from router.server.ops.statslog import HEADER
 from store import KIND_FILE
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from router.client import open_client
-from router.server.datadir import LOCK_FILE, DataDirInUse, lock_data_dir
+from router.server.settings.datadir import LOCK_FILE, DataDirInUse, lock_data_dir
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 ADDRESS = re.compile(rb"smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:\d+")

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import trio
 
-import store.journal
+import store.journal.messages
 from router.client import SMPClient, SMPError, open_client
 from router.server import RouterConfig, RouterInfo, serve_router
-from store.sqlite import SqliteMessageStore
+from store.sqlite.stores import SqliteMessageStore
 
 BODY = os.urandom(16000)  # a full-size message, so one does not fit in leftover bytes
 TMPFS_SIZE = "4m"
@@ -129,14 +129,14 @@ class InjectedFullDisk:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.full = False
         self.sqlite: SqliteMessageStore | None = None
-        real_write_all = store.journal.write_all
+        real_write_all = store.journal.messages.write_all
 
         def write_all(fd: int, data: bytes) -> None:
             if self.full:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             real_write_all(fd, data)
 
-        monkeypatch.setattr(store.journal, "write_all", write_all)
+        monkeypatch.setattr(store.journal.messages, "write_all", write_all)
 
     async def make_full(self) -> None:
         self.full = True

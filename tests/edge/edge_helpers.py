@@ -13,7 +13,7 @@ import trio
 
 from router.client import SMPClient, open_client
 from router.server import RouterConfig, RouterInfo, serve_router
-from router.server.edge import EdgeListener
+from router.server.edge.listener import EdgeListener
 
 OP_CONT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x2, 0x8, 0x9, 0xA
 SERVED_WITHIN = 10.0  # seconds a well-behaved client may need on a loaded 2-core machine

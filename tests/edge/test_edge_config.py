@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from router.server.cli import build_parser, config_from_args, main
-from router.server.config import (
+from router.server.cli.main import build_parser, config_from_args, main
+from router.server.settings.config import (
     DEFAULT_MEMORY_STORE_MAX_BYTES,
     DEFAULT_NEW_QUEUE_RATE,
     ConfigError,

@@ -18,7 +18,7 @@ from edge_helpers import (
 
 from router.client import open_client
 from router.server import RouterConfig
-from router.server.config import ConfigError
+from router.server.settings.config import ConfigError
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from router.client import open_client
-from router.server.cli import build_parser, config_from_args, main
-from router.server.config_file import (
+from router.server.cli.main import build_parser, config_from_args, main
+from router.server.settings.config_file import (
     CONFIG_FILE_NAME,
     DEFAULTS,
     INFORMATION_KEYS,

@@ -13,8 +13,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from router.server.cli import build_parser
-from router.server.config import RouterConfig
+from router.server.cli.main import build_parser
+from router.server.settings.config import RouterConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "deploy" / "smp-router.service"

@@ -12,8 +12,8 @@ import trio
 from ops_helpers import http_get
 
 from router.server import RouterConfig
-from router.server.edge import HttpRequest
-from router.server.info import (
+from router.server.edge.listener import HttpRequest
+from router.server.ops.info import (
     information_page,
     page_facts,
     render_html,

@@ -8,7 +8,7 @@ import trio
 from router.client import SMPError, open_client
 from router.protocol.types import ErrorType
 from store.interfaces import Message, WriteResult
-from store.memory import MemoryMessageStore
+from store.memory.stores import MemoryMessageStore
 
 
 async def test_new_beyond_the_burst_gets_err_store_and_other_connections_do_not(

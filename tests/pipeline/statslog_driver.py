@@ -13,7 +13,7 @@ from collections.abc import Callable
 import trio
 import trio.testing
 
-from router.server.stats import Counters, RouterStatistics
+from router.server.core.counters import Counters, RouterStatistics
 
 
 class CountingRouter:

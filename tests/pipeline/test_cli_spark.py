@@ -14,8 +14,8 @@ from statslog_driver import CountingRouter, jump_to
 import pipeline
 from pipeline.cli import main
 from pipeline.synth import write_synthetic_log
-from router.server.statslog import StatsLog
-from store.storelog import compact_records
+from router.server.ops.statslog import StatsLog
+from store.journal.storelog import compact_records
 
 pytestmark = pytest.mark.spark
 

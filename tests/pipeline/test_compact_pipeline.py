@@ -1,8 +1,8 @@
 """`smp-pipeline compact` against the router's own store log and its own compaction.
 
-The logs here are written by `store.storelog.StoreLogQueueStore` (the router's
+The logs here are written by `store.journal.storelog.StoreLogQueueStore` (the router's
 queue store) doing creates, secures, notifier changes, service changes,
-suspensions and deletes; the reference result is `store.storelog.compact_records`.
+suspensions and deletes; the reference result is `store.journal.storelog.compact_records`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import trio
 from pipeline.compact_job import CorruptLogError, run_compact, shard_of_id
 from pipeline.synth import write_synthetic_log
 from store.interfaces import NotifierCreds, Party, QueueRecord
-from store.storelog import StoreLogQueueStore, compact_records
+from store.journal.storelog import StoreLogQueueStore, compact_records
 
 pytestmark = pytest.mark.spark
 

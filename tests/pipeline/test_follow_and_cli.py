@@ -11,7 +11,7 @@ from pipeline import follow
 from pipeline.cli import build_parser, main
 from pipeline.session import parse_conf
 from pipeline.synth import synthetic_lines
-from store.storelog import compact_records, decode_record
+from store.journal.storelog import compact_records, decode_record
 
 LINE = "2024-05-01T10:00:00Z,PT1H,0,0,0,1,1,1,0,0,0,0,1,1,1\n"
 HEADER = "time,period,queues_created\n"

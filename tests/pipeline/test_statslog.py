@@ -15,8 +15,8 @@ import pytest
 import trio
 from statslog_driver import CountingRouter, jump_to
 
-from router.server.stats import RouterStatistics
-from router.server.statslog import (
+from router.server.core.counters import RouterStatistics
+from router.server.ops.statslog import (
     COLUMNS,
     COUNTER_COLUMNS,
     GAUGE_COLUMNS,

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from router.server import DELIVERY_MODES, Router, RouterConfig, open_router
-from router.server.config import STORE_KINDS
+from router.server.settings.config import STORE_KINDS
 
 ALL_STORES = ",".join(STORE_KINDS)
 STORES = [kind for kind in os.environ.get("SMP_ROUTER_STORES", ALL_STORES).split(",") if kind]

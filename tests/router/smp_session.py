@@ -56,7 +56,7 @@ from router.protocol.types import (
     Transmission,
 )
 from router.server import Router
-from router.server.transport import MemoryBlockTransport, TransportClosed, memory_block_pair
+from router.server.edge.transport import MemoryBlockTransport, TransportClosed, memory_block_pair
 
 # entity id, command (or its raw bytes), signing seed
 Request = tuple[bytes, Command | bytes, bytes | None]

@@ -1,5 +1,5 @@
 """Blocks of many subscriptions take turns; every other block passes them
-(router/server/dispatch.py, `HEAVY_BLOCK`).
+(router/server/core/dispatch.py, `HEAVY_BLOCK`).
 
 The commands are slowed down by a probe that waits on the (mock) clock, as a
 store would: that makes every block long enough to overlap with the others, so
@@ -16,7 +16,7 @@ from smp_session import connect
 from router.protocol.codec import encode_command
 from router.protocol.transmission import encode_transmission
 from router.protocol.types import NSUB, OK, PING, PONG, SUB, Transmission
-from router.server import dispatch
+from router.server.core import dispatch
 
 CROWD = 12  # clients resubscribing at once
 STEP = 0.001  # mock seconds each command takes

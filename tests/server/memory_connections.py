@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from router.protocol.handshake import ServiceProof
-from router.server.connection import Connection
-from router.server.transport import Handshake, memory_block_pair
+from router.server.core.connection import Connection
+from router.server.edge.transport import Handshake, memory_block_pair
 
 
 def connection(

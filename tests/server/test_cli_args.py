@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from router.server.cli import build_parser, config_from_args, main
+from router.server.cli.main import build_parser, config_from_args, main
 
 
 def test_every_serve_flag_reaches_the_configuration():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from router.server.cli import (
+from router.server.cli.main import (
     DEFAULT_STORE,
     ProgressBar,
     build_parser,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.server.deliveries import Deliveries
+from router.server.core.pending_pushes import Deliveries
 
 
 def rid(n: int) -> bytes:

@@ -8,7 +8,7 @@ from memory_connections import connection
 from router.protocol.codec import decode_response
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import DELD, END
-from router.server.subscriptions import (
+from router.server.core.subscriptions import (
     Event,
     PendingEvents,
     Subscriber,

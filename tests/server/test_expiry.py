@@ -11,7 +11,7 @@ import os
 import trio
 import trio.testing
 
-from router.server.expiry import Expirer
+from router.server.core.expiry import Expirer
 from store import MemoryMessageStore, Message
 
 

@@ -12,8 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from router.server import gc_policy
-from router.server.gc_policy import GcPauses, GcPolicy
+from router.server.ops import gc_policy
+from router.server.ops.gc_policy import GcPauses, GcPolicy
 
 
 class Node:

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 from nacl.signing import VerifyKey
 
-from router.server import der
-from router.server.identity import (
+from router.server.edge import der
+from router.server.edge.identity import (
     CERT_FILE,
     KEY_FILE,
     IdentityError,

@@ -9,8 +9,8 @@ from router.protocol import crypto
 from router.protocol.codec import decode_response
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import NMSG
-from router.server.notifications import Notifications
-from router.server.subscriptions import SubscriberRegistry
+from router.server.core.notifications import Notifications
+from router.server.core.subscriptions import SubscriberRegistry
 from store.interfaces import Message, NotifierCreds
 
 NOW = 1_700_000_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import json
 
-from router.server.commands import queue_info
-from router.server.subscriptions import Sub
+from router.server.core.commands import queue_info
+from router.server.core.subscriptions import Sub
 from store.interfaces import Message, QueueRecord
 
 

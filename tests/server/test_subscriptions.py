@@ -16,9 +16,9 @@ from router.protocol.codec import decode_response
 from router.protocol.handshake import ServiceProof
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import ENDS
-from router.server.connection import Connection
-from router.server.stats import Counters
-from router.server.subscriptions import Event, Subscriber, Subscriptions
+from router.server.core.connection import Connection
+from router.server.core.counters import Counters
+from router.server.core.subscriptions import Event, Subscriber, Subscriptions
 from store.interfaces import Message, Party
 
 QUEUES = [bytes([q]) * 24 for q in range(4)]

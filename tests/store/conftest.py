@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from store.journal import open_journal
-from store.memory import MemoryMessageStore, MemoryQueueStore
-from store.sqlite import (
+from store.journal.messages import open_journal
+from store.journal.storelog import open_store_log
+from store.memory.stores import MemoryMessageStore, MemoryQueueStore
+from store.sqlite.stores import (
     DB_FILE,
     SqliteMessageStore,
     SqliteQueueStore,
     open_queue_store,
     open_sqlite_database,
 )
-from store.storelog import open_store_log
 
 
 @dataclass(frozen=True)

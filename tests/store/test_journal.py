@@ -11,9 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from store import journal
 from store.interfaces import Message, StoreError, WriteResult
-from store.journal import (
+from store.journal import messages
+from store.journal.messages import (
     JournalMessageStore,
     Pos,
     decode_message,
@@ -230,13 +230,13 @@ async def test_concurrent_writers_each_keep_their_order_under_every_fsync_policy
 
 async def test_a_batch_of_concurrent_writes_shares_its_fsyncs(tmp_path, monkeypatch):
     rounds = []
-    real = journal._fsync_parallel
+    real = messages._fsync_parallel
 
     async def fsync_parallel(fds: list[int], directory: Path | None) -> list[OSError]:
         rounds.append(fds)
         return await real(fds, directory)
 
-    monkeypatch.setattr(journal, "_fsync_parallel", fsync_parallel)
+    monkeypatch.setattr(messages, "_fsync_parallel", fsync_parallel)
     with trio.fail_after(10):
         async with open_journal(tmp_path, fsync="batch") as store:
             async with trio.open_nursery() as nursery:
@@ -251,9 +251,9 @@ async def test_data_is_fsynced_before_the_state_line_that_points_to_it(
     tmp_path, monkeypatch, policy
 ):
     events = []
-    real_fsync_all = journal._fsync_all
+    real_fsync_all = messages._fsync_all
     monkeypatch.setattr(
-        journal, "_fsync_all", lambda fds, d: (events.append("data fsync"), real_fsync_all(fds, d))
+        messages, "_fsync_all", lambda fds, d: (events.append("data fsync"), real_fsync_all(fds, d))
     )
     async with open_journal(tmp_path, fsync=policy) as store:
         real_append = store._append_state
@@ -352,7 +352,7 @@ async def test_a_store_closed_by_a_cancelled_caller_commits_and_releases_its_fil
 
 def failing_writes(store: JournalMessageStore, *, state: bool, error: int = errno.ENOSPC):
     """A write_all that fails on message files (or on the state log): half written, then error."""
-    real = journal.write_all
+    real = messages.write_all
 
     def write_all(fd: int, data: bytes) -> None:
         if (fd == store._state_fd) != state:
@@ -373,7 +373,8 @@ async def test_a_full_disk_refuses_the_write_and_a_later_write_succeeds_without_
         await store.write_message(rid, before, QUOTA)
         size = (tmp_path / f"{rid.hex()}.0.msgs").stat().st_size
         with monkeypatch.context() as patch:
-            patch.setattr(journal, "write_all", failing_writes(store, state=failing == "state log"))
+            failing_write_all = failing_writes(store, state=failing == "state log")
+            patch.setattr(messages, "write_all", failing_write_all)
             with pytest.raises(StoreError) as info:
                 await store.write_message(rid, refused, QUOTA)
             assert info.value.error.tag == "STORE"
@@ -390,7 +391,7 @@ async def test_a_full_disk_on_a_new_queue_leaves_it_empty_and_writable(tmp_path,
     rid, m = new_id(), msg()
     async with open_journal(tmp_path) as store:
         with monkeypatch.context() as patch:
-            patch.setattr(journal, "write_all", failing_writes(store, state=False))
+            patch.setattr(messages, "write_all", failing_writes(store, state=False))
             with pytest.raises(StoreError):
                 await store.write_message(rid, msg(), QUOTA)
         assert {r async for r in store.queue_ids()} == set()
@@ -404,7 +405,7 @@ async def test_a_full_disk_refuses_a_delete_and_keeps_the_message(tmp_path, monk
     async with open_journal(tmp_path) as store:
         await store.write_message(rid, m, QUOTA)
         with monkeypatch.context() as patch:
-            patch.setattr(journal, "write_all", failing_writes(store, state=True))
+            patch.setattr(messages, "write_all", failing_writes(store, state=True))
             with pytest.raises(StoreError):
                 await store.delete_message(rid, m.msg_id)
             with pytest.raises(StoreError):
@@ -423,7 +424,7 @@ async def test_a_failed_data_fsync_rolls_the_write_back(tmp_path, monkeypatch):
     async with open_journal(tmp_path, fsync="batch") as store:
         await store.write_message(rid, before, QUOTA)
         with monkeypatch.context() as patch:
-            patch.setattr(journal, "_fsync_all", broken)
+            patch.setattr(messages, "_fsync_all", broken)
             with pytest.raises(StoreError, match="Input/output error"):
                 await store.write_message(rid, msg(), QUOTA)
         assert await listed(store, rid) == [before]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from store._logfile import LogCorruptError, encode_line
 from store.interfaces import Message, WriteResult
-from store.journal import JournalMessageStore, encode_message, open_journal
+from store.journal.logfile import LogCorruptError, encode_line
+from store.journal.messages import JournalMessageStore, encode_message, open_journal
 
 QUOTA = 100
 

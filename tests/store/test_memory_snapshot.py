@@ -7,7 +7,7 @@ import os
 import pytest
 
 from store.interfaces import Message, NotifierCreds, QueueRecord, QueueStatus
-from store.memory import MemoryMessageStore, MemoryQueueStore, SnapshotError
+from store.memory.stores import MemoryMessageStore, MemoryQueueStore, SnapshotError
 
 
 def new_id() -> bytes:

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from store.interfaces import Message, NotifierCreds, Party, QueueRecord, StoreError, WriteResult
-from store.sqlite import (
+from store.sqlite.stores import (
     DB_FILE,
     SqliteDatabase,
     SqliteMessageStore,

@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from store import durable
-from store.durable import FsyncPolicy, GroupCommit, atomic_write, replace_durably
+from store import durability
+from store.durability import FsyncPolicy, GroupCommit, atomic_write, replace_durably
 
 
 def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -23,7 +23,7 @@ def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
         real(fd)
 
-    monkeypatch.setattr(durable.os, "fsync", fsync)
+    monkeypatch.setattr(durability.os, "fsync", fsync)
     return seen
 
 

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from store import storelog
-from store._logfile import encode_line, line_payload
 from store.interfaces import NotifierCreds, Party, QueueRecord, QueueStatus, StoreError
+from store.journal import storelog
+from store.journal.logfile import encode_line, line_payload
+from store.journal.storelog import StoreLogQueueStore, backups_of, open_store_log
+from store.journal.storelog_format import compact_records, decode_record, encode_record
 from store.queue_table import (
     AddNotifier,
     CreateQueue,
@@ -24,8 +26,6 @@ from store.queue_table import (
     SuspendQueue,
     replay,
 )
-from store.storelog import StoreLogQueueStore, backups_of, open_store_log
-from store.storelog_format import compact_records, decode_record, encode_record
 
 
 def new_id() -> bytes:

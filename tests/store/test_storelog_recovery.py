@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from store._logfile import LogCorruptError, encode_line, line_payload
-from store.durable import write_synced
+from store.durability import write_synced
 from store.interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
-from store.queue_table import replay
-from store.storelog import (
+from store.journal.logfile import LogCorruptError, encode_line, line_payload
+from store.journal.storelog import (
     StoreLogError,
     _backup_path,
     backups_of,
@@ -22,6 +21,7 @@ from store.storelog import (
     decode_record,
     open_store_log,
 )
+from store.queue_table import replay
 
 
 def new_id() -> bytes:
@@ -175,7 +175,7 @@ async def test_a_line_with_a_good_checksum_but_no_record_in_it_is_corrupt(tmp_pa
 
 # --- crashes during compaction -----------------------------------------------------------------
 #
-# Compaction steps (store/storelog.py): 1 write and fsync queues.log.new; 2 rename
+# Compaction steps (store/journal/storelog.py): 1 write and fsync queues.log.new; 2 rename
 # queues.log to a backup; 3 rename queues.log.new to queues.log; 4 fsync the
 # directory; 5 delete the oldest backups. Each test leaves the files as a crash at
 # that point would, then opens the store.

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.synth import synthetic_lines
-from store import _logfile, storelog
-from store._logfile import encode_line
 from store.interfaces import QueueRecord
+from store.journal import logfile, storelog
+from store.journal.logfile import encode_line
+from store.journal.storelog import backups_of, iter_snapshot_lines, open_log
+from store.journal.storelog_format import compact_records, encode_record, snapshot_lines
 from store.queue_table import CreateQueue, DeleteQueue, replay
-from store.storelog import backups_of, iter_snapshot_lines, open_log
-from store.storelog_format import compact_records, encode_record, snapshot_lines
 
 
 def write_lines(path: Path, lines: list[str]) -> None:
@@ -108,7 +108,7 @@ def test_a_torn_tail_is_cut_and_the_rest_compacted(tmp_path):
 
 def test_memory_follows_the_live_queues_not_the_length_of_the_log(tmp_path, monkeypatch):
     """A long log that creates and deletes the same few queues over and over."""
-    monkeypatch.setattr(_logfile, "READ_CHUNK", 64 * 1024)
+    monkeypatch.setattr(logfile, "READ_CHUNK", 64 * 1024)
     lines = []
     for round_ in range(1000):
         for i in range(20):

@@ -73,7 +73,7 @@ from router.protocol import (
     unpad_block,
 )
 from router.protocol.handshake import identity_matches
-from router.server.identity import generate_identity
+from router.server.edge.identity import generate_identity
 
 
 def camel(name: str) -> str:

@@ -47,7 +47,13 @@ import trio
 from router.gateway.cli import add_gateway_command, gateway_config, run_gateway
 from store import MigrationCheckError, migrate_store, read_store_kind
 
-from .config import (
+from ..edge.identity import IdentityError, load_or_create_identity
+from ..open_stores import StoreOpenError
+from ..ops.control import run_control_commands
+from ..ops.gc_policy import GcPolicy
+from ..ops.info import information_page, router_version
+from ..router import Router, RouterInfo, listener_tls, serve_router
+from ..settings.config import (
     DELIVERY_MODES,
     FSYNC_POLICIES,
     STORE_KINDS,
@@ -57,7 +63,7 @@ from .config import (
     StartupError,
     os_error_reason,
 )
-from .config_file import (
+from ..settings.config_file import (
     CONFIG_FILE_NAME,
     DEFAULTS,
     INFORMATION_KEYS,
@@ -67,13 +73,7 @@ from .config_file import (
     render_config,
     template,
 )
-from .control import run_control_commands
-from .datadir import lock_data_dir
-from .gc_policy import GcPolicy
-from .identity import IdentityError, load_or_create_identity
-from .info import information_page, router_version
-from .router import Router, RouterInfo, listener_tls, serve_router
-from .stores import StoreOpenError
+from ..settings.datadir import lock_data_dir
 
 log = logging.getLogger("smp-router")
 

@@ -12,7 +12,7 @@ import base64
 import logging
 from pathlib import Path
 
-from store.durable import atomic_write
+from store.durability import atomic_write
 
 log = logging.getLogger(__name__)
 

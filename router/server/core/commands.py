@@ -79,13 +79,13 @@ from .subscriptions import Event, Sub, Subscriber, Subscriptions
 from .verified import Verified, error_transmission
 
 if TYPE_CHECKING:
+    from ..settings.config import RouterConfig
     from .blocked import BlockedQueues
-    from .config import RouterConfig
     from .connection import Connection
+    from .counters import Counters
     from .delivery import Deliverer
     from .notifications import Notifications
     from .services import Services
-    from .stats import Counters
 
 ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
 _ID_ATTEMPTS = 3  # fresh ids after a DUPLICATE before giving up with INTERNAL

@@ -39,7 +39,7 @@ import trio
 from router.protocol.block import BatchPacker
 from router.protocol.handshake import service_id
 
-from .transport import BlockStream, Handshake, TransportClosed
+from ..edge.transport import BlockStream, Handshake, TransportClosed
 
 log = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ from .subscriptions import Sub, Subscriber, Subscriptions
 DELIVERY_BATCH = 4
 
 if TYPE_CHECKING:
-    from .stats import Counters
+    from .counters import Counters
 
 
 class CatchUpWalker(Protocol):

@@ -48,11 +48,11 @@ from router.protocol.codec import encode_response_transmission
 from router.protocol.types import DELD, END, ENDS
 from store.interfaces import Message, Party, StoreError
 
-from .deliveries import Deliveries
+from .pending_pushes import Deliveries
 
 if TYPE_CHECKING:
     from .connection import Connection
-    from .stats import Counters
+    from .counters import Counters
 
 _END, _DELD = END(), DELD()
 # below it the router sends END where it would send DELD (docs/protocol.md#versions)

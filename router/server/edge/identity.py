@@ -26,7 +26,7 @@ from pathlib import Path
 from nacl.signing import SigningKey
 
 from router.protocol.crypto import new_x25519
-from store.durable import atomic_write
+from store.durability import atomic_write
 
 from . import der
 

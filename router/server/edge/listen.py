@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import trio
 
-from .config import StartupError, find_os_error, os_error_reason
+from ..settings.config import StartupError, find_os_error, os_error_reason
 from .identity import host_port
 
 

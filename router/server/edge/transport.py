@@ -3,7 +3,7 @@
 One binary WebSocket message is one 16384-byte block (docs/protocol.md#websocket); a
 message of any other size, or a text message, ends the connection. The router
 serves connections through one interface, `BlockStream`: the router's own listener
-gives a `router.server.edge.WebSocketTransport`, `BlockTransport` here wraps a
+gives a `router.server.edge.listener.WebSocketTransport`, `BlockTransport` here wraps a
 trio-websocket connection a host program accepted itself (`handle_websocket`), and
 `memory_block_pair` gives two connected in-memory ends (as trio's
 `memory_stream_pair`), for serving a client in the same process without a socket.

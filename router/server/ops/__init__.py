@@ -1,1 +1,2 @@
-"""The operation ports: control, metrics, the stats log, the information page, the collector policy."""
+"""The operation ports: control, metrics, the stats log, the information page,
+the collector policy."""

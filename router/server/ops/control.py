@@ -40,11 +40,11 @@ import trio
 
 from store.interfaces import Party
 
-from .config import ConfigError, StartupError, os_error_reason
-from .listen import bound_port, open_listeners
+from ..edge.listen import bound_port, open_listeners
+from ..settings.config import ConfigError, StartupError, os_error_reason
 
 if TYPE_CHECKING:
-    from .router import Router
+    from ..router import Router
 
 log = logging.getLogger(__name__)
 

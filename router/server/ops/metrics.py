@@ -38,11 +38,11 @@ from prometheus_client.registry import Collector
 
 from store.interfaces import Party
 
-from .listen import bound_port, open_listeners
+from ..edge.listen import bound_port, open_listeners
 
 if TYPE_CHECKING:
-    from .router import Router
-    from .stats import RouterStatistics
+    from ..core.counters import RouterStatistics
+    from ..router import Router
 
 log = logging.getLogger(__name__)
 

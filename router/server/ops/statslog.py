@@ -49,9 +49,9 @@ from pathlib import Path
 
 import trio
 
-from store.durable import atomic_write
+from store.durability import atomic_write
 
-from .stats import RouterStatistics
+from ..core.counters import RouterStatistics
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.durable import FsyncPolicy
+from store.durability import FsyncPolicy
 
 SINGLE_TASK = "single-task"
 PER_QUEUE_TASK = "per-queue-task"
