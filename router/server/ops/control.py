@@ -44,7 +44,7 @@ from ..edge.listen import bound_port, open_listeners
 from ..settings.config import ConfigError, StartupError, os_error_reason
 
 if TYPE_CHECKING:
-    from ..router import Router
+    from .operated import OperatedRouter
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ Handler = Callable[["ControlSession", list[str]], Awaitable[list[str]]]
 class ControlSession:
     """One control connection: its role, and the router it acts on."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: OperatedRouter) -> None:
         self.router = router
         self.role = Role.NONE
         self.done = False
@@ -240,7 +240,8 @@ def _queue_id(args: list[str]) -> bytes | None:
 
 
 async def serve_control(
-    router: Router, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    router: OperatedRouter, port: int,
+    *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve control sessions on 127.0.0.1:port until cancelled; reports the bound port."""
     listeners = await open_listeners("the control port", CONTROL_HOST, port)

@@ -42,7 +42,7 @@ from ..edge.listen import bound_port, open_listeners
 
 if TYPE_CHECKING:
     from ..core.counters import RouterStatistics
-    from ..router import Router
+    from .operated import OperatedRouter
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class RouterCollector(Collector):
     """Reads the router's counters at scrape time; `refresh()` first fetches the values
     only an awaited store call gives (queue count, a timed store lookup)."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: OperatedRouter) -> None:
         self._router = router
         self._queue_count = 0
         self.store_latency = Histogram(
@@ -166,8 +166,9 @@ class GcPauses:
         return iter(self.histogram.collect())
 
 
-def build_registry(router: Router, gc_pauses: GcPauses) -> tuple[CollectorRegistry,
-                                                                  RouterCollector]:
+def build_registry(
+    router: OperatedRouter, gc_pauses: GcPauses
+) -> tuple[CollectorRegistry, RouterCollector]:
     registry = CollectorRegistry(auto_describe=False)
     collector = RouterCollector(router)
     registry.register(collector)
@@ -177,7 +178,7 @@ def build_registry(router: Router, gc_pauses: GcPauses) -> tuple[CollectorRegist
 
 
 async def serve_metrics(
-    router: Router, host: str, port: int,
+    router: OperatedRouter, host: str, port: int,
     *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Answer `GET /metrics` until cancelled; reports the bound port."""
