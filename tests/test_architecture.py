@@ -1,8 +1,10 @@
 """The direction of imports (docs/architecture.md), read from the source with `ast`.
 
 protocol < store < server, client; the gateway on top of the server. Inside
-`router/server` the modules import each other without a circle, so each can be
-read (and tested) knowing only what lies below it.
+`router/server` and `store` the folders are layers: each imports only the
+layers below it, and no import of any kind (at run time, for type checking or
+inside a function) goes round in a circle, so each folder can be read (and
+tested) knowing only what lies below it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER = "router.server"
-# The operation ports are handed the assembled Router (for type checking only):
-# the one way back up to router.py.
-OPERATION_PORTS = {("router.server.ops.control", "router.server.router"),
-                   ("router.server.ops.metrics", "router.server.router")}
+
+# Bottom first. A name is a module or a folder (and all below it); names in one
+# row are siblings, which do not import each other.
+SERVER_LAYERS = (
+    ("router.server.settings",),  # the configuration record, its table, file and data dir
+    ("router.server.edge",),  # listener, WebSocket, HTTP, transports, handshake, identity
+    ("router.server.core",),  # connections, dispatch, commands, subscriptions, delivery
+    ("router.server.ops",),  # control, metrics, stats log, info page, collector policy
+    ("router.server.open_stores",),  # the stores the configuration asks for
+    ("router.server.router",),  # the composition root
+    ("router.server.cli",),  # the command line
+    ("router.server", "router.server.__main__"),
+)
+STORE_LAYERS = (
+    ("store.interfaces",),  # the two interfaces every kind implements
+    ("store.durability",),  # fsync, atomic writes, group commits
+    ("store.queue_table", "store.kinds"),  # the queue table; what every kind's opener gives
+    ("store.memory", "store.journal", "store.sqlite"),  # one folder per kind
+    ("store.factory",),  # opens the kind a data directory holds
+    ("store",),
+)
+LAYERS = {"router.server": SERVER_LAYERS, "store": STORE_LAYERS}
 
 
 def module_name(path: Path) -> str:
@@ -35,7 +54,7 @@ def _package(path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
-def _imported(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[str]:
+def _named(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[str]:
     if isinstance(node, ast.Import):
         yield from (alias.name for alias in node.names)
         return
@@ -47,6 +66,21 @@ def _imported(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[str]:
         yield f"{base}.{node.module}"
     else:  # `from . import der`: the names are modules
         yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def _imported(node: ast.Import | ast.ImportFrom, package: str) -> Iterator[str]:
+    """The modules an import statement runs; `from package import module` names
+    the module too."""
+    for name in _named(node, package):
+        yield name
+        if isinstance(node, ast.ImportFrom) and node.module:
+            yield from (f"{name}.{alias.name}" for alias in node.names
+                        if is_module(f"{name}.{alias.name}"))
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -71,18 +105,6 @@ def _module_level(body: list[ast.stmt], type_checking: bool) -> Iterator[ast.stm
                 yield from _module_level(block, type_checking)
 
 
-def module_imports(path: Path, *, type_checking: bool) -> set[str]:
-    """What the module imports when it is imported."""
-    tree = ast.parse(path.read_text(), str(path))
-    package = _package(path)
-    return {
-        name
-        for node in _module_level(tree.body, type_checking)
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        for name in _imported(node, package)
-    }
-
-
 def all_imports(path: Path) -> set[str]:
     """Every import in the file, functions' lazy ones included."""
     tree = ast.parse(path.read_text(), str(path))
@@ -95,19 +117,30 @@ def all_imports(path: Path) -> set[str]:
     }
 
 
-def server_graph(*, type_checking: bool) -> dict[str, set[str]]:
-    """router.server module -> the router.server modules it imports at module level.
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports, every import counted:
+    at run time, for type checking, and inside functions.
 
-    The package itself is left out: every submodule's import runs its
-    `__init__` first, which is how packages work, not a dependency of design.
+    A package's `__init__` run before its submodules is left out: that is how
+    packages work, not a dependency of design.
     """
     graph = {}
-    for path in sorted((ROOT / "router" / "server").rglob("*.py")):
+    for path in files(package.replace(".", "/")):
         name = module_name(path)
-        if name != SERVER:
-            imports = module_imports(path, type_checking=type_checking)
-            graph[name] = {i for i in imports if i.startswith(SERVER + ".")}
+        graph[name] = {i for i in all_imports(path)
+                       if (i == package or i.startswith(package + ".")) and i != name}
     return graph
+
+
+def layer_of(module: str, layers: tuple[tuple[str, ...], ...]) -> tuple[int, str] | None:
+    """(row, name) of the most specific name in `layers` covering the module."""
+    found = [(len(name), row, name) for row, names in enumerate(layers) for name in names
+             if module == name or (module.startswith(name + ".") and is_folder(name))]
+    return max(found)[1:] if found else None
+
+
+def is_folder(name: str) -> bool:
+    return ROOT.joinpath(*name.split(".")).is_dir()
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -144,19 +177,44 @@ def test_the_graph_reader_finds_a_circle_and_ignores_type_checking_and_function_
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
-def test_router_server_modules_import_each_other_without_a_circle_at_run_time() -> None:
-    graph = server_graph(type_checking=False)
-    assert "router.server.router" in graph and graph["router.server.router"]
-    cycle = find_cycle(graph)
-    assert cycle is None, " -> ".join(cycle or [])
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_every_module_has_its_place_in_the_layers(package: str) -> None:
+    graph = import_graph(package)
+    assert graph
+    assert {m for m in graph if layer_of(m, LAYERS[package]) is None} == set()
+    names = {name for row in LAYERS[package] for name in row}
+    assert {n for n in names if not is_module(n) and not is_folder(n)} == set()
 
 
-def test_the_parts_of_the_router_do_not_know_the_router_even_for_type_checking() -> None:
-    """Only the operation ports name router.py; the parts it puts together
-    (subscriptions, delivery, commands, ...) get what they use instead."""
-    graph = server_graph(type_checking=True)
-    for source, target in OPERATION_PORTS:
-        graph[source].discard(target)
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_folders_import_only_the_layers_below_them(package: str) -> None:
+    """Type-only and function-level imports included; no exceptions."""
+    layers = LAYERS[package]
+    upward = set()
+    for source, targets in import_graph(package).items():
+        source_row, source_name = layer_of(source, layers)  # type: ignore[misc]
+        for target in targets:
+            target_row, target_name = layer_of(target, layers)  # type: ignore[misc]
+            if target_row > source_row or (target_row == source_row
+                                           and target_name != source_name):
+                upward.add((source, target))
+    assert upward == set()
+
+
+def test_the_layer_check_sees_an_upward_import_and_a_sibling_import() -> None:
+    layers = (("a.low",), ("a.left", "a.right"), ("a.top",))
+    assert layer_of("a.low", layers) == (0, "a.low")
+    assert layer_of("a.right", layers) == (1, "a.right")
+    assert layer_of("a.nowhere", layers) is None
+    assert layer_of("router.server.core.commands", SERVER_LAYERS) == (2, "router.server.core")
+
+
+@pytest.mark.parametrize("package", ["router", "store"])
+def test_no_import_circle_of_any_kind(package: str) -> None:
+    """At run time, for type checking or inside a function: no module reaches
+    itself again through its imports."""
+    graph = import_graph(package)
+    assert "router.server.router" in graph or package == "store"
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
 
@@ -215,4 +273,5 @@ def test_the_server_uses_the_gateway_only_to_offer_its_command() -> None:
         for path in files("router/server")
         if any(name.startswith("router.gateway") for name in all_imports(path))
     }
-    assert importers <= {"router.server.cli.main"}
+    assert importers
+    assert {m for m in importers if not m.startswith("router.server.cli.")} == set()
