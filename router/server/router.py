@@ -43,7 +43,7 @@ from .core.dispatch import Dispatcher
 from .core.expiry import Expirer
 from .core.notifications import Notifications
 from .core.services import Services
-from .core.subscriptions import Event, PendingEvents, Subscriber, Subscriptions
+from .core.subscriptions import ClientSubscriptions, Event, PendingEvents, Subscriptions
 from .edge.gate import GatedTransport, Suspendable, SuspendGate
 from .edge.identity import RouterIdentity, host_port, load_or_create_identity
 from .edge.listen import naming_address
@@ -155,8 +155,8 @@ class Router:
                     conn.close_now(f"idle for {timeout} s without subscriptions")
 
     def _subscribed_anything(self, conn: Connection) -> bool:
-        subscriber = self.subscriptions.subscriber_for(conn)
-        return subscriber is not None and bool(subscriber.queues or subscriber.notifiers)
+        client = self.subscriptions.subscriber_for(conn)
+        return client is not None and bool(client.queues or client.notifiers)
 
     # --- hooks for the command handlers --------------------------------------------
 
@@ -213,20 +213,20 @@ class Router:
 
     async def _run_connection(self, conn: Connection) -> None:
         self.connections[conn.id] = conn
-        subscriber = self.subscriptions.open(conn)
+        client = self.subscriptions.open(conn)
         self.counters.connections_total += 1
         log.debug("%r connected", conn)
         try:
-            await conn.run(self._serving, subscriber)
+            await conn.run(self._serving, client)
         finally:
-            self._cleanup(subscriber)
+            self._cleanup(client)
         log.debug("%r closed: %s", conn, conn.close_reason or "done")
 
-    def _cleanup(self, subscriber: Subscriber) -> None:
+    def _cleanup(self, client: ClientSubscriptions) -> None:
         """Forget the connection and every subscription it still holds."""
-        self.subscriptions.forget(subscriber)
-        self.connections.pop(subscriber.conn.id, None)
-        subscriber.conn.close()
+        self.subscriptions.forget(client)
+        self.connections.pop(client.conn.id, None)
+        client.conn.close()
 
     # --- operation (the control port) ---------------------------------------------------
 
@@ -310,17 +310,17 @@ class _Serving:
     services: Services
     events: PendingEvents
 
-    def process_block(self, subscriber: Subscriber, block: bytes) -> Awaitable[list[bytes]]:
-        subscriber.in_block = True  # its END/DELD now wait for this block's answers
-        return self.dispatcher.process_block(subscriber, block)
+    def process_block(self, client: ClientSubscriptions, block: bytes) -> Awaitable[list[bytes]]:
+        client.in_block = True  # its END/DELD now wait for this block's answers
+        return self.dispatcher.process_block(client, block)
 
-    def delivery_loop(self, subscriber: Subscriber) -> Awaitable[None]:
-        return self.deliverer.delivery_loop(subscriber, self.services)
+    def delivery_loop(self, client: ClientSubscriptions) -> Awaitable[None]:
+        return self.deliverer.delivery_loop(client, self.services)
 
-    def answered(self, subscriber: Subscriber) -> None:
-        subscriber.in_block = False
-        self.events.release(subscriber)
-        subscriber.start_catch_up()
+    def answered(self, client: ClientSubscriptions) -> None:
+        client.in_block = False
+        self.events.release(client)
+        client.start_catch_up()
 
 
 @dataclass(frozen=True, slots=True)

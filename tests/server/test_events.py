@@ -9,9 +9,9 @@ from router.protocol.codec import decode_response
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import DELD, END
 from router.server.core.subscriptions import (
+    ClientSubscriptions,
     Event,
     PendingEvents,
-    Subscriber,
     SubscriberRegistry,
     encode_events,
 )
@@ -69,14 +69,14 @@ async def test_a_client_with_a_full_send_channel_does_not_hold_up_the_events_of_
     events = PendingEvents(interval=0.01)
     full, free = connection(1), connection(2)
     assert full.push_nowait([b"filler"]) and full.outbox_full()
-    events.add(Subscriber(full), b"a" * 24, Event.END)
-    events.add(Subscriber(free), b"b" * 24, Event.DELETED)
+    events.add(ClientSubscriptions(full), b"a" * 24, Event.END)
+    events.add(ClientSubscriptions(free), b"b" * 24, Event.DELETED)
     events.flush()  # synchronous: it cannot wait for anyone
     [batch] = [free._outbox_out.receive_nowait()]
     assert decoded(batch) == [(b"", b"b" * 24, DELD())]
     # the full client's END waits for its own delivery task, in order
     assert decoded(full.overflow_events) == [(b"", b"a" * 24, END())]
-    events.add(Subscriber(full), b"c" * 24, Event.END)
+    events.add(ClientSubscriptions(full), b"c" * 24, Event.END)
     events.flush()
     assert [e for _, e, _ in decoded(full.overflow_events)] == [b"a" * 24, b"c" * 24]
     with trio.move_on_after(1):

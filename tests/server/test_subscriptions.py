@@ -18,7 +18,7 @@ from router.protocol.transmission import decode_transmission
 from router.protocol.types import ENDS
 from router.server.core.connection import Connection
 from router.server.core.counters import Counters
-from router.server.core.subscriptions import Event, Subscriber, Subscriptions
+from router.server.core.subscriptions import ClientSubscriptions, Event, Subscriptions
 from store.interfaces import Message, Party
 
 QUEUES = [bytes([q]) * 24 for q in range(4)]
@@ -37,10 +37,10 @@ class Model:
     def __init__(self) -> None:
         self.counters = Counters()
         self.subs = Subscriptions(self.counters, end_batch_interval=0.01)
-        self.open: list[Subscriber | None] = [None] * CONNECTIONS
-        self.forgotten: list[Subscriber] = []
+        self.open: list[ClientSubscriptions | None] = [None] * CONNECTIONS
+        self.forgotten: list[ClientSubscriptions] = []
 
-    def subscriber(self, i: int) -> Subscriber:
+    def subscriber(self, i: int) -> ClientSubscriptions:
         s = self.open[i]
         if s is None:
             s = self.open[i] = self.subs.open(connection(i))

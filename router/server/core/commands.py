@@ -1,6 +1,6 @@
 """One handler per verified command (docs/protocol.md#command-table, #behaviour).
 
-Each handler gets the connection's `Subscriber` (its subscriptions, and the
+Each handler gets the connection's `ClientSubscriptions` (its subscriptions, and the
 connection itself as `.conn`) and the `Verified` command (with the queue
 record looked up while verifying it) and returns the transmissions to send,
 normally one response with the command's corrId; SUB may add a pushed MSG.
@@ -75,7 +75,7 @@ from store.interfaces import (
 )
 
 from .limits import MEMORY_FULL, NEW_RATE_LIMITED, TokenBucket
-from .subscriptions import Event, Sub, Subscriber, Subscriptions
+from .subscriptions import ClientSubscriptions, Event, Sub, Subscriptions
 from .verified import Verified, error_transmission
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
 _ID_ATTEMPTS = 3  # fresh ids after a DUPLICATE before giving up with INTERNAL
 _OK, _PONG = OK(), PONG()
 
-Handler = Callable[[Subscriber, Verified], Awaitable[list[bytes]]]
+Handler = Callable[[ClientSubscriptions, Verified], Awaitable[list[bytes]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,20 +111,20 @@ class CommandContext:
     expire_before_send: Callable[[bytes], Awaitable[None]]
 
 
-def _reply(v: Verified, resp: Response | ErrorType) -> list[bytes]:
+def _reply(verified: Verified, resp: Response | ErrorType) -> list[bytes]:
     if isinstance(resp, ErrorType):
-        return [error_transmission(v.corr_id, v.entity_id, resp)]
-    return [encode_response_transmission(v.corr_id, v.entity_id, resp)]
+        return [error_transmission(verified.corr_id, verified.entity_id, resp)]
+    return [encode_response_transmission(verified.corr_id, verified.entity_id, resp)]
 
 
-def _queue(v: Verified) -> QueueRecord:
-    assert v.queue is not None  # every handler below PING/NEW ran after a queue lookup
-    return v.queue
+def _queue(verified: Verified) -> QueueRecord:
+    assert verified.queue is not None  # every handler below PING/NEW ran after a queue lookup
+    return verified.queue
 
 
 class Commands:
     def __init__(self, context: CommandContext) -> None:
-        self._c = context
+        self._context = context
         self._handlers: dict[type, Handler] = {
             PING: self._ping, NEW: self._new, SUB: self._sub, KEY: self._key,
             SKEY: self._skey, SEND: self._send, ACK: self._ack, GET: self._get,
@@ -135,44 +135,44 @@ class Commands:
         # NEW rate limits (limits.py), forgotten with their connection.
         self._new_buckets: WeakKeyDictionary[Connection, TokenBucket] = WeakKeyDictionary()
 
-    async def execute(self, s: Subscriber, v: Verified) -> list[bytes]:
-        blocked = self._c.blocked.reasons  # a plain dict: empty on most routers
-        if blocked and v.queue is not None and type(v.command) is not DEL:
-            reason = blocked.get(v.queue.recipient_id)
+    async def execute(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        blocked = self._context.blocked.reasons  # a plain dict: empty on most routers
+        if blocked and verified.queue is not None and type(verified.command) is not DEL:
+            reason = blocked.get(verified.queue.recipient_id)
             if reason is not None:  # blocked from the control port; only DEL still works
-                return _reply(v, blocked_error(reason))
-        return await self._handlers[type(v.command)](s, v)
+                return _reply(verified, blocked_error(reason))
+        return await self._handlers[type(verified.command)](client, verified)
 
     # --- no queue -------------------------------------------------------------
 
-    async def _ping(self, s: Subscriber, v: Verified) -> list[bytes]:
-        return _reply(v, _PONG)
+    async def _ping(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        return _reply(verified, _PONG)
 
-    async def _prxy(self, s: Subscriber, v: Verified) -> list[bytes]:
-        return _reply(v, PROXY_BASIC_AUTH)  # what the reference says when it does not proxy
+    async def _prxy(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        return _reply(verified, PROXY_BASIC_AUTH)  # what the reference says when it does not proxy
 
-    async def _pfwd(self, s: Subscriber, v: Verified) -> list[bytes]:
-        return _reply(v, PROXY_NO_SESSION)
+    async def _pfwd(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        return _reply(verified, PROXY_NO_SESSION)
 
     # --- service subscriptions (services.py) ------------------------------------------
 
-    async def _subs(self, s: Subscriber, v: Verified) -> list[bytes]:
+    async def _subs(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """SOKS n now; the messages follow from the delivery task, then ALLS."""
-        return _reply(v, SOKS(await self._c.services.subscribe_queues(s)))
+        return _reply(verified, SOKS(await self._context.services.subscribe_queues(client)))
 
-    async def _nsubs(self, s: Subscriber, v: Verified) -> list[bytes]:
-        return _reply(v, SOKS(await self._c.services.subscribe_notifiers(s)))
+    async def _nsubs(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        return _reply(verified, SOKS(await self._context.services.subscribe_notifiers(client)))
 
     # --- creating and securing ------------------------------------------------------
 
-    async def _new(self, s: Subscriber, v: Verified) -> list[bytes]:
-        cmd: NEW = v.command  # type: ignore[assignment]
-        config = self._c.config
+    async def _new(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        cmd: NEW = verified.command  # type: ignore[assignment]
+        config = self._context.config
         if not config.allow_new_queues or not _password_ok(config.password, cmd.basic_auth):
-            return _reply(v, AUTH)
-        if not self._new_queue_allowed(s.conn):
-            self._c.counters.new_queues_rate_limited += 1
-            return _reply(v, NEW_RATE_LIMITED)
+            return _reply(verified, AUTH)
+        if not self._new_queue_allowed(client.conn):
+            self._context.counters.new_queues_rate_limited += 1
+            return _reply(verified, NEW_RATE_LIMITED)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_dh_key)
         for _ in range(_ID_ATTEMPTS):
@@ -180,204 +180,207 @@ class Commands:
             record = QueueRecord(
                 rid, sid, cmd.rcv_auth_key, secret, None, cmd.snd_secure,
                 # subMode S subscribes the queue here, so it joins this connection's service
-                rcv_service_id=s.conn.service_id if cmd.subscribe else None,
+                rcv_service_id=client.conn.service_id if cmd.subscribe else None,
                 updated_at=int(time.time()),
             )
-            error = await self._c.queues.add_queue(record)
+            error = await self._context.queues.add_queue(record)
             if error is None:
                 break
             if error != DUPLICATE:
-                return _reply(v, error)
+                return _reply(verified, error)
         else:
-            return _reply(v, INTERNAL)
-        self._c.counters.queues_created += 1
-        self._c.queue_active(rid)
+            return _reply(verified, INTERNAL)
+        self._context.counters.queues_created += 1
+        self._context.queue_active(rid)
         if cmd.subscribe:
-            self._c.subscriptions.subscribe(s, rid, secret)
-        return _reply(v, IDS(rid, sid, srv_pub, cmd.snd_secure))
+            self._context.subscriptions.subscribe(client, rid, secret)
+        return _reply(verified, IDS(rid, sid, srv_pub, cmd.snd_secure))
 
     def _new_queue_allowed(self, conn: Connection) -> bool:
-        rate = self._c.config.new_queue_rate
+        rate = self._context.config.new_queue_rate
         if rate is None:
             return True
         bucket = self._new_buckets.get(conn)
         if bucket is None:
-            bucket = self._new_buckets[conn] = TokenBucket(rate, self._c.config.new_queue_burst)
+            burst = self._context.config.new_queue_burst
+            bucket = self._new_buckets[conn] = TokenBucket(rate, burst)
         return bucket.take()
 
-    async def _key(self, s: Subscriber, v: Verified) -> list[bytes]:
-        cmd: KEY = v.command  # type: ignore[assignment]
-        return await self._secure(v, _queue(v), cmd.sender_key)
+    async def _key(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        cmd: KEY = verified.command  # type: ignore[assignment]
+        return await self._secure(verified, _queue(verified), cmd.sender_key)
 
-    async def _skey(self, s: Subscriber, v: Verified) -> list[bytes]:
-        cmd: SKEY = v.command  # type: ignore[assignment]
-        return await self._secure(v, _queue(v), cmd.sender_key)
+    async def _skey(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        cmd: SKEY = verified.command  # type: ignore[assignment]
+        return await self._secure(verified, _queue(verified), cmd.sender_key)
 
-    async def _secure(self, v: Verified, queue: QueueRecord, key: bytes) -> list[bytes]:
+    async def _secure(self, verified: Verified, queue: QueueRecord, key: bytes) -> list[bytes]:
         """Same key again is OK, another key is AUTH (the store decides, atomically)."""
-        error = await self._c.queues.secure_queue(queue.recipient_id, key)
+        error = await self._context.queues.secure_queue(queue.recipient_id, key)
         if error is None and queue.sender_key is None:
-            self._c.counters.queues_secured += 1
-            self._c.queue_active(queue.recipient_id)
-        return _reply(v, error or _OK)
+            self._context.counters.queues_secured += 1
+            self._context.queue_active(queue.recipient_id)
+        return _reply(verified, error or _OK)
 
-    async def _off(self, s: Subscriber, v: Verified) -> list[bytes]:
-        return _reply(v, await self._c.queues.suspend_queue(v.entity_id) or _OK)
+    async def _off(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        return _reply(verified, await self._context.queues.suspend_queue(verified.entity_id) or _OK)
 
-    async def _del(self, s: Subscriber, v: Verified) -> list[bytes]:
+    async def _del(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """Delete messages and notifier before answering; other subscribers get DELD/END."""
-        rid = v.entity_id
-        removed = await self._c.queues.delete_queue(rid)
+        rid = verified.entity_id
+        removed = await self._context.queues.delete_queue(rid)
         if isinstance(removed, ErrorType):
-            return _reply(v, removed)
-        await self._c.messages.delete_queue_messages(rid)
+            return _reply(verified, removed)
+        await self._context.messages.delete_queue_messages(rid)
         if removed.notifier is not None:
-            self._c.notifications.forget(removed.notifier.notifier_id)
-        self._c.subscriptions.end_queue(rid, Event.DELETED, by=s)
+            self._context.notifications.forget(removed.notifier.notifier_id)
+        self._context.subscriptions.end_queue(rid, Event.DELETED, by=client)
         if removed.notifier is not None:
-            self._c.subscriptions.end_notifier(removed.notifier.notifier_id, Event.DELETED)
-        self._c.counters.queues_deleted += 1
-        return _reply(v, _OK)
+            self._context.subscriptions.end_notifier(removed.notifier.notifier_id, Event.DELETED)
+        self._context.counters.queues_deleted += 1
+        return _reply(verified, _OK)
 
     # --- messages -----------------------------------------------------------------
 
-    async def _send(self, s: Subscriber, v: Verified) -> list[bytes]:
-        cmd: SEND = v.command  # type: ignore[assignment]
-        queue = _queue(v)
+    async def _send(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        cmd: SEND = verified.command  # type: ignore[assignment]
+        queue = _queue(verified)
         if len(cmd.body) > MAX_MESSAGE_LENGTH:
-            return _reply(v, LARGE_MSG)
+            return _reply(verified, LARGE_MSG)
         if queue.status is QueueStatus.OFF:
-            return _reply(v, AUTH)
+            return _reply(verified, AUTH)
         # Only the notification flag is kept: the MSG body carries 'T'/'F'
         # (docs/protocol.md#encryption).
         msg = Message(secrets.token_bytes(ID_SIZE), int(time.time()), cmd.flags[:1], cmd.body)
-        await self._c.expire_before_send(queue.recipient_id)
-        self._c.queue_active(queue.recipient_id)
-        result = await self._c.messages.write_message(queue.recipient_id, msg, self._c.config.quota)
+        await self._context.expire_before_send(queue.recipient_id)
+        self._context.queue_active(queue.recipient_id)
+        quota = self._context.config.quota
+        result = await self._context.messages.write_message(queue.recipient_id, msg, quota)
         # Whatever the result: the write is visible now, and an idle subscriber of a
         # queue with messages must get one, however it came to be idle (delivery.py).
         into_empty = result is WriteResult.STORED_INTO_EMPTY
-        self._c.deliverer.stored(queue.recipient_id, msg, into_empty=into_empty)
+        self._context.deliverer.stored(queue.recipient_id, msg, into_empty=into_empty)
         if result is WriteResult.QUOTA_EXCEEDED:
-            self._c.counters.messages_quota_refused += 1
-            return _reply(v, QUOTA)
+            self._context.counters.messages_quota_refused += 1
+            return _reply(verified, QUOTA)
         if result is WriteResult.STORE_FULL:
-            self._c.counters.messages_store_full += 1
-            return _reply(v, MEMORY_FULL)
-        self._c.counters.messages_sent += 1
+            self._context.counters.messages_store_full += 1
+            return _reply(verified, MEMORY_FULL)
+        self._context.counters.messages_sent += 1
         if cmd.notify and queue.notifier is not None:
-            self._c.notifications.notify(queue.notifier, msg)  # sent with the next batch
-        return _reply(v, _OK)
+            self._context.notifications.notify(queue.notifier, msg)  # sent with the next batch
+        return _reply(verified, _OK)
 
-    async def _sub(self, s: Subscriber, v: Verified) -> list[bytes]:
-        rid = v.entity_id
-        sub = s.queues.get(rid)
+    async def _sub(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        rid = verified.entity_id
+        sub = client.queues.get(rid)
         if sub is not None and sub.get_mode:
-            return _reply(v, CMD_PROHIBITED)
-        queue = _queue(v)
+            return _reply(verified, CMD_PROHIBITED)
+        queue = _queue(verified)
         # The queue joins this connection's service, or leaves its old one (services.py).
-        await self._c.services.associate(s, queue, Party.RECIPIENT)
-        subscriptions = self._c.subscriptions
-        sub = s.queues.get(rid)  # another connection may have taken it meanwhile
+        await self._context.services.associate(client, queue, Party.RECIPIENT)
+        subscriptions = self._context.subscriptions
+        sub = client.queues.get(rid)  # another connection may have taken it meanwhile
         if sub is None:
             # Keyed by the store's own id object, not the copy parsed from this block,
             # so that an idle subscription holds no bytes object of its own.
-            sub = subscriptions.subscribe(s, queue.recipient_id, queue.rcv_dh_secret)
+            sub = subscriptions.subscribe(client, queue.recipient_id, queue.rcv_dh_secret)
         else:
-            subscriptions.send_again(s, sub)
-        out = _reply(v, _OK)
-        self._c.queue_active(rid)
+            subscriptions.send_again(client, sub)
+        out = _reply(verified, _OK)
+        self._context.queue_active(rid)
         subscriptions.answering(sub)
         try:
-            msg = await self._c.messages.peek_message(rid)
+            msg = await self._context.messages.peek_message(rid)
         finally:
             missed = subscriptions.answered(sub)
-        if not subscriptions.can_push(s, sub):
+        if not subscriptions.can_push(client, sub):
             return out  # taken by another connection meanwhile
         if msg is not None:
-            out.append(self._c.deliverer.message_transmission(b"", rid, sub, msg))
+            out.append(self._context.deliverer.message_transmission(b"", rid, sub, msg))
         elif missed is not None:  # a write landed after the read
-            self._c.deliverer.push_later(s, sub, missed)
+            self._context.deliverer.push_later(client, sub, missed)
         return out
 
-    async def _get(self, s: Subscriber, v: Verified) -> list[bytes]:
-        rid = v.entity_id
-        sub = self._c.subscriptions.subscribe_for_get(s, rid, _queue(v).rcv_dh_secret)
+    async def _get(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        rid = verified.entity_id
+        secret = _queue(verified).rcv_dh_secret
+        sub = self._context.subscriptions.subscribe_for_get(client, rid, secret)
         if sub is None:
-            return _reply(v, CMD_PROHIBITED)
-        msg = await self._c.messages.peek_message(rid)
-        if msg is None or s.queues.get(rid) is not sub:
-            return _reply(v, _OK)
-        return [self._c.deliverer.message_transmission(v.corr_id, rid, sub, msg)]
+            return _reply(verified, CMD_PROHIBITED)
+        msg = await self._context.messages.peek_message(rid)
+        if msg is None or client.queues.get(rid) is not sub:
+            return _reply(verified, _OK)
+        return [self._context.deliverer.message_transmission(verified.corr_id, rid, sub, msg)]
 
-    async def _ack(self, s: Subscriber, v: Verified) -> list[bytes]:
+    async def _ack(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """Delete the delivered message and answer with the next one (SUB) or OK."""
-        cmd: ACK = v.command  # type: ignore[assignment]
-        rid = v.entity_id
-        sub = s.queues.get(rid)
+        cmd: ACK = verified.command  # type: ignore[assignment]
+        rid = verified.entity_id
+        sub = client.queues.get(rid)
         if sub is None or sub.delivered is None:
-            return _reply(v, NO_MSG)
+            return _reply(verified, NO_MSG)
         if cmd.msg_id and cmd.msg_id != sub.delivered[0]:  # an empty id matches (reference)
-            return _reply(v, NO_MSG)
-        subscriptions = self._c.subscriptions
-        with subscriptions.acknowledging(s, sub) as msg_id:
-            deleted, head = await self._c.messages.delete_message(rid, msg_id)
+            return _reply(verified, NO_MSG)
+        subscriptions = self._context.subscriptions
+        with subscriptions.acknowledging(client, sub) as msg_id:
+            deleted, head = await self._context.messages.delete_message(rid, msg_id)
         if deleted:
-            self._c.counters.messages_acked += 1
-            self._c.queue_active(rid)
-        if head is None or sub.get_mode or not subscriptions.can_push(s, sub):
-            return _reply(v, _OK)
-        return [self._c.deliverer.message_transmission(v.corr_id, rid, sub, head)]
+            self._context.counters.messages_acked += 1
+            self._context.queue_active(rid)
+        if head is None or sub.get_mode or not subscriptions.can_push(client, sub):
+            return _reply(verified, _OK)
+        return [self._context.deliverer.message_transmission(verified.corr_id, rid, sub, head)]
 
-    async def _que(self, s: Subscriber, v: Verified) -> list[bytes]:
-        rid = v.entity_id
-        size = await self._c.messages.queue_size(rid)
-        head = await self._c.messages.peek_message(rid)
-        sub = s.queues.get(rid)
-        state = self._c.subscriptions.queue_state(s, sub)
-        return _reply(v, INFO(queue_info(_queue(v), size, head, sub, state)))
+    async def _que(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        rid = verified.entity_id
+        size = await self._context.messages.queue_size(rid)
+        head = await self._context.messages.peek_message(rid)
+        sub = client.queues.get(rid)
+        state = self._context.subscriptions.queue_state(client, sub)
+        return _reply(verified, INFO(queue_info(_queue(verified), size, head, sub, state)))
 
     # --- notifiers -------------------------------------------------------------------
 
-    async def _nkey(self, s: Subscriber, v: Verified) -> list[bytes]:
+    async def _nkey(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """Add or replace the notifier: a new id and DH key each time
         (docs/protocol.md#behaviour)."""
-        cmd: NKEY = v.command  # type: ignore[assignment]
-        queue = _queue(v)
+        cmd: NKEY = verified.command  # type: ignore[assignment]
+        queue = _queue(verified)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_ntf_dh_key)
         for _ in range(_ID_ATTEMPTS):
             nid = secrets.token_bytes(ID_SIZE)
             creds = NotifierCreds(nid, cmd.notifier_key, secret)
-            error = await self._c.queues.add_notifier(queue.recipient_id, creds)
+            error = await self._context.queues.add_notifier(queue.recipient_id, creds)
             if error is None:
                 break
             if error != DUPLICATE:
-                return _reply(v, error)
+                return _reply(verified, error)
         else:
-            return _reply(v, INTERNAL)
+            return _reply(verified, INTERNAL)
         if queue.notifier is not None:
             # The old notifier is gone with its pending NMSGs; its subscriber gets END.
-            self._c.notifications.forget(queue.notifier.notifier_id)
-            self._c.subscriptions.end_notifier(queue.notifier.notifier_id, Event.NTF_END)
-        return _reply(v, NID(nid, srv_pub))
+            self._context.notifications.forget(queue.notifier.notifier_id)
+            self._context.subscriptions.end_notifier(queue.notifier.notifier_id, Event.NTF_END)
+        return _reply(verified, NID(nid, srv_pub))
 
-    async def _ndel(self, s: Subscriber, v: Verified) -> list[bytes]:
-        removed = await self._c.queues.delete_notifier(v.entity_id)
+    async def _ndel(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        removed = await self._context.queues.delete_notifier(verified.entity_id)
         if removed is not None:
-            self._c.notifications.forget(removed.notifier_id)
-            self._c.subscriptions.end_notifier(removed.notifier_id, Event.DELETED)
-        return _reply(v, _OK)
+            self._context.notifications.forget(removed.notifier_id)
+            self._context.subscriptions.end_notifier(removed.notifier_id, Event.DELETED)
+        return _reply(verified, _OK)
 
-    async def _nsub(self, s: Subscriber, v: Verified) -> list[bytes]:
+    async def _nsub(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """Subscribe the notifier here; NMSGs waiting for it go with the next batch."""
-        queue = _queue(v)
+        queue = _queue(verified)
         assert queue.notifier is not None  # verified against its key
-        await self._c.services.associate(s, queue, Party.NOTIFIER)
+        await self._context.services.associate(client, queue, Party.NOTIFIER)
         nid = queue.notifier.notifier_id  # the store's id object, as for SUB
-        self._c.subscriptions.subscribe_notifier(s, nid)
-        self._c.notifications.subscribed(nid)
-        return _reply(v, _OK)
+        self._context.subscriptions.subscribe_notifier(client, nid)
+        self._context.notifications.subscribed(nid)
+        return _reply(verified, _OK)
 
 
 def blocked_error(reason: str) -> ErrorType:

@@ -12,7 +12,7 @@ the other two in its nursery) joined by a bounded memory channel (the outbox):
   configured deadline is dropped (the transport's `send_blocks`);
 - delivery: the one task that waits for this client's pushes that could not
   go straight into the outbox: END/DELD events the router's event task could
-  not hand over without waiting, and the work its `Subscriber` has
+  not hand over without waiting, and the work its `ClientSubscriptions` has
   (subscriptions.py): queues in the `deliveries` map and the catch-up walk
   of a service subscription (`services.py`), which starts once the SUBS
   answer is in the outbox (`ClientHandler.answered`), so `SOKS` precedes its

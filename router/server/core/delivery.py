@@ -59,7 +59,7 @@ from router.protocol.crypto import encrypt_msg_body
 from router.protocol.types import MSG
 from store.interfaces import Message, MessageStore
 
-from .subscriptions import Sub, Subscriber, Subscriptions
+from .subscriptions import ClientSubscriptions, Sub, Subscriptions
 
 # MSGs the delivery task hands to the writer at once. Each is a block of its own
 # on the wire; the outbox holds `send_queue_size` batches, so this also bounds
@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 class CatchUpWalker(Protocol):
     """Walks a subscriber's service catch-up (services.py) in its delivery task."""
 
-    async def catch_up_step(self, subscriber: Subscriber) -> None: ...
+    async def catch_up_step(self, client: ClientSubscriptions) -> None: ...
 
 
 class Deliverer:
@@ -103,11 +103,11 @@ class Deliverer:
         self._counters.messages_delivered += 1
         return encode_response_transmission(corr_id, recipient_id, MSG(msg.msg_id, enc))
 
-    def _start_queue_task(self, subscriber: Subscriber, sub: Sub) -> None:
+    def _start_queue_task(self, client: ClientSubscriptions, sub: Sub) -> None:
         """Per-queue-task mode: each new subscription gets its own task."""
         sub.wake = trio.Event()
         sub.scope = trio.CancelScope()
-        subscriber.conn.spawn(self._queue_task, subscriber, sub)
+        client.conn.spawn(self._queue_task, client, sub)
 
     def stored(self, recipient_id: bytes, msg: Message, *, into_empty: bool) -> None:
         """A SEND's write returned (it is visible): an idle subscriber gets the head.
@@ -115,26 +115,26 @@ class Deliverer:
         `into_empty`: the queue held nothing else, so `msg` is its head and can go
         out at once; otherwise the head is read by the task that pushes it.
         """
-        subscriber = self._subscriptions.subscriber_of(recipient_id)
-        if subscriber is None:
+        client = self._subscriptions.subscriber_of(recipient_id)
+        if client is None:
             return
-        sub = subscriber.queues.get(recipient_id)
-        if not self._subscriptions.push_due(subscriber, sub, msg.ts):
+        sub = client.queues.get(recipient_id)
+        if not self._subscriptions.push_due(client, sub, msg.ts):
             return  # the common case for a busy queue: its ACK delivers the next one
         assert sub is not None
-        conn = subscriber.conn
+        conn = client.conn
         if self.per_queue_task or not into_empty:
-            self.push_later(subscriber, sub, msg.ts)
-        elif recipient_id in subscriber.deliveries:
+            self.push_later(client, sub, msg.ts)
+        elif recipient_id in client.deliveries:
             return  # already waiting; the older entry stands
         elif not conn.outbox_full():
             # No checkpoint since outbox_full(): send_nowait cannot fail here.
             conn.push_nowait([self.message_transmission(b"", recipient_id, sub, msg)])
         else:
-            self.push_later(subscriber, sub, msg.ts)
+            self.push_later(client, sub, msg.ts)
             self._counters.messages_deferred += 1
 
-    def push_later(self, subscriber: Subscriber, sub: Sub, ts: int) -> None:
+    def push_later(self, client: ClientSubscriptions, sub: Sub, ts: int) -> None:
         """The queue's head goes out from the delivery task (or the queue's own task).
 
         `ts` is at most the head's time, which orders the entry well enough; an
@@ -143,62 +143,64 @@ class Deliverer:
         if self.per_queue_task:
             assert sub.wake is not None
             sub.wake.set()
-        elif sub.recipient_id not in subscriber.deliveries:
-            subscriber.deliveries.add(sub.recipient_id, ts)
-            subscriber.conn.wake_delivery()
+        elif sub.recipient_id not in client.deliveries:
+            client.deliveries.add(sub.recipient_id, ts)
+            client.conn.wake_delivery()
 
     def stored_into_empty(self, recipient_id: bytes, msg: Message) -> None:
         """`stored` for a write that landed in an empty queue (benchmarks inject so)."""
         self.stored(recipient_id, msg, into_empty=True)
 
-    async def delivery_loop(self, subscriber: Subscriber, walker: CatchUpWalker) -> None:
+    async def delivery_loop(self, client: ClientSubscriptions, walker: CatchUpWalker) -> None:
         """The connection's one delivery task, in both modes: events that found the
         outbox full, deferred pushes (single-task mode) and service catch-ups."""
-        conn = subscriber.conn
+        conn = client.conn
         while True:
-            while not (conn.overflow_events or subscriber.deliveries or subscriber.catch_up):
+            while not (conn.overflow_events or client.deliveries or client.catch_up):
                 await conn.wait_wakeup()
             if conn.overflow_events:
                 events, conn.overflow_events = conn.overflow_events, []
                 await conn.push(events)
-            elif subscriber.deliveries:
-                batch = await self._take_heads(subscriber)
+            elif client.deliveries:
+                batch = await self._take_heads(client)
                 if batch:
                     await conn.push(batch)
             else:
-                await walker.catch_up_step(subscriber)
+                await walker.catch_up_step(client)
 
-    async def _take_heads(self, subscriber: Subscriber) -> list[bytes]:
+    async def _take_heads(self, client: ClientSubscriptions) -> list[bytes]:
         """MSGs for the oldest waiting queues, up to `DELIVERY_BATCH` of them as one
         outbox batch: a burst costs one hand-over to the writer per batch, not per MSG."""
         batch: list[bytes] = []
-        deliveries = subscriber.deliveries
+        deliveries = client.deliveries
         while deliveries and len(batch) < DELIVERY_BATCH:
-            transmission = await self._head_transmission(subscriber, deliveries.pop_oldest())
+            transmission = await self._head_transmission(client, deliveries.pop_oldest())
             if transmission is not None:
                 batch.append(transmission)
         return batch
 
-    async def _head_transmission(self, subscriber: Subscriber, recipient_id: bytes) -> bytes | None:
-        sub = subscriber.queues.get(recipient_id)
-        if not self._subscriptions.can_push(subscriber, sub):
+    async def _head_transmission(
+        self, client: ClientSubscriptions, recipient_id: bytes
+    ) -> bytes | None:
+        sub = client.queues.get(recipient_id)
+        if not self._subscriptions.can_push(client, sub):
             return None
         msg = await self._messages.peek_message(recipient_id)
-        if msg is None or not self._subscriptions.may_push(subscriber, sub, msg):
+        if msg is None or not self._subscriptions.may_push(client, sub, msg):
             return None
         assert sub is not None
         return self.message_transmission(b"", recipient_id, sub, msg)
 
-    async def _deliver_head(self, subscriber: Subscriber, recipient_id: bytes) -> None:
-        transmission = await self._head_transmission(subscriber, recipient_id)
+    async def _deliver_head(self, client: ClientSubscriptions, recipient_id: bytes) -> None:
+        transmission = await self._head_transmission(client, recipient_id)
         if transmission is not None:
-            await subscriber.conn.push([transmission])
+            await client.conn.push([transmission])
 
-    async def _queue_task(self, subscriber: Subscriber, sub: Sub) -> None:
+    async def _queue_task(self, client: ClientSubscriptions, sub: Sub) -> None:
         assert sub.scope is not None
         with sub.scope:
             while True:
                 assert sub.wake is not None
                 await sub.wake.wait()
                 sub.wake = trio.Event()
-                await self._deliver_head(subscriber, sub.recipient_id)
+                await self._deliver_head(client, sub.recipient_id)

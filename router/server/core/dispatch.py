@@ -72,7 +72,7 @@ from .verified import Verified, error_transmission
 
 if TYPE_CHECKING:
     from .connection import Connection
-    from .subscriptions import Subscriber
+    from .subscriptions import ClientSubscriptions
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ _SERVICE = (SUBS, NSUBS)
 _SUBSCRIBING = frozenset({encode_command(SUB()), encode_command(NSUB())})
 
 # Runs one verified command for its subscriber (commands.py).
-Execute = Callable[["Subscriber", Verified], Awaitable[list[bytes]]]
+Execute = Callable[["ClientSubscriptions", Verified], Awaitable[list[bytes]]]
 
 
 _BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
@@ -102,19 +102,21 @@ class Dispatcher:
         self._execute_command = execute
         self._heavy = trio.CapacityLimiter(HEAVY_AT_ONCE)
 
-    async def process_block(self, subscriber: Subscriber, block: bytes) -> list[bytes]:
+    async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
         try:
             raw_transmissions = decode_batch(block)
         except ProtocolError:
             return list(_BAD_BLOCK)
         if not _many_subscriptions(raw_transmissions):
-            return await self._answer(subscriber, raw_transmissions)
+            return await self._answer(client, raw_transmissions)
         del raw_transmissions
         async with self._heavy:
-            return await self._answer(subscriber, decode_batch(block))
+            return await self._answer(client, decode_batch(block))
 
-    async def _answer(self, subscriber: Subscriber, raw_transmissions: list[bytes]) -> list[bytes]:
-        conn = subscriber.conn
+    async def _answer(
+        self, client: ClientSubscriptions, raw_transmissions: list[bytes]
+    ) -> list[bytes]:
+        conn = client.conn
         out: list[bytes] = []
         verified: list[Verified] = []
         for raw in raw_transmissions:
@@ -124,7 +126,7 @@ class Dispatcher:
             else:
                 out.append(result)
         for v in verified:
-            out.extend(await self._execute(subscriber, v))
+            out.extend(await self._execute(client, v))
         return out
 
     async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:
@@ -137,10 +139,10 @@ class Dispatcher:
             log.exception("verifying a transmission from %r failed", conn)
             return error_transmission(b"", b"", INTERNAL)
 
-    async def _execute(self, subscriber: Subscriber, v: Verified) -> list[bytes]:
-        conn = subscriber.conn
+    async def _execute(self, client: ClientSubscriptions, v: Verified) -> list[bytes]:
+        conn = client.conn
         try:
-            return await self._execute_command(subscriber, v)
+            return await self._execute_command(client, v)
         except ProtocolError as e:
             return [error_transmission(v.corr_id, v.entity_id, e.error)]
         except StoreError as e:  # disk full, I/O error: not stored, never OK

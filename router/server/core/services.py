@@ -49,7 +49,7 @@ from router.protocol.codec import encode_response_transmission
 from router.protocol.types import ALLS
 from store.interfaces import MessageStore, Party, QueueRecord, QueueStore
 
-from .subscriptions import CatchUp, Subscriber, Subscriptions
+from .subscriptions import CatchUp, ClientSubscriptions, Subscriptions
 
 if TYPE_CHECKING:
     from .delivery import Deliverer
@@ -78,46 +78,50 @@ class Services:
 
     # --- association (SUB, NEW with subMode S, NSUB) -----------------------------
 
-    async def associate(self, subscriber: Subscriber, queue: QueueRecord, party: Party) -> None:
+    async def associate(
+        self, client: ClientSubscriptions, queue: QueueRecord, party: Party
+    ) -> None:
         """Record the subscribing connection's service (or none) on the queue's side."""
-        service_id = subscriber.conn.service_id
+        service_id = client.conn.service_id
         current = queue.rcv_service_id if party is Party.RECIPIENT else queue.ntf_service_id
         if current != service_id:
             await self._queues.set_service(queue.recipient_id, party, service_id)
 
     # --- SUBS ------------------------------------------------------------------------
 
-    async def subscribe_queues(self, subscriber: Subscriber) -> int:
+    async def subscribe_queues(self, client: ClientSubscriptions) -> int:
         """SUBS: take the service over and set up the catch-up; returns n for SOKS."""
-        service_id = subscriber.conn.service_id
+        service_id = client.conn.service_id
         assert service_id is not None  # the dispatcher lets SUBS through only then
         records = await self._queues.service_queues(service_id, Party.RECIPIENT)
-        self._subscriptions.take_over_service(subscriber, Party.RECIPIENT, len(records))
-        # Started once the SOKS is on its way (Subscriber.start_catch_up).
-        subscriber.next_catch_up = CatchUp(service_id, [r.recipient_id for r in records])
+        self._subscriptions.take_over_service(client, Party.RECIPIENT, len(records))
+        # Started once the SOKS is on its way (ClientSubscriptions.start_catch_up).
+        client.next_catch_up = CatchUp(service_id, [r.recipient_id for r in records])
         return len(records)
 
-    async def catch_up_step(self, subscriber: Subscriber) -> None:
+    async def catch_up_step(self, client: ClientSubscriptions) -> None:
         """Called by the delivery task: a few queues of the walk, then ALLS at the end."""
-        walk = subscriber.catch_up
+        walk = client.catch_up
         assert walk is not None
         end = min(walk.position + CATCH_UP_STEP, len(walk.recipient_ids))
-        while walk.position < end and subscriber.catch_up is walk:
+        while walk.position < end and client.catch_up is walk:
             rid = walk.recipient_ids[walk.position]
             walk.position += 1
-            if await self._catch_up_queue(subscriber, walk.service_id, rid):
+            if await self._catch_up_queue(client, walk.service_id, rid):
                 walk.delivered += 1
-        if subscriber.catch_up is walk and walk.done:
-            subscriber.catch_up = None
-            await subscriber.conn.push([_ALLS])
+        if client.catch_up is walk and walk.done:
+            client.catch_up = None
+            await client.conn.push([_ALLS])
         else:
             await trio.lowlevel.checkpoint()  # queues without messages never wait
 
-    async def _catch_up_queue(self, subscriber: Subscriber, service_id: bytes, rid: bytes) -> bool:
+    async def _catch_up_queue(
+        self, client: ClientSubscriptions, service_id: bytes, rid: bytes
+    ) -> bool:
         """Subscribe one queue of the walk and push its head; True if a message went out."""
         queue = await self._queues.get_queue(Party.RECIPIENT, rid)
         subscriptions = self._subscriptions
-        held = subscriptions.service_held(subscriber, Party.RECIPIENT)
+        held = subscriptions.service_held(client, Party.RECIPIENT)
         if (
             queue is None  # deleted since SUBS
             or queue.rcv_service_id != service_id  # taken by another subscriber since
@@ -125,31 +129,31 @@ class Services:
         ):
             return False
         rid = queue.recipient_id
-        sub = subscriber.queues.get(rid)
+        sub = client.queues.get(rid)
         if sub is None:
-            sub = subscriptions.subscribe(subscriber, rid, queue.rcv_dh_secret)
+            sub = subscriptions.subscribe(client, rid, queue.rcv_dh_secret)
         elif sub.get_mode:
             return False  # GET was used on this connection: SUB is prohibited here too
         held.subs.add(sub)
         msg = await self._messages.peek_message(rid)
-        if msg is None or not subscriptions.may_push(subscriber, sub, msg):
+        if msg is None or not subscriptions.may_push(client, sub, msg):
             return False
-        await subscriber.conn.push([self._deliverer.message_transmission(b"", rid, sub, msg)])
+        await client.conn.push([self._deliverer.message_transmission(b"", rid, sub, msg)])
         return True
 
     # --- NSUBS ------------------------------------------------------------------------
 
-    async def subscribe_notifiers(self, subscriber: Subscriber) -> int:
+    async def subscribe_notifiers(self, client: ClientSubscriptions) -> int:
         """NSUBS: take the service's notifiers over; returns n for SOKS."""
-        service_id = subscriber.conn.service_id
+        service_id = client.conn.service_id
         assert service_id is not None
         records = await self._queues.service_queues(service_id, Party.NOTIFIER)
         subscriptions = self._subscriptions
-        held = subscriptions.take_over_service(subscriber, Party.NOTIFIER, len(records))
+        held = subscriptions.take_over_service(client, Party.NOTIFIER, len(records))
         for record in records:
             if record.notifier is not None:
                 nid = record.notifier.notifier_id
-                subscriptions.subscribe_notifier(subscriber, nid)
+                subscriptions.subscribe_notifier(client, nid)
                 self._notifications.subscribed(nid)
                 held.notifier_ids.add(nid)
         return len(records)

@@ -2,11 +2,11 @@
 
 Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 
-- Each connection has a `Subscriber`: the `Sub` of every queue it used SUB or
+- Each connection has a `ClientSubscriptions`: the `Sub` of every queue it used SUB or
   GET on, the notifier ids it NSUBed, its `deliveries` map (deliveries.py)
   and the SUBS walk its delivery task does (`CatchUp`). The `Connection`
   itself only does I/O.
-- Router-wide, each queue (or notifier) id names the one `Subscriber` that
+- Router-wide, each queue (or notifier) id names the one `ClientSubscriptions` that
   holds it. A SUB from another connection replaces the entry; the displaced
   one forgets its `Sub` at once and is told with an END event. GET never
   enters the registry.
@@ -90,7 +90,7 @@ class CatchUp:
         return self.position >= len(self.recipient_ids)
 
 
-class Subscriber:
+class ClientSubscriptions:
     """One connection's subscriptions.
 
     `queues` and `notifiers` mirror the router-wide registries and change only
@@ -135,28 +135,30 @@ class SubscriberRegistry:
     __slots__ = ("_subscribers",)
 
     def __init__(self) -> None:
-        self._subscribers: dict[bytes, Subscriber] = {}
+        self._subscribers: dict[bytes, ClientSubscriptions] = {}
 
     def __len__(self) -> int:
         return len(self._subscribers)
 
-    def get(self, entity_id: bytes) -> Subscriber | None:
+    def get(self, entity_id: bytes) -> ClientSubscriptions | None:
         return self._subscribers.get(entity_id)
 
-    def subscribe(self, entity_id: bytes, subscriber: Subscriber) -> Subscriber | None:
-        """Make `subscriber` the holder; returns the other one it displaced, if any."""
+    def subscribe(
+        self, entity_id: bytes, client: ClientSubscriptions
+    ) -> ClientSubscriptions | None:
+        """Make `client` the holder; returns the other one it displaced, if any."""
         previous = self._subscribers.get(entity_id)
-        self._subscribers[entity_id] = subscriber
-        return previous if previous is not subscriber else None
+        self._subscribers[entity_id] = client
+        return previous if previous is not client else None
 
-    def unsubscribe(self, entity_id: bytes, subscriber: Subscriber) -> bool:
-        """Remove the entry only if it is still `subscriber`'s (a newer one keeps it)."""
-        if self._subscribers.get(entity_id) is not subscriber:
+    def unsubscribe(self, entity_id: bytes, client: ClientSubscriptions) -> bool:
+        """Remove the entry only if it is still `client`'s (a newer one keeps it)."""
+        if self._subscribers.get(entity_id) is not client:
             return False
         del self._subscribers[entity_id]
         return True
 
-    def remove(self, entity_id: bytes) -> Subscriber | None:
+    def remove(self, entity_id: bytes) -> ClientSubscriptions | None:
         return self._subscribers.pop(entity_id, None)
 
 
@@ -171,7 +173,7 @@ class ServiceSubscription:
     when it is taken.
     """
 
-    subscriber: Subscriber
+    client: ClientSubscriptions
     count: int  # the n of its SOKS
     subs: set[Sub] = field(default_factory=set)  # recipient side
     notifier_ids: set[bytes] = field(default_factory=set)  # notifier side
@@ -186,23 +188,23 @@ class _ServiceRegistry:
         self._held: dict[bytes, ServiceSubscription] = {}
 
     def take_over(
-        self, service_id: bytes, subscriber: Subscriber, count: int
+        self, service_id: bytes, client: ClientSubscriptions, count: int
     ) -> ServiceSubscription | None:
-        """Make `subscriber` the holder; the other one's subscription it replaces."""
+        """Make `client` the holder; the other one's subscription it replaces."""
         previous = self._held.get(service_id)
-        if previous is not None and previous.subscriber is subscriber:
+        if previous is not None and previous.client is client:
             previous.count = count  # SUBS again: what the first one holds stays held
             return None
-        self._held[service_id] = ServiceSubscription(subscriber, count)
+        self._held[service_id] = ServiceSubscription(client, count)
         return previous
 
-    def held_by(self, service_id: bytes, subscriber: Subscriber) -> ServiceSubscription | None:
+    def held_by(self, service_id: bytes, client: ClientSubscriptions) -> ServiceSubscription | None:
         held = self._held.get(service_id)
-        return held if held is not None and held.subscriber is subscriber else None
+        return held if held is not None and held.client is client else None
 
-    def forget(self, subscriber: Subscriber) -> None:
-        service_id = subscriber.conn.service_id
-        if service_id is not None and self.held_by(service_id, subscriber) is not None:
+    def forget(self, client: ClientSubscriptions) -> None:
+        service_id = client.conn.service_id
+        if service_id is not None and self.held_by(service_id, client) is not None:
             del self._held[service_id]
 
 
@@ -224,7 +226,7 @@ class Subscriptions:
         self._counters = counters
         self._queues = SubscriberRegistry()  # recipient id -> subscriber
         self._notifiers = SubscriberRegistry()  # notifier id -> subscriber
-        self._subscribers: dict[Connection, Subscriber] = {}
+        self._subscribers: dict[Connection, ClientSubscriptions] = {}
         self._services = {Party.RECIPIENT: _ServiceRegistry(), Party.NOTIFIER: _ServiceRegistry()}
         # Sub -> id of the message its ACK is deleting; at most one per connection,
         # since a connection runs its commands one at a time.
@@ -234,7 +236,7 @@ class Subscriptions:
         self._missed: dict[Sub, int] = {}
         self.events = PendingEvents(end_batch_interval)
         # per-queue-task mode gives each new subscription its task (delivery.py)
-        self.on_subscribed: Callable[[Subscriber, Sub], None] | None = None
+        self.on_subscribed: Callable[[ClientSubscriptions, Sub], None] | None = None
 
     # --- looking up -------------------------------------------------------------------
 
@@ -242,84 +244,86 @@ class Subscriptions:
         """Queues subscribed now, router-wide."""
         return len(self._queues)
 
-    def subscriber_of(self, recipient_id: bytes) -> Subscriber | None:
+    def subscriber_of(self, recipient_id: bytes) -> ClientSubscriptions | None:
         return self._queues.get(recipient_id)
 
     def notifier_connection(self, notifier_id: bytes) -> Connection | None:
-        subscriber = self._notifiers.get(notifier_id)
-        return None if subscriber is None else subscriber.conn
+        client = self._notifiers.get(notifier_id)
+        return None if client is None else client.conn
 
-    def subscriber_for(self, conn: Connection) -> Subscriber | None:
+    def subscriber_for(self, conn: Connection) -> ClientSubscriptions | None:
         return self._subscribers.get(conn)
 
     def pending_deliveries(self) -> int:
         return sum(len(s.deliveries) for s in self._subscribers.values())
 
-    def service_held(self, subscriber: Subscriber, party: Party) -> ServiceSubscription | None:
-        """`subscriber`'s service subscription on `party`'s side, if it still holds it."""
-        service_id = subscriber.conn.service_id
+    def service_held(self, client: ClientSubscriptions, party: Party) -> ServiceSubscription | None:
+        """`client`'s service subscription on `party`'s side, if it still holds it."""
+        service_id = client.conn.service_id
         if service_id is None:
             return None
-        return self._services[party].held_by(service_id, subscriber)
+        return self._services[party].held_by(service_id, client)
 
-    def queue_state(self, subscriber: Subscriber, sub: Sub | None) -> str:
+    def queue_state(self, client: ClientSubscriptions, sub: Sub | None) -> str:
         """The `qSubThread` of a QUE answer."""
         if sub is None:
             return "noSub"
         if sub.get_mode:
             return "prohibitSub"
-        if sub.recipient_id in subscriber.deliveries:
+        if sub.recipient_id in client.deliveries:
             return "subPending"
         return "subThread" if sub.scope is not None else "noSub"
 
     # --- connections ------------------------------------------------------------------
 
-    def open(self, conn: Connection) -> Subscriber:
-        subscriber = self._subscribers[conn] = Subscriber(conn)
-        return subscriber
+    def open(self, conn: Connection) -> ClientSubscriptions:
+        client = self._subscribers[conn] = ClientSubscriptions(conn)
+        return client
 
-    def forget(self, subscriber: Subscriber) -> None:
+    def forget(self, client: ClientSubscriptions) -> None:
         """The connection closed: registry entries go where it is still the holder."""
-        for rid in list(subscriber.queues):
-            self._detach(subscriber, rid)
-        for nid in list(subscriber.notifiers):
-            self._detach_notifier(subscriber, nid)
-        subscriber.deliveries.clear()
-        subscriber.catch_up = subscriber.next_catch_up = None
-        self.events.forget(subscriber)
+        for rid in list(client.queues):
+            self._detach(client, rid)
+        for nid in list(client.notifiers):
+            self._detach_notifier(client, nid)
+        client.deliveries.clear()
+        client.catch_up = client.next_catch_up = None
+        self.events.forget(client)
         for registry in self._services.values():
-            registry.forget(subscriber)
-        self._subscribers.pop(subscriber.conn, None)
+            registry.forget(client)
+        self._subscribers.pop(client.conn, None)
 
     # --- queues -----------------------------------------------------------------------
 
-    def subscribe(self, subscriber: Subscriber, recipient_id: bytes, box_key: bytes) -> Sub:
-        """Make `subscriber` the queue's one holder; the one it displaces gets END."""
+    def subscribe(self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes) -> Sub:
+        """Make `client` the queue's one holder; the one it displaces gets END."""
         sub = Sub(recipient_id, box_key)
-        previous = self._attach(subscriber, sub)
+        previous = self._attach(client, sub)
         if previous is not None:
             self._detach(previous, recipient_id)
             self.events.add(previous, recipient_id, Event.END)
             self._counters.subscriptions_displaced += 1
         if self.on_subscribed is not None:
-            self.on_subscribed(subscriber, sub)
+            self.on_subscribed(client, sub)
         return sub
 
-    def subscribe_for_get(self, subscriber: Subscriber, recipient_id: bytes,
+    def subscribe_for_get(self, client: ClientSubscriptions, recipient_id: bytes,
                           box_key: bytes) -> Sub | None:
         """The queue's GET-mode `Sub` here (made on first use); None if SUB holds it."""
-        sub = subscriber.queues.get(recipient_id)
+        sub = client.queues.get(recipient_id)
         if sub is None:
             # GET mode: not registered router-wide, never pushed to, SUB prohibited here.
-            sub = subscriber.queues[recipient_id] = Sub(recipient_id, box_key, get_mode=True)
+            sub = client.queues[recipient_id] = Sub(recipient_id, box_key, get_mode=True)
         return sub if sub.get_mode else None
 
-    def send_again(self, subscriber: Subscriber, sub: Sub) -> None:
+    def send_again(self, client: ClientSubscriptions, sub: Sub) -> None:
         """SUB again on the same connection: the head goes out again (reference behaviour)."""
         sub.delivered = None
-        subscriber.deliveries.discard(sub.recipient_id)
+        client.deliveries.discard(sub.recipient_id)
 
-    def end_queue(self, recipient_id: bytes, event: Event, by: Subscriber | None = None) -> None:
+    def end_queue(
+        self, recipient_id: bytes, event: Event, by: ClientSubscriptions | None = None
+    ) -> None:
         """Nobody holds the queue any more; its holder other than `by` gets `event`."""
         if by is not None:
             self._detach(by, recipient_id)
@@ -328,41 +332,41 @@ class Subscriptions:
             self._detach(holder, recipient_id)
             self.events.add(holder, recipient_id, event)
 
-    def _attach(self, subscriber: Subscriber, sub: Sub) -> Subscriber | None:
-        subscriber.queues[sub.recipient_id] = sub
-        return self._queues.subscribe(sub.recipient_id, subscriber)
+    def _attach(self, client: ClientSubscriptions, sub: Sub) -> ClientSubscriptions | None:
+        client.queues[sub.recipient_id] = sub
+        return self._queues.subscribe(sub.recipient_id, client)
 
-    def _detach(self, subscriber: Subscriber, recipient_id: bytes) -> Sub | None:
+    def _detach(self, client: ClientSubscriptions, recipient_id: bytes) -> Sub | None:
         """Forget the queue there: no more deliveries, its own task (if any) ends."""
-        sub = subscriber.queues.pop(recipient_id, None)
-        subscriber.deliveries.discard(recipient_id)
+        sub = client.queues.pop(recipient_id, None)
+        client.deliveries.discard(recipient_id)
         if sub is not None:
             if not sub.get_mode:
-                self._queues.unsubscribe(recipient_id, subscriber)
+                self._queues.unsubscribe(recipient_id, client)
             if sub.scope is not None:
                 sub.scope.cancel()
         return sub
 
     # --- the delivery gate --------------------------------------------------------------
 
-    def can_push(self, subscriber: Subscriber, sub: Sub | None) -> bool:
-        """The queue is still `subscriber`'s, subscribed (not GET), and nothing is in flight."""
+    def can_push(self, client: ClientSubscriptions, sub: Sub | None) -> bool:
+        """The queue is still `client`'s, subscribed (not GET), and nothing is in flight."""
         return (
             sub is not None
             and not sub.get_mode
             and sub.delivered is None
-            and subscriber.queues.get(sub.recipient_id) is sub
-            and self._queues.get(sub.recipient_id) is subscriber
+            and client.queues.get(sub.recipient_id) is sub
+            and self._queues.get(sub.recipient_id) is client
         )
 
-    def may_push(self, subscriber: Subscriber, sub: Sub | None, head: Message) -> bool:
+    def may_push(self, client: ClientSubscriptions, sub: Sub | None, head: Message) -> bool:
         """`can_push`, and `head` is not the message an ACK of this queue is deleting."""
-        return self.can_push(subscriber, sub) and self._acking.get(sub) != head.msg_id  # type: ignore[arg-type]
+        return self.can_push(client, sub) and self._acking.get(sub) != head.msg_id  # type: ignore[arg-type]
 
-    def push_due(self, subscriber: Subscriber, sub: Sub | None, ts: int) -> bool:
+    def push_due(self, client: ClientSubscriptions, sub: Sub | None, ts: int) -> bool:
         """`can_push`, for a write of time `ts`; a push a SUB's answer holds back
         is remembered, to be made after the answer (`answered`)."""
-        if self.can_push(subscriber, sub):
+        if self.can_push(client, sub):
             return True
         if sub is not None and sub.delivered is ANSWERING:
             self._missed.setdefault(sub, ts)
@@ -384,7 +388,7 @@ class Subscriptions:
         sub.delivered = (msg.msg_id, msg.ts)
 
     @contextmanager
-    def acknowledging(self, subscriber: Subscriber, sub: Sub) -> Iterator[bytes]:
+    def acknowledging(self, client: ClientSubscriptions, sub: Sub) -> Iterator[bytes]:
         """An ACK deletes the message in flight (its id is yielded).
 
         `delivered` is cleared first, so that a write committed meanwhile finds
@@ -399,7 +403,7 @@ class Subscriptions:
         try:
             yield delivered[0]
         except StoreError:
-            if sub.delivered is None and subscriber.queues.get(sub.recipient_id) is sub:
+            if sub.delivered is None and client.queues.get(sub.recipient_id) is sub:
                 sub.delivered = delivered
             raise
         finally:
@@ -407,8 +411,8 @@ class Subscriptions:
 
     # --- notifiers ----------------------------------------------------------------------
 
-    def subscribe_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> None:
-        previous = self._attach_notifier(subscriber, notifier_id)
+    def subscribe_notifier(self, client: ClientSubscriptions, notifier_id: bytes) -> None:
+        previous = self._attach_notifier(client, notifier_id)
         if previous is not None:
             self._detach_notifier(previous, notifier_id)
             self.events.add(previous, notifier_id, Event.NTF_END)
@@ -419,45 +423,47 @@ class Subscriptions:
             self._detach_notifier(holder, notifier_id)
             self.events.add(holder, notifier_id, event)
 
-    def _attach_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> Subscriber | None:
-        subscriber.notifiers.add(notifier_id)
-        return self._notifiers.subscribe(notifier_id, subscriber)
+    def _attach_notifier(
+        self, client: ClientSubscriptions, notifier_id: bytes
+    ) -> ClientSubscriptions | None:
+        client.notifiers.add(notifier_id)
+        return self._notifiers.subscribe(notifier_id, client)
 
-    def _detach_notifier(self, subscriber: Subscriber, notifier_id: bytes) -> None:
-        subscriber.notifiers.discard(notifier_id)
-        self._notifiers.unsubscribe(notifier_id, subscriber)
+    def _detach_notifier(self, client: ClientSubscriptions, notifier_id: bytes) -> None:
+        client.notifiers.discard(notifier_id)
+        self._notifiers.unsubscribe(notifier_id, client)
 
     # --- services (docs/protocol.md#services) -----------------------------------------
 
     def take_over_service(
-        self, subscriber: Subscriber, party: Party, count: int
+        self, client: ClientSubscriptions, party: Party, count: int
     ) -> ServiceSubscription:
-        """Make `subscriber` its service's holder on `party`'s side; the previous
+        """Make `client` its service's holder on `party`'s side; the previous
         holder loses what its service subscription held and gets ENDS."""
-        service_id = subscriber.conn.service_id
+        service_id = client.conn.service_id
         assert service_id is not None  # the dispatcher lets SUBS / NSUBS through only then
         registry = self._services[party]
-        previous = registry.take_over(service_id, subscriber, count)
+        previous = registry.take_over(service_id, client, count)
         if previous is not None:
             self._end_service(previous, party)
-        held = registry.held_by(service_id, subscriber)
+        held = registry.held_by(service_id, client)
         assert held is not None  # just taken over
         return held
 
     def _end_service(self, previous: ServiceSubscription, party: Party) -> None:
         """Queues the connection subscribed with plain SUB (NSUB) stay its own until
         the new walk takes them, which sends their END."""
-        subscriber = previous.subscriber
+        client = previous.client
         if party is Party.RECIPIENT:
-            subscriber.catch_up = subscriber.next_catch_up = None
+            client.catch_up = client.next_catch_up = None
         for sub in previous.subs:
-            if subscriber.queues.get(sub.recipient_id) is sub:
-                self._detach(subscriber, sub.recipient_id)
+            if client.queues.get(sub.recipient_id) is sub:
+                self._detach(client, sub.recipient_id)
         for nid in previous.notifier_ids:
-            self._detach_notifier(subscriber, nid)
-        service_id = subscriber.conn.service_id
+            self._detach_notifier(client, nid)
+        service_id = client.conn.service_id
         assert service_id is not None
-        subscriber.conn.push_events(
+        client.conn.push_events(
             [encode_response_transmission(b"", service_id, ENDS(previous.count))]
         )
 
@@ -476,18 +482,18 @@ class PendingEvents:
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
-        self._pending: dict[Subscriber, list[tuple[bytes, Event]]] = {}
+        self._pending: dict[ClientSubscriptions, list[tuple[bytes, Event]]] = {}
         self._ready = trio.Event()
 
     def __len__(self) -> int:
         return sum(len(events) for events in self._pending.values())
 
-    def add(self, subscriber: Subscriber, entity_id: bytes, event: Event) -> None:
-        self._pending.setdefault(subscriber, []).append((entity_id, event))
+    def add(self, client: ClientSubscriptions, entity_id: bytes, event: Event) -> None:
+        self._pending.setdefault(client, []).append((entity_id, event))
         self._ready.set()
 
-    def forget(self, subscriber: Subscriber) -> None:
-        self._pending.pop(subscriber, None)
+    def forget(self, client: ClientSubscriptions) -> None:
+        self._pending.pop(client, None)
 
     async def run(self) -> None:
         while True:
@@ -498,22 +504,22 @@ class PendingEvents:
     def flush(self) -> None:
         self._ready = trio.Event()
         pending, self._pending = self._pending, {}
-        for subscriber, events in pending.items():
-            if subscriber.in_block:
-                self._pending[subscriber] = events  # sent by `release`
+        for client, events in pending.items():
+            if client.in_block:
+                self._pending[client] = events  # sent by `release`
             else:
-                _push_events(subscriber, events)
+                _push_events(client, events)
 
-    def release(self, subscriber: Subscriber) -> None:
+    def release(self, client: ClientSubscriptions) -> None:
         """The subscriber's block is answered: its events held meanwhile go now."""
-        events = self._pending.pop(subscriber, None)
+        events = self._pending.pop(client, None)
         if events is not None:
-            _push_events(subscriber, events)
+            _push_events(client, events)
 
 
-def _push_events(subscriber: Subscriber, events: list[tuple[bytes, Event]]) -> None:
-    conn = subscriber.conn
-    transmissions = encode_events(conn.version, events, subscriber.is_subscribed)
+def _push_events(client: ClientSubscriptions, events: list[tuple[bytes, Event]]) -> None:
+    conn = client.conn
+    transmissions = encode_events(conn.version, events, client.is_subscribed)
     if transmissions and not conn.closed:
         conn.push_events(transmissions)
 
