@@ -29,7 +29,6 @@ from urllib.parse import urlsplit
 import trio
 from trio_websocket import WebSocketConnection
 
-from router.protocol.types import ErrorType
 from store.factory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, store_dir
 from store.interfaces import MessageStore, Party, QueueStore
 from store.memory.stores import MemoryMessageStore, MemoryQueueStore
@@ -116,7 +115,7 @@ class Router:
         self.services = Services(
             self.queues, self.messages, self.subscriptions, self.deliverer, self.notifications
         )
-        commands = Commands(CommandContext(
+        self.commands = commands = Commands(CommandContext(
             config, self.queues, self.messages, counters, self.subscriptions, self.deliverer,
             self.services, self.notifications, self.blocked,
             queue_active=self.queue_active, expire_before_send=self.expire_before_send,
@@ -243,18 +242,7 @@ class Router:
 
     async def delete_queue(self, recipient_id: bytes) -> bool:
         """Delete a queue and its messages as its recipient's DEL would; False if unknown."""
-        removed = await self.queues.delete_queue(recipient_id)
-        if isinstance(removed, ErrorType):
-            return False
-        await self.messages.delete_queue_messages(recipient_id)
-        if removed.notifier is not None:
-            self.notifications.forget(removed.notifier.notifier_id)
-        self.subscriptions.end_queue(recipient_id, Event.DELETED)
-        if removed.notifier is not None:
-            self.subscriptions.end_notifier(removed.notifier.notifier_id, Event.DELETED)
-        self.blocked.remove(recipient_id)
-        self.counters.queues_deleted += 1
-        return True
+        return await self.commands.delete_queue(recipient_id) is None
 
     async def block_queue(self, recipient_id: bytes, reason: str) -> bool:
         """Every command on the queue but DEL gets ERR BLOCKED; its subscriber gets END."""

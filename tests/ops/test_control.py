@@ -135,6 +135,21 @@ async def test_a_block_outlives_a_restart(start_router, tmp_path):
         assert second.router.blocked.get(q.recipient_id) == "spam"
 
 
+async def test_a_deleted_queue_leaves_the_blocked_list(router):
+    """DEL is the one command a blocked queue still takes; the queue's block goes
+    with it, as with the control port's delete."""
+    with trio.fail_after(10):
+        async with open_client(router.address) as owner:
+            first, second = await owner.create_queue(), await owner.create_queue()
+            control = await session(router, ADMIN)
+            for queue in (first, second):
+                assert await control.command(f"block {qid(queue)}") == ["ok"]
+            await owner.delete(first)
+            assert await control.command(f"delete {qid(second)}") == ["ok"]
+            assert router.router.blocked.get(first.recipient_id) is None
+            assert router.router.blocked.get(second.recipient_id) is None
+
+
 async def test_save_writes_the_memory_snapshot_now(router, tmp_path):
     with trio.fail_after(10):
         async with open_client(router.address) as client:

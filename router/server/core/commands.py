@@ -21,7 +21,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
 from weakref import WeakKeyDictionary
 
 from router.protocol.codec import MAX_MESSAGE_LENGTH, encode_response_transmission
@@ -91,6 +92,7 @@ ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
 _ID_ATTEMPTS = 3  # fresh ids after a DUPLICATE before giving up with INTERNAL
 _OK, _PONG = OK(), PONG()
 
+T = TypeVar("T")
 Handler = Callable[[ClientSubscriptions, Verified], Awaitable[list[bytes]]]
 
 
@@ -175,21 +177,19 @@ class Commands:
             return _reply(verified, NEW_RATE_LIMITED)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_dh_key)
-        for _ in range(_ID_ATTEMPTS):
-            rid, sid = secrets.token_bytes(ID_SIZE), secrets.token_bytes(ID_SIZE)
-            record = QueueRecord(
-                rid, sid, cmd.rcv_auth_key, secret, None, cmd.snd_secure,
+        record = await _add_with_fresh_ids(
+            lambda: QueueRecord(
+                secrets.token_bytes(ID_SIZE), secrets.token_bytes(ID_SIZE), cmd.rcv_auth_key,
+                secret, None, cmd.snd_secure,
                 # subMode S subscribes the queue here, so it joins this connection's service
                 rcv_service_id=client.conn.service_id if cmd.subscribe else None,
                 updated_at=int(time.time()),
-            )
-            error = await self._context.queues.add_queue(record)
-            if error is None:
-                break
-            if error != DUPLICATE:
-                return _reply(verified, error)
-        else:
-            return _reply(verified, INTERNAL)
+            ),
+            self._context.queues.add_queue,
+        )
+        if isinstance(record, ErrorType):
+            return _reply(verified, record)
+        rid, sid = record.recipient_id, record.sender_id
         self._context.counters.queues_created += 1
         self._context.queue_active(rid)
         if cmd.subscribe:
@@ -226,19 +226,26 @@ class Commands:
         return _reply(verified, await self._context.queues.suspend_queue(verified.entity_id) or _OK)
 
     async def _del(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        """Delete messages and notifier before answering; other subscribers get DELD/END."""
-        rid = verified.entity_id
-        removed = await self._context.queues.delete_queue(rid)
+        return _reply(verified, await self.delete_queue(verified.entity_id, by=client) or _OK)
+
+    async def delete_queue(
+        self, recipient_id: bytes, by: ClientSubscriptions | None = None
+    ) -> ErrorType | None:
+        """DEL, and the control port's delete: messages and notifier go before the
+        answer; every subscriber but `by` gets DELD (its notifier's, END)."""
+        context = self._context
+        removed = await context.queues.delete_queue(recipient_id)
         if isinstance(removed, ErrorType):
-            return _reply(verified, removed)
-        await self._context.messages.delete_queue_messages(rid)
+            return removed
+        await context.messages.delete_queue_messages(recipient_id)
         if removed.notifier is not None:
-            self._context.notifications.forget(removed.notifier.notifier_id)
-        self._context.subscriptions.end_queue(rid, Event.DELETED, by=client)
+            context.notifications.forget(removed.notifier.notifier_id)
+        context.subscriptions.end_queue(recipient_id, Event.DELETED, by=by)
         if removed.notifier is not None:
-            self._context.subscriptions.end_notifier(removed.notifier.notifier_id, Event.DELETED)
-        self._context.counters.queues_deleted += 1
-        return _reply(verified, _OK)
+            context.subscriptions.end_notifier(removed.notifier.notifier_id, Event.DELETED)
+        context.blocked.remove(recipient_id)
+        context.counters.queues_deleted += 1
+        return None
 
     # --- messages -----------------------------------------------------------------
 
@@ -349,21 +356,17 @@ class Commands:
         queue = _queue(verified)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_ntf_dh_key)
-        for _ in range(_ID_ATTEMPTS):
-            nid = secrets.token_bytes(ID_SIZE)
-            creds = NotifierCreds(nid, cmd.notifier_key, secret)
-            error = await self._context.queues.add_notifier(queue.recipient_id, creds)
-            if error is None:
-                break
-            if error != DUPLICATE:
-                return _reply(verified, error)
-        else:
-            return _reply(verified, INTERNAL)
+        creds = await _add_with_fresh_ids(
+            lambda: NotifierCreds(secrets.token_bytes(ID_SIZE), cmd.notifier_key, secret),
+            partial(self._context.queues.add_notifier, queue.recipient_id),
+        )
+        if isinstance(creds, ErrorType):
+            return _reply(verified, creds)
         if queue.notifier is not None:
             # The old notifier is gone with its pending NMSGs; its subscriber gets END.
             self._context.notifications.forget(queue.notifier.notifier_id)
             self._context.subscriptions.end_notifier(queue.notifier.notifier_id, Event.NTF_END)
-        return _reply(verified, NID(nid, srv_pub))
+        return _reply(verified, NID(creds.notifier_id, srv_pub))
 
     async def _ndel(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         removed = await self._context.queues.delete_notifier(verified.entity_id)
@@ -381,6 +384,21 @@ class Commands:
         self._context.subscriptions.subscribe_notifier(client, nid)
         self._context.notifications.subscribed(nid)
         return _reply(verified, _OK)
+
+
+async def _add_with_fresh_ids(
+    make: Callable[[], T], add: Callable[[T], Awaitable[ErrorType | None]]
+) -> T | ErrorType:
+    """`add(make())` until the store takes it: random ids that are taken already
+    (DUPLICATE) are drawn again, `_ID_ATTEMPTS` times at most, then INTERNAL."""
+    for _ in range(_ID_ATTEMPTS):
+        value = make()
+        error = await add(value)
+        if error is None:
+            return value
+        if error != DUPLICATE:
+            return error
+    return INTERNAL
 
 
 def blocked_error(reason: str) -> ErrorType:
