@@ -21,8 +21,9 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from router.protocol.block import BLOCK_SIZE
-from router.server.edge.listener import WebSocketTransport, serve_edge
-from router.server.edge.transport import MESSAGE_QUEUE_SIZE, RECEIVE_BUFFER_SIZE, TransportClosed
+from router.server.edge.block_stream import MESSAGE_QUEUE_SIZE, RECEIVE_BUFFER_SIZE, TransportClosed
+from router.server.edge.listener import serve_edge
+from router.server.edge.websocket import WebSocketTransport
 
 SERVERS = ("trio-websocket", "edge")
 

@@ -195,7 +195,7 @@ def _check_descriptors(setting: Setting) -> None:
     listener's headroom; a limit the router cannot raise caps the run."""
     import resource
 
-    from router.server.edge.listener import EdgeLimits
+    from router.server.settings.edge_limits import EdgeLimits
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     # The router raises its soft limit to the hard one (above it only with

@@ -31,12 +31,8 @@ from urllib.parse import unquote, urlsplit
 
 import trio
 
+from router.server.edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
 from router.server.edge.identity import host_port
-from router.server.edge.listener import (  # noqa: F401 - HttpRequest re-exported for hooks
-    ACCEPT_WEBSOCKET,
-    HttpRequest,
-    HttpResponse,
-)
 
 from .origins import OriginPolicy
 

@@ -43,24 +43,20 @@ from .core.expiry import Expirer
 from .core.notifications import Notifications
 from .core.services import Services
 from .core.subscriptions import ClientSubscriptions, Event, PendingEvents, Subscriptions
+from .edge.block_stream import BlockStream, TransportClosed
 from .edge.gate import GatedTransport, Suspendable, SuspendGate
+from .edge.handshake import server_handshake
+from .edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
 from .edge.identity import RouterIdentity, host_port, load_or_create_identity
 from .edge.listen import naming_address
-from .edge.listener import (
-    ACCEPT_WEBSOCKET,
-    EdgeLimits,
-    EdgeListener,
-    HttpRequest,
-    HttpResponse,
-    serve_edge,
-    tls_context,
-)
-from .edge.transport import BlockStream, BlockTransport, TransportClosed, server_handshake
+from .edge.listener import EdgeListener, serve_edge, tls_context
+from .edge.transports import BlockTransport
 from .open_stores import open_router_stores
 from .ops.control import CONTROL_HOST, serve_control
 from .ops.metrics import serve_metrics
 from .ops.statslog import StatsLog
 from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig
+from .settings.edge_limits import EdgeLimits
 
 log = logging.getLogger(__name__)
 

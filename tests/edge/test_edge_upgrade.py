@@ -16,7 +16,7 @@ from edge_helpers import (
     wait_closed_by_router,
 )
 
-from router.server.edge.listener import HttpRequest, HttpResponse
+from router.server.edge.http import HttpRequest, HttpResponse
 
 ATTACKER = "127.0.0.2"  # another loopback address, so the per-address cap is the attacker's
 

@@ -7,8 +7,8 @@ import inspect
 import trio
 import trio.testing
 
+from router.server.edge.block_stream import BlockStream
 from router.server.edge.gate import GatedTransport, SuspendGate
-from router.server.edge.transport import BlockStream
 
 
 def test_the_gated_transport_has_every_member_of_the_block_stream_interface():

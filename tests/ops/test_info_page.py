@@ -12,7 +12,7 @@ import trio
 from ops_helpers import http_get
 
 from router.server import RouterConfig
-from router.server.edge.listener import HttpRequest
+from router.server.edge.http import HttpRequest
 from router.server.ops.info import (
     information_page,
     page_facts,

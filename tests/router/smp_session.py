@@ -56,7 +56,8 @@ from router.protocol.types import (
     Transmission,
 )
 from router.server import Router
-from router.server.edge.transport import MemoryBlockTransport, TransportClosed, memory_block_pair
+from router.server.edge.block_stream import TransportClosed
+from router.server.edge.transports import MemoryBlockTransport, memory_block_pair
 
 # entity id, command (or its raw bytes), signing seed
 Request = tuple[bytes, Command | bytes, bytes | None]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from router.protocol.handshake import ServiceProof
 from router.server.core.connection import Connection
-from router.server.edge.transport import Handshake, memory_block_pair
+from router.server.edge.handshake import Handshake
+from router.server.edge.transports import memory_block_pair
 
 
 def connection(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from router.protocol.block import BLOCK_SIZE, pad_block
-from router.server.edge.transport import BlockStream, TransportClosed, memory_block_pair
+from router.server.edge.block_stream import BlockStream, TransportClosed
+from router.server.edge.transports import memory_block_pair
 
 
 def block(text: bytes) -> bytes:

@@ -39,7 +39,8 @@ import trio
 from router.protocol.block import BatchPacker
 from router.protocol.handshake import service_id
 
-from ..edge.transport import BlockStream, Handshake, TransportClosed
+from ..edge.block_stream import BlockStream, TransportClosed
+from ..edge.handshake import Handshake
 
 log = logging.getLogger(__name__)
 

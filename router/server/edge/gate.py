@@ -13,7 +13,7 @@ from typing import Protocol
 
 import trio
 
-from .transport import BlockStream
+from .block_stream import BlockStream
 
 
 class SuspendGate:

@@ -40,6 +40,7 @@ import trio
 
 from store.interfaces import Party
 
+from ..edge.block_stream import STREAM_GONE
 from ..edge.listen import bound_port, open_listeners
 from ..settings.config import ConfigError, StartupError, os_error_reason
 
@@ -249,7 +250,7 @@ async def serve_control(
     async def handle(stream: trio.SocketStream) -> None:
         try:
             await run_session(ControlSession(router), stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+        except (*STREAM_GONE, trio.TooSlowError,
                 LineTooLong, UnicodeDecodeError) as e:
             log.debug("control session ended: %r", e)
         except Exception:  # a failing command ends its session, never the router

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from ..settings.config import RouterConfig
 
 if TYPE_CHECKING:
-    from ..edge.listener import HttpRequest, HttpResponse
+    from ..edge.http import HttpRequest, HttpResponse
 
 JSON_TYPE = "application/json"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -119,7 +119,7 @@ def information_page(
 ) -> Callable[[HttpRequest], HttpResponse]:
     """The page as the listener's `(HttpRequest) -> HttpResponse`; rendered once, since
     nothing on it changes while the router runs."""
-    from ..edge.listener import HttpResponse
+    from ..edge.http import HttpResponse
 
     facts = page_facts(config, address)
     as_json = HttpResponse(200, render_json(facts), JSON_TYPE)

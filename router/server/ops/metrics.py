@@ -38,6 +38,7 @@ from prometheus_client.registry import Collector
 
 from store.interfaces import Party
 
+from ..edge.block_stream import STREAM_GONE
 from ..edge.listen import bound_port, open_listeners
 
 if TYPE_CHECKING:
@@ -190,8 +191,7 @@ async def serve_metrics(
             try:
                 with trio.fail_after(REQUEST_TIMEOUT):
                     await _answer(stream, registry, collector)
-            except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
-                    h11.ProtocolError) as e:
+            except (trio.TooSlowError, *STREAM_GONE, h11.ProtocolError) as e:
                 log.debug("metrics request failed: %r", e)
             except Exception:  # a failing scrape is logged, never stops the router
                 log.exception("metrics scrape failed")

@@ -1,0 +1,51 @@
+"""The block transport interface: what the router's connection code needs of a
+transport (`BlockStream`), and how a transport says the connection is over
+(`TransportClosed`).
+
+One binary WebSocket message is one 16384-byte block (docs/protocol.md#websocket); a
+message of any other size, or a text message, ends the connection. The router
+serves connections through this one interface: its own listener gives a
+`websocket.WebSocketTransport`, and `transports.py` has the other two. Library
+exceptions become `TransportClosed` in the transport, once, so nothing above it
+catches them.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import trio
+
+# Bytes asked of the socket per read: four blocks, so a 16 KB message takes one
+# read, not four (trio-websocket's default is 4 KB). Not more: CPython allocates
+# the whole size for every recv(), and at 128 KB and above glibc serves that with
+# mmap/munmap, which measured 4-6x slower per message than 64 KB.
+RECEIVE_BUFFER_SIZE = 64 * 1024
+# Whole messages trio-websocket may hold before its reader stops reading.
+MESSAGE_QUEUE_SIZE = 4
+
+# What trio raises when the peer left or the stream was closed under the caller.
+STREAM_GONE = (trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+class TransportClosed(Exception):
+    """The connection cannot go on: the peer left, broke the framing, or stalled."""
+
+
+class BlockStream(Protocol):
+    """What the router's connection code needs of a transport."""
+
+    remote: str
+    stalled: bool  # set when the peer stopped reading
+
+    async def receive_block(self) -> bytes: ...
+
+    async def send_block(self, block: bytes) -> None: ...
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        """Send blocks in order (in one write where the transport can)."""
+
+    def established(self) -> None:
+        """The SMP handshake is through (the listener stops counting it as pending)."""
+
+    async def aclose(self, timeout: float) -> None: ...

@@ -1,0 +1,253 @@
+"""One upgraded connection's blocks in and out: `WebSocketTransport`.
+
+The framing is `websockets`' sans-I/O protocol, driven from the connection's
+own tasks: no reader task of a library, nothing buffered between reads. A
+message (one block) may take at most `max_message_frames` frames and
+`message_timeout` seconds from its first frame to its last (`EdgeLimits`); a
+silent peer is pinged, and dropped if the ping goes unanswered.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+import trio
+from websockets.frames import Frame, Opcode
+from websockets.protocol import OPEN
+from websockets.server import ServerProtocol
+
+from router.protocol.block import BLOCK_SIZE
+
+from ..settings.edge_limits import EdgeLimits
+from .block_stream import RECEIVE_BUFFER_SIZE, STREAM_GONE, TransportClosed
+
+# websockets logs every opened and closed connection at INFO: too much for a
+# router with thousands of clients. Its warnings and errors still get through.
+_framing_log = logging.getLogger(__name__ + ".framing")
+_framing_log.setLevel(logging.WARNING)
+
+# A read is parsed in pieces of about one block's frame: tiny frames cost at most
+# a piece's parsing before MAX_FRAMES_PER_READ ends the connection; a read holding
+# whole blocks has at most a few frames (RECEIVE_BUFFER_SIZE is four blocks).
+FEED_SIZE = BLOCK_SIZE + 16
+MAX_FRAMES_PER_READ = 64
+
+
+class WebSocketTransport:
+    """Blocks in and out of one upgraded connection (the router's block transport).
+
+    `receive_block` runs in the connection's receive task and does the reading,
+    the keepalive pings and the per-message bounds itself; `send_block` runs in
+    its send task. Writes are serialized by a lock, since the receive task also
+    writes (pongs, pings, the close frame).
+    """
+
+    __slots__ = (
+        "_stream", "_protocol", "_limits", "_events", "_send_lock", "_on_established",
+        "_control_frames", "remote", "stalled",
+    )
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        protocol: ServerProtocol,
+        remote: str,
+        limits: EdgeLimits,
+        on_established: Callable[[], None] | None = None,
+    ) -> None:
+        self._stream = stream
+        self._protocol = protocol
+        self._limits = limits
+        self._events: list[object] = []  # frames read but not yet taken
+        self._send_lock = trio.Lock()
+        self._on_established = on_established
+        self._control_frames = 0  # pings, pongs since the last block
+        self.remote = remote
+        self.stalled = False
+
+    @asynccontextmanager
+    async def _sending(self) -> AsyncIterator[None]:
+        """The write lock, taken without a pass through the scheduler when it is free
+        (the usual case: trio.Lock's `acquire` always yields, once per block sent)."""
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def established(self) -> None:
+        """The SMP handshake is done: the connection no longer counts as pending."""
+        if self._on_established is not None:
+            self._on_established()
+            self._on_established = None
+
+    async def receive_block(self) -> bytes:
+        parts: list[bytes] = []
+        frames = 0
+        message_deadline = math.inf
+        while True:
+            while self._events:
+                frame = self._events.pop(0)
+                if not isinstance(frame, Frame):
+                    continue
+                opcode = frame.opcode
+                if opcode is Opcode.BINARY or opcode is Opcode.CONT:
+                    frames += 1
+                    if frames == 1:
+                        message_deadline = trio.current_time() + self._limits.message_timeout
+                    parts.append(frame.data)
+                    frame.data = b""  # the parser's last frame must not keep the block alive
+                    if frame.fin:
+                        self._control_frames = 0
+                        if not self._events:
+                            self._events = []  # drop the list's spare capacity too
+                        return _one_block(parts)
+                    if frames >= self._limits.max_message_frames:
+                        await self._fail(1009, "too many frames in one message")
+                elif opcode is Opcode.TEXT:
+                    await self._fail(1003, "text message instead of a block")
+                elif opcode is Opcode.CLOSE:
+                    await self._flush()
+                    raise TransportClosed("peer closed the connection")
+                else:  # a ping (the protocol queued its pong) or a pong
+                    self._control_frames += 1
+                    if self._control_frames > self._limits.max_message_frames:
+                        await self._fail(1008, "too many control frames between two blocks")
+                    if opcode is Opcode.PING:
+                        await self._flush()
+            await self._read(message_deadline)
+
+    async def _read(self, message_deadline: float) -> None:
+        """Read once and parse; pings a silent peer, drops it if the ping goes unanswered."""
+        limits = self._limits
+        ping_sent = False
+        while True:
+            wait = limits.keepalive_timeout if ping_sent else limits.keepalive_interval
+            keepalive_deadline = trio.current_time() + wait
+            with trio.move_on_at(min(keepalive_deadline, message_deadline)):
+                try:
+                    data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+                except STREAM_GONE as e:
+                    raise TransportClosed("peer closed the connection") from e
+                break
+            if trio.current_time() >= message_deadline:
+                await self._fail(1008, f"message not complete in {limits.message_timeout} s")
+            if ping_sent:
+                raise TransportClosed(f"no answer to a ping in {limits.keepalive_timeout} s")
+            await self._ping()
+            ping_sent = True
+        protocol = self._protocol
+        if not data:
+            protocol.receive_eof()
+            raise TransportClosed("peer closed the connection")
+        await self._parse(data)
+
+    async def _parse(self, data: bytes) -> None:
+        """Feed what was read to the protocol a block's worth at a time, so that a read
+        full of tiny frames costs at most that much parsing before the cap ends it."""
+        protocol = self._protocol
+        view = memoryview(data)
+        events = self._events
+        for start in range(0, len(view), FEED_SIZE):
+            protocol.receive_data(view[start:start + FEED_SIZE])  # type: ignore[arg-type]
+            events.extend(protocol.events_received())
+            if protocol.parser_exc is not None:
+                await self._flush()
+                raise TransportClosed(f"bad framing: {protocol.parser_exc}")
+            if len(events) > MAX_FRAMES_PER_READ:
+                await self._fail(1008, "too many frames at once")
+
+    async def _ping(self) -> None:
+        async with self._sending():
+            self._protocol.send_ping(b"")
+            await self._write_pending()
+
+    async def _fail(self, code: int, reason: str) -> None:
+        async with self._sending():
+            if self._protocol.state is OPEN:
+                self._protocol.fail(code, reason)
+            await self._write_pending()
+        raise TransportClosed(reason)
+
+    async def _flush(self) -> None:
+        async with self._sending():
+            await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        writes = self._protocol.data_to_send()
+        data = b"".join(writes) if len(writes) != 1 else writes[0]
+        del writes
+        if not data:  # nothing, or only the end-of-stream mark: the stream is closed later
+            return
+        with trio.move_on_after(self._limits.stalled_timeout) as scope:
+            await self._send_all(data)
+        if scope.cancelled_caught:
+            self.stalled = True
+            raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
+
+    async def _send_all(self, data: bytes) -> None:
+        try:
+            await self._stream.send_all(data)
+        except STREAM_GONE as e:
+            raise TransportClosed("peer closed the connection") from e
+
+    async def send_block(self, block: bytes) -> None:
+        """Send one block; a peer that does not take it within the deadline is dropped."""
+        await self.send_blocks([block])
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        """Send blocks in one write; a peer that does not take them in time is dropped."""
+        async with self._sending():
+            protocol = self._protocol
+            if protocol.state is not OPEN:
+                raise TransportClosed("connection closing")
+            for block in blocks:
+                protocol.send_binary(block)
+            await self._write_pending()
+
+    async def aclose(self, timeout: float) -> None:
+        """Send a close frame within `timeout` (none if zero), then close the TCP stream."""
+        if timeout > 0 and self._protocol.state is OPEN:
+            with trio.move_on_after(timeout):
+                try:
+                    async with self._sending():
+                        self._protocol.send_close(1000)
+                        await self._write_pending()
+                except TransportClosed:
+                    pass
+        self._events = []
+        await trio.aclose_forcefully(self._stream)
+
+
+@contextmanager
+def framing() -> Iterator[ServerProtocol]:
+    """One connection's framing, its parser closed once the connection is done.
+
+    The protocol's parser is a generator suspended in its own frame, and the
+    error that stopped it (`parser_exc`: EOF, for a client that just went away)
+    keeps that frame in its traceback; both frames hold the protocol. Those are
+    reference cycles that reference counting never frees, left for a full
+    collection (a dozen objects per connection, 200,000 after a reconnection
+    storm of 20,000 clients). Closing the generator and dropping the error end
+    them.
+    """
+    protocol = ServerProtocol(max_size=BLOCK_SIZE, logger=_framing_log)
+    try:
+        yield protocol
+    finally:
+        protocol.parser.close()
+        protocol.parser_exc = None
+
+
+def _one_block(parts: list[bytes]) -> bytes:
+    block = parts[0] if len(parts) == 1 else b"".join(parts)
+    if len(block) != BLOCK_SIZE:
+        raise TransportClosed(f"message of {len(block)} bytes instead of a block")
+    return block
