@@ -13,7 +13,7 @@ import trio
 from router.server import RouterConfig, open_router
 from router.server.edge.identity import host_port
 from router.server.edge.listener import EdgeListener, serve_edge
-from router.server.router import Router, edge_limits, listener_tls
+from router.server.router import Router, listener_tls
 
 from .origins import OriginPolicy
 from .site import SMP_PATH, GatewaySite, SiteConfig, key_hash_text
@@ -108,7 +108,7 @@ async def serve_gateway(
         site = GatewaySite(site_config, partial(statistics_of, router))
         listener: EdgeListener = await nursery.start(partial(
             serve_edge, router.serve_transport, rc.host, rc.port,
-            hook=site, limits=edge_limits(rc), tls=tls,
+            hook=site, limits=rc.edge_limits(), tls=tls,
         ))
         if rc.port == 0:  # config.json for a request without Host names the real port
             site.config = dataclasses.replace(

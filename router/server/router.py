@@ -56,7 +56,6 @@ from .ops.control import CONTROL_HOST, serve_control
 from .ops.metrics import serve_metrics
 from .ops.statslog import StatsLog
 from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig
-from .settings.edge_limits import EdgeLimits
 
 log = logging.getLogger(__name__)
 
@@ -352,21 +351,6 @@ async def handle_websocket(router: Router, ws: WebSocketConnection) -> None:
     await router.serve_connection(ws)
 
 
-def edge_limits(config: RouterConfig) -> EdgeLimits:
-    return EdgeLimits(
-        upgrade_timeout=config.upgrade_timeout,
-        max_pending=config.max_pending,
-        max_pending_per_address=config.max_pending_per_address,
-        max_connections=config.max_connections,
-        max_message_frames=config.max_message_frames,
-        message_timeout=config.message_timeout,
-        keepalive_interval=config.keepalive_interval,
-        keepalive_timeout=config.keepalive_timeout,
-        stalled_timeout=config.stalled_writer_timeout,
-        close_timeout=config.close_timeout,
-    )
-
-
 async def serve_router(
     config: RouterConfig,
     *,
@@ -381,7 +365,7 @@ async def serve_router(
         with naming_address("the router", config.host, config.port):
             listener: EdgeListener = await nursery.start(partial(
                 serve_edge, router.serve_transport, config.host, config.port,
-                hook=router.request_hook, limits=edge_limits(config), tls=tls,
+                hook=router.request_hook, limits=config.edge_limits(), tls=tls,
             ))
         router.listener = listener
         if router.gate.suspended:  # suspended before the listener was there

@@ -13,6 +13,7 @@ from router.server.settings.config import (
     ConfigError,
     RouterConfig,
 )
+from router.server.settings.edge_limits import CONFIGURABLE_BOUNDS
 
 
 def config_of(*flags: str) -> RouterConfig:
@@ -66,3 +67,21 @@ def test_a_missing_certificate_is_one_line_and_exit_code_2(tmp_path: Path, capsy
                  "--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(tmp_path / "k.pem")])
     assert code == 2
     assert "TLS certificate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bound", CONFIGURABLE_BOUNDS, ids=lambda bound: bound.name)
+def test_each_row_of_the_bounds_table_is_a_flag_a_file_key_a_field_and_a_limit(bound, tmp_path):
+    """One row in EDGE_BOUNDS is all a new bound needs besides the code keeping to it."""
+    assert getattr(RouterConfig(), bound.name) == bound.default
+    assert getattr(RouterConfig().edge_limits(), bound.name) == bound.default
+    value = bound.kind(bound.default * 2)
+    flag = f"--{bound.name.replace('_', '-')}"
+    from_flag = config_of(flag, str(value))
+    assert getattr(from_flag, bound.name) == value
+    assert getattr(from_flag.edge_limits(), bound.name) == value
+    ini = tmp_path / "smp-router.ini"
+    ini.write_text(f"[TRANSPORT]\n{bound.name}: {value}\n")
+    from_file = config_of("--config", str(ini))
+    assert getattr(from_file, bound.name) == value
+    with pytest.raises(ConfigError):
+        RouterConfig(**{bound.name: 0})

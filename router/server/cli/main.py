@@ -74,6 +74,7 @@ from ..settings.config_file import (
     template,
 )
 from ..settings.datadir import lock_data_dir
+from ..settings.edge_limits import CONFIGURABLE_BOUNDS
 
 log = logging.getLogger("smp-router")
 
@@ -213,14 +214,8 @@ def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
 # The listener's limits: flag, type, help (README "Limits of the listener"); each
 # sets the RouterConfig field (and the [TRANSPORT] key) of the same name.
 _LISTENER_FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("--upgrade-timeout", float, "seconds a new connection has to send its HTTP request"),
-    ("--max-pending", int, "connections in the upgrade or SMP handshake, in total"),
-    ("--max-pending-per-address", int, "the same, from one remote address"),
-    ("--max-connections", int, "open connections (lowered to fit the descriptor limit)"),
-    ("--max-message-frames", int, "WebSocket frames one block may be split into"),
-    ("--message-timeout", float, "seconds from a block's first frame to its last"),
-    ("--keepalive-interval", float, "seconds of silence before a client is pinged"),
-    ("--keepalive-timeout", float, "seconds a pinged client has to answer"),
+    *((f"--{bound.name.replace('_', '-')}", bound.kind, bound.help)
+      for bound in CONFIGURABLE_BOUNDS),
     ("--idle-timeout", float, "drop clients without subscriptions silent this long"),
     ("--tls-cert", Path, "PEM certificate chain: listen for wss:// (with --tls-key)"),
     ("--tls-key", Path, "the certificate's private key"),

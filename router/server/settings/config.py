@@ -14,6 +14,8 @@ from pathlib import Path
 
 from store.durability import FsyncPolicy
 
+from .edge_limits import CONFIGURABLE_BOUNDS, EdgeLimits, EdgeSettings
+
 SINGLE_TASK = "single-task"
 PER_QUEUE_TASK = "per-queue-task"
 DELIVERY_MODES = (SINGLE_TASK, PER_QUEUE_TASK)
@@ -39,7 +41,9 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class RouterConfig:
+class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
+    """Every setting; the listener's limits come from the table in edge_limits.py."""
+
     host: str = "127.0.0.1"
     port: int = 5224  # 0 picks a free port
     store: str = "memory"  # memory | journal | sqlite
@@ -61,15 +65,6 @@ class RouterConfig:
     expire_on_send: bool = False  # also expire a queue's old messages on every SEND to it
     stats_log: Path | None = None  # CSV statistics log (docs/stats-log.md); None: not written
     stats_interval: int = DEFAULT_STATS_INTERVAL  # seconds per line; divides a day
-    # The listener's limits (README "Limits of the listener").
-    upgrade_timeout: float = 10.0  # from accept to a complete HTTP request head
-    max_pending: int = 1024  # connections in the upgrade or SMP handshake, in total
-    max_pending_per_address: int = 128  # the same, from one remote address
-    max_connections: int = 50_000  # all connections; lowered to fit RLIMIT_NOFILE
-    max_message_frames: int = 16  # WebSocket frames one block may come in
-    message_timeout: float = 10.0  # from a block's first frame to its last
-    keepalive_interval: float = 60.0  # a silent client gets a WebSocket ping after this
-    keepalive_timeout: float = 30.0  # and is dropped if still silent this long after it
     idle_timeout: float | None = None  # drop clients without subscriptions idle this long
     tls_cert: Path | None = None  # PEM certificate chain: the listener speaks wss://
     tls_key: Path | None = None  # its private key (both or neither)
@@ -111,15 +106,13 @@ class RouterConfig:
         if self.send_queue_size < 1:
             raise ConfigError(f"send queue size must be at least 1, not {self.send_queue_size}")
         for name in ("stalled_writer_timeout", "end_batch_interval", "ntf_batch_interval",
-                     "handshake_timeout",
-                     "close_timeout", "message_ttl", "expire_interval", "upgrade_timeout",
-                     "message_timeout", "keepalive_interval", "keepalive_timeout"):
+                     "handshake_timeout", "close_timeout", "message_ttl", "expire_interval"):
             _check_duration(name, getattr(self, name))
         if self.idle_timeout is not None:
             _check_duration("idle_timeout", self.idle_timeout)
-        for name in ("max_pending", "max_pending_per_address", "max_connections",
-                     "max_message_frames"):
-            _check_count(name, getattr(self, name))
+        for bound in CONFIGURABLE_BOUNDS:
+            check = _check_duration if bound.kind is float else _check_count
+            check(bound.name, getattr(self, bound.name))
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("TLS needs both a certificate and a key file")
         if self.password is not None:
@@ -151,6 +144,12 @@ class RouterConfig:
             raise ConfigError(f"new queue burst must be at least 1, not {self.new_queue_burst}")
         if self.memory_store_max_bytes is not None and self.memory_store_max_bytes < 1:
             raise ConfigError("memory store max bytes must be at least 1")
+
+    def edge_limits(self) -> EdgeLimits:
+        return EdgeLimits(  # type: ignore[no-any-return]
+            **{bound.name: getattr(self, bound.name) for bound in CONFIGURABLE_BOUNDS},
+            stalled_timeout=self.stalled_writer_timeout, close_timeout=self.close_timeout,
+        )
 
     @property
     def advertised_host(self) -> str:

@@ -11,7 +11,8 @@ Every key maps to one *setting*, named as the `serve` flag's argparse
 destination, so the file and the command line fill one namespace and a flag
 given on the command line simply replaces the file's value (`cli.py`).
 Adding a key is one line in `KEYS` (and, for a new field, one in the
-RouterConfig built by `cli.config_from_args`).
+RouterConfig built by `cli.config_from_args`); a bound of the listener is a row
+of `EDGE_BOUNDS` (edge_limits.py), which gives its key here.
 
 A file that cannot be used raises `ConfigFileError` whose message names the
 file, the line and the key: `FILE:LINE: [SECTION] key: what is wrong`.
@@ -38,6 +39,7 @@ from .config import (
     ConfigError,
     RouterConfig,
 )
+from .edge_limits import CONFIGURABLE_BOUNDS
 
 CONFIG_FILE_NAME = "smp-router.ini"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -185,22 +187,8 @@ KEYS: tuple[Key, ...] = (
     Key("TRANSPORT", "tls_cert", "tls_cert", _path, None,
         "PEM certificate chain: the router speaks wss:// (with tls_key)"),
     Key("TRANSPORT", "tls_key", "tls_key", _path, None, "the certificate's private key"),
-    Key("TRANSPORT", "upgrade_timeout", "upgrade_timeout", _number,
-        _field_default("upgrade_timeout"), "seconds a new connection has to send its request"),
-    Key("TRANSPORT", "max_pending", "max_pending", _int, _field_default("max_pending"),
-        "connections in the upgrade or SMP handshake, in total"),
-    Key("TRANSPORT", "max_pending_per_address", "max_pending_per_address", _int,
-        _field_default("max_pending_per_address"), "the same, from one remote address"),
-    Key("TRANSPORT", "max_connections", "max_connections", _int,
-        _field_default("max_connections"), "open connections (lowered to fit the fd limit)"),
-    Key("TRANSPORT", "max_message_frames", "max_message_frames", _int,
-        _field_default("max_message_frames"), "WebSocket frames one block may be split into"),
-    Key("TRANSPORT", "message_timeout", "message_timeout", _number,
-        _field_default("message_timeout"), "seconds from a block's first frame to its last"),
-    Key("TRANSPORT", "keepalive_interval", "keepalive_interval", _number,
-        _field_default("keepalive_interval"), "seconds of silence before a client is pinged"),
-    Key("TRANSPORT", "keepalive_timeout", "keepalive_timeout", _number,
-        _field_default("keepalive_timeout"), "seconds a pinged client has to answer"),
+    *(Key("TRANSPORT", bound.name, bound.name, _number if bound.kind is float else _int,
+          bound.default, bound.help) for bound in CONFIGURABLE_BOUNDS),
     Key("LIMITS", "new_queues_per_second", "new_queue_rate", _optional_number,
         DEFAULT_NEW_QUEUE_RATE,
         "NEW commands one connection may send per second, after its burst; off: no limit"),
@@ -220,12 +208,8 @@ KEYS: tuple[Key, ...] = (
         "append the log to this file instead of stderr"),
 )
 
-# [TRANSPORT] keys of the listener (edge.py) that are RouterConfig fields of that name.
-LISTENER_SETTINGS = (
-    "tls_cert", "tls_key", "upgrade_timeout", "max_pending", "max_pending_per_address",
-    "max_connections", "max_message_frames", "message_timeout", "keepalive_interval",
-    "keepalive_timeout",
-)
+# [TRANSPORT] keys of the listener that are RouterConfig fields of that name.
+LISTENER_SETTINGS = ("tls_cert", "tls_key", *(bound.name for bound in CONFIGURABLE_BOUNDS))
 
 # Shown on the server information page, in this order (the reference's names).
 INFORMATION_KEYS = (
