@@ -72,7 +72,7 @@ async def test_a_router_writes_the_header_and_lines_with_its_counts(tmp_path):
             assert stats is not None
             await stats.wait_lines_written(1)  # just after a boundary: a second to act
             await do_things(info, client)
-            await stats.wait_lines_written(stats.statistics()["lines_written"] + 1)
+            await stats.wait_lines_written(stats.statistics().lines_written + 1)
             header, rows = read_rows(path)
     assert header == HEADER
     assert all(r["period"] == "PT1S" for r in rows)

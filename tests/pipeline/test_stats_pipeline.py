@@ -352,7 +352,7 @@ async def run_router_with_traffic(stats_log: Path, messages: int) -> None:
             await client.subscribe(queue)
             for _ in range(messages):
                 await client.ack(queue, (await client.next_event()).msg_id)
-            await stats.wait_lines_written(stats.statistics()["lines_written"] + 1)
+            await stats.wait_lines_written(stats.statistics().lines_written + 1)
         nursery.cancel_scope.cancel()
 
 

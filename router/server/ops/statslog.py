@@ -43,7 +43,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -85,6 +85,11 @@ HEADER = ",".join(COLUMNS)
 HLL_BITS = 12
 HLL_SIZE = 1 << HLL_BITS
 _HLL_ALPHA = 0.7213 / (1 + 1.079 / HLL_SIZE)
+
+
+@dataclass(frozen=True, slots=True)
+class StatsLogStatistics:
+    lines_written: int  # lines that reached the file since the router started
 
 
 def queue_hash(recipient_id: bytes) -> int:
@@ -448,8 +453,8 @@ class StatsLog:
 
     # -- the task -----------------------------------------------------------------
 
-    def statistics(self) -> dict[str, int]:
-        return {"lines_written": self._lines_written}
+    def statistics(self) -> StatsLogStatistics:
+        return StatsLogStatistics(lines_written=self._lines_written)
 
     async def wait_lines_written(self, count: int) -> None:
         """Wait until `count` lines in total have reached the file (for tests and tools)."""
