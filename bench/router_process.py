@@ -52,6 +52,7 @@ import trio
 
 from router.server import RouterConfig, RouterInfo, serve_router
 from router.server.core.commands import ID_SIZE
+from router.server.core.tasks import run_task_count
 from router.server.settings.config import SINGLE_TASK
 from store.interfaces import Message, WriteResult
 
@@ -115,22 +116,6 @@ class GcPauses:
         return {"count": self.count, "max_ms": self.max_ms, "max_cpu_ms": self.max_cpu_ms,
                 "total_ms": self.total_ms, "collected_at_max": self.collected_at_max,
                 "young_at_max": self.young_at_max}
-
-
-def _count_tasks(nursery: trio.Nursery) -> int:
-    n = 0
-    for task in nursery.child_tasks:
-        n += 1
-        for child in task.child_nurseries:
-            n += _count_tasks(child)
-    return n
-
-
-def trio_task_count() -> int:
-    """Every task in this trio run, the root task included."""
-    root = trio.lowlevel.current_root_task()
-    assert root is not None
-    return 1 + sum(_count_tasks(n) for n in root.child_nurseries)
 
 
 class Control:
@@ -215,7 +200,7 @@ class Control:
         reply: dict[str, Any] = {
             "rss": mem.rss,
             "hwm": _vm_hwm(),
-            "tasks": trio_task_count(),
+            "tasks": run_task_count(),
             "connection_tasks": sum(self.router.connection_task_counts().values()),
             "statistics": asdict(stats),
             "gc_pauses": self.gc_pauses.report(),

@@ -68,7 +68,8 @@ def test_the_registry_keeps_one_subscriber_per_queue_and_reports_who_was_displac
 async def test_a_client_with_a_full_send_channel_does_not_hold_up_the_events_of_others():
     events = PendingEvents(interval=0.01)
     full, free = connection(1), connection(2)
-    assert full.push_nowait([b"filler"]) and full.outbox_full()
+    full.push_nowait([b"filler"])  # trio.WouldBlock if it did not fit
+    assert full.outbox_full()
     events.add(ClientSubscriptions(full), b"a" * 24, Event.END)
     events.add(ClientSubscriptions(free), b"b" * 24, Event.DELETED)
     events.flush()  # synchronous: it cannot wait for anyone

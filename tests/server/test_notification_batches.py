@@ -74,7 +74,8 @@ async def test_a_connection_with_a_full_send_channel_keeps_its_nmsgs_and_others_
     c_full, c_free = creds(1), creds(2)
     registry.subscribe(c_full.notifier_id, full)
     registry.subscribe(c_free.notifier_id, free)
-    assert full.push_nowait([b"filler"]) and full.outbox_full()
+    full.push_nowait([b"filler"])  # trio.WouldBlock if it did not fit
+    assert full.outbox_full()
     ntfs.notify(c_full, message(1))
     ntfs.notify(c_free, message(2))
     ntfs.flush()  # synchronous: it cannot wait for anyone

@@ -39,8 +39,9 @@ import trio
 from router.protocol.block import BatchPacker
 from router.protocol.handshake import service_id
 
-from ..edge.block_stream import BlockStream, TransportClosed
+from ..edge.block_stream import STREAM_GONE, BlockStream, TransportClosed
 from ..edge.handshake import Handshake
+from .tasks import count_tasks
 
 log = logging.getLogger(__name__)
 
@@ -96,32 +97,34 @@ class Connection:
             and stats.tasks_waiting_receive == 0
         )
 
-    def push_nowait(self, transmissions: list[bytes]) -> bool:
-        """Queue a batch without waiting; False if the outbox is full.
+    def push_nowait(self, transmissions: list[bytes]) -> None:
+        """Queue a batch without waiting; `trio.WouldBlock` if the outbox is full.
 
         A closed connection swallows the batch: its client will never read it.
         """
         if self.closed:
-            return True
+            return
         try:
             self._outbox.send_nowait(transmissions)
-        except trio.WouldBlock:
-            return False
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            return True
-        return True
+        except STREAM_GONE:
+            pass
 
     async def push(self, transmissions: list[bytes]) -> None:
         try:
             await self._outbox.send(transmissions)
-        except (trio.ClosedResourceError, trio.BrokenResourceError) as e:
+        except STREAM_GONE as e:
             raise TransportClosed("connection closed") from e
 
     def push_events(self, transmissions: list[bytes]) -> None:
         """Hand over END/DELD/NMSG pushes without waiting, keeping their order."""
-        if self.overflow_events or not self.push_nowait(transmissions):
-            self.overflow_events.extend(transmissions)
-            self.wake_delivery()
+        if not self.overflow_events:
+            try:
+                self.push_nowait(transmissions)
+                return
+            except trio.WouldBlock:
+                pass
+        self.overflow_events.extend(transmissions)
+        self.wake_delivery()
 
     # --- delivery task's wake-up ------------------------------------------------
 
@@ -176,7 +179,7 @@ class Connection:
         nested nurseries included."""
         if self.nursery is None:
             return 0
-        return int(self._receiving) + _count_tasks(self.nursery)
+        return int(self._receiving) + count_tasks(self.nursery)
 
     async def _until_done(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
         try:
@@ -232,12 +235,3 @@ class Connection:
                 blocks.append(packer.take_block())
             await send_blocks(blocks)  # one write for all of them, where the transport can
             del blocks
-
-
-def _count_tasks(nursery: trio.Nursery) -> int:
-    count = 0
-    for task in nursery.child_tasks:
-        count += 1
-        for child in task.child_nurseries:
-            count += _count_tasks(child)
-    return count
