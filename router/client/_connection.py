@@ -282,10 +282,9 @@ class Connection:
                 continue
             waiting, self._outbox = self._outbox, []
             for data in waiting:
-                if not packer.add(data):
+                if (full := packer.pack(data)) is not None:
                     self._blocks_sent += 1
-                    await send_block(packer.take_block())
-                    packer.add(data)
+                    await send_block(full)
 
     # --- reader --------------------------------------------------------------
 

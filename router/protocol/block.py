@@ -130,15 +130,23 @@ class BatchPacker:
         self._count = 0
         return block
 
+    def pack(self, transmission: bytes) -> bytes | None:
+        """Add `transmission`; if it does not fit, the block of what came before it
+        is returned (ready to send) and `transmission` starts the next one."""
+        if self.add(transmission):
+            return None
+        full = self.take_block()
+        self.add(transmission)
+        return full
+
 
 def encode_batches(transmissions: Iterable[bytes]) -> list[bytes]:
     """Pack `transmissions` in order into as few padded blocks as the rule allows."""
     packer = BatchPacker()
     blocks: list[bytes] = []
     for t in transmissions:
-        if not packer.add(t):
-            blocks.append(packer.take_block())
-            packer.add(t)
+        if (full := packer.pack(t)) is not None:
+            blocks.append(full)
     if len(packer):
         blocks.append(packer.take_block())
     return blocks

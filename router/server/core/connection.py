@@ -223,9 +223,8 @@ class Connection:
             blocks = []
             while True:  # drain what is queued now into as few blocks as fit
                 for t in batch:
-                    if not packer.add(t):
-                        blocks.append(packer.take_block())
-                        packer.add(t)
+                    if (full := packer.pack(t)) is not None:
+                        blocks.append(full)
                 try:
                     batch = outbox.receive_nowait()
                 except trio.WouldBlock:
