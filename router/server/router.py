@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -34,7 +34,7 @@ from store.interfaces import MessageStore, Party, QueueStore
 from store.memory.stores import MemoryMessageStore, MemoryQueueStore
 
 from .core.blocked import BlockedQueues
-from .core.commands import CommandContext, Commands
+from .core.commands import CommandContext, Commands, not_logged, nothing_to_expire
 from .core.connection import Connection
 from .core.counters import Counters, RouterStatistics
 from .core.delivery import Deliverer
@@ -42,7 +42,8 @@ from .core.dispatch import Dispatcher
 from .core.expiry import Expirer
 from .core.notifications import Notifications
 from .core.services import Services
-from .core.subscriptions import ClientSubscriptions, Event, PendingEvents, Subscriptions
+from .core.serving import ClientServing
+from .core.subscriptions import ClientSubscriptions, Event, Subscriptions
 from .edge.block_stream import BlockStream, TransportClosed
 from .edge.gate import GatedTransport, Suspendable, SuspendGate
 from .edge.handshake import server_handshake
@@ -83,7 +84,7 @@ class Router:
         self.gate = SuspendGate()  # closed by the control port's suspend
         self.listener: Suspendable | None = None  # the listener, once it is accepting
         self.blocked = BlockedQueues(config.data_dir)  # recipient id -> reason
-        self._assemble_parts()
+        self.subscriptions = Subscriptions(self.counters, config.end_batch_interval)
         self.expirer = Expirer(
             messages, ttl=config.message_ttl, interval=config.expire_interval,
             on_expired=self._count_expired,
@@ -94,12 +95,12 @@ class Router:
             self.stats_log = StatsLog(
                 config.stats_log, self.statistics, interval=config.stats_interval
             )
+        self._assemble_parts()
 
     def _assemble_parts(self) -> None:
-        """Subscriptions, delivery, services, notifications and the command
-        handlers, each given only what it uses."""
+        """Delivery, services, notifications, the command handlers and how each
+        client is served, each given only what it uses."""
         config, counters = self.config, self.counters
-        self.subscriptions = Subscriptions(counters, config.end_batch_interval)
         self.notifications = Notifications(
             self.subscriptions.notifier_connection, config.ntf_batch_interval
         )
@@ -113,10 +114,14 @@ class Router:
         self.commands = commands = Commands(CommandContext(
             config, self.queues, self.messages, counters, self.subscriptions, self.deliverer,
             self.services, self.notifications, self.blocked,
-            queue_active=self.queue_active, expire_before_send=self.expire_before_send,
+            # The command handlers call these directly, not through the router.
+            queue_active=(self.stats_log.record_active_queue if self.stats_log is not None
+                          else not_logged),
+            expire_before_send=(self.expirer.expire_queue if config.expire_on_send
+                                else nothing_to_expire),
         ))
         self.dispatcher = Dispatcher(self.queues, commands.execute)
-        self._serving = _Serving(
+        self._serving = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )
 
@@ -151,18 +156,6 @@ class Router:
     def _subscribed_anything(self, conn: Connection) -> bool:
         client = self.subscriptions.subscriber_for(conn)
         return client is not None and bool(client.queues or client.notifiers)
-
-    # --- hooks for the command handlers --------------------------------------------
-
-    def queue_active(self, recipient_id: bytes) -> None:
-        """The queue was used (created, secured, sent to, subscribed, acknowledged on)."""
-        if self.stats_log is not None:
-            self.stats_log.record_active_queue(recipient_id)
-
-    async def expire_before_send(self, recipient_id: bytes) -> None:
-        """With `expire_on_send`, drop the queue's expired messages before a SEND."""
-        if self.config.expire_on_send:
-            await self.expirer.expire_queue(recipient_id)
 
     def _count_expired(self, n: int) -> None:
         self.counters.messages_expired += n
@@ -281,29 +274,6 @@ class Router:
             if conn.session_id == session_id:
                 return conn
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class _Serving:
-    """How each connection's client is served (`Connection.run`): one for the
-    router, so that a connection costs no object of its own to join the parts."""
-
-    dispatcher: Dispatcher
-    deliverer: Deliverer
-    services: Services
-    events: PendingEvents
-
-    def process_block(self, client: ClientSubscriptions, block: bytes) -> Awaitable[list[bytes]]:
-        client.in_block = True  # its END/DELD now wait for this block's answers
-        return self.dispatcher.process_block(client, block)
-
-    def delivery_loop(self, client: ClientSubscriptions) -> Awaitable[None]:
-        return self.deliverer.delivery_loop(client, self.services)
-
-    def answered(self, client: ClientSubscriptions) -> None:
-        client.in_block = False
-        self.events.release(client)
-        client.start_catch_up()
 
 
 @dataclass(frozen=True, slots=True)

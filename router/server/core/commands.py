@@ -110,7 +110,15 @@ class CommandContext:
     notifications: Notifications
     blocked: BlockedQueues
     queue_active: Callable[[bytes], None]  # the queue was used (the stats log counts it)
-    expire_before_send: Callable[[bytes], Awaitable[None]]
+    expire_before_send: Callable[[bytes], Awaitable[None]]  # with expire_on_send
+
+
+def not_logged(recipient_id: bytes) -> None:
+    """`queue_active` of a router without a stats log."""
+
+
+async def nothing_to_expire(recipient_id: bytes) -> None:
+    """`expire_before_send` of a router that expires messages only in its passes."""
 
 
 def _reply(verified: Verified, resp: Response | ErrorType) -> list[bytes]:
