@@ -386,7 +386,7 @@ def _as_the_cli_does_once_loaded(
     """What `smp-router serve` runs between starting the router and printing its line;
     returns its collector policy (None if the tree has none or it is turned off)."""
     try:
-        from router.server.cli import main as cli
+        from router.server.cli import serve as cli
     except ImportError:  # a tree from before the command line was a folder
         from router.server import cli  # type: ignore[no-redef]
 

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from router.client import RecipientQueue, SMPError, open_client
-from router.server.cli.main import DEFAULT_STORE
+from router.server.cli.settings import DEFAULT_STORE
 from router.server.ops.statslog import HEADER
 from store import KIND_FILE
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from router.server.cli.main import build_parser, config_from_args, main
+from router.server.cli.main import build_parser, main
+from router.server.cli.settings import config_from_args
 from router.server.settings.config import (
     DEFAULT_MEMORY_STORE_MAX_BYTES,
     DEFAULT_NEW_QUEUE_RATE,

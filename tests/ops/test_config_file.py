@@ -12,7 +12,8 @@ import pytest
 import trio
 
 from router.client import open_client
-from router.server.cli.main import build_parser, config_from_args, main
+from router.server.cli.main import build_parser, main
+from router.server.cli.settings import config_from_args
 from router.server.settings.config_file import (
     CONFIG_FILE_NAME,
     DEFAULTS,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from router.server.cli.main import build_parser, config_from_args, main
+from router.server.cli.main import build_parser, main
+from router.server.cli.settings import config_from_args
 
 
 def test_every_serve_flag_reaches_the_configuration():

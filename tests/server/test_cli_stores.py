@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from router.server.cli.main import (
+from router.server.cli.main import build_parser, main
+from router.server.cli.migrate import ProgressBar
+from router.server.cli.settings import (
     DEFAULT_STORE,
-    ProgressBar,
-    build_parser,
     config_from_args,
     default_data_dir,
-    main,
     store_and_data_dir,
 )
 from store import KIND_FILE

@@ -1,0 +1,37 @@
+"""`smp-router init`: a router identity and a commented configuration file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..edge.identity import load_or_create_identity
+from ..settings.config import (
+    ConfigError,
+)
+from ..settings.config_file import (
+    CONFIG_FILE_NAME,
+    template,
+)
+
+
+def init_data_dir(data_dir: Path) -> None:
+    """Create the identity and, unless there is one already, a commented configuration."""
+    if data_dir.exists() and not data_dir.is_dir():
+        raise ConfigError(f"data directory {data_dir} is not a directory")
+    identity = load_or_create_identity(data_dir)
+    print(f"router identity in {data_dir}: {identity.fingerprint}", flush=True)
+    config_file = data_dir / CONFIG_FILE_NAME
+    if config_file.exists():
+        print(f"configuration kept: {config_file}", flush=True)
+    else:
+        _write_new_file(config_file, template())
+        print(f"configuration written: {config_file}", flush=True)
+
+
+def _write_new_file(path: Path, text: str) -> None:
+    """Owner-only (it may hold passwords), and never over an existing file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)

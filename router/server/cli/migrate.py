@@ -1,0 +1,60 @@
+"""`smp-router migrate-store`: copy a stopped router's queues and messages into
+another kind of store, with a progress bar.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from store import migrate_store
+
+from ..settings.config import (
+    ConfigError,
+)
+
+
+async def migrate(data_dir: Path, to_kind: str) -> None:
+    """Stop the router first: the data directory must not be in use while it is copied."""
+    bar = ProgressBar(sys.stderr)
+    try:
+        queues, messages = await migrate_store(data_dir, to_kind, progress=bar.update)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    finally:
+        bar.close()
+    print(f"{data_dir}: {queues} queues and {messages} messages now in a {to_kind} store "
+          "(counts checked)", flush=True)
+
+
+class ProgressBar:
+    """One line per phase on a stream, redrawn in place on a terminal, else printed at
+    every tenth of the way (so a log file gets a few lines, not thousands)."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._phase: str | None = None
+        self._shown = -1
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if phase != self._phase:
+            self.close()
+            self._phase, self._shown = phase, -1
+        tenth = 10 if total == 0 else done * 10 // total
+        if not self._tty and tenth == self._shown:
+            return
+        self._shown = tenth
+        filled = self.WIDTH if total == 0 else done * self.WIDTH // total
+        line = f"{phase:>8} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total}"
+        self._stream.write(("\r" + line) if self._tty else line + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._tty and self._phase is not None:
+            self._stream.write("\n")
+            self._stream.flush()
+        self._phase = None
