@@ -19,7 +19,7 @@ from store import SnapshotError, StoreKindMismatch, open_stores, store_options
 from store.factory import store_dir
 from store.interfaces import MessageStore, QueueStore, StoreError
 from store.journal.storelog import LogCorruptError, StoreLogError
-from store.sqlite.stores import DB_FILE
+from store.sqlite.database import DB_FILE
 
 from .settings.config import ConfigError, RouterConfig
 

@@ -7,7 +7,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from ..kinds import SqliteOptions, Stores
-from .stores import DB_FILE, SqliteMessageStore, open_queue_store, open_sqlite_database
+from .database import DB_FILE, open_sqlite_database
+from .messages import SqliteMessageStore
+from .queues import open_queue_store
 
 
 @asynccontextmanager

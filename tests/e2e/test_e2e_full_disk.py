@@ -24,7 +24,7 @@ import trio
 import store.journal.messages
 from router.client import SMPClient, SMPError, open_client
 from router.server import RouterConfig, RouterInfo, serve_router
-from store.sqlite.stores import SqliteMessageStore
+from store.sqlite.messages import SqliteMessageStore
 
 BODY = os.urandom(16000)  # a full-size message, so one does not fit in leftover bytes
 TMPFS_SIZE = "4m"

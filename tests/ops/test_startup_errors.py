@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store.sqlite.stores import DB_FILE
+from store.sqlite.database import DB_FILE
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 

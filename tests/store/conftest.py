@@ -22,13 +22,9 @@ import pytest
 from store.journal.messages import open_journal
 from store.journal.storelog import open_store_log
 from store.memory.stores import MemoryMessageStore, MemoryQueueStore
-from store.sqlite.stores import (
-    DB_FILE,
-    SqliteMessageStore,
-    SqliteQueueStore,
-    open_queue_store,
-    open_sqlite_database,
-)
+from store.sqlite.database import DB_FILE, open_sqlite_database
+from store.sqlite.messages import SqliteMessageStore
+from store.sqlite.queues import SqliteQueueStore, open_queue_store
 
 
 @dataclass(frozen=True)

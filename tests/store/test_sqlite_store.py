@@ -11,13 +11,9 @@ import pytest
 import trio
 
 from store.interfaces import Message, NotifierCreds, Party, QueueRecord, StoreError, WriteResult
-from store.sqlite.stores import (
-    DB_FILE,
-    SqliteDatabase,
-    SqliteMessageStore,
-    open_queue_store,
-    open_sqlite_database,
-)
+from store.sqlite.database import DB_FILE, SqliteDatabase, open_sqlite_database
+from store.sqlite.messages import SqliteMessageStore
+from store.sqlite.queues import open_queue_store
 
 
 def new_id() -> bytes:

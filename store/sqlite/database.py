@@ -1,0 +1,229 @@
+"""The SQLite database the queue and message stores share, and its worker thread.
+
+Theory of operation
+-------------------
+`SqliteDatabase` owns one `sqlite3` connection in WAL mode. Every use of it
+goes through `trio.to_thread.run_sync` with a `CapacityLimiter(1)`, so the
+connection is only ever touched by one worker thread at a time and the Trio
+thread never blocks on disk.
+
+Writes are closures `op(conn) -> result` that only touch the database. They
+are grouped into transactions by group commit (`GroupCommit`, store/durability.py,
+the same as the journal's): a writer appends its op to the
+pending list; if no batch is being committed it becomes the committer, takes
+the whole pending list and runs it as one transaction on the worker; writers
+that arrive meanwhile wait, and one of them commits their ops together as the
+next batch. A writer's await returns only after the transaction holding its op
+committed. If a batch fails, it is rolled back and each op is retried in a
+transaction of its own, so one failing op cannot fail its neighbours. Waiting
+for a commit is shielded from cancellation: an op that was handed over always
+completes, and its caller always updates its cache to match.
+
+`--fsync` maps onto PRAGMA synchronous: never -> OFF (a commit is written to
+the OS, so it survives a crash of the router, not a power loss), batch and
+always -> FULL (each committed transaction is synced before any of its
+writers is answered). Group commit makes FULL cheap: one sync covers every
+write that arrived while the previous transaction was being committed, which
+is what `batch` promises; the two differ only for the journal, whose batch
+also waits a short window for more writers.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from router.protocol.types import INTERNAL, store_error
+
+from ..durability import FsyncPolicy, GroupCommit
+from ..interfaces import (
+    Message,
+    QueueRecord,
+    StoreError,
+)
+from .schema import INSERT_MESSAGE, INSERT_QUEUE, SCHEMA, SCHEMA_VERSION, message_row, queue_row
+
+T = TypeVar("T")
+Op = Callable[[sqlite3.Connection], Any]
+
+DB_FILE = "store.sqlite3"
+SYNCHRONOUS = {FsyncPolicy.NEVER: "OFF", FsyncPolicy.BATCH: "FULL", FsyncPolicy.ALWAYS: "FULL"}
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """Map a failure of the database layer to StoreError; leave bugs as they are."""
+    if isinstance(exc, sqlite3.IntegrityError | sqlite3.ProgrammingError):
+        return StoreError(INTERNAL, str(exc))
+    if isinstance(exc, sqlite3.Error):
+        return StoreError(store_error(str(exc)), type(exc).__name__)
+    if isinstance(exc, OSError):
+        return StoreError(store_error(exc.strerror or "I/O error"), str(exc))
+    return exc
+
+
+class _Pending:
+    __slots__ = ("op", "result", "error")
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class SqliteDatabase:
+    """One database file, one worker path, group-committed writes."""
+
+    def __init__(self, path: Path | str, *, fsync: FsyncPolicy | str = FsyncPolicy.BATCH) -> None:
+        self.path = Path(path)
+        self.fsync = FsyncPolicy.parse(fsync)
+        self._limiter = trio.CapacityLimiter(1)
+        self._conn: sqlite3.Connection | None = None
+        self._pending: list[_Pending] = []
+        self._group = GroupCommit(self._commit_pending)
+        self.commits = 0  # transactions committed, for statistics and tests
+        self.reads = 0  # read calls made on the worker
+
+    # --- lifecycle ----------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._run(self._connect)
+
+    def _connect(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={SYNCHRONOUS[self.fsync]}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    INTERNAL, f"{self.path}: schema version {version} is newer than this router"
+                )
+            conn.executescript(SCHEMA)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._conn is None:
+            return
+        with trio.CancelScope(shield=True):
+            await self._group.wait(hurry=True)  # every write handed over before is committed
+            await self._run(self._disconnect)
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    # --- reads and writes ---------------------------------------------------
+
+    async def read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a read-only op on the worker, between write transactions."""
+        self.reads += 1
+        return await self._run(lambda: op(self._connection()))
+
+    async def write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `op` inside a group-committed transaction; return once it committed."""
+        item = _Pending(op)
+        self._pending.append(item)
+        with trio.CancelScope(shield=True):
+            await self._group.wait()
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    async def _commit_pending(self) -> None:
+        """One group-commit round: every op handed over so far, as one transaction."""
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        try:
+            await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
+        except Exception as exc:  # the worker call itself failed: fail the whole batch
+            for item in batch:
+                item.error = translate_error(exc)
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        conn = self._connection()
+        try:
+            self._transaction(conn, batch)
+        except Exception:
+            if len(batch) == 1:
+                raise
+            for item in batch:  # isolate the failing op: every other op still commits
+                try:
+                    self._transaction(conn, [item])
+                except Exception as exc:
+                    item.error = translate_error(exc)
+
+    def _transaction(self, conn: sqlite3.Connection, batch: list[_Pending]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            results = [item.op(conn) for item in batch]
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self.commits += 1
+        for item, result in zip(batch, results, strict=True):
+            item.result = result
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        try:
+            return await trio.to_thread.run_sync(fn, limiter=self._limiter)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise translate_error(exc) from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(INTERNAL, f"{self.path} is closed")
+        return self._conn
+
+    # --- migration ----------------------------------------------------------
+
+    async def bulk_import(
+        self, queues: Iterable[QueueRecord], messages: Iterable[tuple[bytes, Message]] = ()
+    ) -> tuple[int, int]:
+        """Insert many queues and messages (each list oldest first per queue) in one
+        transaction; returns (queues, messages) inserted. Any duplicate id fails it all."""
+        queues, messages = list(queues), list(messages)  # an op may run twice (batch retry)
+
+        def op(conn: sqlite3.Connection) -> tuple[int, int]:
+            before = conn.total_changes
+            conn.executemany(INSERT_QUEUE, (queue_row(r) for r in queues))
+            mid = conn.total_changes
+            conn.executemany(INSERT_MESSAGE, (message_row(rid, m) for rid, m in messages))
+            return mid - before, conn.total_changes - mid
+
+        return await self.write(op)
+
+
+
+@asynccontextmanager
+async def open_sqlite_database(
+    path: Path | str, *, fsync: FsyncPolicy | str = FsyncPolicy.BATCH
+) -> AsyncIterator[SqliteDatabase]:
+    db = SqliteDatabase(path, fsync=fsync)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()

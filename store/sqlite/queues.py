@@ -1,0 +1,397 @@
+"""The SQLite queue store: the records in the database, their ids and a bounded
+cache in memory.
+
+`SqliteQueueStore` keeps two things in memory. An index of the ids of every
+live queue (recipient, sender and notifier ids, nothing else) answers a lookup
+of an id that does not exist without touching the database: otherwise such a
+lookup would cost a read on the worker thread while an existing, cached queue
+costs none, and the answer time would tell which queue ids exist
+(docs/protocol.md, "Transmissions and authorization"). And a cache of queue
+records (a `QueueTable`, store/queue_table.py, over an OrderedDict), bounded to
+`cache_size` records with least-recently-used eviction, loaded on a miss and
+always updated after the database commit, never before. Misses load under a
+per-id lock with a second look into the cache after the lock is taken, so
+concurrent misses for one queue read the database once. Deleting a queue is a soft delete (the row
+gets `deleted_at`); `compact()` removes rows deleted longer than
+`deleted_ttl` ago, and runs when the store opens.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from router.protocol.types import AUTH, ErrorType
+
+from ..interfaces import (
+    DUPLICATE,
+    Message,
+    NotifierCreds,
+    Party,
+    QueueRecord,
+)
+from ..kinds import DEFAULT_CACHE_SIZE, DEFAULT_DELETED_TTL
+from ..queue_table import (
+    Decision,
+    QueueTable,
+    check_service_party,
+    decide_add_notifier,
+    decide_create,
+    decide_delete_notifier,
+    decide_secure,
+    decide_set_service,
+    decide_suspend,
+    step,
+)
+from .database import SqliteDatabase
+from .schema import (
+    INSERT_QUEUE,
+    LIVE_BY,
+    PAGE,
+    QUEUE_COLUMNS,
+    QUEUE_PAGE,
+    SELECT_QUEUE,
+    queue_row,
+    record_from_row,
+)
+
+# --- queue store -------------------------------------------------------------------
+
+
+class _KeyedLocks:
+    """A trio.Lock per key, dropped when nobody holds or waits for it."""
+
+    __slots__ = ("_locks",)
+
+    def __init__(self) -> None:
+        self._locks: dict[Any, list[Any]] = {}  # key -> [lock, users]
+
+    @asynccontextmanager
+    async def hold(self, key: Any) -> AsyncIterator[None]:
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = [trio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[key]
+
+
+class _LiveIds:
+    """The ids of every live queue, per party (recipient, sender, notifier), nothing else."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self) -> None:
+        self._ids: dict[Party, set[bytes]] = {party: set() for party in Party}
+
+    def taken(self, party: Party, entity_id: bytes) -> bool:
+        return entity_id in self._ids[party]
+
+    def add(self, rid: bytes, sid: bytes, nid: bytes | None) -> None:
+        self._ids[Party.RECIPIENT].add(rid)
+        self._ids[Party.SENDER].add(sid)
+        if nid is not None:
+            self._ids[Party.NOTIFIER].add(nid)
+
+    def discard(self, party: Party, entity_id: bytes) -> None:
+        self._ids[party].discard(entity_id)
+
+    def index(self, rec: QueueRecord) -> None:
+        self.add(rec.recipient_id, rec.sender_id, _notifier_id(rec))
+
+    def unindex(self, rec: QueueRecord) -> None:
+        self.discard(Party.RECIPIENT, rec.recipient_id)
+        self.discard(Party.SENDER, rec.sender_id)
+        if rec.notifier is not None:
+            self.discard(Party.NOTIFIER, rec.notifier.notifier_id)
+
+
+def _notifier_id(rec: QueueRecord) -> bytes | None:
+    return None if rec.notifier is None else rec.notifier.notifier_id
+
+
+class SqliteQueueStore:
+    """Queue records in the `queues` table, behind a coherent in-memory cache."""
+
+    def __init__(
+        self,
+        db: SqliteDatabase,
+        *,
+        deleted_ttl: int = DEFAULT_DELETED_TTL,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, not {cache_size}")
+        self.db = db
+        self.deleted_ttl = deleted_ttl
+        self.cache_size = cache_size
+        self._clock = clock
+        # The cached records, oldest use first, with the indexes of the shared table.
+        self._lru: OrderedDict[bytes, QueueRecord] = OrderedDict()  # oldest use first
+        self._cache = QueueTable(self._lru)  # the cached records, indexed as every table
+        self._ids = _LiveIds()  # a lookup of any other id is a miss without the database
+        self._locks = _KeyedLocks()
+        self._deletes = 0  # bumped on every delete: a load that straddles one is discarded
+
+    async def load_ids(self) -> None:
+        """Read the ids of every live queue into the index (when the store opens)."""
+        sql = "SELECT recipient_id, sender_id, notifier_id FROM queues WHERE deleted_at IS NULL"
+        rows = await self.db.read(lambda conn: conn.execute(sql).fetchall())
+        for ids in rows:
+            self._ids.add(*ids)
+
+    def cached_count(self) -> int:
+        return len(self._cache.queues)
+
+    async def bulk_import(
+        self, queues: Iterable[QueueRecord], messages: Iterable[tuple[bytes, Message]] = ()
+    ) -> tuple[int, int]:
+        """`SqliteDatabase.bulk_import`, with the imported queues' ids indexed."""
+        queues = list(queues)
+        counts = await self.db.bulk_import(queues, messages)
+        for rec in queues:
+            self._ids.index(rec)
+        return counts
+
+    # --- cache ---------------------------------------------------------------
+
+    def _cached(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        rec = self._cache.get(party, entity_id)
+        if rec is not None:
+            self._lru.move_to_end(rec.recipient_id)
+        return rec
+
+    def _cache_put(self, rec: QueueRecord, previous: QueueRecord | None = None) -> None:
+        """Cache the record as it now is in the database (and index its ids);
+        `previous`: the record it replaces, whose notifier id may be gone now."""
+        old = self._cache.queues.get(rec.recipient_id) or previous
+        if old is not None and old.notifier is not None and old.notifier != rec.notifier:
+            self._ids.discard(Party.NOTIFIER, old.notifier.notifier_id)
+        self._ids.index(rec)
+        self._cache.put(rec)  # the most recently used: put moves it to the end
+        while len(self._cache.queues) > self.cache_size:
+            # Forget the record, not the queue: its ids stay in the index.
+            self._cache.drop(next(iter(self._cache.queues)))
+
+    def _cache_drop(self, rec: QueueRecord) -> None:
+        """The queue is gone: forget the record and its ids."""
+        self._cache.drop(rec.recipient_id)
+        self._ids.unindex(rec)
+
+    async def _load(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        rec = self._cached(party, entity_id)
+        if rec is not None:
+            return rec
+        if not self._ids.taken(party, entity_id):
+            return None  # no such queue: as quick as a cached one, and no database read
+        async with self._locks.hold((party, entity_id)):
+            while True:
+                rec = self._cached(party, entity_id)  # another task may have loaded it
+                if rec is not None:
+                    return rec
+                deletes = self._deletes
+                row = await self.db.read(
+                    lambda conn: conn.execute(LIVE_BY[party], (entity_id,)).fetchone()
+                )
+                if deletes != self._deletes:
+                    continue  # a delete committed meanwhile: the row may be stale
+                if row is None:
+                    return None
+                rec = record_from_row(row)
+                cached = self._cache.queues.get(rec.recipient_id)
+                if cached is not None:
+                    return cached if self._cached(party, entity_id) is cached else None
+                self._cache_put(rec)
+                return rec
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    # --- QueueStore ------------------------------------------------------------
+
+    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
+        row = queue_row(record)
+
+        def op(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(INSERT_QUEUE, row)
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        if isinstance(decide_create(self._ids, record), ErrorType):
+            return DUPLICATE
+        async with self._locks.hold(record.recipient_id):
+            if not await self.db.write(op):
+                return DUPLICATE  # taken by a queue created meanwhile
+            self._cache_put(record)
+        return None
+
+    async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
+        return await self._load(party, entity_id)
+
+    async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            return await self._make(rec, decide_secure(rec, sender_key, self._now()))
+
+    async def add_notifier(self, recipient_id: bytes, creds: NotifierCreds) -> ErrorType | None:
+        nid = creds.notifier_id
+
+        def taken(conn: sqlite3.Connection) -> bool:  # by a queue changed meanwhile
+            sql = "SELECT 1 FROM queues WHERE notifier_id = ? AND deleted_at IS NULL"
+            return conn.execute(sql, (nid,)).fetchone() is not None
+
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            decision = decide_add_notifier(self._ids, rec, creds, self._now())
+            return await self._make(rec, decision, unless=taken, refused=DUPLICATE)
+
+    async def delete_notifier(self, recipient_id: bytes) -> NotifierCreds | None:
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            decision = decide_delete_notifier(rec, self._now())
+            if decision is None or await self._make(rec, decision) is not None:
+                return None
+            return None if rec is None else rec.notifier
+
+    async def suspend_queue(self, recipient_id: bytes) -> ErrorType | None:
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            return await self._make(rec, decide_suspend(rec, self._now()))
+
+    async def set_service(
+        self, recipient_id: bytes, party: Party, service_id: bytes | None
+    ) -> ErrorType | None:
+        check_service_party(party)  # before any I/O
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            return await self._make(rec, decide_set_service(rec, party, service_id, self._now()))
+
+    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+        column = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
+        sql = f"{SELECT_QUEUE} AND {column} = ?"
+        rows = await self.db.read(lambda conn: conn.execute(sql, (service_id,)).fetchall())
+        return [record_from_row(row) for row in rows]
+
+    async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
+        now = self._now()
+
+        def op(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+            row = conn.execute(LIVE_BY[Party.RECIPIENT], (recipient_id,)).fetchone()
+            if row is not None:
+                conn.execute(
+                    "UPDATE queues SET deleted_at = ? WHERE recipient_id = ?"
+                    " AND deleted_at IS NULL",
+                    (now, recipient_id),
+                )
+            return row
+
+        async with self._locks.hold(recipient_id):
+            row = await self.db.write(op)
+            if row is None:
+                return AUTH
+            self._deletes += 1
+            rec = self._cache.queues.get(recipient_id) or record_from_row(row)
+            self._cache_drop(rec)
+            return rec
+
+    async def iter_queues(self) -> AsyncIterator[QueueRecord]:
+        last = 0
+        while True:
+            rows = await self.db.read(
+                lambda conn, last=last: conn.execute(QUEUE_PAGE, (last,)).fetchall()
+            )
+            for row in rows:
+                yield record_from_row(row[1:])
+            if len(rows) < PAGE:
+                return
+            last = rows[-1][0]
+
+    async def queue_count(self) -> int:
+        sql = "SELECT count(*) FROM queues WHERE deleted_at IS NULL"
+        return await self.db.read(lambda conn: conn.execute(sql).fetchone()[0])
+
+    async def compact(self, deleted_before: int | None = None) -> int:
+        """Hard-delete queue rows soft-deleted before `deleted_before` (default: now
+        minus `deleted_ttl`); returns how many rows were removed."""
+        cutoff = self._now() - self.deleted_ttl if deleted_before is None else deleted_before
+        sql = "DELETE FROM queues WHERE deleted_at IS NOT NULL AND deleted_at < ?"
+        return await self.db.write(lambda conn: conn.execute(sql, (cutoff,)).rowcount)
+
+    async def close(self) -> None:
+        self._lru = OrderedDict()
+        self._cache = QueueTable(self._lru)
+        self._ids = _LiveIds()
+
+    # --- internals ---------------------------------------------------------------
+
+    async def _make(
+        self,
+        previous: QueueRecord | None,
+        decision: Decision,
+        *,
+        unless: Callable[[sqlite3.Connection], bool] | None = None,
+        refused: ErrorType = AUTH,
+    ) -> ErrorType | None:
+        """Write the record the decided change makes over the live row of its queue,
+        then cache it. Caller holds the queue's lock."""
+        if decision is None or isinstance(decision, ErrorType):
+            return decision
+        new = step(previous, decision)
+        assert previous is not None and new is not None  # the rules changed a live queue
+        return await self._update(new, previous, unless, refused)
+
+    async def _update(
+        self,
+        new: QueueRecord,
+        previous: QueueRecord,
+        unless: Callable[[sqlite3.Connection], bool] | None,
+        refused: ErrorType,
+    ) -> ErrorType | None:
+        row = queue_row(new)
+        sql = (
+            f"UPDATE queues SET ({QUEUE_COLUMNS}) = ({','.join('?' * len(row))}) "
+            "WHERE recipient_id = ? AND deleted_at IS NULL"
+        )
+
+        def op(conn: sqlite3.Connection) -> ErrorType | None:
+            if unless is not None and unless(conn):
+                return refused
+            if conn.execute(sql, (*row, new.recipient_id)).rowcount == 0:
+                return AUTH  # the cache said live, the database says gone
+            return None
+
+        error = await self.db.write(op)
+        if error is None:
+            self._cache_put(new, previous)
+        elif error is AUTH:
+            self._cache_drop(new)
+        return error
+
+
+
+async def open_queue_store(
+    db: SqliteDatabase,
+    *,
+    deleted_ttl: int = DEFAULT_DELETED_TTL,
+    cache_size: int = DEFAULT_CACHE_SIZE,
+    clock=time.time,
+) -> SqliteQueueStore:
+    """A queue store on `db`, with rows deleted longer than `deleted_ttl` ago removed."""
+    store = SqliteQueueStore(db, deleted_ttl=deleted_ttl, cache_size=cache_size, clock=clock)
+    await store.compact()
+    await store.load_ids()
+    return store
