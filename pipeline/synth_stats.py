@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from router.server.ops.statslog import COUNTER_FIELDS, HEADER, format_line
+from router.server.ops.stats_lines import COUNTER_FIELDS, HEADER, format_line
 
 from .checks import UsageError
 

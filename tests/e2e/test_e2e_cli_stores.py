@@ -18,7 +18,7 @@ import trio
 
 from router.client import RecipientQueue, SMPError, open_client
 from router.server.cli.settings import DEFAULT_STORE
-from router.server.ops.statslog import HEADER
+from router.server.ops.stats_lines import HEADER
 from store import KIND_FILE
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")

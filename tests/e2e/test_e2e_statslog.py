@@ -15,7 +15,7 @@ import trio
 from router.client import SMPClient, open_client
 from router.protocol import crypto
 from router.server import RouterConfig, RouterInfo, serve_router
-from router.server.ops.statslog import COUNTER_FIELDS, HEADER
+from router.server.ops.stats_lines import COUNTER_FIELDS, HEADER
 
 EXPECTED = {
     "queues_created": 2,

@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 from pipeline.charts import CHARTS, Calendar, draw_charts, write_charts
 from pipeline.cli import main
 from pipeline.synth_stats import synthetic_stats_lines
-from router.server.ops.statslog import COUNTER_FIELDS, HEADER
+from router.server.ops.stats_lines import COUNTER_FIELDS, HEADER
 
 FIRST = date(2024, 5, 1)
 

@@ -26,7 +26,8 @@ from pipeline.stats_job import StatsOutput, run_increment, run_stats
 from pipeline.stats_transforms import stats_tables
 from router.client import open_client
 from router.server import RouterConfig, serve_router
-from router.server.ops.statslog import COLUMNS, COUNTER_COLUMNS, StatsLog
+from router.server.ops.stats_lines import COLUMNS, COUNTER_COLUMNS
+from router.server.ops.statslog import StatsLog
 
 pytestmark = pytest.mark.spark
 

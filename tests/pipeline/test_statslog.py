@@ -16,19 +16,18 @@ import trio
 from statslog_driver import CountingRouter, jump_to
 
 from router.server.core.counters import RouterStatistics
-from router.server.ops.statslog import (
+from router.server.ops.active_queues import HyperLogLog, queue_hash
+from router.server.ops.stats_lines import (
     COLUMNS,
     COUNTER_COLUMNS,
     GAUGE_COLUMNS,
     HEADER,
-    HyperLogLog,
-    StatsLog,
     format_line,
     period_label,
     period_resets,
-    queue_hash,
     stats_line,
 )
+from router.server.ops.statslog import StatsLog
 
 
 def utc(text: str) -> int:

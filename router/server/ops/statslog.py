@@ -1,9 +1,12 @@
 """The router's statistics log: one CSV line per interval plus a daily roll-up.
 
+This module is the file and the task that writes it; the lines are made in
+`stats_lines.py`, the active queues counted in `active_queues.py`.
+
 Theory of operation
 -------------------
-The router keeps one set of monotonic totals (`stats.Counters`) and answers
-`Router.statistics()` with a snapshot of them (`stats.RouterStatistics`). The log
+The router keeps one set of monotonic totals (`core/counters.py` `Counters`) and answers
+`Router.statistics()` with a snapshot of them (`RouterStatistics`). The log
 holds two snapshots: the one taken when the current interval began and the one
 taken when the current UTC day began. A line is the difference between such a
 snapshot and the snapshot at the line's end, computed by the pure `stats_line`;
@@ -35,16 +38,12 @@ one line per (period, time), see docs/stats-log.md.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import logging
-import math
 import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -52,224 +51,30 @@ import trio
 from store.durability import atomic_write
 
 from ..core.counters import RouterStatistics
+from .active_queues import ActiveQueues
+from .stats_lines import (
+    DAY,
+    DEFAULT_INTERVAL,
+    HEADER,
+    check_interval,
+    floor_to,
+    interval_counts,
+    period_resets,
+    rebase,
+    stats_line,
+)
 
 log = logging.getLogger(__name__)
 
-DAY = 86400
-DEFAULT_INTERVAL = 3600
+
 STATE_VERSION = 1
 WAKE_SLACK = 1.0  # seconds
-
-# Count columns: how many times each thing happened in the period. Each column
-# writes one field of the router's statistics; the column names are the file's.
-COUNTER_COLUMNS = {
-    "queues_created": "queues_created",
-    "queues_secured": "queues_secured",
-    "queues_deleted": "queues_deleted",
-    "msgs_sent": "messages_sent",
-    "msgs_delivered": "messages_delivered",
-    "msgs_acknowledged": "messages_acked",
-    "msgs_expired": "messages_expired",
-    "msgs_quota_refused": "messages_quota_refused",
-}
-# Gauge columns: the statistic's value at the end of the period.
-GAUGE_COLUMNS = {"subscriptions": "subscriptions", "clients": "connections"}
-COUNTER_FIELDS = tuple(COUNTER_COLUMNS)
-GAUGE_FIELDS = tuple(GAUGE_COLUMNS)
-ACTIVE_FIELDS = ("active_queues_day", "active_queues_week", "active_queues_month")
-COLUMNS = ("time", "period", *COUNTER_FIELDS, *GAUGE_FIELDS, *ACTIVE_FIELDS)
-HEADER = ",".join(COLUMNS)
-
-# --- HyperLogLog -------------------------------------------------------------
-
-HLL_BITS = 12
-HLL_SIZE = 1 << HLL_BITS
-_HLL_ALPHA = 0.7213 / (1 + 1.079 / HLL_SIZE)
 
 
 @dataclass(frozen=True, slots=True)
 class StatsLogStatistics:
     lines_written: int  # lines that reached the file since the router started
 
-
-def queue_hash(recipient_id: bytes) -> int:
-    """A 64-bit hash of a recipient id; only this ever reaches a sketch."""
-    return int.from_bytes(hashlib.blake2b(recipient_id, digest_size=8).digest(), "big")
-
-
-class HyperLogLog:
-    """A distinct-count sketch of fixed size (Flajolet et al., 2007)."""
-
-    __slots__ = ("registers",)
-
-    def __init__(self, registers: bytes | None = None) -> None:
-        if registers is not None and len(registers) != HLL_SIZE:
-            raise ValueError(f"a sketch has {HLL_SIZE} registers, not {len(registers)}")
-        self.registers = bytearray(registers if registers is not None else HLL_SIZE)
-
-    def add_hash(self, h: int) -> None:
-        index = h >> (64 - HLL_BITS)
-        rest = h & ((1 << (64 - HLL_BITS)) - 1)
-        # rank = position of the first 1 bit in the remaining 52 bits, counted from 1
-        rank = (64 - HLL_BITS) - rest.bit_length() + 1
-        if rank > self.registers[index]:
-            self.registers[index] = rank
-
-    def estimate(self) -> int:
-        zeros = self.registers.count(0)
-        if zeros == HLL_SIZE:
-            return 0
-        raw = _HLL_ALPHA * HLL_SIZE * HLL_SIZE / sum(2.0**-r for r in self.registers)
-        if raw <= 2.5 * HLL_SIZE and zeros:
-            # small range: linear counting is nearly exact here
-            return round(HLL_SIZE * math.log(HLL_SIZE / zeros))
-        return round(raw)
-
-    def merge(self, other: HyperLogLog) -> None:
-        self.registers = bytearray(map(max, self.registers, other.registers))
-
-    def clear(self) -> None:
-        self.registers = bytearray(HLL_SIZE)
-
-    def to_text(self) -> str:
-        return base64.b64encode(bytes(self.registers)).decode("ascii")
-
-    @classmethod
-    def from_text(cls, text: str) -> HyperLogLog:
-        return cls(base64.b64decode(text))
-
-
-# --- the active-queue sketches ---------------------------------------------------
-
-SKETCH_PERIODS = ("day", "week", "month")
-
-
-class ActiveQueues:
-    """The distinct queues active in the current UTC day, ISO week and month."""
-
-    __slots__ = ("day", "week", "month")
-
-    def __init__(self) -> None:
-        self.day = HyperLogLog()
-        self.week = HyperLogLog()
-        self.month = HyperLogLog()
-
-    def record(self, recipient_id: bytes) -> None:
-        """Count the queue as active today, this week and this month."""
-        h = queue_hash(recipient_id)
-        self.day.add_hash(h)
-        self.week.add_hash(h)
-        self.month.add_hash(h)
-
-    def estimates(self) -> dict[str, int]:
-        return {f"active_queues_{name}": getattr(self, name).estimate() for name in SKETCH_PERIODS}
-
-    def new_day(self, week_changed: bool, month_changed: bool) -> None:
-        self.day.clear()
-        if week_changed:
-            self.week.clear()
-        if month_changed:
-            self.month.clear()
-
-    def to_state(self) -> dict[str, str]:
-        return {name: getattr(self, name).to_text() for name in SKETCH_PERIODS}
-
-    def merge_state(self, state: Mapping[str, str]) -> None:
-        for name in SKETCH_PERIODS:
-            getattr(self, name).merge(HyperLogLog.from_text(state[name]))
-
-
-# --- pure helpers: periods and line formatting --------------------------------
-
-
-def period_label(seconds: int) -> str:
-    """ISO 8601 duration of a period: 3600 -> PT1H, 900 -> PT15M, 86400 -> P1D."""
-    if seconds == DAY:
-        return "P1D"
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [
-        f"{hours}H" if hours else "",
-        f"{minutes}M" if minutes else "",
-        f"{secs}S" if secs else "",
-    ]
-    return "PT" + "".join(parts)
-
-
-def check_interval(seconds: int) -> int:
-    """Intervals must tile a UTC day so that every line falls in exactly one day."""
-    if seconds < 1 or DAY % seconds:
-        raise ValueError(f"stats interval must divide 86400 seconds, got {seconds}")
-    return seconds
-
-
-def floor_to(ts: float, step: int) -> int:
-    return int(ts // step) * step
-
-
-def format_time(ts: int) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def format_line(
-    start: int,
-    seconds: int,
-    counts: Mapping[str, int],
-    gauges: Mapping[str, int],
-    active: Mapping[str, int],
-) -> str:
-    """One CSV line (with its newline) in the order of `COLUMNS`."""
-    values = [format_time(start), period_label(seconds)]
-    values += [str(int(counts.get(name, 0))) for name in COUNTER_FIELDS]
-    values += [str(int(gauges.get(name, 0))) for name in GAUGE_FIELDS]
-    values += [str(int(active.get(name, 0))) for name in ACTIVE_FIELDS]
-    return ",".join(values) + "\n"
-
-
-def interval_counts(before: RouterStatistics, after: RouterStatistics) -> dict[str, int]:
-    """The count columns of the period between two snapshots."""
-    return {
-        column: getattr(after, field) - getattr(before, field)
-        for column, field in COUNTER_COLUMNS.items()
-    }
-
-
-def gauges(snapshot: RouterStatistics) -> dict[str, int]:
-    return {column: getattr(snapshot, field) for column, field in GAUGE_COLUMNS.items()}
-
-
-def stats_line(
-    start: int,
-    seconds: int,
-    before: RouterStatistics,
-    after: RouterStatistics,
-    active: Mapping[str, int],
-) -> str:
-    """The line of the period [start, start + seconds) whose ends the snapshots are."""
-    return format_line(start, seconds, interval_counts(before, after), gauges(after), active)
-
-
-def rebase(snapshot: RouterStatistics, counts: Mapping[str, int]) -> RouterStatistics:
-    """The snapshot from which `snapshot` is `counts` later (counts as saved by the log)."""
-    earlier = {
-        field: getattr(snapshot, field) - int(counts.get(column, 0))
-        for column, field in COUNTER_COLUMNS.items()
-    }
-    return replace(snapshot, **earlier)
-
-
-def _day(ts: int) -> date:
-    return datetime.fromtimestamp(ts, UTC).date()
-
-
-def _week_start(day: date) -> date:
-    return day - timedelta(days=day.weekday())
-
-
-def period_resets(old_day_start: int, new_day_start: int) -> tuple[bool, bool]:
-    """(week sketch cleared, month sketch cleared) when the day moves on."""
-    old, new = _day(old_day_start), _day(new_day_start)
-    return _week_start(old) != _week_start(new), (old.year, old.month) != (new.year, new.month)
 
 
 # --- the log -------------------------------------------------------------------
