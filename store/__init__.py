@@ -34,8 +34,9 @@ from .interfaces import (
     StoreError,
     WriteResult,
 )
-from .kinds import JournalOptions, SqliteOptions
+from .journal.opener import JournalOptions
 from .memory.stores import MemoryMessageStore, MemoryQueueStore, SnapshotError
+from .sqlite.opener import SqliteOptions
 
 __all__ = [
     "DUPLICATE",

@@ -32,17 +32,16 @@ from typing import Any
 
 from .durability import FsyncPolicy, atomic_write, replace_durably
 from .interfaces import Message, QueueRecord
-from .journal.opener import open_journal_stores
+from .journal import opener as journal_opener
 from .kinds import (
-    JournalOptions,
-    SqliteOptions,
     StoreKind,
     StoreOpener,
     StoreOptions,
     Stores,
 )
-from .memory.opener import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, open_memory_stores
-from .sqlite.opener import open_sqlite_stores
+from .memory import opener as memory_opener
+from .memory.opener import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT
+from .sqlite import opener as sqlite_opener
 
 __all__ = [  # the names the rest of the router takes from here
     "KIND_FILE",
@@ -91,9 +90,9 @@ class StoreKindMismatch(Exception):
 # --- registry ----------------------------------------------------------------------
 
 STORE_KINDS: dict[str, StoreKind[Any]] = {
-    "memory": StoreKind(open_memory_stores),
-    "journal": StoreKind(open_journal_stores, JournalOptions),
-    "sqlite": StoreKind(open_sqlite_stores, SqliteOptions),
+    "memory": memory_opener.KIND,
+    "journal": journal_opener.KIND,
+    "sqlite": sqlite_opener.KIND,
 }
 
 

@@ -1,10 +1,11 @@
 """What a store kind is: its two open stores, the typed options it opens with, its opener.
 
-Each kind has its own options type (a frozen dataclass deriving from
-`StoreOptions`) and an opener in its own module (store/memory/opener.py,
-store/journal/opener.py, store/sqlite/opener.py): an async context manager
-factory `opener(store_dir, options) -> Stores` that opens both stores under
-`store_dir` (None for a memory-only run) and closes them on exit.
+Each kind is a folder (store/memory/, store/journal/, store/sqlite/): its two
+stores, and an opener module with its options type (a frozen dataclass deriving
+from `StoreOptions`), its opener (an async context manager factory
+`opener(store_dir, options) -> Stores` that opens both stores under `store_dir`,
+None for a memory-only run, and closes them on exit) and `KIND`, the two
+together, which the factory registers.
 """
 
 from __future__ import annotations
@@ -41,29 +42,6 @@ class StoreOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fsync", FsyncPolicy.parse(self.fsync))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JournalOptions(StoreOptions):
-    """The journal kind: the store log for queues, the journal for messages."""
-
-    backups: int = 5  # compacted store logs kept
-    window: float = 0.002  # seconds a group commit waits for more writers (batch only)
-    rotate_after: int = 10_000  # messages per message file
-    max_open_files: int = 512  # message files held open at once
-    compact_state_at: int = 64 << 20  # state log bytes past which it is compacted while running
-
-
-DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
-DEFAULT_CACHE_SIZE = 16_384  # queue records kept in memory (about 0.6 KB each)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SqliteOptions(StoreOptions):
-    """The sqlite kind: both stores in one database."""
-
-    deleted_ttl: int = DEFAULT_DELETED_TTL
-    cache_size: int = DEFAULT_CACHE_SIZE
 
 
 OptionsT = TypeVar("OptionsT", bound=StoreOptions)

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from ..durability import replace_durably
-from ..kinds import StoreOptions, Stores
+from ..kinds import StoreKind, StoreOptions, Stores
 from .stores import MemoryMessageStore, MemoryQueueStore
 
 QUEUES_SNAPSHOT = "queues.snapshot"
@@ -39,3 +39,6 @@ async def open_memory_stores(
         # Messages first: a crash between the two leaves old queues, never orphaned ones lost.
         messages.save(mfile)
         queues.save(qfile)
+
+
+KIND = StoreKind(open_memory_stores)

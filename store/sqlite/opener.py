@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..kinds import SqliteOptions, Stores
+from ..kinds import StoreKind, StoreOptions, Stores
 from .database import DB_FILE, open_sqlite_database
 from .messages import SqliteMessageStore
-from .queues import open_queue_store
+from .queues import DEFAULT_CACHE_SIZE, DEFAULT_DELETED_TTL, open_queue_store
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SqliteOptions(StoreOptions):
+    """The sqlite kind: both stores in one database."""
+
+    deleted_ttl: int = DEFAULT_DELETED_TTL
+    cache_size: int = DEFAULT_CACHE_SIZE
 
 
 @asynccontextmanager
@@ -29,3 +38,6 @@ async def open_sqlite_stores(
         finally:
             await messages.close()
             await queues.close()
+
+
+KIND = StoreKind(open_sqlite_stores, SqliteOptions)

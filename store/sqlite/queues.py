@@ -36,7 +36,6 @@ from ..interfaces import (
     Party,
     QueueRecord,
 )
-from ..kinds import DEFAULT_CACHE_SIZE, DEFAULT_DELETED_TTL
 from ..queue_table import (
     Decision,
     QueueTable,
@@ -62,6 +61,9 @@ from .schema import (
 )
 
 # --- queue store -------------------------------------------------------------------
+
+DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
+DEFAULT_CACHE_SIZE = 16_384  # queue records kept in memory (about 0.6 KB each)
 
 
 class _KeyedLocks:
