@@ -11,7 +11,7 @@ the END/DELD flush, message expiration and stats log tasks started) for as
 long as the `async with` lasts;
 `handle_websocket(router, ws)` serves one WebSocket that a host program has
 already accepted; `serve_router(config)` does both on its own listener
-(`edge.py`), reporting a `RouterInfo` through `task_status` so a caller can
+(`edge/listener.py`), reporting a `RouterInfo` through `task_status` so a caller can
 `await nursery.start(...)`.
 """
 

@@ -3,7 +3,7 @@
 Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 
 - Each connection has a `ClientSubscriptions`: the `Sub` of every queue it used SUB or
-  GET on, the notifier ids it NSUBed, its `deliveries` map (deliveries.py)
+  GET on, the notifier ids it NSUBed, its `deliveries` map (pending_pushes.py)
   and the SUBS walk its delivery task does (`CatchUp`). The `Connection`
   itself only does I/O.
 - Router-wide, each queue (or notifier) id names the one `ClientSubscriptions` that

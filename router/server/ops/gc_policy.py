@@ -37,7 +37,7 @@ often enough; whatever arrives meanwhile then waits, unwalked, to be frozen.
 - quiet-time collection: objects frozen while alive that later die inside a
   reference cycle are never collected while frozen (garbage already in the
   oldest generation when it is frozen waits too). The router's own objects
-  leave no such cycle when a connection ends (edge.py `_framing`; a
+  leave no such cycle when a connection ends (edge/websocket.py `framing`; a
   reconnection storm of 20,000 clients left 230,000 objects before, none now),
   so this is a safety net for cycles made elsewhere. At most every
   `full_interval` seconds and only after `quiet` seconds without a new

@@ -9,7 +9,7 @@ description may contain `#`).
 
 Every key maps to one *setting*, named as the `serve` flag's argparse
 destination, so the file and the command line fill one namespace and a flag
-given on the command line simply replaces the file's value (`cli.py`).
+given on the command line simply replaces the file's value (`cli/settings.py`).
 Adding a key is one line in `KEYS` (and, for a new field, one in the
 RouterConfig built by `cli.config_from_args`); a bound of the listener is a row
 of `EDGE_BOUNDS` (edge_limits.py), which gives its key here.
