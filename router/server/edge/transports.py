@@ -9,6 +9,7 @@ same process without a socket.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
@@ -20,10 +21,39 @@ from .block_stream import MESSAGE_QUEUE_SIZE, STREAM_GONE, TransportClosed
 _STREAM_ERRORS = (ConnectionClosed, *STREAM_GONE)
 
 
-class BlockTransport:
+class _SendsWithinDeadline:
+    """Sending for both transports: a peer that does not take a block within
+    `_stalled_timeout` seconds is marked `stalled` and dropped."""
+
+    __slots__ = ()
+    _SEND_ERRORS: tuple[type[BaseException], ...] = STREAM_GONE
+    _stalled_timeout: float
+    stalled: bool
+
+    def _send(self, block: bytes) -> Awaitable[None]:
+        raise NotImplementedError
+
+    async def send_block(self, block: bytes) -> None:
+        """Send one block; a peer that does not take it within the deadline is dropped."""
+        with trio.move_on_after(self._stalled_timeout) as scope:
+            try:
+                await self._send(block)
+            except self._SEND_ERRORS as e:
+                raise TransportClosed("peer closed the connection") from e
+        if scope.cancelled_caught:
+            self.stalled = True
+            raise TransportClosed(f"peer did not read for {self._stalled_timeout} s")
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        for block in blocks:
+            await self.send_block(block)
+
+
+class BlockTransport(_SendsWithinDeadline):
     """Blocks in and out of a trio-websocket connection a host program accepted."""
 
     __slots__ = ("_ws", "_stalled_timeout", "remote", "stalled")
+    _SEND_ERRORS = _STREAM_ERRORS
 
     def __init__(self, ws: WebSocketConnection, *, stalled_timeout: float) -> None:
         self._ws = ws
@@ -45,20 +75,8 @@ class BlockTransport:
             raise TransportClosed(f"message of {len(message)} bytes instead of a block")
         return message
 
-    async def send_block(self, block: bytes) -> None:
-        """Send one block; a peer that does not take it within the deadline is dropped."""
-        with trio.move_on_after(self._stalled_timeout) as scope:
-            try:
-                await self._ws.send_message(block)
-            except _STREAM_ERRORS as e:
-                raise TransportClosed("peer closed the connection") from e
-        if scope.cancelled_caught:
-            self.stalled = True
-            raise TransportClosed(f"peer did not read for {self._stalled_timeout} s")
-
-    async def send_blocks(self, blocks: list[bytes]) -> None:
-        for block in blocks:
-            await self.send_block(block)
+    def _send(self, block: bytes) -> Awaitable[None]:
+        return self._ws.send_message(block)
 
     async def aclose(self, timeout: float) -> None:
         """Close politely within `timeout`; a zero timeout just drops the TCP stream."""
@@ -69,7 +87,7 @@ class BlockTransport:
                 pass
 
 
-class MemoryBlockTransport:
+class MemoryBlockTransport(_SendsWithinDeadline):
     """One end of `memory_block_pair`: blocks go to the other end through a bounded
     in-memory channel, so a reader that stops reading holds its peer's writes back
     as a socket would."""
@@ -101,20 +119,8 @@ class MemoryBlockTransport:
             raise TransportClosed(f"message of {len(block)} bytes instead of a block")
         return block
 
-    async def send_block(self, block: bytes) -> None:
-        """Send one block; a peer that does not take it within the deadline is dropped."""
-        with trio.move_on_after(self._stalled_timeout) as scope:
-            try:
-                await self._out.send(block)
-            except STREAM_GONE as e:
-                raise TransportClosed("peer closed the connection") from e
-        if scope.cancelled_caught:
-            self.stalled = True
-            raise TransportClosed(f"peer did not read for {self._stalled_timeout} s")
-
-    async def send_blocks(self, blocks: list[bytes]) -> None:
-        for block in blocks:
-            await self.send_block(block)
+    def _send(self, block: bytes) -> Awaitable[None]:
+        return self._out.send(block)
 
     async def aclose(self, timeout: float = 0) -> None:
         """Close both directions at once: the peer's reads end, its writes fail."""
