@@ -50,8 +50,7 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
-from router.client._address import parse_address
-from router.client._transport import RECEIVE_BUFFER_SIZE
+from router.client import parse_address
 from router.protocol import crypto
 from router.protocol.block import BLOCK_SIZE, decode_batch, encode_batches, pad_block, unpad_block
 from router.protocol.codec import decode_response, encode_command
@@ -73,7 +72,7 @@ from .looplag import LoopLag
 # (RouterConfig.max_pending_per_address)
 CONNECT_CONCURRENCY = 100
 RETRY_DELAY = (0.2, 1.0)  # seconds before trying again after a refused connection
-READ_SIZE = RECEIVE_BUFFER_SIZE  # what the client library asks of a socket per read
+READ_SIZE = 4 * BLOCK_SIZE  # what the client library asks of a socket per read
 NOFILE = 65_536
 NOT_SUBSCRIBED = 1 << 62  # `subscribed_at_ns` of a connection that is away
 
