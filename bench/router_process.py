@@ -53,13 +53,14 @@ import trio
 from router.server import RouterConfig, RouterInfo, serve_router
 from router.server.core.commands import ID_SIZE
 from router.server.core.tasks import run_task_count
-from router.server.settings.config import SINGLE_TASK
+from router.server.settings.config import SINGLE_TASK, STORE_KINDS
 from store.interfaces import Message, WriteResult
 
 from . import identities
 from .looplag import LoopLag
 
 DEFAULTS = RouterConfig()  # the router's own defaults, for the options it shares
+PRELOAD_CHUNK = 500  # queues added at once into a durable store
 
 
 def _young_summary(generation: int) -> list[Any]:
@@ -153,9 +154,24 @@ class Control:
         queues = self.router.queues
         add = getattr(queues, "add_queue_nowait", None)
         started = time.perf_counter()
+        errors: list[str] = []
+        if add is None:  # a durable store: many at once, so that its commits group them
+            async def add_one(i: int) -> None:
+                record = identities.queue_record(i, secured=req.get("secured", True))
+                error = await queues.add_queue(record)
+                if error is not None:
+                    errors.append(f"queue {i}: {error}")
+
+            end = req["start"] + req["count"]
+            for first in range(req["start"], end, PRELOAD_CHUNK):
+                async with trio.open_nursery() as nursery:
+                    for i in range(first, min(end, first + PRELOAD_CHUNK)):
+                        nursery.start_soon(add_one, i)
+            return {"error": errors[0]} if errors else {
+                "ok": True, "seconds": time.perf_counter() - started}
         for i in range(req["start"], req["start"] + req["count"]):
             record = identities.queue_record(i, secured=req.get("secured", True))
-            error = add(record) if add is not None else await queues.add_queue(record)
+            error = add(record)
             if error is not None:
                 return {"error": f"queue {i}: {error}"}
             if i % 5000 == 0:
@@ -163,27 +179,46 @@ class Control:
         return {"ok": True, "seconds": time.perf_counter() - started}
 
     async def op_inject(self, req: dict) -> dict:
-        """One message per queue, all before the router's loop runs anything else."""
+        """One message per queue, all before the router's loop runs anything else (a
+        durable store: written PRELOAD_CHUNK at a time, as concurrent SENDs would be)."""
         router = self.router
         messages = router.messages
         write = getattr(messages, "write_message_nowait", None)
-        body = b"x" * req.get("body_size", 256)
+        body_size = req.get("body_size", 256)
+        body = b"x" * body_size
+        # A store keeps each message's own body: one shared body object would
+        # make stored messages look free of their bodies.
+        distinct = req.get("distinct_bodies", False)
         ts = int(time.time())
         quota = router.config.quota
         into_empty = 0
         started_wall = time.monotonic()
         started = time.perf_counter()
-        for i in range(req["start"], req["start"] + req["count"]):
-            rid = identities.recipient_id(i)
-            msg = Message(secrets.token_bytes(ID_SIZE), ts, b"F", body)
-            if write is not None:
-                result = write(rid, msg, quota)
-            else:
-                result = await messages.write_message(rid, msg, quota)
+        def stored(rid: bytes, msg: Message, result: WriteResult) -> None:
+            nonlocal into_empty
             router.counters.messages_sent += 1
             if result is WriteResult.STORED_INTO_EMPTY:
                 into_empty += 1
                 router.deliverer.stored_into_empty(rid, msg)
+
+        def message() -> Message:
+            return Message(secrets.token_bytes(ID_SIZE), ts, b"F",
+                           bytes(body_size) if distinct else body)
+
+        end = req["start"] + req["count"]
+        if write is not None:
+            for i in range(req["start"], end):
+                rid, msg = identities.recipient_id(i), message()
+                stored(rid, msg, write(rid, msg, quota))
+        else:  # a durable store: many at once, so that its commits group them
+            async def write_one(i: int) -> None:
+                rid, msg = identities.recipient_id(i), message()
+                stored(rid, msg, await messages.write_message(rid, msg, quota))
+
+            for first in range(req["start"], end, PRELOAD_CHUNK):
+                async with trio.open_nursery() as nursery:
+                    for i in range(first, min(end, first + PRELOAD_CHUNK)):
+                        nursery.start_soon(write_one, i)
         return {
             "ok": True, "into_empty": into_empty, "started": started_wall,
             "seconds": time.perf_counter() - started,
@@ -265,6 +300,63 @@ class Control:
             return {"ok": False, "error": str(e)}
         return {"ok": True}
 
+    async def op_traced(self, req: dict) -> dict:
+        """Live Python bytes, tracemalloc's own work left out (module `_traced_snapshot`)."""
+        if not tracemalloc.is_tracing():
+            return {"error": "start the router with --tracemalloc"}
+        if req.get("gc", True):
+            gc.collect()
+        snapshot = _traced_snapshot()
+        total = sum(t.size for t in snapshot.traces)
+        count = len(snapshot.traces)
+        del snapshot
+        current, peak = tracemalloc.get_traced_memory()
+        return {"traced": total, "blocks": count, "traced_unfiltered": current,
+                "traced_peak": peak, "tracemalloc_overhead": tracemalloc.get_tracemalloc_memory()}
+
+    async def op_components(self, req: dict) -> dict:
+        """Bytes reachable from each part of the router (`bench.census.components`)."""
+        from . import census
+
+        gc.collect()
+        return census.components(self.router, top_types=req.get("top_types", 8))
+
+    async def op_types(self, req: dict) -> dict:
+        """Objects and bytes by type, frozen objects included (`bench.census.type_census`)."""
+        from . import census
+
+        return census.type_census(top=req.get("top", 25))
+
+    async def op_allocator(self, req: dict) -> dict:
+        """malloc's and pymalloc's in-use and free bytes, and RSS, after a full gc."""
+        from . import census
+
+        gc.collect()
+        return {"rss": self.process.memory_info().rss, **census.allocator()}
+
+    async def op_sites(self, req: dict) -> dict:
+        """Growth in live memory by allocation site since the previous call: each site
+        named by its innermost frame and by the innermost frame of the router's own code
+        (needs --tracemalloc-frames of a dozen or more to reach it)."""
+        if not tracemalloc.is_tracing():
+            return {"error": "start the router with --tracemalloc"}
+        gc.collect()
+        snapshot = _traced_snapshot()
+        previous, self.sites_snapshot = getattr(self, "sites_snapshot", None), snapshot
+        if previous is None:
+            return {"ok": True, "sites": []}
+        grouped: dict[tuple[str, str], list[int]] = {}
+        for stat in snapshot.compare_to(previous, "traceback"):
+            frames = stat.traceback  # oldest frame first
+            key = (_router_frame(frames), _frame(frames[-1] if len(frames) else None))
+            entry = grouped.setdefault(key, [0, 0])
+            entry[0] += stat.size_diff
+            entry[1] += stat.count_diff
+        ranked = sorted(grouped.items(), key=lambda kv: -abs(kv[1][0]))
+        return {"ok": True, "sites": [
+            {"router_line": rl, "allocated_at": at, "size_diff": size, "count_diff": count}
+            for (rl, at), (size, count) in ranked[: req.get("limit", 30)]]}
+
     async def op_snapshot(self, req: dict) -> dict:
         """The biggest changes in live memory by source line since the previous call."""
         if not tracemalloc.is_tracing():
@@ -325,6 +417,32 @@ class Control:
         return {"ok": True, "text": path + ".txt", "html": path + ".html"}
 
 
+_OWN_FILES = (tracemalloc.__file__, __import__("linecache").__file__)
+_REPO = str(Path(__file__).resolve().parent.parent) + os.sep
+_ROUTER_DIRS = tuple(_REPO + d + os.sep for d in ("router", "store"))
+
+
+def _traced_snapshot() -> tracemalloc.Snapshot:
+    """A snapshot without tracemalloc's own allocations (its snapshots, and the source
+    lines `linecache` reads for them): what the router holds."""
+    return tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, name, all_frames=True) for name in _OWN_FILES])
+
+
+def _frame(frame: tracemalloc.Frame | None) -> str:
+    if frame is None:
+        return "?"
+    return f"{frame.filename.removeprefix(_REPO).split('site-packages/')[-1]}:{frame.lineno}"
+
+
+def _router_frame(traceback: tracemalloc.Traceback) -> str:
+    """The innermost frame in the router's own code (router/, store/), or "-"."""
+    for frame in reversed(traceback):  # most recent first
+        if frame.filename.startswith(_ROUTER_DIRS):
+            return _frame(frame)
+    return "-"
+
+
 def _message_count(messages: object) -> int | None:
     count = getattr(messages, "message_count", None)
     return count() if count is not None else None
@@ -365,8 +483,11 @@ async def _main(args: argparse.Namespace) -> None:
             subprocess.run([sys.executable, "-m", "bench.router_process", "--write-snapshot",
                             str(data_dir), "--snapshot-queues", str(args.snapshot_queues)],
                            check=True)
+        if args.store != "memory":
+            data_dir = Path(tmp) / "data"
         config = RouterConfig(
-            host=args.host, port=args.port, store="memory", data_dir=data_dir,
+            host=args.host, port=args.port, store=args.store, data_dir=data_dir,
+            fsync=args.fsync,
             delivery=args.delivery, quota=args.quota, send_queue_size=args.send_queue_size,
         )
         async with trio.open_nursery() as nursery:
@@ -416,6 +537,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delivery", default=SINGLE_TASK)
+    parser.add_argument("--store", choices=STORE_KINDS, default="memory",
+                        help="store kind; journal and sqlite in a temporary data directory")
+    parser.add_argument("--fsync", default=DEFAULTS.fsync.value,
+                        help="durable stores: when to force writes to disk")
     parser.add_argument("--quota", type=int, default=DEFAULTS.quota)
     parser.add_argument("--send-queue-size", type=int, default=DEFAULTS.send_queue_size)
     parser.add_argument("--snapshot-queues", type=int, default=0,
