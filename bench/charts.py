@@ -4,7 +4,7 @@
 shows the figures of its table. Saved figures can be drawn again without running
 anything:
 
-    python -m bench.charts bench/results      # memory.png, throughput.png from the JSON
+    python -m bench charts bench/results      # memory.png, throughput.png from the JSON
 """
 
 from __future__ import annotations
@@ -103,8 +103,52 @@ def throughput_chart(data: dict[str, Any], path: Path) -> Path:
     return _finish(fig, path, "smp-router throughput vs a plain WebSocket echo (see throughput.md)")
 
 
+PROFILE_PHASES = ("queues", "messages_empty", "messages_16k", "connected", "subscribed",
+                  "after_traffic", "after_storm")
+COMPONENT_COLORS = {"queue_table": "tab:green", "messages": "tab:purple",
+                    "subscriptions": "tab:blue", "connections": "tab:orange",
+                    "buffers": "tab:red"}
+
+
+def memory_profile_chart(data: dict[str, Any], path: Path) -> Path:
+    """Live bytes by component after each phase (load growing left to right), stacked,
+    one panel per store kind and delivery mode; what the walk did not attribute on top."""
+    plt = _pyplot()
+    points = data["points"]
+    stores = list(dict.fromkeys(p["store"] for p in points.values()))
+    modes = list(dict.fromkeys(p["mode"] for p in points.values()))
+    fig, axes = plt.subplots(len(modes), len(stores), figsize=(5 * len(stores), 4.2 * len(modes)),
+                             squeeze=False, sharey=True)
+    for point in points.values():
+        ax = axes[modes.index(point["mode"])][stores.index(point["store"])]
+        phases = point["traced"]
+        base = phases["started"]
+        xs = list(range(len(PROFILE_PHASES)))
+        bottom = [0.0] * len(xs)
+        for name, color in COMPONENT_COLORS.items():
+            heights = [(phases[ph]["components"][name] - base["components"][name]) / 2**20
+                       for ph in PROFILE_PHASES]
+            ax.bar(xs, heights, bottom=bottom, color=color, label=name.replace("_", " "))
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        rest = [max(0.0, (phases[ph]["traced"] - base["traced"]) / 2**20 - b)
+                for ph, b in zip(PROFILE_PHASES, bottom, strict=True)]
+        ax.bar(xs, rest, bottom=bottom, color="white", edgecolor="grey", hatch="//",
+               label="traced, not attributed")
+        ax.set_xticks(xs, [ph.replace("_", " ") for ph in PROFILE_PHASES], rotation=35,
+                      ha="right", fontsize="small")
+        ax.set_title(f"{point['store']} store, {point['mode']}", fontsize="medium")
+        ax.set_ylabel("live MiB above the empty router")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize="small", loc="upper left")
+    p = data["parameters"]
+    return _finish(fig, path, f"smp-router live memory by component as load grows "
+                              f"({p['queues']:,} queues, {p['messages']:,}+{p['messages']:,} "
+                              f"messages, {p['connections']:,} connections)")
+
+
 CHARTS: dict[str, Callable[[dict[str, Any], Path], Path]] = {
     "memory": memory_chart,
+    "memory-profile": memory_profile_chart,
     "throughput": throughput_chart,
 }
 
@@ -119,6 +163,13 @@ def draw_saved(results_dir: Path) -> list[Path]:
     return drawn
 
 
-if __name__ == "__main__":
-    for chart in draw_saved(Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results")):
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench charts [DIR]`: draw every chart whose figures DIR holds."""
+    directory = Path(argv[0]) if argv else Path(__file__).resolve().parent / "results"
+    for chart in draw_saved(directory):
         print(chart)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -168,83 +168,95 @@ def table(summary: list[dict[str, Any]]) -> str:
 
 # --- where an idle connection's and an idle subscription's bytes are -----------------
 
-FRAME_SIZE = 16_384
 BREAKDOWN_CONNECTIONS = 200
 BREAKDOWN_SUBSCRIPTIONS = 20_000
-
-_OWNERS = (
-    ("trio_websocket/", "trio-websocket"),
-    ("wsproto/", "wsproto"),
-    ("h11/", "h11"),
-    ("websockets/", "websockets"),
-    ("trio/", "trio"),
-    ("<attrs generated methods trio.", "trio"),
-    ("router/server/", "router.server"),
-    ("router/protocol/", "router.protocol"),
-    ("store/", "store"),
-    ("sortedcontainers/", "sortedcontainers"),
-)
-
-
-def _owner(where: str) -> str:
-    for marker, name in _OWNERS:
-        if marker in where:
-            return name
-    return "other"
+SITE_FRAMES = 16  # deep enough to reach the router's own line under trio's and the codec's
 
 
 def breakdown(mode: str = SINGLE_TASK) -> dict[str, Any]:
-    """Live bytes per idle connection and per idle subscription, by source line and by
-    package (tracemalloc snapshots of one router, before and after each phase)."""
+    """Per idle connection and per idle subscription: the allocation sites that grew
+    (tracemalloc with SITE_FRAMES frames, its own allocations left out, each site named
+    by its innermost frame and by the router's own line that led to it), and the types
+    that grew (a census of every object, the frozen ones included, in a second router
+    process without tracing)."""
     c, n = BREAKDOWN_CONNECTIONS, BREAKDOWN_SUBSCRIPTIONS
-    with RouterProcess(mode, tracemalloc=True) as router:
+    result: dict[str, Any] = {"mode": mode, "connections": c, "subscriptions": n}
+    with RouterProcess(mode, tracemalloc=True,
+                       extra=["--tracemalloc-frames", str(SITE_FRAMES)]) as router:
         router.call("preload", start=0, count=n)
-        router.call("snapshot")
-        with WorkerGroup(router.address, 1) as workers:
+        router.call("full_collection")
+        router.call("sites")
+        with WorkerGroup(router.address, WORKERS) as workers:
             per_worker = connect(workers, c)
-            per_connection = router.call("snapshot", limit=500)["top"]
+            router.call("full_collection")
+            connection_sites = router.call("sites", limit=40)["sites"]
             subscribe(workers, per_worker, 0, n)
-            per_subscription = router.call("snapshot", limit=500)["top"]
-            # A WebSocket ping from each client: its pong-sized frame replaces the last
-            # 16 KB frame the router's WebSocket reader was still holding.
+            router.call("full_collection")
+            subscription_sites = router.call("sites", limit=40)["sites"]
             workers.call_all({"op": "websocket_ping"})
-            after_ping = router.call("snapshot", limit=500)["top"]
-    result: dict[str, Any] = {"mode": mode, "connections": c, "subscriptions": n,
-                              "freed_per_connection_by_a_websocket_ping":
-                                  -sum(t["size_diff"] for t in after_ping) / c}
-    for name, top, count in (("connection", per_connection, c),
-                             ("subscription", per_subscription, n)):
-        owners: dict[str, float] = {}
-        for t in top:
-            owners[_owner(t["where"])] = owners.get(_owner(t["where"]), 0.0) + t["size_diff"]
+            router.call("full_collection")
+            ping_sites = router.call("sites", limit=500)["sites"]
+    result["change_per_connection_after_a_websocket_ping"] = (
+        sum(t["size_diff"] for t in ping_sites) / c)
+    with RouterProcess(mode) as router:
+        router.call("preload", start=0, count=n)
+        first = router.call("types", top=0)
+        loaded = first["all_types"]
+        with WorkerGroup(router.address, WORKERS) as workers:
+            per_worker = connect(workers, c)
+            connected = router.call("types", top=0)
+            subscribe(workers, per_worker, 0, n)
+            subscribed = router.call("types", top=0)["all_types"]
+    result["frozen_objects"] = first["frozen_before"]  # what `serve` froze once loaded
+    for name, sites, before, after, count in (
+            ("connection", connection_sites, loaded, connected["all_types"], c),
+            ("subscription", subscription_sites, connected["all_types"], subscribed, n)):
         result[name] = {
-            "total_bytes": sum(t["size_diff"] for t in top) / count,
-            # Whole frames still referenced (trio-websocket's reader keeps the last
-            # chunk it read and the last message it parsed while it waits).
-            "frame_buffers": sum(t["size_diff"] for t in top
-                                 if t["size_diff"] / count >= 0.9 * FRAME_SIZE) / count,
-            "by_package": {k: v / count for k, v in sorted(owners.items(), key=lambda kv: -kv[1])},
-            "top_lines": [{"where": t["where"], "bytes": t["size_diff"] / count,
-                           "objects": t["count_diff"] / count} for t in top[:12]],
+            "total_bytes": sum(t["size_diff"] for t in sites) / count,
+            "sites": [{**t, "bytes": t["size_diff"] / count, "objects": t["count_diff"] / count}
+                      for t in sites[:15]],
+            "by_router_line": _by_router_line(sites, count),
+            "types": _type_diff(before, after, count),
         }
     write_results("memory-breakdown", result, breakdown_table(result))
     return result
 
 
+def _by_router_line(sites: list[dict[str, Any]], count: int) -> list[list[Any]]:
+    lines: dict[str, float] = {}
+    for t in sites:
+        lines[t["router_line"]] = lines.get(t["router_line"], 0.0) + t["size_diff"] / count
+    return sorted(([k, v] for k, v in lines.items()), key=lambda kv: -abs(kv[1]))[:12]
+
+
+def _type_diff(before: dict[str, list[int]], after: dict[str, list[int]],
+               count: int) -> list[list[Any]]:
+    rows = []
+    for name, (objects, size) in after.items():
+        o0, s0 = before.get(name, (0, 0))
+        if size != s0:
+            rows.append([name, (objects - o0) / count, (size - s0) / count])
+    rows.sort(key=lambda r: -abs(r[2]))
+    return rows[:15]
+
+
 def breakdown_table(result: dict[str, Any]) -> str:
-    out = ["### Live bytes of idle connections and subscriptions, by source", "",
-           f"One WebSocket ping from each idle client afterwards frees "
-           f"{result['freed_per_connection_by_a_websocket_ping']:,.0f} B per connection "
-           "in the router (negative: it grew). A WebSocket reader that keeps the last "
-           "frame it read alive would free about 16 KB here.", ""]
+    change = result["change_per_connection_after_a_websocket_ping"]
+    out = ["### Live bytes of idle connections and subscriptions, by allocation site and type",
+           "",
+           f"One WebSocket ping from each idle client afterwards changes the router's live "
+           f"memory by {change:+,.0f} B per connection ({'it grew' if change > 0 else 'freed'}"
+           "; a connection that kept its last 16 KB frame alive would free about 16 KB here).",
+           f"Objects frozen by the router (`gc.freeze()`), counted in the census: "
+           f"{result['frozen_objects']:,}.", ""]
     for name in ("connection", "subscription"):
         r = result[name]
         out += [f"### Per idle {name}: {r['total_bytes']:,.0f} B live ({result['mode']}, "
                 f"{result['connections']} connections, {result['subscriptions']:,} "
                 "subscriptions)", "",
-                f"Of which whole 16 KB frames still referenced: {r['frame_buffers']:,.0f} B.", "",
-                md_table(["package", "bytes"], list(r["by_package"].items())), "",
-                md_table(["source line", "bytes", "objects"],
-                         [[t["where"].split("site-packages/")[-1].split("/work/main/")[-1],
-                           t["bytes"], t["objects"]] for t in r["top_lines"]]), ""]
+                md_table(["the router's own line", "bytes"], r["by_router_line"]), "",
+                md_table(["allocated at", "the router's own line", "bytes", "objects"],
+                         [[t["allocated_at"], t["router_line"], t["bytes"], t["objects"]]
+                          for t in r["sites"]]), "",
+                md_table(["type", "objects", "bytes"], r["types"]), ""]
     return "\n".join(out)

@@ -90,7 +90,7 @@ def test_collapsed_stacks_are_summarised_by_package_and_function():
     assert "75.0%  PyNaCl" in text and "25.0%  router.server" in text
 
 
-def test_memory_breakdown_attributes_live_bytes_to_packages(
+def test_memory_breakdown_names_the_routers_own_lines_and_types(
     results_in: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(memory, "BREAKDOWN_CONNECTIONS", 3)
@@ -98,8 +98,15 @@ def test_memory_breakdown_attributes_live_bytes_to_packages(
     memory.breakdown()
     data = _figures(results_in, "memory-breakdown")
     assert data["connection"]["total_bytes"] > 0
-    assert "router.server" in data["subscription"]["by_package"]
-    assert "freed_per_connection_by_a_websocket_ping" in data
+    lines = [line for line, _ in data["subscription"]["by_router_line"]]
+    assert any(line.startswith("router/server/subscriptions.py:") for line in lines), lines
+    sites = data["connection"]["sites"] + data["subscription"]["sites"]
+    # tracemalloc's own allocations (its snapshots, linecache's source lines) are left out
+    assert not any("tracemalloc.py" in t["allocated_at"] or "linecache.py" in t["allocated_at"]
+                   for t in sites)
+    subscription_types = {name for name, _, _ in data["subscription"]["types"]}
+    assert "Sub" in subscription_types
+    assert data["frozen_objects"] > 0  # the router froze what it loaded; the census saw it
 
 
 def _contents(directory: Path) -> dict[str, str]:
