@@ -26,6 +26,9 @@ import psutil
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START_TIMEOUT = 30.0
+# Arguments between the interpreter and `-m bench.router_process`: `bench.memray_run`
+# puts `-m memray run ...` here to run the router under memray.
+ROUTER_WRAPPER: list[str] = []
 
 _LINE = re.compile(r"(ws://\S+) address (smp://\S+)")
 
@@ -48,7 +51,8 @@ class RouterProcess:
         root: Path | None = None,
     ) -> None:
         """`root`: the source tree to run the router from (another checkout, to compare)."""
-        cmd = [sys.executable, "-m", "bench.router_process", "--delivery", delivery, *extra]
+        cmd = [sys.executable, *ROUTER_WRAPPER, "-m", "bench.router_process",
+               "--delivery", delivery, *extra]
         if tracemalloc:
             cmd.append("--tracemalloc")
         self.delivery = delivery
