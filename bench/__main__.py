@@ -1,16 +1,27 @@
 """`python -m bench <name> [options]`: run one benchmark, write bench/results/<name>.*
 
-    python -m bench memory       idle subscriptions and connections, both delivery modes
+    python -m bench memory       where the memory goes: per store kind and delivery mode,
+                                 per queue, message, connection, subscription, traffic, storm
+    python -m bench memory --sweep      idle subscriptions and connections, 1k .. 200k
+    python -m bench memory --breakdown  allocation sites and the type census of one load
+    python -m bench memray       a memory scenario with the router under memray
     python -m bench throughput   SEND -> MSG -> ACK rate and latency vs a WebSocket echo
     python -m bench burst        10,000 queues get one message at the same moment
     python -m bench scale        subscribe time, memory and drain rate from 1k to 200k
     python -m bench profile      any of the above with the router under pyinstrument
     python -m bench compare      router CPU per operation, this checkout vs --base DIR
     python -m bench stores       throughput per store kind vs memory; restart with 100k queues
+    python -m bench relay        a large relay's load: many connections, a storm (its own options)
+    python -m bench storelog_start   serve's start-up on a long store log (its own options)
+    python -m bench framing      CPU of the WebSocket framing libraries per block
+    python -m bench compaction   store-log compaction, router vs Spark (its own options)
+    python -m bench charts [DIR] draw the charts again from saved figures
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
 writes anywhere. Each run prints its table, the text of its `.md` file.
+`relay`, `storelog_start`, `framing`, `compaction` and `charts` take their own
+options (`python -m bench relay --help`).
 """
 
 from __future__ import annotations
@@ -23,7 +34,9 @@ from typing import Any
 
 from . import harness
 
-NAMES = ("memory", "throughput", "burst", "scale", "profile", "stores", "compare")
+NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores", "compare")
+# benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
+OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts")
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -47,13 +60,33 @@ def build_parser() -> argparse.ArgumentParser:
                         default="pyinstrument", help="profile: which profiler")
     parser.add_argument("--base", type=Path, help="compare: the other source tree")
     parser.add_argument("--breakdown", action="store_true",
-                        help="memory: live bytes of an idle connection and subscription by source")
+                        help="memory: allocation sites and type census of idle connections "
+                             "and subscriptions")
+    parser.add_argument("--sweep", action="store_true",
+                        help="memory: bytes per idle subscription from 1k to 200k (--sizes)")
+    parser.add_argument("--stores", type=lambda t: tuple(t.split(",")),
+                        help="memory: store kinds, e.g. memory,sqlite (default: all three)")
+    parser.add_argument("--store", default="memory", help="memray: the store kind")
+    parser.add_argument("--delivery", default="single-task", help="memray: the delivery mode")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in OWN_OPTIONS:
+        import importlib
+
+        code = importlib.import_module(f"bench.{argv[0]}").main(argv[1:])
+        return code or 0
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.name == "memray":
+        from . import memray_run
+
+        result = memray_run.run(args.out, quick=args.quick, store=args.store,
+                                mode=args.delivery)
+        print(memray_run.report(result))
+        return 0
     if args.name == "compare" and args.base is None:
         parser.error("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
     out = results_dir(args)
@@ -103,9 +136,14 @@ def _run(args: argparse.Namespace) -> object:
 
         if args.breakdown:
             return memory.breakdown()
-        sizes = args.sizes or (memory.QUICK_SIZES if args.quick else memory.SIZES)
-        return memory.run(sizes, repeats=repeats,
-                          max_connections=100 if args.quick else 1000)
+        if args.sweep or args.sizes:
+            sizes = args.sizes or (memory.QUICK_SIZES if args.quick else memory.SIZES)
+            return memory.run(sizes, repeats=repeats,
+                              max_connections=100 if args.quick else 1000)
+        from . import memory_profile
+
+        return memory_profile.run(memory_profile.QUICK if args.quick else memory_profile.DEFAULT,
+                                  stores=args.stores or memory_profile.STORES)
     if args.name == "throughput":
         from . import throughput
 

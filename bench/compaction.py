@@ -1,6 +1,6 @@
 """Store-log compaction: Spark (`smp-pipeline compact`) against the router's own.
 
-    python -m bench.compaction --records 1000000 10000000 [--data-dir DIR]
+    python -m bench compaction --records 1000000 10000000 [--data-dir DIR]
 
 For each size, a synthetic store log (pipeline.synth, fixed seed) is written
 once, then compacted in a fresh process each way:
@@ -152,14 +152,15 @@ HEADER = (
 )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench compaction",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/smp-bench-compaction"))
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--one", nargs=3, metavar=("KIND", "LOG", "OUT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.one:
         kind, log, out = args.one
         if kind == "router":
@@ -167,7 +168,7 @@ def main() -> None:
         else:
             result = run_spark(Path(log), Path(out), args.master, args.driver_memory)
         print(json.dumps(result))
-        return
+        return 0
     args.data_dir.mkdir(parents=True, exist_ok=True)
     print(
         f"{platform.python_implementation()} {platform.python_version()}, "
@@ -179,7 +180,8 @@ def main() -> None:
         for row in bench_size(records, args):
             print(row, flush=True)
         print(f"load average (1 min) when the {records:,} run began: {load:.1f}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,7 +2,7 @@
 client frame and serialize the server frame that echoes it, in memory (no
 sockets), with the two sans-I/O libraries the router could drive.
 
-    python -m bench.framing
+    python -m bench framing
 
 This is the measurement behind the router's choice of `websockets` (README,
 "Dependencies").
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import time
 
 from websockets.protocol import State
@@ -55,13 +56,17 @@ def wsproto_us(frame: bytes) -> float:
     return (time.process_time() - start) / MESSAGES * 1e6
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    if argv:
+        print("python -m bench framing: takes no options", file=sys.stderr)
+        return 2
     frame = client_frame()
     for i in range(ROUNDS):
         ws, wp = websockets_us(frame), wsproto_us(frame)
         print(f"round {i + 1}: websockets {ws:.1f} us/block, wsproto {wp:.1f} us/block, "
               f"wsproto / websockets {wp / ws:.1f}x")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

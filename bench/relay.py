@@ -1,8 +1,8 @@
 """relay: the production load of a large relay on this machine, measured phase by phase.
 
-    python -m bench.relay --quick                   # seconds; results in a temporary directory
-    python -m bench.relay --mode single-task        # 1.4M queues, 22k connections
-    python -m bench.relay --mode per-queue-task     # as far as the memory goes
+    python -m bench relay --quick                   # seconds; results in a temporary directory
+    python -m bench relay --mode single-task        # 1.4M queues, 22k connections
+    python -m bench relay --mode per-queue-task     # as far as the memory goes
 
 Phases, in one router process (`bench.router_process`, started from a memory
 snapshot of N queues as `smp-router serve` would be, with its collector
@@ -525,7 +525,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.relay", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench relay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small setting (seconds)")
     parser.add_argument("--mode", default=SINGLE_TASK,

@@ -1,6 +1,6 @@
 """Start-up of `smp-router serve` on a long store log: time and peak memory.
 
-    python -m bench.storelog_start --records 10000000 [--log PATH] [--base DIR]
+    python -m bench storelog_start --records 10000000 [--log PATH] [--base DIR]
 
 A synthetic store log of `records` lines (`pipeline.synth`, seed 1: creates,
 secures, notifier changes, service changes, suspensions and deletes, as the
@@ -124,7 +124,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.storelog_start", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench storelog_start", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--log", type=Path, help="an existing store log of --records lines")
