@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import logging
 import os
 import re
 import sys
@@ -38,7 +39,8 @@ BUFFER_MIN = 1024
 
 _SHARED_TYPES = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
                  types.CodeType, types.WrapperDescriptorType, types.MethodDescriptorType,
-                 types.GetSetDescriptorType, types.MemberDescriptorType)
+                 types.GetSetDescriptorType, types.MemberDescriptorType,
+                 logging.Logger, logging.Manager, logging.Handler)
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
@@ -128,6 +130,29 @@ class _Walk:
             stack.extend(referents)
 
 
+def _trio_shared(conn: Any) -> list[Any]:
+    """What a connection's tasks point up to and share with every other task: trio's
+    run loop (the runner and what it holds) and the cancel status of the listener's
+    nursery and those above it (each lists its children: every connection's)."""
+    nursery = getattr(conn, "nursery", None)
+    if nursery is None:
+        return []
+    task = nursery.parent_task
+    shared: list[Any] = []
+    runner = getattr(task, "_runner", None)
+    if runner is not None:
+        shared.append(runner)
+        shared.extend(getattr(runner, name) for name in getattr(type(runner), "__slots__", ())
+                      if hasattr(runner, name))
+        shared.extend(vars(runner).values() if hasattr(runner, "__dict__") else ())
+    outer = task.parent_nursery
+    status = getattr(outer, "_cancel_status", None) if outer is not None else None
+    while status is not None:
+        shared.append(status)
+        status = getattr(status, "_parent", None)
+    return shared
+
+
 def components(router: Any, top_types: int = 8) -> dict[str, Any]:
     """Bytes and objects reachable from each part of the router (module docstring), and
     [objects, bytes] of its `top_types` largest types (0: all)."""
@@ -135,6 +160,8 @@ def components(router: Any, top_types: int = 8) -> dict[str, Any]:
     stop = {id(router), id(router.connections)}
     stop.update(id(v) for v in vars(router).values())
     stop.update(id(r) for rs in roots.values() for r in rs)
+    if roots["connections"]:
+        stop.update(id(o) for o in _trio_shared(roots["connections"][0]))
     out: dict[str, Any] = {name: {"bytes": 0, "objects": 0, "types": {}}
                            for name in COMPONENTS}
     walker = _Walk(stop)
