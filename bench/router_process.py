@@ -319,7 +319,7 @@ class Control:
         from . import census
 
         gc.collect()
-        return census.components(self.router, top_types=req.get("top_types", 8))
+        return await census.components(self.router, top_types=req.get("top_types", 8))
 
     async def op_types(self, req: dict) -> dict:
         """Objects and bytes by type, frozen objects included (`bench.census.type_census`)."""

@@ -11,7 +11,7 @@ from bench import harness, memory_profile
 from bench.census import COMPONENTS
 from bench.harness import RouterProcess, WorkerGroup, connect, subscribe
 
-QUEUES, MESSAGES, CONNECTIONS = 400, 50, 30
+QUEUES, MESSAGES, CONNECTIONS = 3000, 200, 60
 
 
 def _read(router: RouterProcess) -> tuple[int, dict[str, int]]:
