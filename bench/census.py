@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from router.server.memory import COMPONENTS, Census, allocator, take_census
+from router.server.ops.memory import COMPONENTS, Census, allocator, take_census
 
 __all__ = ["COMPONENTS", "allocator", "components", "type_census"]
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from router.server.config import DELIVERY_MODES, STORE_KINDS
+from router.server.settings.config import DELIVERY_MODES, STORE_KINDS
 
 from .census import COMPONENTS
 from .harness import (
