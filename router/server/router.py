@@ -54,6 +54,7 @@ from .edge.listener import EdgeListener, serve_edge, tls_context
 from .edge.transports import BlockTransport
 from .open_stores import open_router_stores
 from .ops.control import CONTROL_HOST, serve_control
+from .ops.memory import MemoryCensus
 from .ops.metrics import serve_metrics
 from .ops.statslog import StatsLog
 from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig
@@ -85,6 +86,7 @@ class Router:
         self.listener: Suspendable | None = None  # the listener, once it is accepting
         self.blocked = BlockedQueues(config.data_dir)  # recipient id -> reason
         self.subscriptions = Subscriptions(self.counters, config.end_batch_interval)
+        self.memory = MemoryCensus(self)  # the control port's `memory`, the memory gauges
         self.expirer = Expirer(
             messages, ttl=config.message_ttl, interval=config.expire_interval,
             on_expired=self._count_expired,

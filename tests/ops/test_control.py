@@ -206,8 +206,9 @@ async def test_suspend_stops_commands_and_deliveries_and_resume_restarts_them(ro
 async def test_help_lists_the_commands_and_quit_ends_the_session(router):
     with trio.fail_after(10):
         control = await open_control(router.control_port)
-        lines = await control.until("help", lambda line: line.startswith("resume"))
+        lines = await control.until("help", lambda line: line.startswith("memory"))
         assert "stats (user role)" in lines and "delete (admin role)" in lines
+        assert "memory (admin role)" in lines
         assert await control.command("frobnicate") == [
             "error: unknown command 'frobnicate'; try help"
         ]

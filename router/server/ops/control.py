@@ -16,6 +16,9 @@ role does not allow is answered `AUTH`, as the reference does.
     save                   write the memory store's snapshot now
     suspend / resume       stop / restart accepting clients, reading commands
                            and delivering messages
+    memory [fresh]         live memory by component (queue table, messages,
+                           subscriptions, connections, buffers) and by type,
+                           and the allocators' figures (ops/memory.py)
     help, quit
 
 QUEUE_ID is the recipient id in base64url, as in the smp:// queue links
@@ -54,6 +57,7 @@ MAX_LINE = 4096  # bytes; a longer line ends the session
 IDLE_TIMEOUT = 600.0  # seconds a session may stay silent
 CLIENT_TIMEOUT = 30.0  # seconds `smp-router control` waits for the router
 BLOCK_REASONS = ("spam", "content")
+MEMORY_MAX_AGE = 10.0  # seconds a census stays good enough for `memory`
 
 
 class Role(Enum):
@@ -201,6 +205,16 @@ async def _resume(session: ControlSession, args: list[str]) -> list[str]:
     return ["ok: resumed"]
 
 
+async def _memory(session: ControlSession, args: list[str]) -> list[str]:
+    """The router's memory by component and by type (ops/memory.py): the latest census
+    if it is at most MEMORY_MAX_AGE seconds old, else a new one; `memory fresh` takes
+    a new one. Either way one census at a time, bounded in objects walked."""
+    if args not in ([], ["fresh"]):
+        return ["error: usage: memory [fresh]"]
+    census = await session.router.memory.fresh(0.0 if args else MEMORY_MAX_AGE)
+    return census.lines()
+
+
 async def _help(session: ControlSession, args: list[str]) -> list[str]:
     return [f"{name} ({role.value} role)" if role is not Role.NONE else name
             for name, (role, _) in COMMANDS.items()]
@@ -224,6 +238,7 @@ COMMANDS: dict[str, tuple[Role, Handler]] = {
     "save": (Role.ADMIN, _save),
     "suspend": (Role.ADMIN, _suspend),
     "resume": (Role.ADMIN, _resume),
+    "memory": (Role.ADMIN, _memory),
 }
 
 

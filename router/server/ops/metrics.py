@@ -40,6 +40,7 @@ from store.interfaces import Party
 
 from ..edge.block_stream import STREAM_GONE
 from ..edge.listen import bound_port, open_listeners
+from .memory import TOP_TYPES, Census
 
 if TYPE_CHECKING:
     from ..core.counters import RouterStatistics
@@ -51,6 +52,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_TIMEOUT = 10.0  # seconds a scraper has to send its request
 MAX_REQUEST = 16 * 1024  # bytes of request head accepted
 GC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+MEMORY_MAX_AGE = 300.0  # seconds a memory census is reused by later scrapes
 STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0)
 
 # (reference name, statistics field, help): values with the reference's meaning.
@@ -79,6 +81,7 @@ class RouterCollector(Collector):
     def __init__(self, router: OperatedRouter) -> None:
         self._router = router
         self._queue_count = 0
+        self._memory: Census | None = None
         self.store_latency = Histogram(
             "smp_router_store_lookup_seconds",
             "Time of one queue lookup made at scrape time, waiting behind other store work",
@@ -87,6 +90,7 @@ class RouterCollector(Collector):
 
     async def refresh(self) -> None:
         self._queue_count = await self._router.queues.queue_count()
+        self._memory = await self._router.memory.fresh(MEMORY_MAX_AGE)
         started = time.perf_counter()
         await self._router.queues.get_queue(Party.RECIPIENT, secrets.token_bytes(24))
         self.store_latency.observe(time.perf_counter() - started)
@@ -132,6 +136,42 @@ class RouterCollector(Collector):
         yield GaugeMetricFamily("smp_router_suspended", "1 while suspended by the control port",
                                 value=int(self._router.gate.suspended))
         yield from self.store_latency.collect()
+        if self._memory is not None:
+            yield from _memory(self._memory)
+
+
+def _memory(census: Census) -> Iterator[Metric]:
+    """The latest memory census (ops/memory.py), at most MEMORY_MAX_AGE seconds old."""
+    parts = GaugeMetricFamily("smp_router_memory_bytes",
+                              "Live bytes reachable from each part of the router",
+                              labels=["component"])
+    objects = GaugeMetricFamily("smp_router_memory_objects",
+                                "Objects reachable from each part of the router",
+                                labels=["component"])
+    for name, part in census.parts.items():
+        parts.add_metric([name], part.bytes)
+        objects.add_metric([name], part.objects)
+    yield parts
+    yield objects
+    types = GaugeMetricFamily("smp_router_memory_type_bytes",
+                              f"Live bytes of the {TOP_TYPES} largest types in the router's parts",
+                              labels=["type"])
+    for name, _, size in census.types(TOP_TYPES):
+        types.add_metric([name], size)
+    yield types
+    allocator = GaugeMetricFamily("smp_router_memory_allocator_bytes",
+                                  "glibc malloc and pymalloc: bytes in use and free",
+                                  labels=["allocator", "state"])
+    for key, value in census.allocator.items():
+        kind, _, state = key.partition("_")
+        if value is not None and state in ("in_use", "free"):
+            allocator.add_metric([kind, state], value)
+    yield allocator
+    yield GaugeMetricFamily("smp_router_memory_census_seconds",
+                            "Time the latest memory census took", value=census.seconds)
+    yield GaugeMetricFamily("smp_router_memory_census_complete",
+                            "1 if the latest census walked everything, 0 if it stopped "
+                            "at its bound", value=int(census.complete))
 
 
 def _untyped(name: str, doc: str, value: float) -> Metric:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..core.subscriptions import Subscriptions
     from ..edge.gate import SuspendGate
     from ..settings.config import RouterConfig
+    from .memory import MemoryCensus
 
 
 class OperatedRouter(Protocol):
@@ -30,6 +31,7 @@ class OperatedRouter(Protocol):
     blocked: BlockedQueues
     subscriptions: Subscriptions
     connections: Mapping[int, Connection]
+    memory: MemoryCensus
 
     def statistics(self) -> RouterStatistics: ...
     def connection_task_counts(self) -> dict[int, int]: ...
