@@ -77,6 +77,9 @@ class LoopLag:
             if frame is None:
                 continue
             stack = "".join(traceback.format_stack(frame, limit=25))
+            # Not kept until the next stall: a frame held here keeps the locals of the
+            # code that stalled (and everything they refer to) alive in the router.
+            del frame
             gc_started = self._in_gc_since
             if gc_started is not None:
                 seconds = time.perf_counter() - gc_started
