@@ -19,6 +19,11 @@
 // right one, and the delays grow, so a wrong address costs little. The
 // "offline" status event carries the error, so a page can tell it apart
 // (`ev.error instanceof IdentityMismatch`) and ask for another address.
+//
+// Each connection checks itself (the client's keepalive): after `pingInterval`
+// ms without a block from the router it sends PING, and a PING unanswered for
+// `pingTimeout` ms closes it, so a silently dead socket (a laptop that slept,
+// a NAT that forgot the connection) is replaced instead of waited on.
 
 import { toHex } from "./bytes.js";
 import { Backoff } from "./backoff.js";
@@ -26,9 +31,18 @@ import { connect } from "./client.js";
 import { AUTH, ConnectionClosed } from "./errors.js";
 
 export class SMPAgent {
-  constructor({ url, keyHash, WebSocket, backoff = new Backoff(), random = Math.random, timeout } = {}) {
+  /**
+   * @param {{url: string, keyHash: Uint8Array, WebSocket?: any, backoff?: Backoff, random?: () => number,
+   *   timeout?: number, commandTimeout?: number, pingInterval?: number, pingTimeout?: number}} options
+   *   `timeout`: ms for each connect and handshake; `commandTimeout`, `pingInterval`,
+   *   `pingTimeout`: as for `connect`, for every connection the agent makes.
+   */
+  constructor({
+    url, keyHash, WebSocket, backoff = new Backoff(), random = Math.random, timeout,
+    commandTimeout, pingInterval, pingTimeout,
+  }) {
     Object.assign(this, { url, keyHash, backoff, random });
-    this.connectOptions = { WebSocket, timeout };
+    this.connectOptions = { WebSocket, timeout, commandTimeout, pingInterval, pingTimeout };
     this.queues = new Map(); // hex(recipientId) -> queue
     this.listeners = new Set();
     this.status = "stopped";
@@ -77,17 +91,49 @@ export class SMPAgent {
     this.wakeUp?.();
   }
 
-  /** The current client once connected (waits while offline). */
-  connected() {
+  /**
+   * The current client once connected (waits while offline). `signal` (an
+   * AbortSignal) gives up waiting: rejects with its reason.
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<import("./client.js").SMPClient>}
+   */
+  connected({ signal } = {}) {
     if (this.client && !this.client.closed) return Promise.resolve(this.client);
     if (this.stopped) return Promise.reject(new ConnectionClosed("agent stopped", { local: true }));
-    return new Promise((resolve, reject) => this.waitingForClient.push({ resolve, reject }));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      const waiter = {
+        resolve: (client) => {
+          signal?.removeEventListener("abort", aborted);
+          resolve(client);
+        },
+        reject: (error) => {
+          signal?.removeEventListener("abort", aborted);
+          reject(error);
+        },
+      };
+      const aborted = () => {
+        this.waitingForClient = this.waitingForClient.filter((w) => w !== waiter);
+        reject(signal.reason);
+      };
+      signal?.addEventListener("abort", aborted, { once: true });
+      this.waitingForClient.push(waiter);
+    });
   }
 
-  /** Run `fn(client)` on a connected client; if the connection drops under it, again on the next one. */
-  async withClient(fn) {
+  /**
+   * Run `fn(client)` on a connected client; if the connection drops under it,
+   * again on the next one. `signal` ends the waiting and the retries (the
+   * reason is thrown); pass it on to the commands `fn` sends to abandon them too.
+   * @template T
+   * @param {(client: import("./client.js").SMPClient) => Promise<T>} fn
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<T>}
+   */
+  async withClient(fn, { signal } = {}) {
     for (;;) {
-      const client = await this.connected();
+      signal?.throwIfAborted();
+      const client = await this.connected({ signal });
       try {
         return await fn(client);
       } catch (e) {

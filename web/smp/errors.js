@@ -65,6 +65,13 @@ export class IdentityMismatch extends HandshakeError {}
 /** The router sent something that does not parse or does not answer the command. */
 export class BadResponse extends SMPClientError {}
 
+/**
+ * No answer to a command within its timeout. The connection stays open: a
+ * late answer is dropped (or, for a MSG answering SUB or ACK, still handed
+ * over as an event).
+ */
+export class CommandTimeout extends SMPClientError {}
+
 const SIMPLE = new Set([
   "BLOCK", "SESSION", "AUTH", "QUOTA", "NO_MSG", "LARGE_MSG", "INTERNAL",
   "CRYPTO", "SERVICE", "EXPIRED", "DUPLICATE_",
