@@ -52,16 +52,26 @@ export class SMPAgent {
     this.wakeUp = null;
   }
 
-  /** Call `listener(event)` for every event; returns a function that stops it. */
+  /**
+   * Call `listener(event)` for every event; returns a function that stops it.
+   * @param {(event: import("./types.js").AgentEvent) => void} listener
+   * @returns {() => void}
+   */
   onEvent(listener) {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
 
+  /**
+   * @private
+   */
   emit(event) {
     for (const listener of this.listeners) listener(event);
   }
 
+  /**
+   * @private
+   */
   setStatus(status, detail = {}) {
     this.status = status;
     this.emit({ type: "status", status, ...detail });
@@ -142,7 +152,10 @@ export class SMPAgent {
     }
   }
 
-  /** Keep `queue` subscribed from now on (SUB now if connected). */
+  /**
+   * Keep `queue` subscribed from now on (SUB now if connected).
+   * @param {import("./types.js").Queue} queue
+   */
   addQueue(queue) {
     const key = toHex(queue.recipientId);
     if (this.queues.has(key)) return;
@@ -151,7 +164,11 @@ export class SMPAgent {
     if (client && !client.closed) this.subscribe(client, [queue]);
   }
 
-  /** Stop keeping the queue subscribed (no command is sent). */
+  /**
+   * Stop keeping the queue subscribed (no command is sent).
+   * @param {Uint8Array} recipientId
+   * @returns {boolean}
+   */
   removeQueue(recipientId) {
     return this.queues.delete(toHex(recipientId));
   }
@@ -160,6 +177,8 @@ export class SMPAgent {
    * ACK a message delivered by `client` (the event's `client`). Returns false
    * without sending when that connection is gone: the router delivers the
    * message again to the next one.
+   * @param {import("./types.js").AgentMessageEvent} event
+   * @returns {Promise<boolean>}
    */
   async ack(event) {
     if (!event.queue || event.client !== this.client || event.client.closed) return false;
@@ -174,6 +193,9 @@ export class SMPAgent {
 
   // --- inside ---------------------------------------------------------------
 
+  /**
+   * @private
+   */
   async run() {
     let attempt = 0;
     while (!this.stopped) {
@@ -199,7 +221,10 @@ export class SMPAgent {
     }
   }
 
-  /** Use `client` until its connection ends. */
+  /**
+   * Use `client` until its connection ends.
+   * @private
+   */
   async serve(client) {
     this.client = client;
     client.onEvent((event) => this.received(client, event));
@@ -210,6 +235,9 @@ export class SMPAgent {
     this.client = null;
   }
 
+  /**
+   * @private
+   */
   async subscribe(client, queues, attempt = 0) {
     if (!queues.length) return;
     let errors;
@@ -234,7 +262,10 @@ export class SMPAgent {
     if (again.length) this.retryLater(client, again, attempt);
   }
 
-  /** A temporary refusal (INTERNAL, say): SUB again after a delay, on the same connection. */
+  /**
+   * A temporary refusal (INTERNAL, say): SUB again after a delay, on the same connection.
+   * @private
+   */
   retryLater(client, queues, attempt) {
     setTimeout(() => {
       if (client !== this.client || client.closed) return; // the next connection subscribes them
@@ -243,6 +274,9 @@ export class SMPAgent {
     }, this.backoff.delay(attempt, this.random));
   }
 
+  /**
+   * @private
+   */
   drop(recipientId, reason, error = null) {
     const key = toHex(recipientId);
     const queue = this.queues.get(key);
@@ -251,6 +285,9 @@ export class SMPAgent {
     this.emit({ type: "removed", queue, reason, error });
   }
 
+  /**
+   * @private
+   */
   received(client, event) {
     if (client !== this.client) return; // a message from a replaced connection comes again
     const queue = event.recipientId ? this.queues.get(toHex(event.recipientId)) : undefined;
@@ -270,6 +307,9 @@ export class SMPAgent {
     }
   }
 
+  /**
+   * @private
+   */
   sleep(ms) {
     return new Promise((resolve) => {
       const timer = setTimeout(done, ms);

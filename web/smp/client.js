@@ -31,6 +31,20 @@ import { decodeTransmission, encodeTransmission } from "./transmission.js";
 const EMPTY = new Uint8Array(0);
 
 /**
+ * @typedef {object} ConnectOptions
+ * @property {{new (url: string): WebSocket} | any} [WebSocket] the WebSocket constructor (default: the global one)
+ * @property {[number, number]} [versions] the SMP versions to offer, [min, max]
+ * @property {number} [timeout] ms for opening the connection and the handshake (default 15000)
+ * @property {boolean} [confirm] confirm with one PING when the identity cannot be checked (default true)
+ * @property {Uint8Array | null} [serviceSeed] Ed25519 seed of a service this connection acts for
+ * @property {number} [commandTimeout] ms a command waits for its answer (default 30000; 0: no limit)
+ * @property {number} [pingInterval] ms of silence before a keepalive PING (default 30000; 0: none)
+ * @property {number} [pingTimeout] ms a keepalive PING has to be answered (default 15000)
+ */
+
+/** @typedef {import("./types.js").ClientEvent} ClientEvent */
+
+/**
  * Open a WebSocket to `url` (ws:// or wss://, any path), run the SMP handshake
  * and resolve to a ready SMPClient. `keyHash` is the router's 32-byte identity
  * (Uint8Array). Options: `WebSocket` (the constructor to use, by default the
@@ -55,6 +69,11 @@ const EMPTY = new Uint8Array(0);
  * does not send it, or a page without WebCrypto: browsers give
  * `crypto.subtle` only to https pages and to http on localhost), one PING
  * round trip confirms the hello instead (see confirmHello).
+ *
+ * @param {string} url
+ * @param {Uint8Array} keyHash
+ * @param {ConnectOptions} [options]
+ * @returns {Promise<SMPClient>}
  */
 export async function connect(url, keyHash, options = {}) {
   const WebSocketImpl = options.WebSocket ?? globalThis.WebSocket;
@@ -213,30 +232,58 @@ export const DEFAULT_PING_INTERVAL = 30000;
 export const DEFAULT_PING_TIMEOUT = 15000;
 
 export class SMPClient {
+  /**
+   * Made by `connect`.
+   * @param {any} socket
+   * @param {number} version
+   * @param {Uint8Array} sessionId
+   * @param {string} url
+   * @param {ConnectOptions} [options]
+   */
   constructor(socket, version, sessionId, url, options = {}) {
+    /** @private */
     this.socket = socket;
     this.version = version;
     this.sessionId = sessionId;
     this.url = url;
+    /** @private */
     this.queues = new Map(); // hex(recipientId) -> queue, to open MSG bodies
+    /** @private */
     this.notifiers = new Map(); // hex(notifierId) -> credentials, to open NMSG metadata
+    /** @private */
     this.pending = new Map(); // hex(corrId) -> {resolve, reject, routeMsg, abandoned}
+    /** @private */
     this.outbox = [];
+    /** @private */
     this.flushScheduled = false;
+    /** @private */
     this.sending = Promise.resolve(); // the blocks of one flush go out before the next one's
+    /** @private */
     this.commandTimeout = options.commandTimeout ?? DEFAULT_COMMAND_TIMEOUT;
+    /** @private */
     this.pingInterval = options.pingInterval ?? DEFAULT_PING_INTERVAL;
+    /** @private */
     this.pingTimeout = options.pingTimeout ?? DEFAULT_PING_TIMEOUT;
+    /** @private */
     this.lastReceived = Date.now();
+    /** @private */
     this.keepaliveTimer = null;
+    /** @private */
     this.serviceSeed = null;
-    this.serviceId = null; // set by connect() for a service connection
+    /** @type {Uint8Array | null} set by connect() for a service connection */
+    this.serviceId = null;
+    /** @private */
     this.corrPrefix = crypto.randomBytes(16);
+    /** @private */
     this.corrNext = 0;
+    /** @private */
     this.events = [];
+    /** @private */
     this.eventWaiters = [];
+    /** @private */
     this.listeners = new Set();
     this.stats = { blocksSent: 0, blocksReceived: 0 };
+    /** @private */
     this.closedPromise = new Promise((resolve) => {
       this.resolveClosed = resolve;
     });
@@ -247,12 +294,18 @@ export class SMPClient {
     else this.scheduleKeepalive(this.pingInterval);
   }
 
-  /** Why the connection ended, or null while it is open. */
+  /**
+   * Why the connection ended, or null while it is open.
+   * @returns {ConnectionClosed | null}
+   */
   get closed() {
     return this.socket.closed;
   }
 
-  /** Resolves with the ConnectionClosed once the connection is over. */
+  /**
+   * Resolves with the ConnectionClosed once the connection is over.
+   * @returns {Promise<ConnectionClosed>}
+   */
   whenClosed() {
     return this.closedPromise;
   }
@@ -266,6 +319,8 @@ export class SMPClient {
   /**
    * Call `listener(event)` for every pushed event; returns a function that stops it.
    * While a listener is set, events do not wait for `nextEvent`.
+   * @param {(event: ClientEvent) => void} listener
+   * @returns {() => void}
    */
   onEvent(listener) {
     this.listeners.add(listener);
@@ -273,18 +328,25 @@ export class SMPClient {
     return () => this.listeners.delete(listener);
   }
 
-  /** The next pushed event; rejects with ConnectionClosed once the connection is over. */
+  /**
+   * The next pushed event; rejects with ConnectionClosed once the connection is over.
+   * @returns {Promise<ClientEvent>}
+   */
   nextEvent() {
     if (this.events.length) return Promise.resolve(this.events.shift());
     if (this.closed) return Promise.reject(this.closed);
     return new Promise((resolve, reject) => this.eventWaiters.push({ resolve, reject }));
   }
 
-  /** The next event if one is waiting, else null. */
+  /**
+   * The next event if one is waiting, else null.
+   * @returns {ClientEvent | null}
+   */
   nextEventNow() {
     return this.events.length ? this.events.shift() : null;
   }
 
+  /** @private */
   emit(event) {
     if (this.listeners.size) {
       for (const listener of this.listeners) listener(event);
@@ -295,6 +357,7 @@ export class SMPClient {
     }
   }
 
+  /** @private */
   ended(error) {
     clearTimeout(this.keepaliveTimer);
     for (const entry of this.pending.values()) entry.reject(error);
@@ -305,11 +368,15 @@ export class SMPClient {
 
   // --- requests ---------------------------------------------------------
 
-  /** Let this connection open the MSGs of `queue` (e.g. one created on another connection). */
+  /**
+   * Let this connection open the MSGs of `queue` (e.g. one created on another connection).
+   * @param {import("./types.js").Queue} queue
+   */
   addQueue(queue) {
     this.queues.set(toHex(queue.recipientId), queue);
   }
 
+  /** @param {import("./types.js").Queue} queue */
   forgetQueue(queue) {
     this.queues.delete(toHex(queue.recipientId));
   }
@@ -317,6 +384,11 @@ export class SMPClient {
   /**
    * Send one command (a value, or bytes as they are), signed when `seed` is
    * given; the response. `options`: {signal, timeout}, see `commands`.
+   * @param {Uint8Array} entityId
+   * @param {Uint8Array | {type: string, [field: string]: any}} cmd
+   * @param {Uint8Array | null} [seed]
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<{type: string, [field: string]: any}>}
    */
   async command(entityId, cmd, seed = null, options = {}) {
     return (await this.commands([[entityId, cmd, seed]], options))[0];
@@ -328,6 +400,9 @@ export class SMPClient {
    * reason; one not yet sent is not sent. `timeout` (ms, default the
    * connection's commandTimeout; 0: none) rejects a request whose answer has
    * not come in time with CommandTimeout.
+   * @param {[Uint8Array, Uint8Array | {type: string, [field: string]: any}, (Uint8Array | null)?][]} requests
+   * @param {import("./types.js").CommandOptions & {routeMsg?: boolean}} [options]
+   * @returns {Promise<{type: string, [field: string]: any}[]>}
    */
   commands(requests, { routeMsg = false, signal = undefined, timeout = this.commandTimeout } = {}) {
     if (this.closed) return Promise.reject(this.closed);
@@ -337,6 +412,7 @@ export class SMPClient {
     );
   }
 
+  /** @private */
   submit(entityId, cmd, seed, routeMsg, signal, timeout) {
     const corrId = this.newCorrId();
     const key = toHex(corrId);
@@ -379,7 +455,7 @@ export class SMPClient {
     });
   }
 
-  /** The transmission's bytes, or a promise of them while the signature is made. */
+  /** The transmission's bytes, or a promise of them while the signature is made. @private */
   transmission(seed, corrId, entityId, command) {
     if (!seed) return encodeTransmission({ authorization: EMPTY, corrId, entityId, command });
     return crypto
@@ -387,6 +463,7 @@ export class SMPClient {
       .then((authorization) => encodeTransmission({ authorization, corrId, entityId, command }));
   }
 
+  /** @private */
   newCorrId() {
     const n = this.corrNext++;
     const counter = new Uint8Array(8);
@@ -394,6 +471,7 @@ export class SMPClient {
     return concat(this.corrPrefix, counter);
   }
 
+  /** @private */
   scheduleFlush() {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
@@ -405,6 +483,7 @@ export class SMPClient {
     });
   }
 
+  /** @private */
   async flush(items) {
     // Signatures are made concurrently (WebCrypto works off the main thread).
     const transmissions = await Promise.all(items.map((item) => Promise.resolve(item.transmission).catch((e) => e)));
@@ -437,6 +516,7 @@ export class SMPClient {
 
   // --- keepalive --------------------------------------------------------------
 
+  /** @private */
   scheduleKeepalive(delay) {
     if (!(this.pingInterval > 0) || this.closed) return;
     clearTimeout(this.keepaliveTimer);
@@ -444,7 +524,7 @@ export class SMPClient {
     this.keepaliveTimer.unref?.(); // in Node, an idle client does not keep the process alive
   }
 
-  /** PING after `pingInterval` ms of silence; no PONG in `pingTimeout` ms closes the connection. */
+  /** PING after `pingInterval` ms of silence; no PONG in `pingTimeout` ms closes the connection. @private */
   async keepalive() {
     const silent = Date.now() - this.lastReceived;
     if (silent < this.pingInterval) {
@@ -464,6 +544,7 @@ export class SMPClient {
     this.scheduleKeepalive(this.pingInterval);
   }
 
+  /** @private */
   sendBlock(block) {
     this.stats.blocksSent++;
     this.socket.send(block);
@@ -476,6 +557,7 @@ export class SMPClient {
 
   // --- reader -------------------------------------------------------------
 
+  /** @private */
   readBlock(block) {
     this.stats.blocksReceived++;
     this.lastReceived = Date.now();
@@ -490,6 +572,7 @@ export class SMPClient {
     for (const t of transmissions) this.route(t);
   }
 
+  /** @private */
   route(t) {
     let response;
     try {
@@ -520,6 +603,7 @@ export class SMPClient {
     this.emit(event ?? { type: "raw", corrId: t.corrId, entityId: t.entityId, command: t.command, response });
   }
 
+  /** @private */
   pushEvent(entityId, response) {
     switch (response.type) {
       case "MSG":
@@ -539,7 +623,7 @@ export class SMPClient {
     }
   }
 
-  /** Open a MSG with its queue's box key: a "message" event, or "undecrypted". */
+  /** Open a MSG with its queue's box key: a "message" event, or "undecrypted". @private */
   messageEvent(recipientId, msg) {
     const queue = this.queues.get(toHex(recipientId));
     if (queue) {
@@ -553,7 +637,7 @@ export class SMPClient {
     return { type: "undecrypted", recipientId, msgId: msg.msgId, encBody: msg.encBody };
   }
 
-  /** A "notification" event; msgId and ts are filled in when this client holds the notifier's box key. */
+  /** A "notification" event; msgId and ts are filled in when this client holds the notifier's box key. @private */
   notificationEvent(notifierId, nmsg) {
     const event = { type: "notification", notifierId, nonce: nmsg.nonce, encMeta: nmsg.encMeta, msgId: null, ts: null };
     const creds = this.notifiers.get(toHex(notifierId));
@@ -790,6 +874,7 @@ export class SMPClient {
     return this.serviceCommand("NSUBS", options);
   }
 
+  /** @private */
   async serviceCommand(type, options = {}) {
     if (!this.serviceSeed) throw new TypeError("this client was connected without a serviceSeed");
     return expect(await this.command(this.serviceId, { type }, this.serviceSeed, options), "SOKS").count;
@@ -797,10 +882,12 @@ export class SMPClient {
 
   // --- helpers --------------------------------------------------------------
 
+  /** @private */
   recipient(queue, cmd, options = {}) {
     return this.command(queue.recipientId, cmd, queue.rcvAuthSeed, options);
   }
 
+  /** @private */
   async recipientOk(queue, cmd, options = {}) {
     expect(await this.recipient(queue, cmd, options), "OK");
   }

@@ -6,13 +6,16 @@
 // (Chromium 137+, Firefox 129+, Safari 17+, Node 20) signs in well under a
 // millisecond in native code; where it is missing (older browsers, and every
 // plain-http page that is not on localhost: browsers give `crypto.subtle`
-// only to secure contexts) @noble/curves signs in JavaScript, still several
-// times faster than tweetnacl. Both give the same bytes: Ed25519 signatures
-// are deterministic.
+// only to secure contexts) @noble/ed25519 signs in JavaScript, several times
+// faster than tweetnacl, with tweetnacl's SHA-512 (one copy of it in a
+// bundle). Both give the same bytes: Ed25519 signatures are deterministic.
 
-import { ed25519 } from "@noble/curves/ed25519.js";
+import * as ed25519 from "@noble/ed25519";
 
 import { concat, fromHex, toHex } from "./bytes.js";
+import nacl from "./nacl.js";
+
+ed25519.hashes.sha512 = (message) => nacl.hash(message);
 
 // PKCS#8 PrivateKeyInfo for an Ed25519 seed (RFC 8410): this prefix, then the 32 bytes.
 const PKCS8_ED25519_PREFIX = fromHex("302e020100300506032b657004220420");
@@ -117,18 +120,4 @@ export function signInJavaScript(seed32, data) {
  */
 export function publicKeyOf(seed32) {
   return ed25519.getPublicKey(seed32);
-}
-
-/**
- * @param {Uint8Array} signature
- * @param {Uint8Array} publicKey32
- * @param {Uint8Array} data
- * @returns {boolean}
- */
-export function verifySignature(signature, publicKey32, data) {
-  try {
-    return ed25519.verify(signature, data, publicKey32);
-  } catch {
-    return false;
-  }
 }
