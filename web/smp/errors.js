@@ -27,12 +27,7 @@ export class ProtocolError extends Error {
 }
 
 /** Base class of every error the client raises. */
-export class SMPClientError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = this.constructor.name;
-  }
-}
+export class SMPClientError extends Error {}
 
 /** The router answered `ERR type` (or the client refused the command locally). */
 export class SMPError extends SMPClientError {
@@ -71,6 +66,16 @@ export class BadResponse extends SMPClientError {}
  * over as an event).
  */
 export class CommandTimeout extends SMPClientError {}
+
+// Error names written out: a minifying bundler renames classes, and
+// `error.name` must still say what the error is.
+for (const [cls, name] of [
+  [SMPClientError, "SMPClientError"], [SMPError, "SMPError"], [ConnectionClosed, "ConnectionClosed"],
+  [HandshakeError, "HandshakeError"], [IdentityMismatch, "IdentityMismatch"], [BadResponse, "BadResponse"],
+  [CommandTimeout, "CommandTimeout"],
+]) {
+  Object.defineProperty(cls.prototype, "name", { value: name, writable: true, configurable: true });
+}
 
 const SIMPLE = new Set([
   "BLOCK", "SESSION", "AUTH", "QUOTA", "NO_MSG", "LARGE_MSG", "INTERNAL",
