@@ -497,3 +497,15 @@ describe("signing", () => {
     assert.equal(signing.cachedSigningKeys(), before + 999);
   });
 });
+
+test("without a WebSocket (Node 20 without its flag), connect says how to get one", async () => {
+  const saved = Object.getOwnPropertyDescriptor(globalThis, "WebSocket");
+  Object.defineProperty(globalThis, "WebSocket", { value: undefined, configurable: true });
+  try {
+    await assert.rejects(connect("ws://127.0.0.1:1/smp", KEY_HASH), (e) =>
+      e instanceof TypeError && /--experimental-websocket/.test(e.message) && /options\.WebSocket/.test(e.message));
+  } finally {
+    if (saved) Object.defineProperty(globalThis, "WebSocket", saved);
+    else delete globalThis.WebSocket;
+  }
+});
