@@ -41,7 +41,10 @@ export class SMPAgent {
     url, keyHash, WebSocket, backoff = new Backoff(), random = Math.random, timeout,
     commandTimeout, pingInterval, pingTimeout,
   }) {
-    Object.assign(this, { url, keyHash, backoff, random });
+    this.url = url;
+    this.keyHash = keyHash;
+    this.backoff = backoff;
+    this.random = random;
     this.connectOptions = { WebSocket, timeout, commandTimeout, pingInterval, pingTimeout };
     this.queues = new Map(); // hex(recipientId) -> queue
     this.listeners = new Set();

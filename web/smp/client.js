@@ -268,7 +268,7 @@ export class SMPClient {
     this.lastReceived = Date.now();
     /** @private */
     this.keepaliveTimer = null;
-    /** @private */
+    /** @type {Uint8Array | null} set by connect() for a service connection */
     this.serviceSeed = null;
     /** @type {Uint8Array | null} set by connect() for a service connection */
     this.serviceId = null;
@@ -520,8 +520,10 @@ export class SMPClient {
   scheduleKeepalive(delay) {
     if (!(this.pingInterval > 0) || this.closed) return;
     clearTimeout(this.keepaliveTimer);
-    this.keepaliveTimer = setTimeout(() => this.keepalive(), delay);
-    this.keepaliveTimer.unref?.(); // in Node, an idle client does not keep the process alive
+    /** @type {any} a browser's timer id, or Node's Timeout object */
+    const timer = setTimeout(() => this.keepalive(), delay);
+    timer.unref?.(); // in Node, an idle client does not keep the process alive
+    this.keepaliveTimer = timer;
   }
 
   /** PING after `pingInterval` ms of silence; no PONG in `pingTimeout` ms closes the connection. @private */

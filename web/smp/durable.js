@@ -32,7 +32,11 @@ export class DurableSubscription {
    * @param {{remember?: number, onEvent?: ((event: any) => void) | null}} [options]
    */
   constructor(agent, store, handler, { remember = DEFAULT_REMEMBER, onEvent = null } = {}) {
-    Object.assign(this, { agent, store, handler, remember, onEvent });
+    this.agent = agent;
+    this.store = store;
+    this.handler = handler;
+    this.remember = remember;
+    this.onEvent = onEvent;
     this.chains = new Map(); // hex(recipientId) -> promise of the message being handled
     this.stats = { delivered: 0, duplicates: 0, quotaMarkers: 0, undecryptable: 0, handlerErrors: 0 };
     this.unsubscribe = agent.onEvent((event) => this.received(event));
