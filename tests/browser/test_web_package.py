@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import Gateway
-from conftest import WEB_ROOT
 from playwright.sync_api import Browser, expect
 
+WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
 TIMEOUT_MS = 15_000
 DEPENDENCIES = ("tweetnacl", "@noble/ed25519")
 
