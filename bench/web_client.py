@@ -17,6 +17,10 @@ same way) and drives Debian's Chromium (/usr/bin/chromium) with Playwright:
   beforehand by the Python client, until every answer is in;
 - time to create N queues (NEW) in the page, the same way.
 
+`--no-webcrypto` takes `crypto.subtle` away from the pages (as browsers do on
+plain-http pages of hosts other than localhost), to time the client's
+JavaScript fallback.
+
 Figures are medians over `--repeats` runs; the JSON keeps every run. The
 machine is shared, so compare before/after inside one sitting.
 """
@@ -155,7 +159,11 @@ def first_load(browser, page_url: str) -> dict[str, float]:
             "requests": requests}
 
 
-def run(tree: Path, queues: int, repeats: int, create: bool) -> dict[str, object]:
+NO_WEBCRYPTO = "Object.defineProperty(globalThis.crypto, 'subtle', {value: undefined});"
+
+
+def run(tree: Path, queues: int, repeats: int, create: bool,
+        webcrypto: bool = True) -> dict[str, object]:
     from playwright.sync_api import sync_playwright
 
     scratch = Path(tempfile.mkdtemp(prefix="smp-bench-web-"))
@@ -168,6 +176,8 @@ def run(tree: Path, queues: int, repeats: int, create: bool) -> dict[str, object
             for _ in range(repeats):
                 result: dict[str, object] = first_load(browser, where["page"])
                 context = browser.new_context()
+                if not webcrypto:
+                    context.add_init_script(NO_WEBCRYPTO)
                 page = context.new_page()
                 page.goto(where["page"] + "demo/config.json")
                 sub = page.evaluate(SUBSCRIBE, [made, where["keyHash"], where["smp"]])
@@ -177,6 +187,8 @@ def run(tree: Path, queues: int, repeats: int, create: bool) -> dict[str, object
                 context.close()
                 if create:
                     context = browser.new_context()
+                    if not webcrypto:
+                        context.add_init_script(NO_WEBCRYPTO)
                     page = context.new_page()
                     page.goto(where["page"] + "demo/config.json")
                     made_in_page = page.evaluate(CREATE, [queues, where["keyHash"], where["smp"]])
@@ -189,8 +201,9 @@ def run(tree: Path, queues: int, repeats: int, create: bool) -> dict[str, object
         proc.terminate()
         proc.wait(timeout=10)
     medians = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-    return {"tree": str(tree), "queues": queues, "runs": runs, "medians": medians,
-            "load_average": os.getloadavg(), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {"tree": str(tree), "queues": queues, "webcrypto": webcrypto, "runs": runs,
+            "medians": medians, "load_average": os.getloadavg(),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def main() -> int:
@@ -200,9 +213,12 @@ def main() -> int:
     parser.add_argument("--queues", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-create", action="store_true", help="skip timing NEW in the page")
+    parser.add_argument("--no-webcrypto", action="store_true",
+                        help="pages without crypto.subtle: the JavaScript fallback")
     parser.add_argument("--out", type=Path, help="write the JSON here")
     args = parser.parse_args()
-    summary = run(args.tree.resolve(), args.queues, args.repeats, not args.no_create)
+    summary = run(args.tree.resolve(), args.queues, args.repeats, not args.no_create,
+                  webcrypto=not args.no_webcrypto)
     print(json.dumps(summary["medians"], indent=1))
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1) + "\n")
