@@ -92,9 +92,12 @@ def key_hash_text(key_hash: bytes) -> str:
     return base64.urlsafe_b64encode(key_hash).decode("ascii")
 
 
-def client_config(config: SiteConfig, host_header: str | None) -> dict[str, str]:
+def client_config(
+    config: SiteConfig, host_header: str | None, mount_path: str = ""
+) -> dict[str, str]:
     """What /demo/config.json says: where the page's SMP WebSocket is, for the
-    host name the browser used to load the page."""
+    host name the browser used to load the page (and, for a site mounted at a
+    path of a larger application, under that path)."""
     authority = host_header if host_header and _AUTHORITY.fullmatch(host_header) else None
     authority = authority or config.fallback_host
     default_port = 443 if config.secure else 80
@@ -108,9 +111,9 @@ def client_config(config: SiteConfig, host_header: str | None) -> dict[str, str]
     scheme = "wss" if config.secure else "ws"
     key_hash = key_hash_text(config.key_hash)
     return {
-        "smpUrl": f"{scheme}://{authority}{SMP_PATH}",
+        "smpUrl": f"{scheme}://{authority}{mount_path}{SMP_PATH}",
         "keyHash": key_hash,
-        "address": f"smp://{key_hash}@{host_port(host, port)}{SMP_PATH}",
+        "address": f"smp://{key_hash}@{host_port(host, port)}{mount_path}{SMP_PATH}",
     }
 
 
@@ -192,7 +195,10 @@ class GatewaySite:
     def _allowed(self, request: HttpRequest) -> bool:
         return self.config.origins.allows(request.header("origin"), request.header("host"))
 
-    async def __call__(self, request: HttpRequest) -> HttpResponse | object:
+    async def __call__(self, request: HttpRequest, mount_path: str = "") -> HttpResponse | object:
+        """The answer to `request`, whose target is below `mount_path` (the path
+        a larger application mounted the site at, router.gateway.asgi; "" on the
+        gateway's own listener)."""
         path = unquote(urlsplit(request.target).path)
         if path == SMP_PATH:
             return self._smp(request)
@@ -201,15 +207,15 @@ class GatewaySite:
         if request.method != "GET":
             return _text(405, "only GET", ("allow", "GET"))
         if path == "/":
-            return _redirect(DEMO_PREFIX)
+            return _redirect(mount_path + DEMO_PREFIX)
         if path == "/demo":
-            return _redirect(DEMO_PREFIX, 301)
+            return _redirect(mount_path + DEMO_PREFIX, 301)
         if path == HEALTH_PATH:
             if not self._allowed(request):
                 return _text(403, "origin not allowed")
             return _json({"status": "ok", "statistics": dict(self._statistics())})
         if path == CONFIG_PATH:
-            config = _json(client_config(self.config, request.header("host")))
+            config = _json(client_config(self.config, request.header("host"), mount_path))
             return _with_headers(config, [*self._cors(request), ("vary", "origin")])
         for prefix, base in self._roots.items():
             if path.startswith(prefix):

@@ -150,6 +150,19 @@ async def test_the_config_names_the_smp_websocket_for_the_host_the_page_came_fro
     }
 
 
+async def test_a_site_mounted_at_a_path_names_its_websocket_and_redirects_under_it(web_root):
+    site = site_for(web_root)
+    config = await site(request("/demo/config.json", host="app.example"), mount_path="/chat")
+    assert json.loads(config.body) == {
+        "smpUrl": "ws://app.example/chat/smp",
+        "keyHash": KEY_TEXT,
+        "address": f"smp://{KEY_TEXT}@app.example:80/chat/smp",
+    }
+    root = await site(request("/"), mount_path="/chat")
+    assert (root.status, header(root, "location")) == (302, "/chat/demo/")
+    assert header(await site(request("/demo"), mount_path="/chat"), "location") == "/chat/demo/"
+
+
 def test_the_config_over_tls_uses_wss_and_the_default_port():
     config = SiteConfig(Path("."), KEY_HASH, OriginPolicy(secure=True), secure=True)
     assert client_config(config, "chat.example") == {
