@@ -35,7 +35,6 @@ the router's command limits, quotas and stalled-writer timeout apply as always.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
@@ -44,7 +43,6 @@ from pathlib import Path
 from router.server import Router, RouterConfig, open_router
 from router.server.edge.asgi import Receive, Scope, Send, asgi_remote, serve_asgi_websocket
 from router.server.edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
-from router.server.edge.identity import host_port
 
 from .origins import OriginPolicy, normalize_origin
 from .server import DEFAULT_WEB_ROOT, missing_web_files, site_root, statistics_of
@@ -76,8 +74,7 @@ class SMPWebSocketApp:
 
     def address(self, host: str, port: int, path: str = "/smp") -> str:
         """`smp://<keyHash>@host:port/path`, the key hash in base64url ('=' padded)."""
-        key = base64.urlsafe_b64encode(self.key_hash).decode("ascii")
-        return f"smp://{key}@{host_port(host, port)}{path}"
+        return self.router.identity.address(host, port) + path
 
     @asynccontextmanager
     async def lifespan(self, app: object = None) -> AsyncIterator[None]:
