@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import trio
 
-# The e2e scenarios and their helpers come from tests/e2e.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+# The scenarios and their helpers come from tests/e2e and tests/client.
+for scenarios in ("e2e", "client"):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / scenarios))
 
 from asgi_helpers import TEST_DEFAULTS, AsgiRouterInfo, serve_asgi_router  # noqa: E402
 
