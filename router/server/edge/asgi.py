@@ -27,7 +27,8 @@ import trio
 
 from router.protocol.block import BLOCK_SIZE
 
-from .block_stream import BlockStream, TransportClosed
+from .block_stream import STREAM_GONE, BlockStream, TransportClosed
+from .transports import SendsWithinDeadline
 
 # ASGI's parts, as loosely typed as the specification defines them.
 Scope = MutableMapping[str, Any]
@@ -47,28 +48,28 @@ def asgi_remote(scope: Scope) -> str:
     return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
-class ASGIBlockTransport:
+class ASGIBlockTransport(SendsWithinDeadline):
     """Blocks in and out of an accepted ASGI WebSocket connection.
 
     Writes go through one writer task (`run_writer`) and an unbuffered channel:
     a block is handed over once the previous one is written. Some servers write
     to the socket in a scope that cannot be cancelled (Hypercorn does), so the
-    stalled-writer deadline is kept here, on the hand-over, where it can be: a
-    peer that stops reading is dropped by the router one block later, and the
-    writer task ends when the server's write returns (when the peer reads or
-    its connection ends).
+    stalled-writer deadline (SendsWithinDeadline, as for the other transports)
+    is kept on the hand-over, where it can be: a peer that stops reading is
+    dropped by the router one block later, and the writer task ends when the
+    server's write returns (when the peer reads, or its connection ends).
     """
 
-    __slots__ = ("_receive", "_send", "_stalled_timeout", "_gone", "_to_writer",
+    __slots__ = ("_receive", "_asgi_send", "_stalled_timeout", "_gone", "_to_writer",
                  "_writer_in", "remote", "stalled")
 
     def __init__(
         self, receive: Receive, send: Send, remote: str, *, stalled_timeout: float = math.inf
     ) -> None:
         self._receive = receive
-        self._send = send
+        self._asgi_send = send
         self._stalled_timeout = stalled_timeout
-        self._gone = False  # the peer disconnected: nothing more to read or write
+        self._gone = False  # the peer disconnected, or the writer ended: nothing more to read
         self._to_writer, self._writer_in = trio.open_memory_channel[Message](0)
         self.remote = remote
         self.stalled = False
@@ -81,10 +82,14 @@ class ASGIBlockTransport:
         async with self._writer_in:
             async for message in self._writer_in:
                 try:
-                    await self._send(message)
+                    await self._asgi_send(message)
                 except OSError:  # what servers raise once the connection is gone (ASGI spec)
                     self._gone = True
                     return
+
+    def _send(self, block: bytes) -> Awaitable[None]:
+        """The hand-over to the writer; a writer that ended makes it fail (STREAM_GONE)."""
+        return self._to_writer.send({"type": "websocket.send", "bytes": block})
 
     async def receive_block(self) -> bytes:
         if self._gone:
@@ -103,25 +108,6 @@ class ASGIBlockTransport:
             raise TransportClosed(f"message of {len(data)} bytes instead of a block")
         return bytes(data)
 
-    async def send_block(self, block: bytes) -> None:
-        """Hand one block to the writer; a peer that does not take the previous
-        one within the deadline is dropped."""
-        if self._gone:
-            raise TransportClosed("peer closed the connection")
-        with trio.move_on_after(self._stalled_timeout) as scope:
-            try:
-                await self._to_writer.send({"type": "websocket.send", "bytes": block})
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
-                self._gone = True
-                raise TransportClosed("peer closed the connection") from e
-        if scope.cancelled_caught:
-            self.stalled = True
-            raise TransportClosed(f"peer did not read for {self._stalled_timeout} s")
-
-    async def send_blocks(self, blocks: list[bytes]) -> None:
-        for block in blocks:
-            await self.send_block(block)
-
     async def aclose(self, timeout: float) -> None:
         """Close the WebSocket (code 1000) within `timeout`, and end the writer;
         with no timeout, or a peer gone or stalled, only end the writer."""
@@ -130,7 +116,7 @@ class ASGIBlockTransport:
                 try:
                     await self._to_writer.send({"type": "websocket.close",
                                                 "code": NORMAL_CLOSURE})
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                except STREAM_GONE:
                     pass
         self._gone = True
         self._to_writer.close()
