@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import gzip
 import json
+from functools import partial
 
 import pytest
 import trio
 import trio_websocket
-from asgi_helpers import MOUNT, AsgiRouterInfo
+from asgi_helpers import MOUNT, AsgiRouterInfo, host_application
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
@@ -25,7 +26,9 @@ async def http_get(
 ) -> tuple[int, dict[str, str], bytes]:
     """One GET; (status, headers with lower-case names, body)."""
     host, port = (info.host, info.port) if isinstance(info, AsgiRouterInfo) else info
-    lines = [f"GET {target} HTTP/1.1", f"Host: {host}:{port}", "Connection: close",
+    given = {k.lower() for k, _ in headers}
+    default_host = [] if "host" in given else [f"Host: {host}:{port}"]
+    lines = [f"GET {target} HTTP/1.1", *default_host, "Connection: close",
              *(f"{k}: {v}" for k, v in headers)]
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
@@ -157,3 +160,24 @@ async def test_without_a_lifespan_the_websocket_is_refused_not_served(nursery):
 
     await app({"type": "websocket", "path": "/smp"}, receive, send)
     assert sent == [{"type": "websocket.close", "code": 1011}]
+
+
+async def test_behind_tls_termination_the_pages_are_given_wss_urls(nursery):
+    """`secure=True`: the host application is reached over https (a proxy ends
+    TLS in front of Hypercorn), so config.json names wss:// under the mount path."""
+    gateway = GatewayApp(RouterConfig(host="127.0.0.1", port=0), secure=True)
+    hypercorn = HypercornConfig()
+    hypercorn.bind = ["127.0.0.1:0"]
+    hypercorn.accesslog = hypercorn.errorlog = None
+    stop = trio.Event()
+    app = host_application(gateway)
+    with trio.fail_after(20):
+        binds = await nursery.start(partial(hypercorn_serve, app, hypercorn,
+                                            shutdown_trigger=stop.wait))
+        port = int(binds[0].rsplit(":", 1)[1])
+        status, _, body = await http_get(("127.0.0.1", port), f"{MOUNT}/demo/config.json",
+                                         ("Host", "chat.example"))
+        stop.set()
+    assert status == 200
+    assert json.loads(body)["smpUrl"] == f"wss://chat.example{MOUNT}/smp"
+    assert json.loads(body)["address"].endswith(f"@chat.example:443{MOUNT}/smp")
