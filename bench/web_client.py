@@ -89,9 +89,8 @@ def start_gateway(tree: Path, scratch: Path) -> tuple[subprocess.Popen, dict[str
     env = {**os.environ, "PYTHONPATH": str(tree)}
     config = scratch / "smp-router.ini"  # no NEW rate limit: the page makes N queues at once
     config.write_text("[LIMITS]\nnew_queues_per_second: off\n")
-    cmd = [sys.executable, "-c", "import sys; from router.server.cli import main; sys.exit(main())",
-           "gateway", "--host", "127.0.0.1", "--port", "0", "--store", "memory",
-           "--log-level", "warning", "--config", str(config)]
+    cmd = [sys.executable, "-m", "router.server", "gateway", "--host", "127.0.0.1",
+           "--port", "0", "--store", "memory", "--log-level", "warning", "--config", str(config)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tree, env=env)
     timer = threading.Timer(30, proc.kill)
     timer.start()
