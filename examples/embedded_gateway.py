@@ -13,8 +13,9 @@ Run it:
 
     python examples/embedded_gateway.py --port 8080 --health-port 8081
 
-It prints one line with the URLs and the router's address; an SMP client
-connects with ``open_client("ws://HOST:PORT/smp", key_hash=...)``.
+It prints one line with the URLs and the router's address,
+``smp://<keyHash>@HOST:PORT/smp`` (the key hash in base64url, as in every SMP
+address); an SMP client connects with ``open_client(address)``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from functools import partial
 import trio
 from trio_websocket import WebSocketRequest, serve_websocket
 
+from router.client import format_address
 from router.server import Router, RouterConfig, handle_websocket, open_router
 
 SMP_PATH = "/smp"
@@ -42,6 +44,7 @@ class GatewayInfo:
     smp_url: str
     stats_url: str
     health_url: str
+    address: str  # smp://<base64url key hash>@host:port/smp
     key_hash: bytes
     router: Router
 
@@ -105,6 +108,7 @@ async def run_gateway(
             smp_url=f"ws://{host}:{ws_port}{SMP_PATH}",
             stats_url=f"ws://{host}:{ws_port}{STATS_PATH}",
             health_url=f"http://{host}:{http_port}/",
+            address=format_address(router.key_hash, host, ws_port, SMP_PATH),
             key_hash=router.key_hash,
             router=router,
         ))
@@ -116,7 +120,7 @@ async def main(host: str, port: int, health_port: int) -> None:
         async with trio.open_nursery() as nursery:
             info: GatewayInfo = await nursery.start(run_gateway, host, port, health_port)
             print(
-                f"gateway: SMP at {info.smp_url} (key hash {info.key_hash.hex()}), "
+                f"gateway: SMP at {info.smp_url} address {info.address}, "
                 f"statistics at {info.stats_url}, health at {info.health_url}",
                 flush=True,
             )

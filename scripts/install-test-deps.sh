@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the browser and web-client tests need beyond the Python
 # packages: Debian's Chromium (driven by Playwright for Python, which comes
-# from the `test` extra), the web client's npm packages (web/node_modules),
+# from the `test` extra), the web client's npm packages (web/node_modules) and
+# its build (web/types, web/dist: `npm ci` runs the package's `prepare` script),
 # systemd-analyze, which checks the unit file in deploy/, and openssl, which
 # reads the router's identity certificate in tests/server/test_identity.py.
 # Run as root on Debian; idempotent, so CI runs it every time.

@@ -47,8 +47,8 @@ def add_gateway_command(commands: argparse._SubParsersAction, serve: argparse.Ar
                          help="a web page origin (scheme://host[:port]) besides the "
                          "gateway's own that may use the SMP WebSocket; repeatable")
     gateway.add_argument("--web-root", type=Path, default=DEFAULT_WEB_ROOT,
-                         help="directory with demo/, smp/ and node_modules/tweetnacl/ "
-                         "(default: the repository's web/)")
+                         help="the web client's directory, built (npm ci --prefix DIR): "
+                         "the gateway serves DIR/dist/site (default: the repository's web/)")
     return gateway
 
 

@@ -20,10 +20,11 @@ from .site import SMP_PATH, GatewaySite, SiteConfig, key_hash_text
 
 log = logging.getLogger(__name__)
 
-# The repository's web/ directory (the JavaScript client, the demo and, after
-# `npm ci --prefix web`, node_modules/tweetnacl), next to the router package.
+# The repository's web/ directory, next to the router package. The gateway
+# serves its build, dist/site/, which `npm ci --prefix web` makes (web/build.mjs).
 DEFAULT_WEB_ROOT = Path(__file__).resolve().parents[2] / "web"
-TWEETNACL = Path("node_modules") / "tweetnacl" / "nacl-fast.js"
+SITE = Path("dist") / "site"
+SITE_FILES = (Path("demo") / "index.html", Path("smp") / "index.js")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +71,15 @@ class GatewayInfo:
                 f"SMP at {self.smp_url} address {self.address}")
 
 
+def site_root(web_root: Path) -> Path:
+    """Where the web build puts the files the gateway serves."""
+    return web_root / SITE
+
+
 def missing_web_files(web_root: Path) -> list[str]:
-    """What the site needs that `web_root` lacks (tweetnacl comes from `npm ci`)."""
-    missing = [str(web_root / d) for d in ("demo", "smp") if not (web_root / d).is_dir()]
-    if not (web_root / TWEETNACL).is_file():
-        missing.append(f"{web_root / TWEETNACL} (run: npm ci --prefix {web_root})")
-    return missing
+    """What the site needs that the build in `web_root` lacks."""
+    return [f"{site_root(web_root) / f} (run: npm ci --prefix {web_root}, which builds it)"
+            for f in SITE_FILES if not (site_root(web_root) / f).is_file()]
 
 
 def statistics_of(router: Router) -> dict[str, object]:
@@ -102,7 +106,7 @@ async def serve_gateway(
     policy = OriginPolicy(config.allow_origins, secure=secure)
     async with open_router(rc) as router, trio.open_nursery() as nursery:
         site_config = SiteConfig(
-            config.web_root, router.key_hash, policy, secure,
+            site_root(config.web_root), router.key_hash, policy, secure,
             fallback_host=host_port(rc.host, rc.port),
         )
         site = GatewaySite(site_config, partial(statistics_of, router))

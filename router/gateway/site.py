@@ -1,19 +1,26 @@
 """What the gateway answers on each HTTP request (the listener's request hook).
 
-URL layout (one port):
+URL layout (one port); the files are the web build's (web/dist/site, made by
+`npm ci --prefix web`, see web/build.mjs):
 
     /                               302 to /demo/
-    /demo/...                       web/demo/... (the demo chat application)
+    /demo/                          the demo chat page
     /demo/config.json               generated: {"smpUrl", "keyHash", "address"}
-    /smp/<module>.js                web/smp/... (the JavaScript SMP client)
-    /vendor/tweetnacl/<file>        web/node_modules/tweetnacl/<file> (installed by npm ci)
+    /assets/<name>-<hash>.<ext>     the demo's script and style, named by their content
+    /smp/index.js                   the JavaScript SMP client, one ES module
     /smp                            the SMP WebSocket (upgrade only), handed to the router
     /health                         {"status": "ok", "statistics": {...}}
 
+Files go out gzip-compressed to browsers that accept it (the build writes a
+`.gz` twin of each). Assets never change under their name, so they are
+cacheable for good (`immutable`); the page and /smp/index.js keep their
+names across builds, so browsers revalidate them (`no-cache`) with their ETag
+and get 304 while they are the same.
+
 The upgrade on `/smp` and the health page are refused with 403 for a page of
 a foreign origin (origins.py). The health page never carries CORS headers,
-so no other site's page can read the router's statistics. The client's
-modules (`/smp/`, `/vendor/`) and `/demo/config.json` carry
+so no other site's page can read the router's statistics. The client module
+(`/smp/index.js`) and `/demo/config.json` carry
 `Access-Control-Allow-Origin` for the allowed origins only, so a page served
 elsewhere can import them when its origin is on the allow-list.
 """
@@ -21,6 +28,7 @@ elsewhere can import them when its origin is on the allow-list.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import stat
@@ -39,7 +47,7 @@ from .origins import OriginPolicy
 SMP_PATH = "/smp"
 DEMO_PREFIX = "/demo/"
 CLIENT_PREFIX = "/smp/"
-VENDOR_PREFIX = "/vendor/tweetnacl/"
+ASSETS_PREFIX = "/assets/"
 CONFIG_PATH = "/demo/config.json"
 HEALTH_PATH = "/health"
 MAX_FILE_BYTES = 4 * 1024 * 1024  # the largest static file served; the client's are far smaller
@@ -62,11 +70,12 @@ JSON = "application/json"
 COMMON_HEADERS = (("x-content-type-options", "nosniff"), ("referrer-policy", "no-referrer"))
 NO_STORE = ("cache-control", "no-store")
 REVALIDATE = ("cache-control", "no-cache")
+FOREVER = ("cache-control", "public, max-age=31536000, immutable")
 
 
 @dataclass(frozen=True, slots=True)
 class SiteConfig:
-    web_root: Path  # holds demo/, smp/ and node_modules/tweetnacl/
+    site_root: Path  # the web build's site: demo/, smp/, assets/ (web/dist/site)
     key_hash: bytes  # the embedded router's
     origins: OriginPolicy
     secure: bool = False  # served over TLS: https:// pages, wss:// SMP
@@ -83,9 +92,12 @@ def key_hash_text(key_hash: bytes) -> str:
     return base64.urlsafe_b64encode(key_hash).decode("ascii")
 
 
-def client_config(config: SiteConfig, host_header: str | None) -> dict[str, str]:
+def client_config(
+    config: SiteConfig, host_header: str | None, mount_path: str = ""
+) -> dict[str, str]:
     """What /demo/config.json says: where the page's SMP WebSocket is, for the
-    host name the browser used to load the page."""
+    host name the browser used to load the page (and, for a site mounted at a
+    path of a larger application, under that path)."""
     authority = host_header if host_header and _AUTHORITY.fullmatch(host_header) else None
     authority = authority or config.fallback_host
     default_port = 443 if config.secure else 80
@@ -99,9 +111,9 @@ def client_config(config: SiteConfig, host_header: str | None) -> dict[str, str]
     scheme = "wss" if config.secure else "ws"
     key_hash = key_hash_text(config.key_hash)
     return {
-        "smpUrl": f"{scheme}://{authority}{SMP_PATH}",
+        "smpUrl": f"{scheme}://{authority}{mount_path}{SMP_PATH}",
         "keyHash": key_hash,
-        "address": f"smp://{key_hash}@{host_port(host, port)}{SMP_PATH}",
+        "address": f"smp://{key_hash}@{host_port(host, port)}{mount_path}{SMP_PATH}",
     }
 
 
@@ -112,6 +124,37 @@ def _text(status: int, text: str, *headers: tuple[str, str]) -> HttpResponse:
 def _json(document: Mapping[str, object]) -> HttpResponse:
     body = json.dumps(document, separators=(",", ":")).encode()
     return HttpResponse(200, body, JSON, (*COMMON_HEADERS, NO_STORE))
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether an Accept-Encoding header takes gzip (named, or `*`, and not with q=0)."""
+    for item in (accept_encoding or "").split(","):
+        name, _, params = item.partition(";")
+        if name.strip().lower() not in ("gzip", "*"):
+            continue
+        quality = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        return quality > 0
+    return False
+
+
+def entity_tag(body: bytes, encoding: str | None) -> str:
+    """A strong ETag of the bytes sent: the compressed and the plain form differ."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()[:12]).decode("ascii")
+    return f'"{digest}{"-" + encoding if encoding else ""}"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
 
 
 def _with_headers(response: HttpResponse, extra: list[tuple[str, str]]) -> HttpResponse:
@@ -144,15 +187,18 @@ class GatewaySite:
         self.config = config
         self._statistics = statistics
         self._roots = {
-            DEMO_PREFIX: config.web_root / "demo",
-            CLIENT_PREFIX: config.web_root / "smp",
-            VENDOR_PREFIX: config.web_root / "node_modules" / "tweetnacl",
+            DEMO_PREFIX: config.site_root / "demo",
+            CLIENT_PREFIX: config.site_root / "smp",
+            ASSETS_PREFIX: config.site_root / "assets",
         }
 
     def _allowed(self, request: HttpRequest) -> bool:
         return self.config.origins.allows(request.header("origin"), request.header("host"))
 
-    async def __call__(self, request: HttpRequest) -> HttpResponse | object:
+    async def __call__(self, request: HttpRequest, mount_path: str = "") -> HttpResponse | object:
+        """The answer to `request`, whose target is below `mount_path` (the path
+        a larger application mounted the site at, router.gateway.asgi; "" on the
+        gateway's own listener)."""
         path = unquote(urlsplit(request.target).path)
         if path == SMP_PATH:
             return self._smp(request)
@@ -161,19 +207,19 @@ class GatewaySite:
         if request.method != "GET":
             return _text(405, "only GET", ("allow", "GET"))
         if path == "/":
-            return _redirect(DEMO_PREFIX)
+            return _redirect(mount_path + DEMO_PREFIX)
         if path == "/demo":
-            return _redirect(DEMO_PREFIX, 301)
+            return _redirect(mount_path + DEMO_PREFIX, 301)
         if path == HEALTH_PATH:
             if not self._allowed(request):
                 return _text(403, "origin not allowed")
             return _json({"status": "ok", "statistics": dict(self._statistics())})
         if path == CONFIG_PATH:
-            config = _json(client_config(self.config, request.header("host")))
-            return _with_headers(config, self._cors(request))
+            config = _json(client_config(self.config, request.header("host"), mount_path))
+            return _with_headers(config, [*self._cors(request), ("vary", "origin")])
         for prefix, base in self._roots.items():
             if path.startswith(prefix):
-                return await self._file(request, base, path[len(prefix):], prefix != DEMO_PREFIX)
+                return await self._file(request, base, path[len(prefix):], prefix)
         return _text(404, "not found")
 
     def _smp(self, request: HttpRequest) -> HttpResponse | object:
@@ -184,18 +230,31 @@ class GatewaySite:
         return ACCEPT_WEBSOCKET
 
     async def _file(
-        self, request: HttpRequest, base: Path, relative: str, shared: bool
+        self, request: HttpRequest, base: Path, relative: str, prefix: str
     ) -> HttpResponse:
         file = static_file(base, relative)
-        if file is None:
+        if file is None or file.suffix == ".gz":
             return _text(404, "not found")
         body = await _read_small_file(file)
         if body is None:
             return _text(404, "not found")
         content_type = CONTENT_TYPES.get(file.suffix, "application/octet-stream")
-        headers = [*COMMON_HEADERS, REVALIDATE]
-        if shared:
+        headers = [*COMMON_HEADERS, FOREVER if prefix == ASSETS_PREFIX else REVALIDATE]
+        vary = ["accept-encoding"]
+        if prefix == CLIENT_PREFIX:  # pages of allowed origins elsewhere may import the client
             headers += self._cors(request)
+            vary.append("origin")
+        headers.append(("vary", ", ".join(vary)))
+        encoding = None
+        if accepts_gzip(request.header("accept-encoding")):
+            compressed = await _read_small_file(file.with_name(file.name + ".gz"))
+            if compressed is not None:
+                body, encoding = compressed, "gzip"
+                headers.append(("content-encoding", "gzip"))
+        etag = entity_tag(body, encoding)
+        headers.append(("etag", etag))
+        if etag_matches(request.header("if-none-match"), etag):
+            return HttpResponse(304, b"", content_type, tuple(headers))
         return HttpResponse(200, body, content_type, tuple(headers))
 
     def _cors(self, request: HttpRequest) -> list[tuple[str, str]]:
@@ -203,8 +262,8 @@ class GatewaySite:
         may import the client; the answer varies with Origin."""
         origin = request.header("origin")
         if origin is None or not self._allowed(request):
-            return [("vary", "origin")]
-        return [("access-control-allow-origin", origin), ("vary", "origin")]
+            return []
+        return [("access-control-allow-origin", origin)]
 
 
 async def _read_small_file(file: Path) -> bytes | None:

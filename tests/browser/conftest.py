@@ -65,8 +65,9 @@ def _stop(gateway: Gateway) -> None:
 def browser():
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: run scripts/install-test-deps.sh (as root)")
-    if not (WEB_ROOT / "node_modules" / "tweetnacl").is_dir():
-        pytest.fail("web/node_modules/tweetnacl is missing: run scripts/install-test-deps.sh")
+    if not (WEB_ROOT / "dist" / "site" / "smp" / "index.js").is_file():
+        pytest.fail("web/dist/site is missing: run scripts/install-test-deps.sh "
+                    "(npm ci --prefix web builds it)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

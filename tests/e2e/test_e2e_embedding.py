@@ -53,6 +53,10 @@ async def test_the_gateway_example_serves_smp_statistics_and_health(nursery, del
         port = int(info.health_url.rsplit(":", 1)[1].strip("/"))
         head, body = await http_get("127.0.0.1", port)
         assert head.startswith(b"HTTP/1.1 200") and json.loads(body)["status"] == "ok"
+        # The printed address is the one clients take: the key hash in base64url.
+        assert info.address.startswith("smp://") and info.address.endswith(info.smp_url[5:])
+        async with open_client(info.address) as by_address:
+            await by_address.ping()
         with pytest.raises(trio_websocket.ConnectionRejected):
             async with trio_websocket.open_websocket_url(info.smp_url.replace("/smp", "/nope")):
                 pass

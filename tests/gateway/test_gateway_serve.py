@@ -32,8 +32,8 @@ STARTED = re.compile(
 @asynccontextmanager
 async def gateway(tmp_path: Path, **router_options) -> AsyncIterator[GatewayInfo]:
     web_root = tmp_path / "web"
-    (web_root / "demo").mkdir(parents=True)
-    (web_root / "demo" / "index.html").write_text("<title>chat</title>")
+    (web_root / "dist" / "site" / "demo").mkdir(parents=True)
+    (web_root / "dist" / "site" / "demo" / "index.html").write_text("<title>chat</title>")
     config = GatewayConfig(
         RouterConfig(port=0, store="memory", **router_options), web_root,
         allow_origins=("https://friend.example",),

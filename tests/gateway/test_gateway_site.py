@@ -4,6 +4,7 @@ allow-list in front of the SMP upgrade and the health page."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -35,8 +36,9 @@ def web_root(tmp_path: Path) -> Path:
     (tmp_path / "demo" / ".secret").write_text("hidden")
     (tmp_path / "smp").mkdir()
     (tmp_path / "smp" / "index.js").write_text("export const x = 1;")
-    (tmp_path / "node_modules" / "tweetnacl").mkdir(parents=True)
-    (tmp_path / "node_modules" / "tweetnacl" / "nacl-fast.js").write_text("window.nacl={};")
+    (tmp_path / "smp" / "index.js.gz").write_bytes(gzip.compress(b"export const x = 1;"))
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "app-AbC123.js").write_text("console.log(1);")
     (tmp_path / "package.json").write_text("{}")
     return tmp_path
 
@@ -47,8 +49,9 @@ def site_for(web_root: Path, *, secure: bool = False, allow=(FRIEND,)) -> Gatewa
 
 
 def request(target: str, *, origin: str | None = None, upgrade: bool = False,
-            method: str = "GET", host: str | None = HOST) -> HttpRequest:
-    headers = []
+            method: str = "GET", host: str | None = HOST,
+            extra: tuple[tuple[str, str], ...] = ()) -> HttpRequest:
+    headers = list(extra)
     if host is not None:
         headers.append(("host", host))
     if origin is not None:
@@ -73,16 +76,55 @@ async def test_the_root_redirects_to_the_demo_and_the_demo_serves_its_files(web_
     assert header(script, "x-content-type-options") == "nosniff"
 
 
-async def test_the_client_modules_and_tweetnacl_come_from_their_directories(web_root):
+async def test_the_client_module_and_the_assets_come_from_their_directories(web_root):
     site = site_for(web_root)
     assert (await site(request("/smp/index.js"))).body == b"export const x = 1;"
-    nacl = await site(request("/vendor/tweetnacl/nacl-fast.js"))
-    assert (nacl.status, nacl.body) == (200, b"window.nacl={};")
+    asset = await site(request("/assets/app-AbC123.js"))
+    assert (asset.status, asset.body) == (200, b"console.log(1);")
+    assert (await site(request("/vendor/tweetnacl/nacl-fast.js"))).status == 404
+
+
+async def test_gzip_goes_to_browsers_that_accept_it_and_only_to_them(web_root):
+    site = site_for(web_root)
+    plain = await site(request("/smp/index.js"))
+    assert header(plain, "content-encoding") is None and plain.body == b"export const x = 1;"
+    for accept in ("gzip, deflate, br", "br;q=1.0, gzip;q=0.8", "*"):
+        packed = await site(request("/smp/index.js", extra=(("accept-encoding", accept),)))
+        assert header(packed, "content-encoding") == "gzip", accept
+        assert gzip.decompress(packed.body) == b"export const x = 1;"
+        assert "accept-encoding" in header(packed, "vary")
+    for refused in ("gzip;q=0", "br", "identity"):
+        answer = await site(request("/smp/index.js", extra=(("accept-encoding", refused),)))
+        assert header(answer, "content-encoding") is None, refused
+    # No .gz twin: the file as it is.
+    asset = await site(request("/assets/app-AbC123.js", extra=(("accept-encoding", "gzip"),)))
+    assert header(asset, "content-encoding") is None and asset.body == b"console.log(1);"
+    # The twins themselves are not addressable.
+    assert (await site(request("/smp/index.js.gz"))).status == 404
+
+
+async def test_assets_are_cached_for_good_and_the_rest_is_revalidated_by_etag(web_root):
+    site = site_for(web_root)
+    asset = await site(request("/assets/app-AbC123.js"))
+    assert header(asset, "cache-control") == "public, max-age=31536000, immutable"
+    first = await site(request("/smp/index.js", extra=(("accept-encoding", "gzip"),)))
+    assert header(first, "cache-control") == "no-cache"
+    etag = header(first, "etag")
+    assert etag and etag.startswith('"') and etag.endswith('-gzip"')
+    again = await site(request("/smp/index.js", extra=(
+        ("accept-encoding", "gzip"), ("if-none-match", etag))))
+    assert (again.status, again.body, header(again, "etag")) == (304, b"", etag)
+    # The plain form is another entity: its own tag, so no 304 for the gzip one's.
+    plain = await site(request("/smp/index.js", extra=(("if-none-match", etag),)))
+    assert plain.status == 200 and header(plain, "etag") != etag
+    other_tags = f'"x", {header(plain, "etag")}'
+    page = await site(request("/demo/", extra=(("if-none-match", other_tags),)))
+    assert page.status == 200
 
 
 @pytest.mark.parametrize("target", [
     "/demo/../package.json", "/demo/%2e%2e/package.json", "/demo/.secret", "/smp/../demo/app.js",
-    "/vendor/tweetnacl/../../package.json", "/demo//index.html", "/demo/missing.js",
+    "/assets/../../package.json", "/demo//index.html", "/demo/missing.js",
     "/package.json", "/node_modules/tweetnacl/nacl-fast.js", "/smp/", "/demo/a%5C..%5Cb",
 ])
 async def test_nothing_outside_the_served_directories_is_reachable(web_root, target):
@@ -106,6 +148,19 @@ async def test_the_config_names_the_smp_websocket_for_the_host_the_page_came_fro
         "keyHash": KEY_TEXT,
         "address": f"smp://{KEY_TEXT}@chat.example:9000/smp",
     }
+
+
+async def test_a_site_mounted_at_a_path_names_its_websocket_and_redirects_under_it(web_root):
+    site = site_for(web_root)
+    config = await site(request("/demo/config.json", host="app.example"), mount_path="/chat")
+    assert json.loads(config.body) == {
+        "smpUrl": "ws://app.example/chat/smp",
+        "keyHash": KEY_TEXT,
+        "address": f"smp://{KEY_TEXT}@app.example:80/chat/smp",
+    }
+    root = await site(request("/"), mount_path="/chat")
+    assert (root.status, header(root, "location")) == (302, "/chat/demo/")
+    assert header(await site(request("/demo"), mount_path="/chat"), "location") == "/chat/demo/"
 
 
 def test_the_config_over_tls_uses_wss_and_the_default_port():
@@ -163,7 +218,7 @@ async def test_client_modules_carry_cors_only_for_allowed_origins(web_root):
     site = site_for(web_root)
     allowed = await site(request("/smp/index.js", origin=FRIEND))
     assert header(allowed, "access-control-allow-origin") == FRIEND
-    assert header(allowed, "vary") == "origin"
+    assert header(allowed, "vary") == "accept-encoding, origin"
     foreign = await site(request("/smp/index.js", origin="https://evil.example"))
     assert foreign.status == 200 and header(foreign, "access-control-allow-origin") is None
     demo = await site(request("/demo/app.js", origin=FRIEND))

@@ -9,6 +9,10 @@
 // Messages travel as small JSON documents: {t: "msg", id, text}; the receiver
 // answers {t: "rcpt", id}, which marks the message delivered on the sender's side.
 //
+// Every document is end-to-end encrypted (e2e.js): the invitation carries the
+// inviter's public key, the hello the joiner's, and each SEND body is a NaCl
+// box only the other page opens. The router stores and forwards ciphertext.
+//
 // Everything (queues, keys, the peer, messages, handled msgIds) is kept in
 // IndexedDB: a reload subscribes again and shows what arrived meanwhile once.
 
@@ -16,6 +20,7 @@ import {
   AUTH, DurableSubscription, IdentityMismatch, IndexedDBStore, SMPAgent, SMPError, crypto, fromBase64url,
   fromUtf8, toBase64url, utf8,
 } from "../smp/index.js";
+import { newKeyPair, parseEnvelope, seal, sealHello, sharedKey } from "./e2e.js";
 
 const $ = (id) => document.getElementById(id);
 const STATE_KEY = "demo/state";
@@ -24,7 +29,9 @@ const MSG_PREFIX = "demo/msg/";
 let store;
 let agent;
 let subscription;
-let state = {}; // {myQueue, peer: {senderId, seed, key}, peerConnected, peerLeft, role}
+// {myQueue, peer: {senderId, seed, key}, peerConnected, peerLeft, role,
+//  e2e: our key pair, peerE2eKey, shared: the key both pages box with}
+let state = {};
 let config;
 const messages = new Map(); // id -> {id, dir, state, text, at}
 
@@ -66,7 +73,10 @@ function showPeer() {
 
 function setupHint(inviting) {
   if (state.peerLeft) return "The other side left this conversation. Leave it too to start a new one.";
-  if (state.peerConnected) return "Messages go through the router's queues, one queue for each direction.";
+  if (state.peerConnected) {
+    return "Messages go through the router's queues, one queue for each direction, " +
+      "end-to-end encrypted: the router holds only ciphertext.";
+  }
   if (inviting) return "Open this link in another browser (or send it to someone) to start the conversation.";
   if (state.role === "joiner") return "Joining the conversation…";
   return "Create an invitation and open its link in another browser to chat.";
@@ -129,10 +139,43 @@ async function loadState() {
 
 // --- sending -----------------------------------------------------------------------
 
-/** SEND a JSON document to the peer's queue, signed with our sender key; waits while offline. */
+/** SEND a JSON document, boxed for the peer, to its queue, signed with our sender key; waits while offline. */
 function sendToPeer(doc) {
+  return sendSealed(seal(utf8(JSON.stringify(doc)), state.shared));
+}
+
+/** The joiner's hello: our queue, and our public key so the inviter can open it. */
+function sendHello() {
+  const doc = { t: "hello", q: toBase64url(state.myQueue.senderId) };
+  return sendSealed(sealHello(utf8(JSON.stringify(doc)), state.e2e.publicKey, state.shared));
+}
+
+function sendSealed(body) {
   const { senderId, seed } = state.peer;
-  return agent.withClient((client) => client.send(senderId, utf8(JSON.stringify(doc)), { senderSeed: seed }));
+  return agent.withClient((client) => client.send(senderId, body, { senderSeed: seed }));
+}
+
+/** The JSON document in an envelope, and the key that opened it; null if it is not for us. */
+function openEnvelope(body) {
+  const envelope = parseEnvelope(body);
+  if (!envelope || !state.e2e) return null;
+  let key = state.shared;
+  if (envelope.kind === "hello") {
+    // Only the inviter takes a hello, and only from the peer it already has, if any.
+    if (state.role !== "inviter") return null;
+    if (state.peerE2eKey && toBase64url(state.peerE2eKey) !== toBase64url(envelope.senderKey)) return null;
+    key = sharedKey(envelope.senderKey, state.e2e.secretKey);
+  }
+  const plain = key ? envelope.open(key) : null;
+  if (!plain) return null;
+  let doc;
+  try {
+    doc = JSON.parse(fromUtf8(plain));
+  } catch {
+    return null;
+  }
+  if ((envelope.kind === "hello") !== (doc?.t === "hello")) return null;
+  return { doc, key, senderKey: envelope.senderKey };
 }
 
 async function sendMessage(text) {
@@ -162,12 +205,9 @@ async function deliverOut(m) {
 
 /** The durable subscription's handler: returns true as it stores the msgId with its own writes. */
 async function receive(message) {
-  let doc;
-  try {
-    doc = JSON.parse(fromUtf8(message.body));
-  } catch {
-    return false; // not ours: acknowledged and dropped
-  }
+  const opened = openEnvelope(message.body);
+  if (!opened) return false; // not ours, or not boxed for us: acknowledged and dropped
+  const { doc } = opened;
   const writes = [message.seenEntry];
   const after = [];
   if (doc.t === "hello" && state.peer && toBase64url(state.peer.senderId) === doc.q) {
@@ -177,7 +217,13 @@ async function receive(message) {
     const signer = crypto.newEd25519();
     const senderId = fromBase64url(doc.q);
     await agent.withClient((c) => c.secureSender(senderId, signer.seed, signer.publicKey));
-    state = { ...state, peer: { senderId, seed: signer.seed, key: signer.publicKey }, peerConnected: true };
+    state = {
+      ...state,
+      peer: { senderId, seed: signer.seed, key: signer.publicKey },
+      peerConnected: true,
+      peerE2eKey: opened.senderKey,
+      shared: opened.key,
+    };
     writes.push([STATE_KEY, state]);
     after.push(() => sendToPeer({ t: "hello-ack" }));
   } else if (doc.t === "hello-ack") {
@@ -213,6 +259,7 @@ function invitationLink() {
     q: toBase64url(state.myQueue.senderId),
     k: config.keyHash,
     u: config.smpUrl,
+    e: toBase64url(state.e2e.publicKey),
   };
   return `${location.origin}${location.pathname}#invite=${toBase64url(utf8(JSON.stringify(invite)))}`;
 }
@@ -231,7 +278,7 @@ async function newQueue() {
 async function createConversation() {
   $("create").disabled = true;
   try {
-    state = { role: "inviter", myQueue: await newQueue(), peerConnected: false };
+    state = { role: "inviter", myQueue: await newQueue(), peerConnected: false, e2e: newKeyPair() };
     await saveState();
     showInvitation();
   } finally {
@@ -242,7 +289,10 @@ async function createConversation() {
 async function join(inviteText) {
   const invite = JSON.parse(fromUtf8(fromBase64url(inviteText)));
   if (invite.k !== config.keyHash) throw new Error("the invitation is for another router");
+  if (typeof invite.e !== "string") throw new Error("the invitation has no encryption key: create a new one");
   const peerSenderId = fromBase64url(invite.q);
+  const e2e = newKeyPair();
+  const shared = sharedKey(fromBase64url(invite.e), e2e.secretKey);
   const myQueue = await newQueue();
   const signer = crypto.newEd25519();
   await agent.withClient((c) => c.secureSender(peerSenderId, signer.seed, signer.publicKey));
@@ -251,9 +301,11 @@ async function join(inviteText) {
     myQueue,
     peer: { senderId: peerSenderId, seed: signer.seed, key: signer.publicKey },
     peerConnected: false,
+    e2e,
+    shared,
   };
   await saveState();
-  await sendToPeer({ t: "hello", q: toBase64url(myQueue.senderId) });
+  await sendHello();
 }
 
 async function leave() {
@@ -326,7 +378,7 @@ async function main() {
   }
   // A join whose "hello" may not have gone out before the page went away.
   if (state.role === "joiner" && !state.peerConnected) {
-    sendToPeer({ t: "hello", q: toBase64url(state.myQueue.senderId) }).catch(report);
+    sendHello().catch(report);
   }
   // Messages that were still being sent when the page went away.
   for (const m of messages.values()) if (m.dir === "out" && m.state === "sending") deliverOut(m);

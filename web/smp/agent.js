@@ -19,6 +19,11 @@
 // right one, and the delays grow, so a wrong address costs little. The
 // "offline" status event carries the error, so a page can tell it apart
 // (`ev.error instanceof IdentityMismatch`) and ask for another address.
+//
+// Each connection checks itself (the client's keepalive): after `pingInterval`
+// ms without a block from the router it sends PING, and a PING unanswered for
+// `pingTimeout` ms closes it, so a silently dead socket (a laptop that slept,
+// a NAT that forgot the connection) is replaced instead of waited on.
 
 import { toHex } from "./bytes.js";
 import { Backoff } from "./backoff.js";
@@ -26,9 +31,21 @@ import { connect } from "./client.js";
 import { AUTH, ConnectionClosed } from "./errors.js";
 
 export class SMPAgent {
-  constructor({ url, keyHash, WebSocket, backoff = new Backoff(), random = Math.random, timeout } = {}) {
-    Object.assign(this, { url, keyHash, backoff, random });
-    this.connectOptions = { WebSocket, timeout };
+  /**
+   * @param {{url: string, keyHash: Uint8Array, WebSocket?: any, backoff?: Backoff, random?: () => number,
+   *   timeout?: number, commandTimeout?: number, pingInterval?: number, pingTimeout?: number}} options
+   *   `timeout`: ms for each connect and handshake; `commandTimeout`, `pingInterval`,
+   *   `pingTimeout`: as for `connect`, for every connection the agent makes.
+   */
+  constructor({
+    url, keyHash, WebSocket, backoff = new Backoff(), random = Math.random, timeout,
+    commandTimeout, pingInterval, pingTimeout,
+  }) {
+    this.url = url;
+    this.keyHash = keyHash;
+    this.backoff = backoff;
+    this.random = random;
+    this.connectOptions = { WebSocket, timeout, commandTimeout, pingInterval, pingTimeout };
     this.queues = new Map(); // hex(recipientId) -> queue
     this.listeners = new Set();
     this.status = "stopped";
@@ -38,16 +55,26 @@ export class SMPAgent {
     this.wakeUp = null;
   }
 
-  /** Call `listener(event)` for every event; returns a function that stops it. */
+  /**
+   * Call `listener(event)` for every event; returns a function that stops it.
+   * @param {(event: import("./types.js").AgentEvent) => void} listener
+   * @returns {() => void}
+   */
   onEvent(listener) {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
 
+  /**
+   * @private
+   */
   emit(event) {
     for (const listener of this.listeners) listener(event);
   }
 
+  /**
+   * @private
+   */
   setStatus(status, detail = {}) {
     this.status = status;
     this.emit({ type: "status", status, ...detail });
@@ -77,17 +104,49 @@ export class SMPAgent {
     this.wakeUp?.();
   }
 
-  /** The current client once connected (waits while offline). */
-  connected() {
+  /**
+   * The current client once connected (waits while offline). `signal` (an
+   * AbortSignal) gives up waiting: rejects with its reason.
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<import("./client.js").SMPClient>}
+   */
+  connected({ signal } = {}) {
     if (this.client && !this.client.closed) return Promise.resolve(this.client);
     if (this.stopped) return Promise.reject(new ConnectionClosed("agent stopped", { local: true }));
-    return new Promise((resolve, reject) => this.waitingForClient.push({ resolve, reject }));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      const waiter = {
+        resolve: (client) => {
+          signal?.removeEventListener("abort", aborted);
+          resolve(client);
+        },
+        reject: (error) => {
+          signal?.removeEventListener("abort", aborted);
+          reject(error);
+        },
+      };
+      const aborted = () => {
+        this.waitingForClient = this.waitingForClient.filter((w) => w !== waiter);
+        reject(signal.reason);
+      };
+      signal?.addEventListener("abort", aborted, { once: true });
+      this.waitingForClient.push(waiter);
+    });
   }
 
-  /** Run `fn(client)` on a connected client; if the connection drops under it, again on the next one. */
-  async withClient(fn) {
+  /**
+   * Run `fn(client)` on a connected client; if the connection drops under it,
+   * again on the next one. `signal` ends the waiting and the retries (the
+   * reason is thrown); pass it on to the commands `fn` sends to abandon them too.
+   * @template T
+   * @param {(client: import("./client.js").SMPClient) => Promise<T>} fn
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<T>}
+   */
+  async withClient(fn, { signal } = {}) {
     for (;;) {
-      const client = await this.connected();
+      signal?.throwIfAborted();
+      const client = await this.connected({ signal });
       try {
         return await fn(client);
       } catch (e) {
@@ -96,7 +155,10 @@ export class SMPAgent {
     }
   }
 
-  /** Keep `queue` subscribed from now on (SUB now if connected). */
+  /**
+   * Keep `queue` subscribed from now on (SUB now if connected).
+   * @param {import("./types.js").Queue} queue
+   */
   addQueue(queue) {
     const key = toHex(queue.recipientId);
     if (this.queues.has(key)) return;
@@ -105,7 +167,11 @@ export class SMPAgent {
     if (client && !client.closed) this.subscribe(client, [queue]);
   }
 
-  /** Stop keeping the queue subscribed (no command is sent). */
+  /**
+   * Stop keeping the queue subscribed (no command is sent).
+   * @param {Uint8Array} recipientId
+   * @returns {boolean}
+   */
   removeQueue(recipientId) {
     return this.queues.delete(toHex(recipientId));
   }
@@ -114,6 +180,8 @@ export class SMPAgent {
    * ACK a message delivered by `client` (the event's `client`). Returns false
    * without sending when that connection is gone: the router delivers the
    * message again to the next one.
+   * @param {import("./types.js").AgentMessageEvent} event
+   * @returns {Promise<boolean>}
    */
   async ack(event) {
     if (!event.queue || event.client !== this.client || event.client.closed) return false;
@@ -128,6 +196,9 @@ export class SMPAgent {
 
   // --- inside ---------------------------------------------------------------
 
+  /**
+   * @private
+   */
   async run() {
     let attempt = 0;
     while (!this.stopped) {
@@ -153,7 +224,10 @@ export class SMPAgent {
     }
   }
 
-  /** Use `client` until its connection ends. */
+  /**
+   * Use `client` until its connection ends.
+   * @private
+   */
   async serve(client) {
     this.client = client;
     client.onEvent((event) => this.received(client, event));
@@ -164,6 +238,9 @@ export class SMPAgent {
     this.client = null;
   }
 
+  /**
+   * @private
+   */
   async subscribe(client, queues, attempt = 0) {
     if (!queues.length) return;
     let errors;
@@ -188,7 +265,10 @@ export class SMPAgent {
     if (again.length) this.retryLater(client, again, attempt);
   }
 
-  /** A temporary refusal (INTERNAL, say): SUB again after a delay, on the same connection. */
+  /**
+   * A temporary refusal (INTERNAL, say): SUB again after a delay, on the same connection.
+   * @private
+   */
   retryLater(client, queues, attempt) {
     setTimeout(() => {
       if (client !== this.client || client.closed) return; // the next connection subscribes them
@@ -197,6 +277,9 @@ export class SMPAgent {
     }, this.backoff.delay(attempt, this.random));
   }
 
+  /**
+   * @private
+   */
   drop(recipientId, reason, error = null) {
     const key = toHex(recipientId);
     const queue = this.queues.get(key);
@@ -205,6 +288,9 @@ export class SMPAgent {
     this.emit({ type: "removed", queue, reason, error });
   }
 
+  /**
+   * @private
+   */
   received(client, event) {
     if (client !== this.client) return; // a message from a replaced connection comes again
     const queue = event.recipientId ? this.queues.get(toHex(event.recipientId)) : undefined;
@@ -224,6 +310,9 @@ export class SMPAgent {
     }
   }
 
+  /**
+   * @private
+   */
   sleep(ms) {
     return new Promise((resolve) => {
       const timer = setTimeout(done, ms);

@@ -6,13 +6,20 @@
 // same moment, so they do not all come back in one burst.
 
 export class Backoff {
+  /**
+   * @param {{initial?: number, maximum?: number, factor?: number, jitter?: number}} [options]
+   *   in milliseconds: the first delay, the cap, the growth per attempt, the spread (0..1)
+   */
   constructor({ initial = 500, maximum = 30000, factor = 2, jitter = 0.5 } = {}) {
     if (!(initial > 0 && initial <= maximum && Number.isFinite(maximum))) {
       throw new RangeError("backoff needs 0 < initial <= maximum < Infinity");
     }
     if (!(factor >= 1)) throw new RangeError("backoff factor must be at least 1");
     if (!(jitter >= 0 && jitter <= 1)) throw new RangeError("backoff jitter must be within 0..1");
-    Object.assign(this, { initial, maximum, factor, jitter });
+    this.initial = initial;
+    this.maximum = maximum;
+    this.factor = factor;
+    this.jitter = jitter;
   }
 
   /** The longest delay (ms) after `attempt` (0-based) failures in a row. */

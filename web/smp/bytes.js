@@ -3,17 +3,29 @@
 const textEncoder = new TextEncoder();
 const strictDecoder = new TextDecoder("utf-8", { fatal: true });
 
-/** UTF-8 bytes of a string. */
+/**
+ * UTF-8 bytes of a string.
+ * @param {string} text
+ * @returns {Uint8Array}
+ */
 export function utf8(text) {
   return textEncoder.encode(text);
 }
 
-/** A string from UTF-8 bytes; throws TypeError if they are not UTF-8. */
+/**
+ * A string from UTF-8 bytes; throws TypeError if they are not UTF-8.
+ * @param {Uint8Array} bytes
+ * @returns {string}
+ */
 export function fromUtf8(bytes) {
   return strictDecoder.decode(bytes);
 }
 
-/** Bytes whose values are the char codes of `text` (each below 256). */
+/**
+ * Bytes whose values are the char codes of `text` (each below 256).
+ * @param {string} text
+ * @returns {Uint8Array}
+ */
 export function latin1(text) {
   const out = new Uint8Array(text.length);
   for (let i = 0; i < text.length; i++) {
@@ -24,6 +36,10 @@ export function latin1(text) {
   return out;
 }
 
+/**
+ * @param {Uint8Array} bytes
+ * @returns {string}
+ */
 export function fromLatin1(bytes) {
   let s = "";
   for (let i = 0; i < bytes.length; i += 8192) {
@@ -32,7 +48,11 @@ export function fromLatin1(bytes) {
   return s;
 }
 
-/** One Uint8Array of all `parts` (Uint8Arrays or arrays of byte values). */
+/**
+ * One Uint8Array of all `parts` (Uint8Arrays or arrays of byte values).
+ * @param {...(Uint8Array | ArrayLike<number>)} parts
+ * @returns {Uint8Array}
+ */
 export function concat(...parts) {
   let size = 0;
   for (const p of parts) size += p.length;
@@ -45,19 +65,32 @@ export function concat(...parts) {
   return out;
 }
 
+/**
+ * @param {Uint8Array} a
+ * @param {Uint8Array} b
+ * @returns {boolean}
+ */
 export function equal(a, b) {
   if (a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
 }
 
+/**
+ * @param {Uint8Array} bytes
+ * @returns {string}
+ */
 export function toHex(bytes) {
   let s = "";
   for (const b of bytes) s += b.toString(16).padStart(2, "0");
   return s;
 }
 
-/** Bytes from hex; spaces are allowed between bytes. */
+/**
+ * Bytes from hex; spaces are allowed between bytes.
+ * @param {string} hex
+ * @returns {Uint8Array}
+ */
 export function fromHex(hex) {
   const clean = hex.replace(/\s+/g, "");
   if (clean.length % 2 || /[^0-9a-fA-F]/.test(clean)) throw new SyntaxError("bad hex");
@@ -68,7 +101,12 @@ export function fromHex(hex) {
 
 const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
-/** base64url, with '=' padding when `pad` (the form of SMP addresses). */
+/**
+ * base64url, with '=' padding when `pad` (the form of SMP addresses).
+ * @param {Uint8Array} bytes
+ * @param {boolean} [pad]
+ * @returns {string}
+ */
 export function toBase64url(bytes, pad = false) {
   const alphabet = B64 + "-_";
   let s = "";
@@ -88,7 +126,11 @@ export function toBase64url(bytes, pad = false) {
   return s;
 }
 
-/** Bytes from base64url or base64, padded or not; throws SyntaxError otherwise. */
+/**
+ * Bytes from base64url or base64, padded or not; throws SyntaxError otherwise.
+ * @param {string} text
+ * @returns {Uint8Array}
+ */
 export function fromBase64url(text) {
   const clean = text.replace(/=+$/, "").replace(/\+/g, "-").replace(/\//g, "_");
   if (/[^A-Za-z0-9_-]/.test(clean) || clean.length % 4 === 1) {

@@ -19,14 +19,30 @@ import { BLOCK_SIZE, BatchPacker, MAX_TRANSMISSION_SIZE, decodeBatch, padBlock, 
 import { decodeResponse, encodeCommand } from "./codec.js";
 import * as crypto from "./crypto.js";
 import {
-  BadResponse, ConnectionClosed, HandshakeError, IdentityMismatch, LARGE_MSG, ProtocolError, SMPError,
+  BadResponse, CommandTimeout, ConnectionClosed, HandshakeError, IdentityMismatch, LARGE_MSG, ProtocolError,
+  SMPError,
 } from "./errors.js";
 import {
   SMP_VERSION_MAX, SMP_VERSION_MIN, decodeServerHello, encodeClientHello, negotiateVersion,
 } from "./handshake.js";
+import { forgetSigningKey } from "./signing.js";
 import { decodeTransmission, encodeTransmission } from "./transmission.js";
 
 const EMPTY = new Uint8Array(0);
+
+/**
+ * @typedef {object} ConnectOptions
+ * @property {{new (url: string): WebSocket} | any} [WebSocket] the WebSocket constructor (default: the global one)
+ * @property {[number, number]} [versions] the SMP versions to offer, [min, max]
+ * @property {number} [timeout] ms for opening the connection and the handshake (default 15000)
+ * @property {boolean} [confirm] confirm with one PING when the identity cannot be checked (default true)
+ * @property {Uint8Array | null} [serviceSeed] Ed25519 seed of a service this connection acts for
+ * @property {number} [commandTimeout] ms a command waits for its answer (default 30000; 0: no limit)
+ * @property {number} [pingInterval] ms of silence before a keepalive PING (default 30000; 0: none)
+ * @property {number} [pingTimeout] ms a keepalive PING has to be answered (default 15000)
+ */
+
+/** @typedef {import("./types.js").ClientEvent} ClientEvent */
 
 /**
  * Open a WebSocket to `url` (ws:// or wss://, any path), run the SMP handshake
@@ -36,7 +52,15 @@ const EMPTY = new Uint8Array(0);
  * connection and the handshake, default 15000), `confirm` (default true: make
  * sure here that the router accepts the hello, see below), `serviceSeed` (an
  * Ed25519 seed: the hello proves this connection acts for that service, see
- * docs/protocol.md "Service subscriptions").
+ * docs/protocol.md "Service subscriptions"), `commandTimeout` (ms a command
+ * waits for its answer before it rejects with CommandTimeout, default 30000;
+ * 0: wait as long as the connection lasts), `pingInterval` (ms of silence from
+ * the router after which the client sends PING, default 30000; 0: never) and
+ * `pingTimeout` (ms that PING has to be answered before the connection is taken
+ * for dead and closed, default 15000).
+ *
+ * In Node 20 the global WebSocket exists only with `node --experimental-websocket`;
+ * without it, pass another implementation: `{WebSocket: (await import("ws")).WebSocket}`.
  *
  * The router's hello carries its identity certificate (docs/protocol.md,
  * "Identity in the server hello"). If its SHA-256 is not `keyHash`, connect
@@ -45,10 +69,19 @@ const EMPTY = new Uint8Array(0);
  * does not send it, or a page without WebCrypto: browsers give
  * `crypto.subtle` only to https pages and to http on localhost), one PING
  * round trip confirms the hello instead (see confirmHello).
+ *
+ * @param {string} url
+ * @param {Uint8Array} keyHash
+ * @param {ConnectOptions} [options]
+ * @returns {Promise<SMPClient>}
  */
 export async function connect(url, keyHash, options = {}) {
   const WebSocketImpl = options.WebSocket ?? globalThis.WebSocket;
-  if (!WebSocketImpl) throw new TypeError("no WebSocket: pass options.WebSocket");
+  if (!WebSocketImpl) {
+    throw new TypeError(
+      "no WebSocket here: pass options.WebSocket (in Node 20, run node --experimental-websocket or use the ws package)",
+    );
+  }
   if (!(keyHash instanceof Uint8Array) || keyHash.length !== 32) {
     throw new TypeError("keyHash must be 32 bytes");
   }
@@ -70,9 +103,9 @@ export async function connect(url, keyHash, options = {}) {
     const identityChecked = await checkIdentity(hello, keyHash);
     const clientKey = crypto.newX25519().publicKey;
     const serviceSeed = options.serviceSeed ?? null;
-    const service = serviceSeed ? crypto.proveService(serviceSeed, hello.sessionId, keyHash) : null;
+    const service = serviceSeed ? await crypto.proveService(serviceSeed, hello.sessionId, keyHash) : null;
     socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey, service })));
-    const client = new SMPClient(socket, version, hello.sessionId, url);
+    const client = new SMPClient(socket, version, hello.sessionId, url, options);
     if (service) {
       client.serviceSeed = serviceSeed;
       client.serviceId = await crypto.serviceId(service.serviceKey);
@@ -194,25 +227,63 @@ function expect(response, ...types) {
   return response;
 }
 
+export const DEFAULT_COMMAND_TIMEOUT = 30000;
+export const DEFAULT_PING_INTERVAL = 30000;
+export const DEFAULT_PING_TIMEOUT = 15000;
+
 export class SMPClient {
-  constructor(socket, version, sessionId, url) {
+  /**
+   * Made by `connect`.
+   * @param {any} socket
+   * @param {number} version
+   * @param {Uint8Array} sessionId
+   * @param {string} url
+   * @param {ConnectOptions} [options]
+   */
+  constructor(socket, version, sessionId, url, options = {}) {
+    /** @private */
     this.socket = socket;
     this.version = version;
     this.sessionId = sessionId;
     this.url = url;
+    /** @private */
     this.queues = new Map(); // hex(recipientId) -> queue, to open MSG bodies
+    /** @private */
     this.notifiers = new Map(); // hex(notifierId) -> credentials, to open NMSG metadata
-    this.pending = new Map(); // hex(corrId) -> {resolve, routeMsg}
+    /** @private */
+    this.pending = new Map(); // hex(corrId) -> {resolve, reject, routeMsg, abandoned}
+    /** @private */
     this.outbox = [];
+    /** @private */
     this.flushScheduled = false;
+    /** @private */
+    this.sending = Promise.resolve(); // the blocks of one flush go out before the next one's
+    /** @private */
+    this.commandTimeout = options.commandTimeout ?? DEFAULT_COMMAND_TIMEOUT;
+    /** @private */
+    this.pingInterval = options.pingInterval ?? DEFAULT_PING_INTERVAL;
+    /** @private */
+    this.pingTimeout = options.pingTimeout ?? DEFAULT_PING_TIMEOUT;
+    /** @private */
+    this.lastReceived = Date.now();
+    /** @private */
+    this.keepaliveTimer = null;
+    /** @type {Uint8Array | null} set by connect() for a service connection */
     this.serviceSeed = null;
-    this.serviceId = null; // set by connect() for a service connection
+    /** @type {Uint8Array | null} set by connect() for a service connection */
+    this.serviceId = null;
+    /** @private */
     this.corrPrefix = crypto.randomBytes(16);
+    /** @private */
     this.corrNext = 0;
+    /** @private */
     this.events = [];
+    /** @private */
     this.eventWaiters = [];
+    /** @private */
     this.listeners = new Set();
     this.stats = { blocksSent: 0, blocksReceived: 0 };
+    /** @private */
     this.closedPromise = new Promise((resolve) => {
       this.resolveClosed = resolve;
     });
@@ -220,14 +291,21 @@ export class SMPClient {
     socket.onClose = (error) => this.ended(error);
     for (const block of socket.waiting.splice(0)) this.readBlock(block);
     if (socket.closed) this.ended(socket.closed);
+    else this.scheduleKeepalive(this.pingInterval);
   }
 
-  /** Why the connection ended, or null while it is open. */
+  /**
+   * Why the connection ended, or null while it is open.
+   * @returns {ConnectionClosed | null}
+   */
   get closed() {
     return this.socket.closed;
   }
 
-  /** Resolves with the ConnectionClosed once the connection is over. */
+  /**
+   * Resolves with the ConnectionClosed once the connection is over.
+   * @returns {Promise<ConnectionClosed>}
+   */
   whenClosed() {
     return this.closedPromise;
   }
@@ -241,6 +319,8 @@ export class SMPClient {
   /**
    * Call `listener(event)` for every pushed event; returns a function that stops it.
    * While a listener is set, events do not wait for `nextEvent`.
+   * @param {(event: ClientEvent) => void} listener
+   * @returns {() => void}
    */
   onEvent(listener) {
     this.listeners.add(listener);
@@ -248,18 +328,25 @@ export class SMPClient {
     return () => this.listeners.delete(listener);
   }
 
-  /** The next pushed event; rejects with ConnectionClosed once the connection is over. */
+  /**
+   * The next pushed event; rejects with ConnectionClosed once the connection is over.
+   * @returns {Promise<ClientEvent>}
+   */
   nextEvent() {
     if (this.events.length) return Promise.resolve(this.events.shift());
     if (this.closed) return Promise.reject(this.closed);
     return new Promise((resolve, reject) => this.eventWaiters.push({ resolve, reject }));
   }
 
-  /** The next event if one is waiting, else null. */
+  /**
+   * The next event if one is waiting, else null.
+   * @returns {ClientEvent | null}
+   */
   nextEventNow() {
     return this.events.length ? this.events.shift() : null;
   }
 
+  /** @private */
   emit(event) {
     if (this.listeners.size) {
       for (const listener of this.listeners) listener(event);
@@ -270,7 +357,9 @@ export class SMPClient {
     }
   }
 
+  /** @private */
   ended(error) {
+    clearTimeout(this.keepaliveTimer);
     for (const entry of this.pending.values()) entry.reject(error);
     this.pending.clear();
     for (const w of this.eventWaiters.splice(0)) w.reject(error);
@@ -279,42 +368,102 @@ export class SMPClient {
 
   // --- requests ---------------------------------------------------------
 
-  /** Let this connection open the MSGs of `queue` (e.g. one created on another connection). */
+  /**
+   * Let this connection open the MSGs of `queue` (e.g. one created on another connection).
+   * @param {import("./types.js").Queue} queue
+   */
   addQueue(queue) {
     this.queues.set(toHex(queue.recipientId), queue);
   }
 
+  /** @param {import("./types.js").Queue} queue */
   forgetQueue(queue) {
     this.queues.delete(toHex(queue.recipientId));
   }
 
-  /** Send one command (a value, or bytes as they are), signed when `seed` is given; the response. */
-  async command(entityId, cmd, seed = null) {
-    return (await this.commands([[entityId, cmd, seed]]))[0];
+  /**
+   * Send one command (a value, or bytes as they are), signed when `seed` is
+   * given; the response. `options`: {signal, timeout}, see `commands`.
+   * @param {Uint8Array} entityId
+   * @param {Uint8Array | {type: string, [field: string]: any}} cmd
+   * @param {Uint8Array | null} [seed]
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<{type: string, [field: string]: any}>}
+   */
+  async command(entityId, cmd, seed = null, options = {}) {
+    return (await this.commands([[entityId, cmd, seed]], options))[0];
   }
 
-  /** Send `[entityId, cmd, seed]` requests packed into as few blocks as fit; their responses. */
-  commands(requests, { routeMsg = false } = {}) {
+  /**
+   * Send `[entityId, cmd, seed]` requests packed into as few blocks as fit; their responses.
+   * `signal` (an AbortSignal) abandons them: each rejects with the signal's
+   * reason; one not yet sent is not sent. `timeout` (ms, default the
+   * connection's commandTimeout; 0: none) rejects a request whose answer has
+   * not come in time with CommandTimeout.
+   * @param {[Uint8Array, Uint8Array | {type: string, [field: string]: any}, (Uint8Array | null)?][]} requests
+   * @param {import("./types.js").CommandOptions & {routeMsg?: boolean}} [options]
+   * @returns {Promise<{type: string, [field: string]: any}[]>}
+   */
+  commands(requests, { routeMsg = false, signal = undefined, timeout = this.commandTimeout } = {}) {
     if (this.closed) return Promise.reject(this.closed);
-    return Promise.all(requests.map(([entityId, cmd, seed]) => this.submit(entityId, cmd, seed, routeMsg)));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return Promise.all(
+      requests.map(([entityId, cmd, seed]) => this.submit(entityId, cmd, seed, routeMsg, signal, timeout)),
+    );
   }
 
-  submit(entityId, cmd, seed, routeMsg) {
+  /** @private */
+  submit(entityId, cmd, seed, routeMsg, signal, timeout) {
     const corrId = this.newCorrId();
+    const key = toHex(corrId);
     const command = cmd instanceof Uint8Array ? cmd : encodeCommand(cmd);
-    const authorization = seed ? crypto.authorize(seed, this.sessionId, corrId, entityId, command) : EMPTY;
-    const data = encodeTransmission({ authorization, corrId, entityId, command });
-    if (data.length > MAX_TRANSMISSION_SIZE) {
-      return Promise.resolve({ type: "ERR", error: LARGE_MSG }); // never sent, as the reference does
-    }
-    const answer = new Promise((resolve, reject) => {
-      this.pending.set(toHex(corrId), { resolve, reject, routeMsg });
+    const item = { key, transmission: this.transmission(seed, corrId, entityId, command) };
+    return new Promise((resolve, reject) => {
+      let timer = null;
+      const finish = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", aborted);
+      };
+      // Given up on: a late answer is dropped, but a MSG answering SUB or ACK is still an event.
+      const abandon = (error) => {
+        finish();
+        this.pending.set(key, { resolve() {}, reject() {}, routeMsg, abandoned: true });
+        reject(error);
+      };
+      const aborted = () => abandon(signal.reason);
+      this.pending.set(key, {
+        resolve: (value) => {
+          finish();
+          resolve(value);
+        },
+        reject: (error) => {
+          finish();
+          reject(error);
+        },
+        routeMsg,
+        abandoned: false,
+      });
+      signal?.addEventListener("abort", aborted, { once: true });
+      if (timeout > 0) {
+        timer = setTimeout(
+          () => abandon(new CommandTimeout(`no answer to ${commandName(command)} in ${timeout} ms`)),
+          timeout,
+        );
+      }
+      this.outbox.push(item);
+      this.scheduleFlush();
     });
-    this.outbox.push(data);
-    this.scheduleFlush();
-    return answer;
   }
 
+  /** The transmission's bytes, or a promise of them while the signature is made. @private */
+  transmission(seed, corrId, entityId, command) {
+    if (!seed) return encodeTransmission({ authorization: EMPTY, corrId, entityId, command });
+    return crypto
+      .authorize(seed, this.sessionId, corrId, entityId, command)
+      .then((authorization) => encodeTransmission({ authorization, corrId, entityId, command }));
+  }
+
+  /** @private */
   newCorrId() {
     const n = this.corrNext++;
     const counter = new Uint8Array(8);
@@ -322,33 +471,82 @@ export class SMPClient {
     return concat(this.corrPrefix, counter);
   }
 
+  /** @private */
   scheduleFlush() {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
     // Everything asked for in this turn of the event loop goes into the same blocks.
     queueMicrotask(() => {
       this.flushScheduled = false;
-      this.flush();
+      const items = this.outbox.splice(0);
+      this.sending = this.sending.then(() => this.flush(items));
     });
   }
 
-  flush() {
-    const waiting = this.outbox.splice(0);
-    if (!waiting.length || this.closed) return;
+  /** @private */
+  async flush(items) {
+    // Signatures are made concurrently (WebCrypto works off the main thread).
+    const transmissions = await Promise.all(items.map((item) => Promise.resolve(item.transmission).catch((e) => e)));
+    if (this.closed) return;
     const packer = new BatchPacker();
     try {
-      for (const data of waiting) {
-        if (!packer.add(data)) {
+      items.forEach((item, i) => {
+        const entry = this.pending.get(item.key);
+        if (!entry || entry.abandoned) {
+          this.pending.delete(item.key); // aborted or timed out before it was sent
+          return;
+        }
+        const data = transmissions[i];
+        if (!(data instanceof Uint8Array)) {
+          this.pending.delete(item.key);
+          entry.reject(data);
+        } else if (data.length > MAX_TRANSMISSION_SIZE) {
+          this.pending.delete(item.key);
+          entry.resolve({ type: "ERR", error: LARGE_MSG }); // never sent, as the reference does
+        } else if (!packer.add(data)) {
           this.sendBlock(packer.takeBlock());
           packer.add(data);
         }
-      }
+      });
       if (packer.length) this.sendBlock(packer.takeBlock());
     } catch (e) {
       this.socket.close(e instanceof ConnectionClosed ? e : new ConnectionClosed(`cannot send: ${e}`));
     }
   }
 
+  // --- keepalive --------------------------------------------------------------
+
+  /** @private */
+  scheduleKeepalive(delay) {
+    if (!(this.pingInterval > 0) || this.closed) return;
+    clearTimeout(this.keepaliveTimer);
+    /** @type {any} a browser's timer id, or Node's Timeout object */
+    const timer = setTimeout(() => this.keepalive(), delay);
+    timer.unref?.(); // in Node, an idle client does not keep the process alive
+    this.keepaliveTimer = timer;
+  }
+
+  /** PING after `pingInterval` ms of silence; no PONG in `pingTimeout` ms closes the connection. @private */
+  async keepalive() {
+    const silent = Date.now() - this.lastReceived;
+    if (silent < this.pingInterval) {
+      this.scheduleKeepalive(this.pingInterval - silent);
+      return;
+    }
+    try {
+      await this.command(EMPTY, { type: "PING" }, null, { timeout: this.pingTimeout });
+    } catch (e) {
+      if (e instanceof CommandTimeout) {
+        this.socket.close(new ConnectionClosed(
+          `no answer to PING in ${this.pingTimeout} ms after ${silent} ms of silence: connection dropped`,
+        ));
+      }
+      return;
+    }
+    this.scheduleKeepalive(this.pingInterval);
+  }
+
+  /** @private */
   sendBlock(block) {
     this.stats.blocksSent++;
     this.socket.send(block);
@@ -361,8 +559,10 @@ export class SMPClient {
 
   // --- reader -------------------------------------------------------------
 
+  /** @private */
   readBlock(block) {
     this.stats.blocksReceived++;
+    this.lastReceived = Date.now();
     let transmissions;
     try {
       transmissions = decodeBatch(block).map(decodeTransmission);
@@ -374,6 +574,7 @@ export class SMPClient {
     for (const t of transmissions) this.route(t);
   }
 
+  /** @private */
   route(t) {
     let response;
     try {
@@ -386,6 +587,10 @@ export class SMPClient {
       const entry = this.pending.get(key);
       if (entry) {
         this.pending.delete(key);
+        if (entry.abandoned) {
+          if (entry.routeMsg && response?.type === "MSG") this.emit(this.messageEvent(t.entityId, response));
+          return;
+        }
         if (!response) {
           entry.reject(new BadResponse(`unparsable response ${fromUtf8Lossy(t.command)}`));
           return;
@@ -400,6 +605,7 @@ export class SMPClient {
     this.emit(event ?? { type: "raw", corrId: t.corrId, entityId: t.entityId, command: t.command, response });
   }
 
+  /** @private */
   pushEvent(entityId, response) {
     switch (response.type) {
       case "MSG":
@@ -419,7 +625,7 @@ export class SMPClient {
     }
   }
 
-  /** Open a MSG with its queue's box key: a "message" event, or "undecrypted". */
+  /** Open a MSG with its queue's box key: a "message" event, or "undecrypted". @private */
   messageEvent(recipientId, msg) {
     const queue = this.queues.get(toHex(recipientId));
     if (queue) {
@@ -433,7 +639,7 @@ export class SMPClient {
     return { type: "undecrypted", recipientId, msgId: msg.msgId, encBody: msg.encBody };
   }
 
-  /** A "notification" event; msgId and ts are filled in when this client holds the notifier's box key. */
+  /** A "notification" event; msgId and ts are filled in when this client holds the notifier's box key. @private */
   notificationEvent(notifierId, nmsg) {
     const event = { type: "notification", notifierId, nonce: nmsg.nonce, encMeta: nmsg.encMeta, msgId: null, ts: null };
     const creds = this.notifiers.get(toHex(notifierId));
@@ -453,17 +659,22 @@ export class SMPClient {
   }
 
   // --- recipient ----------------------------------------------------------
+  //
+  // Every command method takes `options` last: {signal, timeout} (see `commands`).
 
   /**
    * NEW: a queue with fresh keys, registered so its MSGs are decrypted.
    * The queue is a plain object of Uint8Arrays and booleans: it can be stored
    * (IndexedDB, structured clone) and given back to any later connection.
+   * @param {{subscribe?: boolean, sndSecure?: boolean, basicAuth?: Uint8Array | null}} [params]
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<import("./types.js").Queue>}
    */
-  async createQueue({ subscribe = false, sndSecure = true, basicAuth = null } = {}) {
+  async createQueue({ subscribe = false, sndSecure = true, basicAuth = null } = {}, options = {}) {
     const auth = crypto.newEd25519();
     const dh = crypto.newX25519();
     const cmd = { type: "NEW", rcvAuthKey: auth.publicKey, rcvDhKey: dh.publicKey, basicAuth, subscribe, sndSecure };
-    const ids = expect(await this.command(EMPTY, cmd, auth.seed), "IDS");
+    const ids = expect(await this.command(EMPTY, cmd, auth.seed, options), "IDS");
     const queue = {
       recipientId: ids.rcvId.slice(),
       senderId: ids.sndId.slice(),
@@ -478,77 +689,139 @@ export class SMPClient {
     return queue;
   }
 
-  /** KEY: only `senderKey` (an Ed25519 SPKI) may send to the queue from now on. */
-  async secureQueue(queue, senderKey) {
-    await this.recipientOk(queue, { type: "KEY", senderKey });
+  /**
+   * KEY: only `senderKey` (an Ed25519 SPKI) may send to the queue from now on.
+   * @param {import("./types.js").Queue} queue
+   * @param {Uint8Array} senderKey
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async secureQueue(queue, senderKey, options = {}) {
+    await this.recipientOk(queue, { type: "KEY", senderKey }, options);
   }
 
-  /** SUB: a waiting message arrives as a "message" event. */
-  async subscribe(queue) {
-    const [error] = await this.subscribeMany([queue]);
+  /**
+   * SUB: a waiting message arrives as a "message" event.
+   * @param {import("./types.js").Queue} queue
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async subscribe(queue, options = {}) {
+    const [error] = await this.subscribeMany([queue], options);
     if (error) throw error;
   }
 
-  /** SUB for every queue, packed into few blocks; null or the SMPError, per queue. */
-  async subscribeMany(queues) {
+  /**
+   * SUB for every queue, packed into few blocks; null or the SMPError, per queue.
+   * @param {import("./types.js").Queue[]} queues
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<(SMPError | BadResponse | null)[]>}
+   */
+  async subscribeMany(queues, options = {}) {
     for (const q of queues) this.addQueue(q);
     const responses = await this.commands(
       queues.map((q) => [q.recipientId, { type: "SUB" }, q.rcvAuthSeed]),
-      { routeMsg: true },
+      { ...options, routeMsg: true },
     );
     return responses.map((r) => errorOf(r, "OK", "MSG"));
   }
 
-  /** ACK: the next message, if the router sends it along, becomes an event. */
-  async ack(queue, msgId) {
+  /**
+   * ACK: the next message, if the router sends it along, becomes an event.
+   * @param {import("./types.js").Queue} queue
+   * @param {Uint8Array} msgId
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async ack(queue, msgId, options = {}) {
     this.addQueue(queue);
-    const [r] = await this.commands([[queue.recipientId, { type: "ACK", msgId }, queue.rcvAuthSeed]], { routeMsg: true });
+    const request = [queue.recipientId, { type: "ACK", msgId }, queue.rcvAuthSeed];
+    const [r] = await this.commands([request], { ...options, routeMsg: true });
     expect(r, "OK", "MSG");
   }
 
-  /** GET: the head message as an event object, or null when the queue is empty. */
-  async get(queue) {
+  /**
+   * GET: the head message as an event object, or null when the queue is empty.
+   * @param {import("./types.js").Queue} queue
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<import("./types.js").MessageEvent | import("./types.js").UndecryptedEvent | null>}
+   */
+  async get(queue, options = {}) {
     this.addQueue(queue);
-    const r = expect(await this.recipient(queue, { type: "GET" }), "OK", "MSG");
+    const r = expect(await this.recipient(queue, { type: "GET" }, options), "OK", "MSG");
     return r.type === "OK" ? null : this.messageEvent(queue.recipientId, r);
   }
 
-  /** OFF: senders are refused from now on. */
-  async suspend(queue) {
-    await this.recipientOk(queue, { type: "OFF" });
+  /**
+   * OFF: senders are refused from now on.
+   * @param {import("./types.js").Queue} queue
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async suspend(queue, options = {}) {
+    await this.recipientOk(queue, { type: "OFF" }, options);
   }
 
-  /** DEL: the queue and its messages are gone. */
-  async delete(queue) {
-    await this.recipientOk(queue, { type: "DEL" });
+  /**
+   * DEL: the queue and its messages are gone.
+   * @param {import("./types.js").Queue} queue
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async delete(queue, options = {}) {
+    await this.recipientOk(queue, { type: "DEL" }, options);
     this.forgetQueue(queue);
+    forgetSigningKey(queue.rcvAuthSeed);
   }
 
   // --- sender -------------------------------------------------------------
 
-  /** SKEY: the sender secures the queue with its own key, signing with it. */
-  async secureSender(senderId, senderSeed, senderKey) {
-    expect(await this.command(senderId, { type: "SKEY", senderKey }, senderSeed), "OK");
+  /**
+   * SKEY: the sender secures the queue with its own key, signing with it.
+   * @param {Uint8Array} senderId
+   * @param {Uint8Array} senderSeed
+   * @param {Uint8Array} senderKey the Ed25519 SPKI of `senderSeed`
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async secureSender(senderId, senderSeed, senderKey, options = {}) {
+    expect(await this.command(senderId, { type: "SKEY", senderKey }, senderSeed, options), "OK");
   }
 
-  /** SEND `body` (Uint8Array); signed when the queue is secured (`senderSeed`); `notify` sets flag T. */
-  async send(senderId, body, { senderSeed = null, notify = false } = {}) {
+  /**
+   * SEND `body`; signed when the queue is secured (`senderSeed`); `notify` sets flag T.
+   * @param {Uint8Array} senderId
+   * @param {Uint8Array} body
+   * @param {{senderSeed?: Uint8Array | null, notify?: boolean} & import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async send(senderId, body, { senderSeed = null, notify = false, ...options } = {}) {
     const cmd = { type: "SEND", flags: notify ? "T" : "F", body };
-    expect(await this.command(senderId, cmd, senderSeed), "OK");
+    expect(await this.command(senderId, cmd, senderSeed, options), "OK");
   }
 
-  async ping() {
-    expect(await this.command(EMPTY, { type: "PING" }), "PONG", "OK");
+  /**
+   * PING; the router answers PONG.
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async ping(options = {}) {
+    expect(await this.command(EMPTY, { type: "PING" }, null, options), "PONG", "OK");
   }
 
   // --- notifications ------------------------------------------------------
 
-  /** NKEY with fresh keys: {recipientId, notifierId, notifierSeed, notifierKey, ntfBoxKey, ...}. */
-  async enableNotifications(queue) {
+  /**
+   * NKEY with fresh keys.
+   * @param {import("./types.js").Queue} queue
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<import("./types.js").NotifierCredentials>}
+   */
+  async enableNotifications(queue, options = {}) {
     const auth = crypto.newEd25519();
     const dh = crypto.newX25519();
     const cmd = { type: "NKEY", notifierKey: auth.publicKey, rcvNtfDhKey: dh.publicKey };
-    const nid = expect(await this.recipient(queue, cmd), "NID");
+    const nid = expect(await this.recipient(queue, cmd, options), "NID");
     const creds = {
       recipientId: queue.recipientId,
       notifierId: nid.notifierId.slice(),
@@ -562,41 +835,63 @@ export class SMPClient {
     return creds;
   }
 
-  /** NSUB: NMSGs for this notifier arrive as "notification" events. */
-  async subscribeNotifications(creds) {
+  /**
+   * NSUB: NMSGs for this notifier arrive as "notification" events.
+   * @param {import("./types.js").NotifierCredentials} creds
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async subscribeNotifications(creds, options = {}) {
     this.addNotifier(creds);
-    expect(await this.command(creds.notifierId, { type: "NSUB" }, creds.notifierSeed), "OK");
+    expect(await this.command(creds.notifierId, { type: "NSUB" }, creds.notifierSeed, options), "OK");
   }
 
-  async disableNotifications(queue) {
-    await this.recipientOk(queue, { type: "NDEL" });
+  /**
+   * NDEL.
+   * @param {import("./types.js").Queue} queue
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<void>}
+   */
+  async disableNotifications(queue, options = {}) {
+    await this.recipientOk(queue, { type: "NDEL" }, options);
   }
 
   // --- service subscriptions ------------------------------------------------
 
-  /** SUBS: every queue associated with this connection's service; resolves to their count. */
-  async subscribeService() {
-    return this.serviceCommand("SUBS");
+  /**
+   * SUBS: every queue associated with this connection's service; resolves to their count.
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<number>}
+   */
+  async subscribeService(options = {}) {
+    return this.serviceCommand("SUBS", options);
   }
 
-  /** NSUBS: the same for the service's notifiers. */
-  async subscribeServiceNotifications() {
-    return this.serviceCommand("NSUBS");
+  /**
+   * NSUBS: the same for the service's notifiers.
+   * @param {import("./types.js").CommandOptions} [options]
+   * @returns {Promise<number>}
+   */
+  async subscribeServiceNotifications(options = {}) {
+    return this.serviceCommand("NSUBS", options);
   }
 
-  async serviceCommand(type) {
+  /** @private */
+  async serviceCommand(type, options = {}) {
     if (!this.serviceSeed) throw new TypeError("this client was connected without a serviceSeed");
-    return expect(await this.command(this.serviceId, { type }, this.serviceSeed), "SOKS").count;
+    return expect(await this.command(this.serviceId, { type }, this.serviceSeed, options), "SOKS").count;
   }
 
   // --- helpers --------------------------------------------------------------
 
-  recipient(queue, cmd) {
-    return this.command(queue.recipientId, cmd, queue.rcvAuthSeed);
+  /** @private */
+  recipient(queue, cmd, options = {}) {
+    return this.command(queue.recipientId, cmd, queue.rcvAuthSeed, options);
   }
 
-  async recipientOk(queue, cmd) {
-    expect(await this.recipient(queue, cmd), "OK");
+  /** @private */
+  async recipientOk(queue, cmd, options = {}) {
+    expect(await this.recipient(queue, cmd, options), "OK");
   }
 }
 
@@ -608,6 +903,12 @@ function errorOf(response, ...types) {
   } catch (error) {
     return error;
   }
+}
+
+/** The command's name (its first word), for messages. */
+function commandName(command) {
+  const end = command.indexOf(0x20);
+  return fromUtf8Lossy(end < 0 ? command : command.subarray(0, end)).replaceAll('"', "");
 }
 
 function fromUtf8Lossy(bytes) {

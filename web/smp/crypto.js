@@ -10,6 +10,7 @@ import { ss } from "./encoding.js";
 import { CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError } from "./errors.js";
 import { KeyType, ed25519Spki, keyType, rawKey, x25519Spki } from "./keys.js";
 import nacl from "./nacl.js";
+import * as signing from "./signing.js";
 import { identityCertificate, serviceSignedBytes } from "./handshake.js";
 import { authorizedBytes } from "./transmission.js";
 
@@ -34,40 +35,46 @@ export function newX25519() {
   return { privateKey, publicKey: x25519Public(privateKey) };
 }
 
+/** @param {Uint8Array} seed32 @returns {Uint8Array} the Ed25519 SPKI of the seed's public key */
 export function ed25519Public(seed32) {
-  return ed25519Spki(nacl.sign.keyPair.fromSeed(seed32).publicKey);
+  return ed25519Spki(signing.publicKeyOf(seed32));
 }
 
+/** @param {Uint8Array} priv32 @returns {Uint8Array} the X25519 SPKI of the private key's public key */
 export function x25519Public(priv32) {
   return x25519Spki(nacl.scalarMult.base(priv32));
 }
 
-// Deriving the 64-byte secret key costs a scalar multiplication; a client signs
-// many commands with the same few keys.
-const secretKeys = new Map();
-
-function secretKey(seed32) {
-  const id = seed32.join(",");
-  let sk = secretKeys.get(id);
-  if (!sk) {
-    if (secretKeys.size >= 256) secretKeys.delete(secretKeys.keys().next().value);
-    sk = nacl.sign.keyPair.fromSeed(seed32).secretKey;
-    secretKeys.set(id, sk);
-  }
-  return sk;
-}
-
-/** Ed25519 signature (64 bytes) of `data`. */
+/**
+ * Ed25519 signature (64 bytes) of `data` (signing.js: WebCrypto where it works).
+ * @param {Uint8Array} seed32
+ * @param {Uint8Array} data
+ * @returns {Promise<Uint8Array>}
+ */
 export function sign(seed32, data) {
-  return nacl.sign.detached(data, secretKey(seed32));
+  return signing.sign(seed32, data);
 }
 
+/**
+ * @param {Uint8Array} signature
+ * @param {Uint8Array} publicSpki
+ * @param {Uint8Array} data
+ * @returns {boolean}
+ */
 export function verify(signature, publicSpki, data) {
   if (keyType(publicSpki) !== KeyType.ED25519 || signature.length !== 64) return false;
   return nacl.sign.detached.verify(data, signature, rawKey(publicSpki));
 }
 
-/** The authorization of a transmission: a signature over sessionId, corrId, entityId, command. */
+/**
+ * The authorization of a transmission: a signature over sessionId, corrId, entityId, command.
+ * @param {Uint8Array} seed32
+ * @param {Uint8Array} sessionId
+ * @param {Uint8Array} corrId
+ * @param {Uint8Array} entityId
+ * @param {Uint8Array} command
+ * @returns {Promise<Uint8Array>}
+ */
 export function authorize(seed32, sessionId, corrId, entityId, command) {
   return sign(seed32, authorizedBytes(sessionId, corrId, entityId, command));
 }
@@ -158,9 +165,9 @@ export function encryptNtfMeta(key32, msgId, ts, nonce = nacl.randomBytes(NONCE_
 }
 
 /** The client hello's proof of holding the service key `seed32`: {serviceKey, signature}. */
-export function proveService(seed32, sessionId, keyHash) {
+export async function proveService(seed32, sessionId, keyHash) {
   const serviceKey = ed25519Public(seed32);
-  return { serviceKey, signature: sign(seed32, serviceSignedBytes(sessionId, keyHash, serviceKey)) };
+  return { serviceKey, signature: await sign(seed32, serviceSignedBytes(sessionId, keyHash, serviceKey)) };
 }
 
 /**

@@ -25,14 +25,27 @@ const SEEN_PREFIX = "smp/seen/";
 export const DEFAULT_REMEMBER = 256; // msgIds kept per queue
 
 export class DurableSubscription {
+  /**
+   * @param {import("./agent.js").SMPAgent} agent
+   * @param {import("./types.js").KeyValueStore} store
+   * @param {(message: import("./types.js").DurableMessage) => Promise<boolean | void> | boolean | void} handler
+   * @param {{remember?: number, onEvent?: ((event: any) => void) | null}} [options]
+   */
   constructor(agent, store, handler, { remember = DEFAULT_REMEMBER, onEvent = null } = {}) {
-    Object.assign(this, { agent, store, handler, remember, onEvent });
+    this.agent = agent;
+    this.store = store;
+    this.handler = handler;
+    this.remember = remember;
+    this.onEvent = onEvent;
     this.chains = new Map(); // hex(recipientId) -> promise of the message being handled
     this.stats = { delivered: 0, duplicates: 0, quotaMarkers: 0, undecryptable: 0, handlerErrors: 0 };
     this.unsubscribe = agent.onEvent((event) => this.received(event));
   }
 
-  /** Subscribe the queues stored by earlier visits; resolves to them. */
+  /**
+   * Subscribe the queues stored by earlier visits; resolves to them.
+   * @returns {Promise<import("./types.js").Queue[]>}
+   */
   async restore() {
     const queues = [];
     for (const key of await this.store.keys(QUEUE_PREFIX)) {
@@ -45,13 +58,19 @@ export class DurableSubscription {
     return queues;
   }
 
-  /** Store `queue` and keep it subscribed. */
+  /**
+   * Store `queue` and keep it subscribed.
+   * @param {import("./types.js").Queue} queue
+   */
   async addQueue(queue) {
     await this.store.put(QUEUE_PREFIX + toBase64url(queue.recipientId), queue);
     this.agent.addQueue(queue);
   }
 
-  /** Forget the queue here and in the store (the router is not told: use DEL for that). */
+  /**
+   * Forget the queue here and in the store (the router is not told: use DEL for that).
+   * @param {Uint8Array} recipientId
+   */
   async removeQueue(recipientId) {
     this.agent.removeQueue(recipientId);
     const id = toBase64url(recipientId);
@@ -63,6 +82,9 @@ export class DurableSubscription {
     this.unsubscribe();
   }
 
+  /**
+   * @private
+   */
   received(event) {
     if (event.type !== "message" && event.type !== "undecrypted") {
       this.onEvent?.(event);
@@ -82,6 +104,9 @@ export class DurableSubscription {
     while (this.chains.size) await Promise.allSettled([...this.chains.values()]);
   }
 
+  /**
+   * @private
+   */
   async handle(event) {
     try {
       await this.handleOne(event);
@@ -91,6 +116,9 @@ export class DurableSubscription {
     }
   }
 
+  /**
+   * @private
+   */
   async handleOne(event) {
     if (event.type === "undecrypted" || event.quota) {
       // Nothing to hand over; left unacknowledged it would block its queue for good.
@@ -126,7 +154,11 @@ export class DurableSubscription {
   }
 }
 
-/** The recipient ids of the queues a store holds (for inspection). */
+/**
+ * The recipient ids of the queues a store holds (for inspection).
+ * @param {import("./types.js").KeyValueStore} store
+ * @returns {Promise<Uint8Array[]>}
+ */
 export async function storedQueueIds(store) {
   return (await store.keys(QUEUE_PREFIX)).map((k) => fromBase64url(k.slice(QUEUE_PREFIX.length)));
 }

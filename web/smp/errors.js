@@ -27,12 +27,7 @@ export class ProtocolError extends Error {
 }
 
 /** Base class of every error the client raises. */
-export class SMPClientError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = this.constructor.name;
-  }
-}
+export class SMPClientError extends Error {}
 
 /** The router answered `ERR type` (or the client refused the command locally). */
 export class SMPError extends SMPClientError {
@@ -64,6 +59,23 @@ export class IdentityMismatch extends HandshakeError {}
 
 /** The router sent something that does not parse or does not answer the command. */
 export class BadResponse extends SMPClientError {}
+
+/**
+ * No answer to a command within its timeout. The connection stays open: a
+ * late answer is dropped (or, for a MSG answering SUB or ACK, still handed
+ * over as an event).
+ */
+export class CommandTimeout extends SMPClientError {}
+
+// Error names written out: a minifying bundler renames classes, and
+// `error.name` must still say what the error is.
+for (const [cls, name] of [
+  [SMPClientError, "SMPClientError"], [SMPError, "SMPError"], [ConnectionClosed, "ConnectionClosed"],
+  [HandshakeError, "HandshakeError"], [IdentityMismatch, "IdentityMismatch"], [BadResponse, "BadResponse"],
+  [CommandTimeout, "CommandTimeout"],
+]) {
+  Object.defineProperty(cls.prototype, "name", { value: name, writable: true, configurable: true });
+}
 
 const SIMPLE = new Set([
   "BLOCK", "SESSION", "AUTH", "QUOTA", "NO_MSG", "LARGE_MSG", "INTERNAL",

@@ -17,3 +17,4 @@ export { SMPAgent } from "./agent.js";
 export { DurableSubscription, storedQueueIds, DEFAULT_REMEMBER } from "./durable.js";
 export { IndexedDBStore, MemoryStore } from "./store.js";
 export { parseRouterAddress, formatRouterAddress, wsUrl } from "./address.js";
+export * from "./types.js";

@@ -14,24 +14,42 @@ export class MemoryStore {
     this.map = new Map();
   }
 
+  /**
+   * @param {string} key
+   * @returns {Promise<any>}
+   */
   async get(key) {
     const value = this.map.get(key);
     return value === undefined ? undefined : structuredClone(value);
   }
 
+  /**
+   * @param {string} key
+   * @param {any} value
+   */
   async put(key, value) {
     this.map.set(key, structuredClone(value));
   }
 
+  /**
+   * @param {[string, any][]} entries
+   */
   async putMany(entries) {
     const copies = entries.map(([key, value]) => [key, structuredClone(value)]);
     for (const [key, value] of copies) this.map.set(key, value);
   }
 
+  /**
+   * @param {string} key
+   */
   async delete(key) {
     this.map.delete(key);
   }
 
+  /**
+   * @param {string} [prefix]
+   * @returns {Promise<string[]>}
+   */
   async keys(prefix = "") {
     return [...this.map.keys()].filter((k) => k.startsWith(prefix)).sort();
   }
@@ -51,7 +69,12 @@ export class IndexedDBStore {
     this.db = db;
   }
 
-  /** Open (or create) the database `name` in this origin's IndexedDB. */
+  /**
+   * Open (or create) the database `name` in this origin's IndexedDB.
+   * @param {string} [name]
+   * @param {IDBFactory} [indexedDB]
+   * @returns {Promise<IndexedDBStore>}
+   */
   static async open(name = "smp-client", indexedDB = globalThis.indexedDB) {
     if (!indexedDB) throw new Error("IndexedDB is not available here");
     const req = indexedDB.open(name, 1);
@@ -59,7 +82,10 @@ export class IndexedDBStore {
     return new IndexedDBStore(await request(req));
   }
 
-  /** Run `fn(objectStore)` in one transaction; the result of the request it returns. */
+  /**
+   * Run `fn(objectStore)` in one transaction; the result of the request it returns.
+   * @private
+   */
   run(mode, fn) {
     return new Promise((resolve, reject) => {
       const tx = this.db.transaction(OBJECT_STORE, mode);

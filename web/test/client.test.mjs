@@ -4,8 +4,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
+import * as signing from "../smp/signing.js";
 import {
-  Backoff, ConnectionClosed, HandshakeError, IdentityMismatch, SMPAgent, SMPError, concat, connect,
+  Backoff, CommandTimeout, ConnectionClosed, HandshakeError, IdentityMismatch, SMPAgent, SMPError, concat, connect,
   crypto, decodeBatch,
   decodeClientHello, decodeCommand, decodeTransmission, encodeBatches, encodeResponse,
   encodeServerHello, encodeTransmission, latin1, padBlock, unpadBlock, utf8,
@@ -349,4 +350,162 @@ describe("SMPAgent", () => {
     assert.equal(agent.queues.size, 0);
     await agent.stop();
   });
+});
+
+describe("timeouts, AbortSignal and keepalive", () => {
+  /** A router that answers PING (unless `silent()`) and never anything else. */
+  function quietRouter(state = { silent: false, pings: 0 }) {
+    return (ws) => {
+      ws.onBlock = (ts) => {
+        for (const t of ts) {
+          if (t.cmd.type !== "PING") continue;
+          state.pings++;
+          if (!state.silent) ws.push([t.corrId, EMPTY, { type: "PONG" }]);
+        }
+      };
+      ws.open();
+    };
+  }
+
+  test("an unanswered command rejects with CommandTimeout; the connection stays usable", async () => {
+    const { FakeWebSocket, sockets } = fakeSocketClass(quietRouter());
+    const client = await connect("ws://router/smp", KEY_HASH, { WebSocket: FakeWebSocket, commandTimeout: 50 });
+    const queue = { recipientId: Uint8Array.of(3), rcvAuthSeed: crypto.randomBytes(32) };
+    const started = Date.now();
+    await assert.rejects(client.get(queue), (e) => e instanceof CommandTimeout && /GET/.test(e.message));
+    assert.ok(Date.now() - started >= 45);
+    // A late answer to the abandoned GET is dropped, not handed out as an event.
+    const get = decodeBatch(sockets[0].sent.at(-1)).map(decodeTransmission)[0];
+    sockets[0].push([get.corrId, queue.recipientId, { type: "OK" }]);
+    await client.ping();
+    assert.equal(client.nextEventNow(), null);
+    assert.equal(client.closed, null);
+    // A per-call timeout overrides the connection's.
+    await assert.rejects(client.get(queue, { timeout: 10 }), CommandTimeout);
+    client.close();
+  });
+
+  test("an AbortSignal abandons a command: not sent if it was not yet, rejected with the reason", async () => {
+    const { FakeWebSocket, sockets } = fakeSocketClass(quietRouter());
+    const client = await connect("ws://router/smp", KEY_HASH, { WebSocket: FakeWebSocket, commandTimeout: 0 });
+    const queue = { recipientId: Uint8Array.of(4), rcvAuthSeed: crypto.randomBytes(32) };
+    const blocksBefore = sockets[0].sent.length;
+    const early = new AbortController();
+    const notSent = client.get(queue, { signal: early.signal });
+    early.abort(new Error("changed my mind"));
+    await assert.rejects(notSent, /changed my mind/);
+    await client.ping();
+    const sentTypes = sockets[0].sent.slice(blocksBefore)
+      .flatMap((b) => decodeBatch(b).map(decodeTransmission).map((t) => decodeCommand(t.command).type));
+    assert.deepEqual(sentTypes, ["PING"]);
+
+    const late = new AbortController();
+    const waiting = client.get(queue, { signal: late.signal });
+    await new Promise((r) => setTimeout(r, 20)); // sent by now; the router does not answer
+    late.abort();
+    await assert.rejects(waiting, (e) => e.name === "AbortError");
+    await assert.rejects(client.get(queue, { signal: AbortSignal.abort() }), (e) => e.name === "AbortError");
+    client.close();
+  });
+
+  test("silence brings a PING; an unanswered PING closes the connection", async () => {
+    const state = { silent: false, pings: 0 };
+    const { FakeWebSocket } = fakeSocketClass(quietRouter(state));
+    const client = await connect("ws://router/smp", KEY_HASH, {
+      WebSocket: FakeWebSocket, confirm: false, pingInterval: 30, pingTimeout: 30,
+    });
+    await new Promise((r) => setTimeout(r, 120));
+    assert.ok(state.pings >= 2, `${state.pings} keepalive PINGs`);
+    assert.equal(client.closed, null);
+    state.silent = true; // the socket is dead but not closed
+    // The keepalive timer does not keep Node running by itself (unref): this one does.
+    const hold = setTimeout(() => {}, 5000);
+    const error = await client.whenClosed();
+    clearTimeout(hold);
+    assert.ok(error instanceof ConnectionClosed);
+    assert.match(error.message, /no answer to PING/);
+  });
+
+  test("pingInterval 0 sends no keepalive", async () => {
+    const state = { silent: false, pings: 0 };
+    const { FakeWebSocket } = fakeSocketClass(quietRouter(state));
+    const client = await connect("ws://router/smp", KEY_HASH, { WebSocket: FakeWebSocket, confirm: false, pingInterval: 0 });
+    await new Promise((r) => setTimeout(r, 60));
+    assert.equal(state.pings, 0);
+    client.close();
+  });
+
+  test("an agent replaces a connection that went silent, and subscribes its queues again", async () => {
+    const states = [];
+    const subs = [];
+    const { FakeWebSocket } = fakeSocketClass((ws, n) => {
+      const state = { silent: n === 0, pings: 0 };
+      states.push(state);
+      ws.onBlock = (ts) => {
+        for (const t of ts) {
+          if (t.cmd.type === "SUB") {
+            subs.push(n);
+            ws.push([t.corrId, t.entityId, { type: "OK" }]);
+          } else if (t.cmd.type === "PING" && !(state.silent && state.pings++ > 0)) {
+            ws.push([t.corrId, EMPTY, { type: "PONG" }]); // the first (connect's) PING is answered
+          }
+        }
+      };
+      ws.open();
+    });
+    const agent = new SMPAgent({
+      url: "ws://r/", keyHash: KEY_HASH, WebSocket: FakeWebSocket, pingInterval: 20, pingTimeout: 20,
+      backoff: new Backoff({ initial: 1, maximum: 5 }),
+    });
+    const statuses = [];
+    agent.onEvent((ev) => ev.type === "status" && statuses.push(ev.status));
+    agent.addQueue({ recipientId: Uint8Array.of(1), rcvAuthSeed: crypto.randomBytes(32) });
+    agent.start();
+    while (subs.filter((n) => n === 1).length === 0) await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(statuses.slice(0, 4), ["connecting", "connected", "offline", "connecting"]);
+    await agent.stop();
+  });
+
+  test("waiting for a connection can be aborted", async () => {
+    const { FakeWebSocket } = fakeSocketClass(() => {}); // never opens
+    const agent = new SMPAgent({ url: "ws://r/", keyHash: KEY_HASH, WebSocket: FakeWebSocket, timeout: 10_000 });
+    agent.start();
+    const controller = new AbortController();
+    const waiting = agent.withClient(async () => "never", { signal: controller.signal });
+    controller.abort(new Error("page closed"));
+    await assert.rejects(waiting, /page closed/);
+    await agent.stop();
+  });
+});
+
+describe("signing", () => {
+  test("WebCrypto and JavaScript signatures are the same bytes, and verify", async () => {
+    assert.equal(await signing.webCryptoEd25519(), true); // Node 20 has Ed25519 in WebCrypto
+    const key = crypto.newEd25519();
+    const data = crypto.randomBytes(100);
+    const signature = await signing.sign(key.seed, data);
+    assert.deepEqual(signature, signing.signInJavaScript(key.seed, data));
+    assert.ok(crypto.verify(signature, key.publicKey, data));
+  });
+
+  test("a signing key is kept for every queue, not only for the last 256", async () => {
+    const seeds = Array.from({ length: 1000 }, () => crypto.randomBytes(32));
+    const before = signing.cachedSigningKeys();
+    await Promise.all(seeds.map((seed) => signing.sign(seed, Uint8Array.of(1))));
+    assert.equal(signing.cachedSigningKeys(), before + 1000);
+    signing.forgetSigningKey(seeds[0]);
+    assert.equal(signing.cachedSigningKeys(), before + 999);
+  });
+});
+
+test("without a WebSocket (Node 20 without its flag), connect says how to get one", async () => {
+  const saved = Object.getOwnPropertyDescriptor(globalThis, "WebSocket");
+  Object.defineProperty(globalThis, "WebSocket", { value: undefined, configurable: true });
+  try {
+    await assert.rejects(connect("ws://127.0.0.1:1/smp", KEY_HASH), (e) =>
+      e instanceof TypeError && /--experimental-websocket/.test(e.message) && /options\.WebSocket/.test(e.message));
+  } finally {
+    if (saved) Object.defineProperty(globalThis, "WebSocket", saved);
+    else delete globalThis.WebSocket;
+  }
 });

@@ -5,11 +5,11 @@ import { test } from "node:test";
 
 import { ProtocolError, authorizedBytes, crypto, latin1, keyType, utf8 } from "../smp/index.js";
 
-test("an authorization is an Ed25519 signature over ss(sessionId) ss(corrId) ss(entityId) command", () => {
+test("an authorization is an Ed25519 signature over ss(sessionId) ss(corrId) ss(entityId) command", async () => {
   const key = crypto.newEd25519();
   assert.equal(keyType(key.publicKey), "ed25519");
   const sessionId = crypto.randomBytes(32);
-  const sig = crypto.authorize(key.seed, sessionId, latin1("c"), latin1("e"), latin1("SUB"));
+  const sig = await crypto.authorize(key.seed, sessionId, latin1("c"), latin1("e"), latin1("SUB"));
   assert.equal(sig.length, 64);
   assert.ok(crypto.verify(sig, key.publicKey, authorizedBytes(sessionId, latin1("c"), latin1("e"), latin1("SUB"))));
   assert.ok(!crypto.verify(sig, key.publicKey, authorizedBytes(sessionId, latin1("c"), latin1("e"), latin1("OFF"))));

@@ -78,11 +78,11 @@ const COMPUTED = {
   "router-hello": () => encodeServerHello({ minVersion: 9, maxVersion: 10, sessionId: SESSION_ID }),
   "client-hello": () => encodeClientHello({ version: 10, keyHash: KEY_HASH, clientKey: ex("client-x25519-spki") }),
   "service-signed-bytes": () => serviceSignedBytes(SESSION_ID, KEY_HASH, ex("service-spki")),
-  "service-signature": () => crypto.proveService(ex("service-seed"), SESSION_ID, KEY_HASH).signature,
+  "service-signature": async () => (await crypto.proveService(ex("service-seed"), SESSION_ID, KEY_HASH)).signature,
   "service-id": () => crypto.serviceId(ex("service-spki")),
-  "service-client-hello": () => encodeClientHello({
+  "service-client-hello": async () => encodeClientHello({
     version: 10, keyHash: KEY_HASH, clientKey: ex("client-x25519-spki"),
-    service: crypto.proveService(ex("service-seed"), SESSION_ID, KEY_HASH),
+    service: await crypto.proveService(ex("service-seed"), SESSION_ID, KEY_HASH),
   }),
   "ping-block": () => oneBlock(encodeTransmission({
     authorization: EMPTY, corrId: ex("corr-id"), entityId: EMPTY, command: encodeCommand({ type: "PING" }),
@@ -92,8 +92,8 @@ const COMPUTED = {
   })),
   "sub-authorized": () => authorizedBytes(SESSION_ID, ex("corr-id"), RCV_ID, encodeCommand({ type: "SUB" })),
   "sub-signature": subSignature,
-  "sub-block": () => oneBlock(encodeTransmission({
-    authorization: subSignature(), corrId: ex("corr-id"), entityId: RCV_ID, command: encodeCommand({ type: "SUB" }),
+  "sub-block": async () => oneBlock(encodeTransmission({
+    authorization: await subSignature(), corrId: ex("corr-id"), entityId: RCV_ID, command: encodeCommand({ type: "SUB" }),
   })),
   "new-command": () => encodeCommand({
     type: "NEW", rcvAuthKey: ex("ed25519-spki"), rcvDhKey: ex("client-x25519-spki"),

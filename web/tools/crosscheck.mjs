@@ -81,7 +81,7 @@ async function decodeAll(fixtures) {
   }));
 }
 
-function encodeAll(request) {
+async function encodeAll(request) {
   const sessionId = fromHex(request.sessionId);
   const signer = crypto.newEd25519();
   const dh = crypto.newX25519();
@@ -96,13 +96,13 @@ function encodeAll(request) {
     { type: "NKEY", notifierKey: signer.publicKey, rcvNtfDhKey: dh.publicKey },
     ...["PING", "SUB", "GET", "OFF", "DEL", "NSUB"].map((type) => ({ type })),
   ];
-  const transmissions = commands.map((cmd, i) => {
+  const transmissions = await Promise.all(commands.map(async (cmd, i) => {
     const command = encodeCommand(cmd);
     const corrId = crypto.randomBytes(24);
     const entityId = cmd.type === "NEW" || cmd.type === "PING" ? new Uint8Array(0) : crypto.randomBytes(24);
-    const authorization = cmd.type === "PING" ? new Uint8Array(0) : crypto.authorize(signer.seed, sessionId, corrId, entityId, command);
+    const authorization = cmd.type === "PING" ? new Uint8Array(0) : await crypto.authorize(signer.seed, sessionId, corrId, entityId, command);
     return { cmd: view(cmd), index: i, bytes: encodeTransmission({ authorization, corrId, entityId, command }) };
-  });
+  }));
   const boxKey = fromHex(request.boxKey);
   const msgId = crypto.randomBytes(24);
   return {
@@ -121,7 +121,7 @@ function encodeAll(request) {
 const [mode, file] = process.argv.slice(2);
 const input = JSON.parse(readFileSync(file, "utf8"));
 if (mode === "decode") process.stdout.write(JSON.stringify(await decodeAll(input)));
-else if (mode === "encode") process.stdout.write(JSON.stringify(encodeAll(input)));
+else if (mode === "encode") process.stdout.write(JSON.stringify(await encodeAll(input)));
 else {
   process.stderr.write("usage: crosscheck.mjs decode|encode FILE\n");
   process.exit(2);

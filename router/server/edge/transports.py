@@ -21,9 +21,10 @@ from .block_stream import MESSAGE_QUEUE_SIZE, STREAM_GONE, TransportClosed
 _STREAM_ERRORS = (ConnectionClosed, *STREAM_GONE)
 
 
-class _SendsWithinDeadline:
-    """Sending for both transports: a peer that does not take a block within
-    `_stalled_timeout` seconds is marked `stalled` and dropped."""
+class SendsWithinDeadline:
+    """Sending for the transports here and the ASGI one (asgi.py): a peer that
+    does not take a block within `_stalled_timeout` seconds is marked `stalled`
+    and dropped."""
 
     __slots__ = ()
     _SEND_ERRORS: tuple[type[BaseException], ...] = STREAM_GONE
@@ -49,7 +50,7 @@ class _SendsWithinDeadline:
             await self.send_block(block)
 
 
-class BlockTransport(_SendsWithinDeadline):
+class BlockTransport(SendsWithinDeadline):
     """Blocks in and out of a trio-websocket connection a host program accepted."""
 
     __slots__ = ("_ws", "_stalled_timeout", "remote", "stalled")
@@ -87,7 +88,7 @@ class BlockTransport(_SendsWithinDeadline):
                 pass
 
 
-class MemoryBlockTransport(_SendsWithinDeadline):
+class MemoryBlockTransport(SendsWithinDeadline):
     """One end of `memory_block_pair`: blocks go to the other end through a bounded
     in-memory channel, so a reader that stops reading holds its peer's writes back
     as a socket would."""
