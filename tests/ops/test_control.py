@@ -268,9 +268,10 @@ async def test_smp_router_control_uses_the_configuration_password(router, tmp_pa
     with trio.fail_after(30):
         code, out, err = await run_cli("control", "--config", str(config), "stats")
         assert code == 0 and err == "" and "connections: 0" in out
-        code, out, _ = await run_cli("control", "--config", str(config), "--role", "user",
-                                     stdin=b"stats\nsuspend\n")
-        assert code == 0 and out.splitlines()[-1] == "AUTH" and "suspended: no" in out
+        code, out, err = await run_cli("control", "--config", str(config), "--role", "user",
+                                       stdin=b"stats\nsuspend\nresume\n")
+        assert code == 1 and out.splitlines()[-1] == "AUTH" and "suspended: no" in out
+        assert err == "smp-router: error: the router refused `suspend`: AUTH\n"
         code, out, _ = await run_cli("control", "--config", str(config), "suspend")
         assert code == 0 and out.startswith("ok: suspended") and router.router.gate.suspended
         await run_cli("control", "--config", str(config), "resume")
@@ -294,3 +295,37 @@ async def test_smp_router_control_errors_are_one_line_and_exit_2(router, tmp_pat
         code, _, err = await run_cli("control", "--config", str(wrong), "--port", str(port),
                                      "stats")
         assert code == 2 and f"127.0.0.1:{port}" in err
+
+
+async def test_smp_router_control_exits_1_with_one_stderr_line_on_every_refusal(router, tmp_path):
+    config = tmp_path / "r.ini"
+    config.write_text(f"[AUTH]\ncontrol_port_admin_password = {ADMIN}\n"
+                      f"control_port_user_password = {USER}\n"
+                      f"[TRANSPORT]\ncontrol_port = {router.control_port}\n")
+    refused = {
+        ("--role", "user", "block", "AAAA"): "AUTH",
+        ("frobnicate",): "error: unknown command 'frobnicate'; try help",
+        ("status", "AAAA"): "error: no such queue",
+        ("delete", "AAAA"): "error: no such queue",
+        ("unblock", "AAAA"): "error: queue is not blocked",
+        ("status",): "error: usage: status QUEUE_ID",
+    }
+    with trio.fail_after(60):
+        for args, answer in refused.items():
+            flags = list(args[:2]) if args[0] == "--role" else []
+            words = args[2:] if flags else args
+            code, out, err = await run_cli("control", "--config", str(config), *flags, *words)
+            assert code == 1, args
+            assert out == f"{answer}\n", args
+            assert err == f"smp-router: error: the router refused `{' '.join(words)}`: {answer}\n"
+
+
+async def test_smp_router_control_stats_prints_each_line_once(router, tmp_path):
+    config = tmp_path / "r.ini"
+    config.write_text(f"[AUTH]\ncontrol_port_admin_password = {ADMIN}\n"
+                      f"[TRANSPORT]\ncontrol_port = {router.control_port}\n")
+    with trio.fail_after(30):
+        code, out, err = await run_cli("control", "--config", str(config), "stats")
+    names = [line.split(":")[0] for line in out.splitlines()]
+    assert code == 0 and err == ""
+    assert len(names) == len(set(names)) and "messages_store_full" in names, names
