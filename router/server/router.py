@@ -56,7 +56,7 @@ from .open_stores import open_router_stores
 from .ops.control import CONTROL_HOST, serve_control
 from .ops.metrics import serve_metrics
 from .ops.statslog import StatsLog
-from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig
+from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig, os_error_reason
 
 log = logging.getLogger(__name__)
 
@@ -350,12 +350,24 @@ async def serve_router(
 def listener_tls(config: RouterConfig) -> ssl.SSLContext | None:
     """The TLS context of the configured certificate and key (None without them);
     a file that cannot be used is a ConfigError, exit code 2 at the command line."""
-    if config.tls_cert is None or config.tls_key is None:
+    cert, key = config.tls_cert, config.tls_key
+    if cert is None or key is None:
         return None
+    for what, path, marker in (("certificate", cert, b"-----BEGIN CERTIFICATE-----"),
+                               ("key", key, b"PRIVATE KEY-----")):
+        try:
+            pem = path.read_bytes()
+        except OSError as e:
+            raise ConfigError(f"cannot read the TLS {what} {path}: {os_error_reason(e)}") from e
+        if marker not in pem:
+            raise ConfigError(f"the TLS {what} {path} is not a PEM {what} file")
     try:
-        return tls_context(config.tls_cert, config.tls_key)
-    except (OSError, ssl.SSLError) as e:
-        raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
+        return tls_context(cert, key)
+    except ssl.SSLError as e:
+        if "KEY_VALUES_MISMATCH" in str(e):
+            raise ConfigError(f"the TLS key {key} is not the key of the certificate {cert}") from e
+        raise ConfigError(f"cannot use the TLS certificate {cert} with the key {key}: "
+                          f"{e.reason or e}") from e
 
 
 async def start_operation_ports(

@@ -62,7 +62,13 @@ from .check import config_check
 from .init import init_data_dir
 from .migrate import migrate
 from .serve import serve
-from .settings import add_config_source, add_serve_flags, config_from_settings, effective_settings
+from .settings import (
+    PORT,
+    add_config_source,
+    add_serve_flags,
+    config_from_settings,
+    effective_settings,
+)
 
 log = logging.getLogger("smp-router")
 
@@ -109,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "password from the configuration)", argument_default=SUPPRESS,
     )
     add_config_source(control)
-    control.add_argument("--port", type=int, dest="control_port",
+    control.add_argument("--port", type=PORT, dest="control_port",
                          help="the control port (default: control_port of the configuration)")
     control.add_argument("--role", choices=("admin", "user"), default="admin",
                          help="whose password to authenticate with (default admin)")
