@@ -66,6 +66,7 @@ from .settings import (
     PORT,
     add_config_source,
     add_serve_flags,
+    check_store_key_of,
     config_from_settings,
     effective_settings,
 )
@@ -133,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = effective_settings(args)
             _setup_logging(str(settings["log_level"]), settings["log_file"])  # type: ignore[arg-type]
             config = config_from_settings(settings)
+            check_store_key_of(args, config)
             with lock_data_dir(config.data_dir) if config.data_dir is not None else nullcontext():
                 if args.command == "gateway":
                     trio.run(run_gateway, gateway_config(args, config))

@@ -33,6 +33,7 @@ from ..settings.config_file import (
     read_config_file,
 )
 from ..settings.edge_limits import CONFIGURABLE_BOUNDS
+from ..settings.store_key import check_store_key
 
 # Settings `config check` shows as "(set)", never in clear.
 SECRET_SETTINGS = ("password", "control_admin_password", "control_user_password")
@@ -180,6 +181,14 @@ def store_and_data_dir(store: str | None, data_dir: Path | None) -> tuple[str, P
             raise ConfigError(f"data directory {data_dir} is not a directory")
         store = read_store_kind(data_dir) or DEFAULT_STORE
     return store, data_dir
+
+
+def check_store_key_of(args: argparse.Namespace, config: RouterConfig) -> None:
+    """A store kind from the configuration file that the data directory contradicts is
+    the file's error (FILE:LINE), not only the store's; a --store flag is its own."""
+    if getattr(args, "store", None) is None and config.data_dir is not None:
+        check_store_key(config_file_path(args), config.data_dir,
+                        read_store_kind(config.data_dir))
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:
