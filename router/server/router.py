@@ -40,6 +40,7 @@ from .core.counters import Counters, RouterStatistics
 from .core.delivery import Deliverer
 from .core.dispatch import Dispatcher
 from .core.expiry import Expirer
+from .core.latency import Latencies
 from .core.notifications import Notifications
 from .core.services import Services
 from .core.serving import ClientServing
@@ -79,6 +80,7 @@ class Router:
         self.queues = queues
         self.messages = messages
         self.counters = Counters()
+        self.latencies = Latencies()
         self.connections: dict[int, Connection] = {}
         self._ids = count(1)
         self.gate = SuspendGate()  # closed by the control port's suspend
@@ -105,14 +107,15 @@ class Router:
             self.subscriptions.notifier_connection, config.ntf_batch_interval
         )
         self.deliverer = Deliverer(
-            self.subscriptions, self.messages, counters,
+            self.subscriptions, self.messages, counters, self.latencies,
             per_queue_task=config.delivery == PER_QUEUE_TASK,
         )
         self.services = Services(
             self.queues, self.messages, self.subscriptions, self.deliverer, self.notifications
         )
         self.commands = commands = Commands(CommandContext(
-            config, self.queues, self.messages, counters, self.subscriptions, self.deliverer,
+            config, self.queues, self.messages, counters, self.latencies, self.subscriptions,
+            self.deliverer,
             self.services, self.notifications, self.blocked,
             # The command handlers call these directly, not through the router.
             queue_active=(self.stats_log.record_active_queue if self.stats_log is not None
@@ -120,7 +123,7 @@ class Router:
             expire_before_send=(self.expirer.expire_queue if config.expire_on_send
                                 else nothing_to_expire),
         ))
-        self.dispatcher = Dispatcher(self.queues, commands.execute)
+        self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies)
         self._serving = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )
@@ -237,6 +240,7 @@ class Router:
         if await self.queues.get_queue(Party.RECIPIENT, recipient_id) is None:
             return False
         self.blocked.add(recipient_id, reason)
+        self.counters.queues_blocked += 1
         self.subscriptions.end_queue(recipient_id, Event.END)
         return True
 

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from ..core.blocked import BlockedQueues
     from ..core.connection import Connection
     from ..core.counters import Counters, RouterStatistics
+    from ..core.latency import Latencies
+    from ..core.notifications import Notifications
     from ..core.subscriptions import Subscriptions
     from ..edge.gate import SuspendGate
     from ..settings.config import RouterConfig
@@ -26,6 +28,8 @@ class OperatedRouter(Protocol):
     queues: QueueStore
     messages: MessageStore
     counters: Counters
+    latencies: Latencies
+    notifications: Notifications
     gate: SuspendGate
     blocked: BlockedQueues
     subscriptions: Subscriptions
