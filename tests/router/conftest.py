@@ -10,7 +10,7 @@ data directory per router). `SMP_ROUTER_STORES` (comma-separated) narrows them;
 ``pytest -m "not scale"`` leaves out the large ones.
 
 The large tests run at full size on the memory store and at a quarter of it on
-the durable stores (`scaled`): what they check is the same at both sizes, and a
+the durable stores (`router_scale.scaled`): what they check is the same at both sizes, and a
 thousand queues on the journal or SQLite cost half a minute each, most of it the
 stores' file work. `SMP_SCALE_FULL=1` runs every store at full size.
 """
@@ -34,13 +34,6 @@ STORES = [kind for kind in os.environ.get("SMP_ROUTER_STORES", ALL_STORES).split
 TEST_DEFAULTS: dict[str, object] = {"end_batch_interval": 0.02}
 
 RouterFactory = Callable[..., Awaitable[Router]]
-DURABLE_SHARE = 4  # the durable stores run the large tests at 1/4 of their size
-FULL_SCALE = os.environ.get("SMP_SCALE_FULL", "") not in ("", "0")
-
-
-def scaled(store_kind: str, size: int) -> int:
-    """`size` on the memory store (or with SMP_SCALE_FULL=1), a quarter of it otherwise."""
-    return size if FULL_SCALE or store_kind == "memory" else size // DURABLE_SHARE
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import trio
-from conftest import scaled
+from router_scale import scaled
 from smp_session import Queue, Session, connect
 
 from router.protocol.types import (

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 import trio
-from conftest import scaled
+from router_scale import scaled
 from smp_session import Queue, Reply, Session, connect
 
 from router.protocol import crypto
