@@ -16,7 +16,7 @@ from router.server.router import RouterInfo
 from store.factory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, store_dir
 
 ADMIN, USER = "admin-pw", "user-pw"
-ADMIN_ONLY = ["delete QQ", "block QQ", "unblock QQ", "save", "suspend", "resume"]
+ADMIN_ONLY = ["delete QQ", "block QQ", "unblock QQ", "save", "suspend", "resume", "drain"]
 USER_COMMANDS = ["stats", "clients", "status QQ"]
 
 
@@ -206,7 +206,7 @@ async def test_suspend_stops_commands_and_deliveries_and_resume_restarts_them(ro
 async def test_help_lists_the_commands_and_quit_ends_the_session(router):
     with trio.fail_after(10):
         control = await open_control(router.control_port)
-        lines = await control.until("help", lambda line: line.startswith("resume"))
+        lines = await control.until("help", lambda line: line.startswith("drain"))
         assert "stats (user role)" in lines and "delete (admin role)" in lines
         assert await control.command("frobnicate") == [
             "error: unknown command 'frobnicate'; try help"
@@ -329,3 +329,37 @@ async def test_smp_router_control_stats_prints_each_line_once(router, tmp_path):
     names = [line.split(":")[0] for line in out.splitlines()]
     assert code == 0 and err == ""
     assert len(names) == len(set(names)) and "messages_store_full" in names, names
+
+
+async def test_drain_stops_accepting_closes_clients_over_the_period_then_ends_the_router(
+    start_router, nursery
+):
+    from router.server import RouterConfig, serve_router
+
+    ended = trio.Event()
+    info: RouterInfo | None = None
+
+    async def run() -> None:
+        nonlocal info
+        async with trio.open_nursery() as inner:
+            info = await inner.start(serve_router, RouterConfig(
+                port=0, control_port=0, control_admin_password=ADMIN, metrics_port=0))
+        ended.set()  # serve_router returned by itself
+
+    with trio.fail_after(20):
+        nursery.start_soon(run)
+        while info is None:
+            await trio.sleep(0.01)
+        async with open_client(info.address) as first, open_client(info.address) as second:
+            await first.create_queue(subscribe=True)
+            await second.ping()
+            control = await session(info, ADMIN)
+            assert await control.command("drain x") == [
+                "error: usage: drain [SECONDS] (0 to 3600, default 30)"]
+            started = trio.current_time()
+            assert (await control.command("drain 1"))[0].startswith("ok: draining")
+            assert await control.command("drain 1") == ["error: the router is draining already"]
+            assert info.listener is not None and info.listener.suspended
+            await ended.wait()
+            assert trio.current_time() - started < 3
+            assert info.router.connections == {}

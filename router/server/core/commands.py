@@ -19,7 +19,7 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from time import perf_counter
@@ -147,6 +147,14 @@ class Commands:
         }
         # NEW rate limits (limits.py), forgotten with their connection.
         self._new_buckets: WeakKeyDictionary[Connection, TokenBucket] = WeakKeyDictionary()
+
+    def reconfigure(self, config: RouterConfig) -> None:
+        """Commands from now on follow `config` (quota, passwords, the NEW limits)."""
+        old = self._context.config
+        self._context = replace(self._context, config=config)
+        if (old.new_queue_rate, old.new_queue_burst) != (config.new_queue_rate,
+                                                          config.new_queue_burst):
+            self._new_buckets.clear()  # each connection starts a bucket of the new size
 
     async def execute(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         blocked = self._context.blocked.reasons  # a plain dict: empty on most routers

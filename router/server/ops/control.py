@@ -16,6 +16,8 @@ role does not allow is answered `AUTH`, as the reference does.
     save                   write the memory store's snapshot now
     suspend / resume       stop / restart accepting clients, reading commands
                            and delivering messages
+    drain [SECONDS]        stop accepting clients, close the connected ones over
+                           SECONDS (30), then stop the router
     help, quit
 
 QUEUE_ID is the recipient id in base64url, as in the smp:// queue links
@@ -54,6 +56,8 @@ MAX_LINE = 4096  # bytes; a longer line ends the session
 IDLE_TIMEOUT = 600.0  # seconds a session may stay silent
 CLIENT_TIMEOUT = 30.0  # seconds `smp-router control` waits for the router
 BLOCK_REASONS = ("spam", "content")
+DRAIN_PERIOD = 30.0  # seconds over which `drain` closes the connected clients
+MAX_DRAIN_PERIOD = 3600.0
 
 
 class Role(Enum):
@@ -199,6 +203,21 @@ async def _resume(session: ControlSession, args: list[str]) -> list[str]:
     return ["ok: resumed"]
 
 
+async def _drain(session: ControlSession, args: list[str]) -> list[str]:
+    try:
+        period = float(args[0]) if args else DRAIN_PERIOD
+    except ValueError:
+        period = -1.0
+    if len(args) > 1 or not 0 <= period <= MAX_DRAIN_PERIOD:
+        return [f"error: usage: drain [SECONDS] (0 to {MAX_DRAIN_PERIOD:.0f}, default "
+                f"{DRAIN_PERIOD:.0f})"]
+    if not session.router.start_drain(period):
+        return ["error: the router is draining already"]
+    log.warning("control port: drain over %.0f s", period)
+    return [f"ok: draining: no new clients, the connected ones closed over {period:g} s, "
+            "then the router stops"]
+
+
 async def _help(session: ControlSession, args: list[str]) -> list[str]:
     return [f"{name} ({role.value} role)" if role is not Role.NONE else name
             for name, (role, _) in COMMANDS.items()]
@@ -222,6 +241,7 @@ COMMANDS: dict[str, tuple[Role, Handler]] = {
     "save": (Role.ADMIN, _save),
     "suspend": (Role.ADMIN, _suspend),
     "resume": (Role.ADMIN, _resume),
+    "drain": (Role.ADMIN, _drain),
 }
 
 
