@@ -327,9 +327,10 @@ class Router:
         connections = sorted(self.connections.values(), key=lambda conn: conn.id)
         pause = period / len(connections) if connections else 0.0
         with trio.move_on_after(period + 1.0):
-            for conn in connections:
+            for n, conn in enumerate(connections):
+                if n:
+                    await trio.sleep(pause)
                 conn.close_now("the router is draining")
-                await trio.sleep(pause)
             while self.connections:
                 await trio.sleep(0.05)
         log.warning("drained: %d clients still connected", len(self.connections))

@@ -98,7 +98,7 @@ async def read_line(stream: trio.abc.ReceiveStream) -> str:
 async def serving(*args: str, stderr: int | None = subprocess.DEVNULL
                   ) -> AsyncIterator[tuple[trio.Process, str]]:
     """`smp-router serve ARGS` until its address line; yields (process, address) and
-    stops it with SIGTERM, which must end it with exit code 0."""
+    stops it with SIGTERM (unless it ended by itself), which must end it with exit code 0."""
     process = await trio.lowlevel.open_process(smp_router("serve", *args),
                                                stdout=subprocess.PIPE, stderr=stderr)
     try:
@@ -107,7 +107,8 @@ async def serving(*args: str, stderr: int | None = subprocess.DEVNULL
         match = ADDRESS.search(line)
         assert match is not None, line
         yield process, match[1]
-        process.terminate()
+        if process.poll() is None:
+            process.terminate()
         assert await process.wait() == 0
     finally:
         if process.returncode is None:
