@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from ops_helpers import ControlClient, open_control
+from ops_helpers import ControlClient, http_get, open_control
 
 from router.client import DeletedEvent, EndEvent, SMPError, open_client
 from router.server.router import RouterInfo
@@ -360,6 +360,8 @@ async def test_drain_stops_accepting_closes_clients_over_the_period_then_ends_th
             assert (await control.command("drain 1"))[0].startswith("ok: draining")
             assert await control.command("drain 1") == ["error: the router is draining already"]
             assert info.listener is not None and info.listener.suspended
+            status, _, body = await http_get(info.metrics_port, "/healthz")
+            assert status == 503 and b'"draining"' in body
             await ended.wait()
             assert trio.current_time() - started < 3
             assert info.router.connections == {}

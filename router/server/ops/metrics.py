@@ -177,6 +177,9 @@ class RouterCollector(Collector):
                                 value=tasks)
         yield GaugeMetricFamily("smp_router_suspended", "1 while suspended by the control port",
                                 value=int(self._router.gate.suspended))
+        yield GaugeMetricFamily("smp_router_draining",
+                                "1 from the start of a drain (no new clients) to the stop",
+                                value=int(self._router.draining))
         yield from self.store_latency.collect()
 
     def _latencies(self) -> Iterator[Metric]:
@@ -416,7 +419,7 @@ class Pages:
 
 def health_status(router: OperatedRouter) -> str:
     """"ok", or why the router is not taking clients now."""
-    if getattr(router, "draining", False):
+    if router.draining:
         return "draining"
     if router.gate.suspended:
         return "suspended"
