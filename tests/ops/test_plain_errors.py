@@ -63,6 +63,23 @@ def test_a_bad_file_value_is_named_with_file_line_and_key(tmp_path, section, key
         assert line == f"smp-router: error: {path}:3: [{section}] {key}: {reason}"
 
 
+@pytest.mark.parametrize("content, reason", [
+    (b"# comment\n[TRANSPORT]\nport\n", ":3: not a `key = value` line: 'port'"),
+    (b"port = 1\n", ":1: a setting before any [SECTION] header: 'port = 1'"),
+    (b"[AUTH]\ncreate_password = caf\xe9\n", ":2: not UTF-8 text (byte 0xe9)"),
+    (b"[AUTH]\nnew_queues = maybe\n", ":2: [AUTH] new_queues: must be on or off, not 'maybe'"),
+    (b"[LIMITS]\nmemory_store_max_bytes = lots\n",
+     ":2: [LIMITS] memory_store_max_bytes: must be a size such as 512M or 1G, or off, "
+     "not 'lots'"),
+    (b"[NOPE]\nx = 1\n", ":2: [NOPE] x: unknown section"),
+])
+def test_a_file_that_is_not_a_configuration_is_named_with_its_line(tmp_path, content, reason):
+    path = tmp_path / "r.ini"
+    path.write_bytes(content)
+    assert run("config", "check", "--config", str(path)).startswith(
+        f"smp-router: error: {path}{reason}")
+
+
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("tls")

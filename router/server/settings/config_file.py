@@ -20,6 +20,7 @@ file, the line and the key: `FILE:LINE: [SECTION] key: what is wrong`.
 
 from __future__ import annotations
 
+import ast
 import configparser
 import math
 import re
@@ -76,7 +77,7 @@ def _bool(value: str) -> bool:
         return True
     if value.lower() in _FALSE:
         return False
-    raise ValueError("must be on or off")
+    raise ValueError(f"must be on or off, not {value!r}")
 
 
 def _whole(value: str) -> int:
@@ -140,7 +141,7 @@ def _size(value: str) -> int | None:
         return None
     match = _SIZE.match(value)
     if match is None:
-        raise ValueError("must be a size such as 512M or 1G, or off")
+        raise ValueError(f"must be a size such as 512M or 1G, or off, not {value!r}")
     return int(match[1]) * _SIZE_UNITS[match[2].lower()]
 
 
@@ -277,8 +278,12 @@ def read_config_file(path: Path) -> dict[str, object]:
         raise ConfigFileError(f"{path}: is a directory, not a configuration file") from None
     except FileNotFoundError:
         raise ConfigFileError(f"{path}: no such configuration file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigFileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise ConfigFileError(f"{path}:{line}: not UTF-8 text (byte 0x{e.object[e.start]:02x})"
+                              ) from None
+    except OSError as e:
+        raise ConfigFileError(f"{path}: cannot read: {e.strerror or e}") from e
     settings = parse_config_text(text, str(path))
     # A relative path in the file is relative to the file, not to the working directory.
     return {name: path.parent / value if isinstance(value, Path) and not value.is_absolute()
@@ -343,6 +348,8 @@ def _parser_error(e: configparser.Error, filename: str) -> str:
         return f"{filename}:{e.lineno}: a setting before any [SECTION] header: {e.line.strip()!r}"
     if isinstance(e, configparser.ParsingError) and e.errors:
         lineno, line = e.errors[0]
+        if line[:1] in ("'", '"'):  # configparser keeps the line as its repr
+            line = ast.literal_eval(line)
         return f"{filename}:{lineno}: not a `key = value` line: {line.strip()!r}"
     return f"{filename}: {e.message}"  # pragma: no cover - every error above has a line
 
