@@ -19,7 +19,7 @@ renames it into place, and only then rewrites `STORE_KIND`: a crash at any
 point leaves the directory opening as one complete kind. The old kind's files
 are kept as `<kind>-store.old/`. A `progress(phase, done, total)` callback
 hears about every batch: phase "queues" counts queues, phase "messages"
-counts the queues whose messages were copied.
+counts messages.
 """
 
 from __future__ import annotations
@@ -233,17 +233,20 @@ async def copy_stores(
     n_queues += await _put_queues(dst, batch)
     report("queues", n_queues, total)
     rids = [rid async for rid in src.messages.queue_ids()]
-    report("messages", 0, len(rids))
+    total = 0
+    for rid in rids:
+        total += await src.messages.queue_size(rid)
+    report("messages", 0, total)
     pending: list[tuple[bytes, Message]] = []
-    for done, rid in enumerate(rids, 1):
+    for rid in rids:
         async for m in src.messages.iter_messages(rid):
             pending.append((rid, m))
         if len(pending) >= MIGRATE_BATCH:
             n_messages += await _put_messages(dst, pending)
             pending = []
-            report("messages", done, len(rids))
+            report("messages", n_messages, total)
     n_messages += await _put_messages(dst, pending)
-    report("messages", len(rids), len(rids))
+    report("messages", n_messages, total)
     return n_queues, n_messages
 
 

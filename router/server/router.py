@@ -21,7 +21,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from itertools import count
 from urllib.parse import urlsplit
@@ -40,6 +40,7 @@ from .core.counters import Counters, RouterStatistics
 from .core.delivery import Deliverer
 from .core.dispatch import Dispatcher
 from .core.expiry import Expirer
+from .core.latency import Latencies
 from .core.notifications import Notifications
 from .core.services import Services
 from .core.serving import ClientServing
@@ -57,11 +58,21 @@ from .ops.control import CONTROL_HOST, serve_control
 from .ops.memory import MemoryCensus
 from .ops.metrics import serve_metrics
 from .ops.statslog import StatsLog
-from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig
+from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig, os_error_reason
 
 log = logging.getLogger(__name__)
 
 InfoPage = Callable[[HttpRequest], HttpResponse]
+
+
+# What `Router.reconfigure` takes from a new configuration while the router runs; the
+# rest (addresses, ports, the store, the delivery design, the listener's limits, ...)
+# needs a restart.
+LIVE_SETTINGS = frozenset({
+    "quota", "password", "allow_new_queues", "control_admin_password",
+    "control_user_password", "new_queue_rate", "new_queue_burst", "memory_store_max_bytes",
+    "information", "tls_cert", "tls_key",
+})
 
 
 class Router:
@@ -80,6 +91,7 @@ class Router:
         self.queues = queues
         self.messages = messages
         self.counters = Counters()
+        self.latencies = Latencies()
         self.connections: dict[int, Connection] = {}
         self._ids = count(1)
         self.gate = SuspendGate()  # closed by the control port's suspend
@@ -92,6 +104,10 @@ class Router:
             on_expired=self._count_expired,
         )
         self.info_page: InfoPage | None = None  # answers a plain GET of "/", if set
+        self.tls: ssl.SSLContext | None = None  # the listener's, once it is accepting
+        self.draining = False  # no new clients; the connected ones are being closed
+        self.drained = trio.Event()  # set when a drain is done: whoever runs the router stops it
+        self._background: trio.Nursery | None = None
         self.stats_log: StatsLog | None = None
         if config.stats_log is not None:
             self.stats_log = StatsLog(
@@ -107,14 +123,15 @@ class Router:
             self.subscriptions.notifier_connection, config.ntf_batch_interval
         )
         self.deliverer = Deliverer(
-            self.subscriptions, self.messages, counters,
+            self.subscriptions, self.messages, counters, self.latencies,
             per_queue_task=config.delivery == PER_QUEUE_TASK,
         )
         self.services = Services(
             self.queues, self.messages, self.subscriptions, self.deliverer, self.notifications
         )
         self.commands = commands = Commands(CommandContext(
-            config, self.queues, self.messages, counters, self.subscriptions, self.deliverer,
+            config, self.queues, self.messages, counters, self.latencies, self.subscriptions,
+            self.deliverer,
             self.services, self.notifications, self.blocked,
             # The command handlers call these directly, not through the router.
             queue_active=(self.stats_log.record_active_queue if self.stats_log is not None
@@ -122,7 +139,7 @@ class Router:
             expire_before_send=(self.expirer.expire_queue if config.expire_on_send
                                 else nothing_to_expire),
         ))
-        self.dispatcher = Dispatcher(self.queues, commands.execute)
+        self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies)
         self._serving = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )
@@ -135,6 +152,7 @@ class Router:
         """The router's own background work: flushing END/DELD batches, expiring old
         messages, writing the stats log."""
         async with trio.open_nursery() as nursery:
+            self._background = nursery
             if self.stats_log is not None:
                 await nursery.start(self.stats_log.run)
             await nursery.start(self.expirer.run)
@@ -239,6 +257,7 @@ class Router:
         if await self.queues.get_queue(Party.RECIPIENT, recipient_id) is None:
             return False
         self.blocked.add(recipient_id, reason)
+        self.counters.queues_blocked += 1
         self.subscriptions.end_queue(recipient_id, Event.END)
         return True
 
@@ -256,6 +275,67 @@ class Router:
         messages = self.messages.save(directory / MESSAGES_SNAPSHOT)
         queues = self.queues.save(directory / QUEUES_SNAPSHOT)
         return f"ok: saved {queues} queues and {messages} messages"
+
+    # --- changes while running (SIGHUP, the control port's drain) -------------------------
+
+    def reconfigure(self, new: RouterConfig) -> tuple[list[str], list[str]]:
+        """Take the settings of `new` that can change while the router runs
+        (`LIVE_SETTINGS`); returns (settings changed, settings that differ but need a
+        restart). A TLS certificate is loaded for the next handshakes; one that cannot be
+        used raises ConfigError and nothing changes."""
+        old = self.config
+        changed = [f.name for f in fields(RouterConfig)
+                   if f.compare and getattr(old, f.name) != getattr(new, f.name)]
+        live = [name for name in changed if name in LIVE_SETTINGS]
+        if old.tls_cert is None or new.tls_cert is None:  # ws:// <-> wss:// is a new listener
+            live = [name for name in live if name not in ("tls_cert", "tls_key")]
+        if {"tls_cert", "tls_key"} & set(live) or self._tls_files_changed(new):
+            fresh = listener_tls(new)  # checks the files; raises before anything changes
+            assert fresh is not None and self.tls is not None
+            self.tls.load_cert_chain(new.tls_cert, new.tls_key)  # type: ignore[arg-type]
+            live = sorted({*live, "tls_cert"})
+        self.config = replace(old, **{name: getattr(new, name) for name in live})
+        self.commands.reconfigure(self.config)
+        if isinstance(self.messages, MemoryMessageStore):
+            self.messages.max_bytes = self.config.memory_store_max_bytes
+        return live, [name for name in changed if name not in live]
+
+    def _tls_files_changed(self, new: RouterConfig) -> bool:
+        """The same paths, new contents (a renewed certificate): load them again too."""
+        return (self.tls is not None and new.tls_cert is not None
+                and new.tls_cert == self.config.tls_cert and new.tls_key == self.config.tls_key)
+
+    def start_drain(self, period: float) -> bool:
+        """Drain in the background, then set `drained`; False if a drain is under way."""
+        if self.draining or self._background is None:
+            return False
+        self.draining = True
+        self._background.start_soon(self._drain_then_stop, period)
+        return True
+
+    async def _drain_then_stop(self, period: float) -> None:
+        await self.drain(period)
+        self.drained.set()
+
+    async def drain(self, period: float) -> None:
+        """Stop accepting clients, then close the connected ones spread over `period`
+        seconds (so that their reconnections do not arrive at once), oldest first, and
+        return once they are gone (or `period` and one second more have passed)."""
+        self.draining = True
+        if self.listener is not None:
+            self.listener.suspend()
+        log.warning("draining: not accepting clients, closing %d over %.0f s",
+                    len(self.connections), period)
+        connections = sorted(self.connections.values(), key=lambda conn: conn.id)
+        pause = period / len(connections) if connections else 0.0
+        with trio.move_on_after(period + 1.0):
+            for n, conn in enumerate(connections):
+                if n:
+                    await trio.sleep(pause)
+                conn.close_now("the router is draining")
+            while self.connections:
+                await trio.sleep(0.05)
+        log.warning("drained: %d clients still connected", len(self.connections))
 
     # --- observation ---------------------------------------------------------------------
 
@@ -340,6 +420,7 @@ async def serve_router(
                 hook=router.request_hook, limits=config.edge_limits(), tls=tls,
             ))
         router.listener = listener
+        router.tls = tls
         if router.gate.suspended:  # suspended before the listener was there
             listener.suspend()
         metrics_port, control_port = await start_operation_ports(nursery, router)
@@ -347,17 +428,31 @@ async def serve_router(
                           control_port)
         log.info("router listening on %s, address %s", info.url, info.address)
         task_status.started(info)
+        await router.drained.wait()  # a drain ends the router (control port, SIGUSR2)
+        nursery.cancel_scope.cancel()
 
 
 def listener_tls(config: RouterConfig) -> ssl.SSLContext | None:
     """The TLS context of the configured certificate and key (None without them);
     a file that cannot be used is a ConfigError, exit code 2 at the command line."""
-    if config.tls_cert is None or config.tls_key is None:
+    cert, key = config.tls_cert, config.tls_key
+    if cert is None or key is None:
         return None
+    for what, path, marker in (("certificate", cert, b"-----BEGIN CERTIFICATE-----"),
+                               ("key", key, b"PRIVATE KEY-----")):
+        try:
+            pem = path.read_bytes()
+        except OSError as e:
+            raise ConfigError(f"cannot read the TLS {what} {path}: {os_error_reason(e)}") from e
+        if marker not in pem:
+            raise ConfigError(f"the TLS {what} {path} is not a PEM {what} file")
     try:
-        return tls_context(config.tls_cert, config.tls_key)
-    except (OSError, ssl.SSLError) as e:
-        raise ConfigError(f"cannot use the TLS certificate and key: {e}") from e
+        return tls_context(cert, key)
+    except ssl.SSLError as e:
+        if "KEY_VALUES_MISMATCH" in str(e):
+            raise ConfigError(f"the TLS key {key} is not the key of the certificate {cert}") from e
+        raise ConfigError(f"cannot use the TLS certificate {cert} with the key {key}: "
+                          f"{e.reason or e}") from e
 
 
 async def start_operation_ports(

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import trio
 
@@ -58,3 +63,55 @@ class ControlClient:
 
 async def open_control(port: int) -> ControlClient:
     return ControlClient(await trio.open_tcp_stream("127.0.0.1", port))
+
+
+# --- the real command line -------------------------------------------------------------
+
+SMP_ROUTER = Path(sys.executable).with_name("smp-router")
+ADDRESS = re.compile(r"(smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:(\d+))")
+
+
+def smp_router(*args: str) -> list[str]:
+    if SMP_ROUTER.exists():
+        return [str(SMP_ROUTER), *args]
+    return [sys.executable, "-m", "router.server", *args]
+
+
+async def run_cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    """`smp-router ARGS` to its end: (exit code, stdout, stderr)."""
+    result = await trio.run_process(smp_router(*args), stdin=stdin, capture_stdout=True,
+                                    capture_stderr=True, check=False)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def read_line(stream: trio.abc.ReceiveStream) -> str:
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = await stream.receive_some(1)
+        if not chunk:
+            break
+        line += chunk
+    return line.decode()
+
+
+@asynccontextmanager
+async def serving(*args: str, stderr: int | None = subprocess.DEVNULL
+                  ) -> AsyncIterator[tuple[trio.Process, str]]:
+    """`smp-router serve ARGS` until its address line; yields (process, address) and
+    stops it with SIGTERM (unless it ended by itself), which must end it with exit code 0."""
+    process = await trio.lowlevel.open_process(smp_router("serve", *args),
+                                               stdout=subprocess.PIPE, stderr=stderr)
+    try:
+        assert process.stdout is not None
+        line = await read_line(process.stdout)
+        match = ADDRESS.search(line)
+        assert match is not None, line
+        yield process, match[1]
+        if process.poll() is None:
+            process.terminate()
+        assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()

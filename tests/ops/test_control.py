@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import trio
-from ops_helpers import ControlClient, open_control
+from ops_helpers import ControlClient, http_get, open_control
 
 from router.client import DeletedEvent, EndEvent, SMPError, open_client
 from router.server.router import RouterInfo
 from store.factory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, store_dir
 
 ADMIN, USER = "admin-pw", "user-pw"
-ADMIN_ONLY = ["delete QQ", "block QQ", "unblock QQ", "save", "suspend", "resume"]
+ADMIN_ONLY = ["delete QQ", "block QQ", "unblock QQ", "save", "suspend", "resume", "drain"]
 USER_COMMANDS = ["stats", "clients", "status QQ"]
 
 
@@ -206,9 +206,9 @@ async def test_suspend_stops_commands_and_deliveries_and_resume_restarts_them(ro
 async def test_help_lists_the_commands_and_quit_ends_the_session(router):
     with trio.fail_after(10):
         control = await open_control(router.control_port)
-        lines = await control.until("help", lambda line: line.startswith("memory"))
+        lines = await control.until("help", lambda line: line.startswith("drain"))
         assert "stats (user role)" in lines and "delete (admin role)" in lines
-        assert "memory (admin role)" in lines
+        assert "memory (admin role)" in lines and "drain (admin role)" in lines
         assert await control.command("frobnicate") == [
             "error: unknown command 'frobnicate'; try help"
         ]
@@ -269,9 +269,10 @@ async def test_smp_router_control_uses_the_configuration_password(router, tmp_pa
     with trio.fail_after(30):
         code, out, err = await run_cli("control", "--config", str(config), "stats")
         assert code == 0 and err == "" and "connections: 0" in out
-        code, out, _ = await run_cli("control", "--config", str(config), "--role", "user",
-                                     stdin=b"stats\nsuspend\n")
-        assert code == 0 and out.splitlines()[-1] == "AUTH" and "suspended: no" in out
+        code, out, err = await run_cli("control", "--config", str(config), "--role", "user",
+                                       stdin=b"stats\nsuspend\nresume\n")
+        assert code == 1 and out.splitlines()[-1] == "AUTH" and "suspended: no" in out
+        assert err == "smp-router: error: the router refused `suspend`: AUTH\n"
         code, out, _ = await run_cli("control", "--config", str(config), "suspend")
         assert code == 0 and out.startswith("ok: suspended") and router.router.gate.suspended
         await run_cli("control", "--config", str(config), "resume")
@@ -295,3 +296,73 @@ async def test_smp_router_control_errors_are_one_line_and_exit_2(router, tmp_pat
         code, _, err = await run_cli("control", "--config", str(wrong), "--port", str(port),
                                      "stats")
         assert code == 2 and f"127.0.0.1:{port}" in err
+
+
+async def test_smp_router_control_exits_1_with_one_stderr_line_on_every_refusal(router, tmp_path):
+    config = tmp_path / "r.ini"
+    config.write_text(f"[AUTH]\ncontrol_port_admin_password = {ADMIN}\n"
+                      f"control_port_user_password = {USER}\n"
+                      f"[TRANSPORT]\ncontrol_port = {router.control_port}\n")
+    refused = {
+        ("--role", "user", "block", "AAAA"): "AUTH",
+        ("frobnicate",): "error: unknown command 'frobnicate'; try help",
+        ("status", "AAAA"): "error: no such queue",
+        ("delete", "AAAA"): "error: no such queue",
+        ("unblock", "AAAA"): "error: queue is not blocked",
+        ("status",): "error: usage: status QUEUE_ID",
+    }
+    with trio.fail_after(60):
+        for args, answer in refused.items():
+            flags = list(args[:2]) if args[0] == "--role" else []
+            words = args[2:] if flags else args
+            code, out, err = await run_cli("control", "--config", str(config), *flags, *words)
+            assert code == 1, args
+            assert out == f"{answer}\n", args
+            assert err == f"smp-router: error: the router refused `{' '.join(words)}`: {answer}\n"
+
+
+async def test_smp_router_control_stats_prints_each_line_once(router, tmp_path):
+    config = tmp_path / "r.ini"
+    config.write_text(f"[AUTH]\ncontrol_port_admin_password = {ADMIN}\n"
+                      f"[TRANSPORT]\ncontrol_port = {router.control_port}\n")
+    with trio.fail_after(30):
+        code, out, err = await run_cli("control", "--config", str(config), "stats")
+    names = [line.split(":")[0] for line in out.splitlines()]
+    assert code == 0 and err == ""
+    assert len(names) == len(set(names)) and "messages_store_full" in names, names
+
+
+async def test_drain_stops_accepting_closes_clients_over_the_period_then_ends_the_router(
+    start_router, nursery
+):
+    from router.server import RouterConfig, serve_router
+
+    ended = trio.Event()
+    info: RouterInfo | None = None
+
+    async def run() -> None:
+        nonlocal info
+        async with trio.open_nursery() as inner:
+            info = await inner.start(serve_router, RouterConfig(
+                port=0, control_port=0, control_admin_password=ADMIN, metrics_port=0))
+        ended.set()  # serve_router returned by itself
+
+    with trio.fail_after(20):
+        nursery.start_soon(run)
+        while info is None:
+            await trio.sleep(0.01)
+        async with open_client(info.address) as first, open_client(info.address) as second:
+            await first.create_queue(subscribe=True)
+            await second.ping()
+            control = await session(info, ADMIN)
+            assert await control.command("drain x") == [
+                "error: usage: drain [SECONDS] (0 to 3600, default 30)"]
+            started = trio.current_time()
+            assert (await control.command("drain 1"))[0].startswith("ok: draining")
+            assert await control.command("drain 1") == ["error: the router is draining already"]
+            assert info.listener is not None and info.listener.suspended
+            status, _, body = await http_get(info.metrics_port, "/healthz")
+            assert status == 503 and b'"draining"' in body
+            await ended.wait()
+            assert trio.current_time() - started < 3
+            assert info.router.connections == {}

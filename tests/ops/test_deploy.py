@@ -66,6 +66,7 @@ def test_the_unit_runs_the_router_as_its_own_user_restarts_it_and_stops_it_with_
     assert service("Restart") == ["on-failure"]
     assert service("RestartPreventExitStatus") == ["2"]  # a configuration error
     assert service("KillSignal") == ["SIGTERM"]
+    assert service("ExecReload") == ["/bin/kill -HUP $MAINPID"]  # lifecycle.RELOAD_SIGNAL
     assert service("StateDirectory") == ["smp-router"]
     for option in HARDENING:
         assert service(option), option

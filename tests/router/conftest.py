@@ -8,6 +8,11 @@ client library: a block in, the transmissions out. Every test that takes
 kind of the store contract (memory, journal, sqlite; the durable ones in a fresh
 data directory per router). `SMP_ROUTER_STORES` (comma-separated) narrows them;
 ``pytest -m "not scale"`` leaves out the large ones.
+
+The large tests run at full size on the memory store and at a quarter of it on
+the durable stores (`router_scale.scaled`): what they check is the same at both sizes, and a
+thousand queues on the journal or SQLite cost half a minute each, most of it the
+stores' file work. `SMP_SCALE_FULL=1` runs every store at full size.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 import trio
+from router_scale import scaled
 from smp_session import Queue, Reply, Session, connect
 
 from router.protocol import crypto
@@ -113,7 +114,8 @@ async def check_catch_up_and_takeover(
 
 # 10,000 queues of which 3,000 hold a message. The design this router replaces
 # (a task per queue) and the durable stores take several times as long, so they
-# run at that size with the stress tests and at 2,000 / 600 otherwise.
+# run at that size with the stress tests and at 2,000 / 600 otherwise (a quarter of
+# that on the durable stores, `scaled`).
 FULL_SCALE, SMALL_SCALE = (10_000, 3_000), (2_000, 600)
 
 
@@ -123,7 +125,7 @@ async def test_subs_delivers_every_waiting_message_once_through_the_delivery_tas
 ):
     router = await router_factory()
     full = delivery == SINGLE_TASK and store_kind == "memory"
-    n_queues, n_full = FULL_SCALE if full else SMALL_SCALE
+    n_queues, n_full = (scaled(store_kind, n) for n in (FULL_SCALE if full else SMALL_SCALE))
     with trio.fail_after(300):
         await check_catch_up_and_takeover(router, delivery, n_queues, n_full)
 
@@ -140,24 +142,28 @@ async def test_subs_delivers_3000_waiting_messages_of_10000_queues_once_in_every
 
 
 @pytest.mark.scale
-async def test_messages_sent_while_subs_catches_up_are_delivered_exactly_once(router_factory):
+async def test_messages_sent_while_subs_catches_up_are_delivered_exactly_once(
+    router_factory, store_kind
+):
     # A small outbox keeps the catch-up waiting on the client, so SENDs land meanwhile.
     router = await router_factory(send_queue_size=2)
     seed, _ = crypto.new_ed25519()
-    queues = await service_queues(router, seed, 1000)
+    n = scaled(store_kind, 1000)
+    part = n * 3 // 10
+    queues = await service_queues(router, seed, n)
     by_queue = {q.recipient_id: q for q in queues}
-    waiting, empty = queues[:300], queues[300:600]
+    waiting, empty = queues[:part], queues[part:2 * part]
     with trio.fail_after(60):
         async with connect(router) as sender, connect(router, service_seed=seed) as service:
-            before = sends(waiting, [b"before %d" % i for i in range(300)])
+            before = sends(waiting, [b"before %d" % i for i in range(part)])
             assert set(await sender.commands(before)) == {OK()}
-            during = sends(empty, [b"during %d" % i for i in range(300)])
+            during = sends(empty, [b"during %d" % i for i in range(part)])
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sender.commands, during)
-                assert await service.service_command(SUBS()) == 1000
+                assert await service.service_command(SUBS()) == n
                 received: list[bytes] = []
                 alls = 0
-                while alls == 0 or len(received) < 600:
+                while alls == 0 or len(received) < 2 * part:
                     event = await service.next_event()
                     if event.response == ALLS():
                         alls += 1
@@ -166,7 +172,7 @@ async def test_messages_sent_while_subs_catches_up_are_delivered_exactly_once(ro
             assert await service.no_more_events()
             assert alls == 1
             assert Counter(received) == Counter(
-                [b"before %d" % i for i in range(300)] + [b"during %d" % i for i in range(300)]
+                [b"before %d" % i for i in range(part)] + [b"during %d" % i for i in range(part)]
             )
 
 

@@ -32,6 +32,9 @@ def test_every_serve_flag_reaches_the_configuration():
         ["serve", "--port", "abc"],
         ["serve", "--delivery", "threads"],
         ["serve", "--quota", "0"],
+        ["serve", "--port", "70000"],
+        ["serve", "--message-ttl", "0"],
+        ["serve", "--stalled-writer-timeout", "0"],
         ["serve", "--no-such-flag"],
         [],
     ],
@@ -47,10 +50,8 @@ def test_a_bad_flag_exits_2_with_one_line_on_stderr(argv, capsys):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["serve", "--port", "70000"],
         ["serve", "--password", "a b"],
-        ["serve", "--message-ttl", "0"],
-        ["serve", "--stalled-writer-timeout", "0"],
+        ["serve", "--store", "memory", "--tls-cert", "cert.pem"],
     ],
 )
 def test_a_bad_configuration_exits_2_with_one_line_on_stderr(argv, capsys):
@@ -61,6 +62,9 @@ def test_a_bad_configuration_exits_2_with_one_line_on_stderr(argv, capsys):
 
 def test_init_creates_an_identity_and_prints_its_fingerprint(tmp_path, capsys):
     assert main(["init", "--data-dir", str(tmp_path)]) == 0
-    identity_line, config_line = capsys.readouterr().out.strip().splitlines()
+    identity_line, config_line, address_line, next_line = (
+        capsys.readouterr().out.strip().splitlines())
     assert str(tmp_path) in identity_line and identity_line.endswith("=")
     assert config_line == f"configuration written: {tmp_path / 'smp-router.ini'}"
+    assert address_line.startswith(f"address: smp://{identity_line.rsplit(' ', 1)[1]}@")
+    assert next_line == f"next: smp-router serve --data-dir {tmp_path}"

@@ -11,6 +11,7 @@ from ..settings.config_file import (
 )
 from .settings import (
     SECRET_SETTINGS,
+    check_store_key_of,
     config_file_path,
     config_from_settings,
     effective_settings,
@@ -22,6 +23,7 @@ def config_check(args: argparse.Namespace) -> None:
     path = config_file_path(args)
     settings = effective_settings(args)
     config = config_from_settings(settings)
+    check_store_key_of(args, config)
     listener_tls(config)  # what serve does with the files, so that check finds the same errors
     settings.update(store=config.store, data_dir=config.data_dir, stats_log=config.stats_log)
     print(f"# configuration file: {path if path is not None else '(none: defaults)'}")

@@ -9,9 +9,12 @@ from pathlib import Path
 from ..edge.identity import load_or_create_identity
 from ..settings.config import (
     ConfigError,
+    RouterConfig,
 )
 from ..settings.config_file import (
     CONFIG_FILE_NAME,
+    DEFAULTS,
+    read_config_file,
     template,
 )
 
@@ -28,6 +31,16 @@ def init_data_dir(data_dir: Path) -> None:
     else:
         _write_new_file(config_file, template())
         print(f"configuration written: {config_file}", flush=True)
+    settings = {**DEFAULTS, **read_config_file(config_file)}
+    where = RouterConfig(host=settings["host"], port=settings["port"],  # type: ignore[arg-type]
+                         public_host=settings["public_host"])  # type: ignore[arg-type]
+    if where.port == 0:
+        print(f"address: smp://{identity.fingerprint}@{where.advertised_host}:PORT, the port "
+              "picked when the router starts (port is 0)", flush=True)
+    else:
+        print(f"address: {identity.address(where.advertised_host, where.port)} (public_host "
+              "and port in the configuration change it)", flush=True)
+    print(f"next: smp-router serve --data-dir {data_dir}", flush=True)
 
 
 def _write_new_file(path: Path, text: str) -> None:

@@ -60,9 +60,17 @@ from ..settings.config_file import (
 from ..settings.datadir import lock_data_dir
 from .check import config_check
 from .init import init_data_dir
+from .lifecycle import Reload, Reloaded
 from .migrate import migrate
 from .serve import serve
-from .settings import add_config_source, add_serve_flags, config_from_settings, effective_settings
+from .settings import (
+    PORT,
+    add_config_source,
+    add_serve_flags,
+    check_store_key_of,
+    config_from_settings,
+    effective_settings,
+)
 
 log = logging.getLogger("smp-router")
 
@@ -109,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "password from the configuration)", argument_default=SUPPRESS,
     )
     add_config_source(control)
-    control.add_argument("--port", type=int, dest="control_port",
+    control.add_argument("--port", type=PORT, dest="control_port",
                          help="the control port (default: control_port of the configuration)")
     control.add_argument("--role", choices=("admin", "user"), default="admin",
                          help="whose password to authenticate with (default admin)")
@@ -127,11 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = effective_settings(args)
             _setup_logging(str(settings["log_level"]), settings["log_file"])  # type: ignore[arg-type]
             config = config_from_settings(settings)
+            check_store_key_of(args, config)
             with lock_data_dir(config.data_dir) if config.data_dir is not None else nullcontext():
                 if args.command == "gateway":
                     trio.run(run_gateway, gateway_config(args, config))
                 else:
-                    trio.run(serve, config)
+                    trio.run(serve, config, _reloader(args))
             return EXIT_OK
         _setup_logging(getattr(args, "log_level", "info"), None)
         if args.command == "init":
@@ -151,6 +160,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK  # a SIGINT before the signal handler was in place
     except BaseException as e:  # noqa: BLE001 - the one place that turns failures into exit codes
         return _report(e)
+
+
+def _reloader(args: argparse.Namespace) -> Reload:
+    """SIGHUP's reading of the configuration: the file and the flags, as at the start;
+    the log handler is made anew (a log file moved by logrotate is opened again)."""
+    level = [str(effective_settings(args)["log_level"])]
+
+    def reload() -> Reloaded:
+        settings = effective_settings(args)
+        config = config_from_settings(settings)
+        check_store_key_of(args, config)
+        log_file = settings["log_file"]
+        _setup_logging(str(settings["log_level"]), log_file)  # type: ignore[arg-type]
+        done = [f"log file {log_file} opened again"] if log_file is not None else []
+        if settings["log_level"] != level[0]:
+            done.append(f"log level {level[0]} -> {settings['log_level']}")
+            level[0] = str(settings["log_level"])
+        return Reloaded(config, tuple(done))
+
+    return reload
 
 
 def _control_lines(words: list[str]) -> list[str]:

@@ -13,6 +13,8 @@ from store import migrate_store
 from ..settings.config import (
     ConfigError,
 )
+from ..settings.config_file import CONFIG_FILE_NAME
+from ..settings.store_key import set_store_key
 
 
 async def migrate(data_dir: Path, to_kind: str) -> None:
@@ -26,6 +28,9 @@ async def migrate(data_dir: Path, to_kind: str) -> None:
         bar.close()
     print(f"{data_dir}: {queues} queues and {messages} messages now in a {to_kind} store "
           "(counts checked)", flush=True)
+    config_file = data_dir / CONFIG_FILE_NAME
+    if config_file.is_file():
+        print(set_store_key(config_file, to_kind), flush=True)
 
 
 class ProgressBar:

@@ -1,15 +1,15 @@
-"""`smp-router serve`: run the router until SIGINT or SIGTERM, after printing the one
-line other tools wait for.
+"""`smp-router serve`: run the router until SIGINT, SIGTERM or the end of a drain,
+after printing the one line other tools wait for (its signals: lifecycle.py).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import signal
 
 import trio
 
+from ..ops.control import DRAIN_PERIOD
 from ..ops.gc_policy import GcPolicy
 from ..ops.info import information_page
 from ..router import Router, RouterInfo, serve_router
@@ -17,15 +17,16 @@ from ..settings.config import (
     WILDCARD_HOSTS,
     RouterConfig,
 )
+from .lifecycle import SIGNALS, Reload, run_until_stopped
 
 log = logging.getLogger("smp-router")
 
 
-async def serve(config: RouterConfig) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+async def serve(config: RouterConfig, reload: Reload) -> None:
+    with trio.open_signal_receiver(*SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
             info: RouterInfo = await nursery.start(serve_router, config)
-            info.router.info_page = information_page(config, info.address)
+            show_information(info)
             freeze_loaded_state()
             if config.public_host is None and config.host in WILDCARD_HOSTS:
                 log.warning("listening on every interface: the address names this machine "
@@ -33,10 +34,13 @@ async def serve(config: RouterConfig) -> None:
                             config.advertised_host)
             start_gc_policy(nursery, info.router)
             print(f"smp-router listening on {info.url} address {info.address}", flush=True)
-            async for signum in signals:
-                log.info("stopping on %s", signal.Signals(signum).name)
-                break
+            await run_until_stopped(info, reload, show_information, DRAIN_PERIOD, signals)
             nursery.cancel_scope.cancel()
+
+
+def show_information(info: RouterInfo) -> None:
+    """The information page of the configuration in effect (again after a SIGHUP)."""
+    info.router.info_page = information_page(info.router.config, info.address)
 
 
 def freeze_loaded_state() -> None:

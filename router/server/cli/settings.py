@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from store import read_store_kind
@@ -25,9 +26,14 @@ from ..settings.config_file import (
     INFORMATION_KEYS,
     LISTENER_SETTINGS,
     LOG_LEVELS,
+    parse_count,
+    parse_number,
+    parse_port_number,
+    parse_stats_interval,
     read_config_file,
 )
 from ..settings.edge_limits import CONFIGURABLE_BOUNDS
+from ..settings.store_key import check_store_key
 
 # Settings `config check` shows as "(set)", never in clear.
 SECRET_SETTINGS = ("password", "control_admin_password", "control_user_password")
@@ -45,11 +51,21 @@ def default_data_dir() -> Path:
 
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
+def _flag_type(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """A configuration file value parser as an argparse type: the same check and the same
+    plain words for a flag (`argument --quota: must be a whole number, at least 1, not '0'`)."""
+
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return convert
+
+
+COUNT, NUMBER = _flag_type(parse_count), _flag_type(parse_number)
+PORT = _flag_type(parse_port_number)
 
 
 def add_config_source(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +81,7 @@ def add_config_source(parser: argparse.ArgumentParser) -> None:
 def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     """Every flag's destination is a setting name of config_file.KEYS (defaults there)."""
     serve.add_argument("--host", help="interface to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 5224); 0 picks a free one")
+    serve.add_argument("--port", type=PORT, help="port (default 5224); 0 picks a free one")
     serve.add_argument("--public-host",
                        help="host name clients use, printed in the smp:// address")
     serve.add_argument("--store", choices=STORE_KINDS,
@@ -77,9 +93,9 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
                        "per short window of writes; the default), always")
     serve.add_argument("--skip-corrupt", action="store_true",
                        help="start even if a store log has a corrupt line (it is left out)")
-    serve.add_argument("--message-ttl", type=float,
+    serve.add_argument("--message-ttl", type=NUMBER,
                        help="seconds an undelivered message is kept (default 21 days)")
-    serve.add_argument("--expire-interval", type=float,
+    serve.add_argument("--expire-interval", type=NUMBER,
                        help="seconds between passes that remove expired messages")
     serve.add_argument("--expire-on-send", action="store_true",
                        help="also remove a queue's expired messages on every SEND to it")
@@ -88,23 +104,23 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
                        "directory, if there is one)")
     serve.add_argument("--no-stats-log", action="store_false", dest="log_stats",
                        help="write no statistics log")
-    serve.add_argument("--stats-interval", type=int,
+    serve.add_argument("--stats-interval", type=_flag_type(parse_stats_interval),
                        help="seconds per stats log line; must divide a day")
-    serve.add_argument("--quota", type=_positive_int, help="messages per queue (default 128)")
+    serve.add_argument("--quota", type=COUNT, help="messages per queue (default 128)")
     serve.add_argument("--delivery", choices=DELIVERY_MODES)
     serve.add_argument("--password",
                        help="basic-auth password required to create queues (visible to "
                        "other users in `ps`: prefer create_password in the configuration)")
-    serve.add_argument("--send-queue-size", type=_positive_int,
+    serve.add_argument("--send-queue-size", type=COUNT,
                        help="response batches buffered per connection")
-    serve.add_argument("--stalled-writer-timeout", type=float,
+    serve.add_argument("--stalled-writer-timeout", type=NUMBER,
                        help="seconds a client may take to read one block before it is dropped")
-    serve.add_argument("--end-batch-interval", type=float,
+    serve.add_argument("--end-batch-interval", type=NUMBER,
                        help="seconds between flushes of END/DELD events")
-    serve.add_argument("--metrics-port", type=int,
+    serve.add_argument("--metrics-port", type=PORT,
                        help="serve Prometheus metrics on this port at /metrics")
     serve.add_argument("--metrics-host", help="interface for the metrics (default 127.0.0.1)")
-    serve.add_argument("--control-port", type=int,
+    serve.add_argument("--control-port", type=PORT,
                        help="serve control commands on 127.0.0.1 at this port (the "
                        "passwords are set in the configuration file)")
     _add_listener_arguments(serve)
@@ -114,10 +130,10 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
 
 # The listener's limits: flag, type, help (README "Limits of the listener"); each
 # sets the RouterConfig field (and the [TRANSPORT] key) of the same name.
-_LISTENER_FLAGS: tuple[tuple[str, type, str], ...] = (
-    *((f"--{bound.name.replace('_', '-')}", bound.kind, bound.help)
-      for bound in CONFIGURABLE_BOUNDS),
-    ("--idle-timeout", float, "drop clients without subscriptions silent this long"),
+_LISTENER_FLAGS: tuple[tuple[str, Callable[[str], object], str], ...] = (
+    *((f"--{bound.name.replace('_', '-')}", NUMBER if bound.kind is float else COUNT,
+       bound.help) for bound in CONFIGURABLE_BOUNDS),
+    ("--idle-timeout", NUMBER, "drop clients without subscriptions silent this long"),
     ("--tls-cert", Path, "PEM certificate chain: listen for wss:// (with --tls-key)"),
     ("--tls-key", Path, "the certificate's private key"),
 )
@@ -165,6 +181,14 @@ def store_and_data_dir(store: str | None, data_dir: Path | None) -> tuple[str, P
             raise ConfigError(f"data directory {data_dir} is not a directory")
         store = read_store_kind(data_dir) or DEFAULT_STORE
     return store, data_dir
+
+
+def check_store_key_of(args: argparse.Namespace, config: RouterConfig) -> None:
+    """A store kind from the configuration file that the data directory contradicts is
+    the file's error (FILE:LINE), not only the store's; a --store flag is its own."""
+    if getattr(args, "store", None) is None and config.data_dir is not None:
+        check_store_key(config_file_path(args), config.data_dir,
+                        read_store_kind(config.data_dir))
 
 
 def config_from_args(args: argparse.Namespace) -> RouterConfig:

@@ -19,9 +19,10 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
+from time import perf_counter
 from typing import TYPE_CHECKING, TypeVar
 from weakref import WeakKeyDictionary
 
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .counters import Counters
     from .delivery import Deliverer
+    from .latency import Latencies
     from .notifications import Notifications
     from .services import Services
 
@@ -104,6 +106,7 @@ class CommandContext:
     queues: QueueStore
     messages: MessageStore
     counters: Counters
+    latencies: Latencies
     subscriptions: Subscriptions
     deliverer: Deliverer
     services: Services
@@ -144,6 +147,14 @@ class Commands:
         }
         # NEW rate limits (limits.py), forgotten with their connection.
         self._new_buckets: WeakKeyDictionary[Connection, TokenBucket] = WeakKeyDictionary()
+
+    def reconfigure(self, config: RouterConfig) -> None:
+        """Commands from now on follow `config` (quota, passwords, the NEW limits)."""
+        old = self._context.config
+        self._context = replace(self._context, config=config)
+        if (old.new_queue_rate, old.new_queue_burst) != (config.new_queue_rate,
+                                                          config.new_queue_burst):
+            self._new_buckets.clear()  # each connection starts a bucket of the new size
 
     async def execute(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         blocked = self._context.blocked.reasons  # a plain dict: empty on most routers
@@ -258,15 +269,19 @@ class Commands:
     # --- messages -----------------------------------------------------------------
 
     async def _send(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        arrived = perf_counter()
         cmd: SEND = verified.command  # type: ignore[assignment]
         queue = _queue(verified)
         if len(cmd.body) > MAX_MESSAGE_LENGTH:
+            self._context.counters.messages_large_refused += 1
             return _reply(verified, LARGE_MSG)
         if queue.status is QueueStatus.OFF:
             return _reply(verified, AUTH)
         # Only the notification flag is kept: the MSG body carries 'T'/'F'
         # (docs/protocol.md#encryption).
         msg = Message(secrets.token_bytes(ID_SIZE), int(time.time()), cmd.flags[:1], cmd.body)
+        if self._context.subscriptions.subscriber_of(queue.recipient_id) is not None:
+            self._context.latencies.sent(msg.msg_id, arrived)
         await self._context.expire_before_send(queue.recipient_id)
         self._context.queue_active(queue.recipient_id)
         quota = self._context.config.quota
@@ -276,9 +291,11 @@ class Commands:
         into_empty = result is WriteResult.STORED_INTO_EMPTY
         self._context.deliverer.stored(queue.recipient_id, msg, into_empty=into_empty)
         if result is WriteResult.QUOTA_EXCEEDED:
+            self._context.latencies.not_stored(msg.msg_id)
             self._context.counters.messages_quota_refused += 1
             return _reply(verified, QUOTA)
         if result is WriteResult.STORE_FULL:
+            self._context.latencies.not_stored(msg.msg_id)
             self._context.counters.messages_store_full += 1
             return _reply(verified, MEMORY_FULL)
         self._context.counters.messages_sent += 1
@@ -303,6 +320,7 @@ class Commands:
         else:
             subscriptions.send_again(client, sub)
         out = _reply(verified, _OK)
+        self._context.counters.subscriptions_ok += 1
         self._context.queue_active(rid)
         subscriptions.answering(sub)
         try:
@@ -374,11 +392,13 @@ class Commands:
             # The old notifier is gone with its pending NMSGs; its subscriber gets END.
             self._context.notifications.forget(queue.notifier.notifier_id)
             self._context.subscriptions.end_notifier(queue.notifier.notifier_id, Event.NTF_END)
+        self._context.counters.notifiers_created += 1
         return _reply(verified, NID(creds.notifier_id, srv_pub))
 
     async def _ndel(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         removed = await self._context.queues.delete_notifier(verified.entity_id)
         if removed is not None:
+            self._context.counters.notifiers_deleted += 1
             self._context.notifications.forget(removed.notifier_id)
             self._context.subscriptions.end_notifier(removed.notifier_id, Event.DELETED)
         return _reply(verified, _OK)
@@ -391,6 +411,7 @@ class Commands:
         nid = queue.notifier.notifier_id  # the store's id object, as for SUB
         self._context.subscriptions.subscribe_notifier(client, nid)
         self._context.notifications.subscribed(nid)
+        self._context.counters.notifier_subscriptions_ok += 1
         return _reply(verified, _OK)
 
 

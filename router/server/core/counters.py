@@ -18,7 +18,9 @@ class Counters:
         "connections_total", "queues_created", "queues_secured", "queues_deleted",
         "messages_sent", "messages_delivered", "messages_acked", "messages_quota_refused",
         "messages_deferred", "subscriptions_displaced", "writers_stalled", "messages_expired",
-        "new_queues_rate_limited", "messages_store_full",
+        "new_queues_rate_limited", "messages_store_full", "subscriptions_ok", "queues_blocked",
+        "messages_large_refused", "notifiers_created", "notifiers_deleted",
+        "notifier_subscriptions_ok",
     )
 
     def __init__(self) -> None:
@@ -55,3 +57,9 @@ class RouterStatistics:
     messages_expired: int = 0  # messages removed for being older than the message TTL
     new_queues_rate_limited: int = 0  # NEWs refused by the new-queue rate limit
     messages_store_full: int = 0  # SENDs refused because the store was full
+    subscriptions_ok: int = 0  # SUBs answered OK
+    queues_blocked: int = 0  # queues blocked from the control port
+    messages_large_refused: int = 0  # SENDs answered ERR LARGE_MSG
+    notifiers_created: int = 0  # NKEYs answered NID
+    notifiers_deleted: int = 0  # NDELs that removed a notifier
+    notifier_subscriptions_ok: int = 0  # NSUBs answered OK

@@ -68,6 +68,7 @@ DELIVERY_BATCH = 4
 
 if TYPE_CHECKING:
     from .counters import Counters
+    from .latency import Latencies
 
 
 class CatchUpWalker(Protocol):
@@ -77,19 +78,21 @@ class CatchUpWalker(Protocol):
 
 
 class Deliverer:
-    __slots__ = ("_subscriptions", "_messages", "_counters", "per_queue_task")
+    __slots__ = ("_subscriptions", "_messages", "_counters", "_latencies", "per_queue_task")
 
     def __init__(
         self,
         subscriptions: Subscriptions,
         messages: MessageStore,
         counters: Counters,
+        latencies: Latencies,
         *,
         per_queue_task: bool,
     ) -> None:
         self._subscriptions = subscriptions
         self._messages = messages
         self._counters = counters
+        self._latencies = latencies
         self.per_queue_task = per_queue_task
         if per_queue_task:
             subscriptions.on_subscribed = self._start_queue_task
@@ -101,6 +104,7 @@ class Deliverer:
         enc = encrypt_msg_body(sub.box_key, msg.msg_id, msg.ts, msg.flags, msg.body, msg.quota)
         self._subscriptions.in_flight(sub, msg)
         self._counters.messages_delivered += 1
+        self._latencies.delivered(msg.msg_id)
         return encode_response_transmission(corr_id, recipient_id, MSG(msg.msg_id, enc))
 
     def _start_queue_task(self, client: ClientSubscriptions, sub: Sub) -> None:

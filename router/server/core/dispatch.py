@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 import trio
@@ -72,6 +73,7 @@ from .verified import Verified, error_transmission
 
 if TYPE_CHECKING:
     from .connection import Connection
+    from .latency import Latencies
     from .subscriptions import ClientSubscriptions
 
 log = logging.getLogger(__name__)
@@ -95,11 +97,12 @@ HEAVY_AT_ONCE = 4  # heavy blocks worked on at a time, router-wide
 
 
 class Dispatcher:
-    __slots__ = ("_queues", "_execute_command", "_heavy")
+    __slots__ = ("_queues", "_execute_command", "_heavy", "_latencies")
 
-    def __init__(self, queues: QueueStore, execute: Execute) -> None:
+    def __init__(self, queues: QueueStore, execute: Execute, latencies: Latencies) -> None:
         self._queues = queues
         self._execute_command = execute
+        self._latencies = latencies
         self._heavy = trio.CapacityLimiter(HEAVY_AT_ONCE)
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
@@ -118,15 +121,19 @@ class Dispatcher:
     ) -> list[bytes]:
         conn = client.conn
         out: list[bytes] = []
-        verified: list[Verified] = []
+        verified: list[tuple[Verified, float]] = []  # with the time its verification took
         for raw in raw_transmissions:
+            started = perf_counter()
             result = await self._verify_guarded(conn, raw)
             if isinstance(result, Verified):
-                verified.append(result)
+                verified.append((result, perf_counter() - started))
             else:
                 out.append(result)
-        for v in verified:
+        observe = self._latencies.command
+        for v, verifying in verified:
+            started = perf_counter()
             out.extend(await self._execute(client, v))
+            observe(type(v.command).__name__, verifying + perf_counter() - started)
         return out
 
     async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:

@@ -19,6 +19,8 @@ role does not allow is answered `AUTH`, as the reference does.
     memory [fresh]         live memory by component (queue table, messages,
                            subscriptions, connections, buffers) and by type,
                            and the allocators' figures (ops/memory.py)
+    drain [SECONDS]        stop accepting clients, close the connected ones over
+                           SECONDS (30), then stop the router
     help, quit
 
 QUEUE_ID is the recipient id in base64url, as in the smp:// queue links
@@ -58,6 +60,8 @@ IDLE_TIMEOUT = 600.0  # seconds a session may stay silent
 CLIENT_TIMEOUT = 30.0  # seconds `smp-router control` waits for the router
 BLOCK_REASONS = ("spam", "content")
 MEMORY_MAX_AGE = 10.0  # seconds a census stays good enough for `memory`
+DRAIN_PERIOD = 30.0  # seconds over which `drain` closes the connected clients
+MAX_DRAIN_PERIOD = 3600.0
 
 
 class Role(Enum):
@@ -126,8 +130,6 @@ async def _stats(session: ControlSession, args: list[str]) -> list[str]:
     stats = router.statistics()
     lines = [f"{f.name}: {getattr(stats, f.name)}" for f in fields(stats)]
     lines.append(f"queues_stored: {await router.queues.queue_count()}")
-    lines.append(f"new_queues_rate_limited: {router.counters.new_queues_rate_limited}")
-    lines.append(f"messages_store_full: {router.counters.messages_store_full}")
     lines.append(f"suspended: {'yes' if router.gate.suspended else 'no'}")
     return lines
 
@@ -215,6 +217,21 @@ async def _memory(session: ControlSession, args: list[str]) -> list[str]:
     return census.lines()
 
 
+async def _drain(session: ControlSession, args: list[str]) -> list[str]:
+    try:
+        period = float(args[0]) if args else DRAIN_PERIOD
+    except ValueError:
+        period = -1.0
+    if len(args) > 1 or not 0 <= period <= MAX_DRAIN_PERIOD:
+        return [f"error: usage: drain [SECONDS] (0 to {MAX_DRAIN_PERIOD:.0f}, default "
+                f"{DRAIN_PERIOD:.0f})"]
+    if not session.router.start_drain(period):
+        return ["error: the router is draining already"]
+    log.warning("control port: drain over %.0f s", period)
+    return [f"ok: draining: no new clients, the connected ones closed over {period:g} s, "
+            "then the router stops"]
+
+
 async def _help(session: ControlSession, args: list[str]) -> list[str]:
     return [f"{name} ({role.value} role)" if role is not Role.NONE else name
             for name, (role, _) in COMMANDS.items()]
@@ -239,6 +256,7 @@ COMMANDS: dict[str, tuple[Role, Handler]] = {
     "suspend": (Role.ADMIN, _suspend),
     "resume": (Role.ADMIN, _resume),
     "memory": (Role.ADMIN, _memory),
+    "drain": (Role.ADMIN, _drain),
 }
 
 
@@ -306,25 +324,54 @@ async def _read_line(stream: trio.abc.ReceiveStream, buffer: bytearray) -> bytes
 
 # --- the command-line client (`smp-router control`) ------------------------------------
 
+EXIT_REFUSED = 1  # the router answered a command with AUTH or an error
+
+
+class CommandRefused(Exception):
+    """The router refused or failed a command; the message is the one stderr line."""
+
+
+def refusal(answer: list[str]) -> str | None:
+    """The router's refusal in a command's answer, or None: `AUTH` (the role may not use
+    the command) and `error: ...` lines (unknown command, no such queue, usage) are the
+    only answers that say no."""
+    for line in answer:
+        if line == "AUTH" or line.startswith("error:"):
+            return line
+    return None
+
 
 def run_control_commands(settings: Mapping[str, object], role: str, lines: list[str]) -> int:
-    """Authenticate with the configuration's password for `role`, send `lines`, print the
-    answers. The answers have no end mark, so `quit` follows the commands and the
-    answers are read until the router closes the session."""
+    """Authenticate with the configuration's password for `role`, send each line, print
+    the answers. Each line is its own session (`auth`, the command, `quit`, answers read
+    until the router closes it): the answers have no end mark, and one session per
+    command tells exactly which command an answer belongs to. The first refused command
+    ends the run with one stderr line and EXIT_REFUSED; the lines after it are not sent."""
     port = settings.get("control_port")
     password = settings.get(f"control_{role}_password")
     if port is None:
         raise ConfigError("no control port: set control_port in the configuration, or --port")
     if not password:
         raise ConfigError(f"no control_port_{role}_password in the configuration")
-    script = "".join(f"{line}\n" for line in [f"auth {password}", *lines, "quit"])
-    answer = _exchange(int(port), script.encode()).decode("utf-8", "replace")  # type: ignore[call-overload]
-    first, _, rest = answer.partition("\n")
+    for line in lines:
+        answer = _command(int(port), role, str(password), line)  # type: ignore[call-overload]
+        sys.stdout.write("".join(f"{text}\n" for text in answer))
+        sys.stdout.flush()
+        refused = refusal(answer)
+        if refused is not None:
+            sys.stderr.write(f"smp-router: error: the router refused `{line}`: {refused}\n")
+            return EXIT_REFUSED
+    return 0
+
+
+def _command(port: int, role: str, password: str, line: str) -> list[str]:
+    script = f"auth {password}\n{line}\nquit\n".encode()
+    answer = _exchange(port, script).decode("utf-8", "replace")
+    first, *rest = answer.splitlines() or [""]
     if first != f"Current role is {role}":
         raise StartupError(f"the control port at {CONTROL_HOST}:{port} refused the "
                            f"{role} password ({first or 'no answer'})")
-    sys.stdout.write(rest)
-    return 0
+    return rest
 
 
 def _exchange(port: int, script: bytes) -> bytes:

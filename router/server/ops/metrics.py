@@ -1,45 +1,58 @@
-"""Prometheus metrics at `http://METRICS_HOST:METRICS_PORT/metrics` (opt-in).
+"""The metrics port (opt-in): Prometheus metrics at `/metrics`, `/healthz`, and for the
+admin a JSON view of the clients (`/connz`) and their subscriptions (`/subsz`).
 
 Nothing on the hot path changes for them: a custom prometheus-client
-`Collector` reads the router's live counters (`Router.statistics()`) when a
-scrape arrives. The HTTP side is a small Trio server (h11 parses the
-request), so the collector runs on the router's own thread and sees a
-consistent snapshot; prometheus-client's threaded server would read the
-router's dicts while Trio changes them.
+`Collector` reads the router's live counters (`Router.statistics()`) and the
+latency histograms the hot path fills (latency.py) when a scrape arrives. The
+HTTP side is a small Trio server (h11 parses the request), so the collector
+runs on the router's own thread and sees a consistent snapshot;
+prometheus-client's threaded server would read the router's dicts while Trio
+changes them.
 
-Names: where a value means what the reference SMP server's metric of the same
-family means, it has that name (`simplex_smp_queues_created`, ...), written
-exactly as the reference writes it (so existing dashboards work) and typed
-`untyped`, since prometheus-client would add `_total` to a counter's name.
-The router's own values are `smp_router_*`, counters ending in `_total`.
-The full list is in README, "Metrics".
+Names and types: where a value means what the reference SMP server's metric of
+the same family means, it has that name and the reference's type
+(`simplex_smp_queues_created`, a counter without `_total`, exactly as the
+reference writes it, so its dashboards work). The router's own values are
+`smp_router_*`, counters ending in `_total`. prometheus-client's own text
+writer would append `_total` to every counter's TYPE line, so the page is
+written by `exposition()` below, in the same text format (version 0.0.4). The
+full list is in README, "Metrics".
+
+`/healthz` answers 200 `{"status": "ok"}` while the router accepts clients and
+503 while it is suspended or draining, for a load balancer or an orchestrator.
+`/connz` and `/subsz` need the control port's admin password
+(`Authorization: Bearer PASSWORD`, or basic auth as `admin`), and are refused
+when there is none.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import gc
+import hmac
+import json
 import logging
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
 
 import h11
 import trio
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-    UnknownMetricFamily,
-)
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from store.interfaces import Party
 
+from ..core.latency import Histogram as LatencyHistogram
 from ..edge.block_stream import STREAM_GONE
 from ..edge.listen import bound_port, open_listeners
+from .info import router_version
 from .memory import TOP_TYPES, Census
 
 if TYPE_CHECKING:
@@ -49,21 +62,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+JSON_TYPE = "application/json"
 REQUEST_TIMEOUT = 10.0  # seconds a scraper has to send its request
 MAX_REQUEST = 16 * 1024  # bytes of request head accepted
 GC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 MEMORY_MAX_AGE = 300.0  # seconds a memory census is reused by later scrapes
 STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0)
+DEFAULT_LIMIT, MAX_LIMIT = 1000, 10_000  # entries a /connz or /subsz answer lists
 
-# (reference name, statistics field, help): values with the reference's meaning.
+# (reference name, statistics field, help): counters with the reference's meaning.
 REFERENCE_COUNTERS = (
     ("simplex_smp_queues_created", "queues_created", "Created queues"),
     ("simplex_smp_queues_secured", "queues_secured", "Secured queues"),
+    ("simplex_smp_queues_blocked", "queues_blocked", "Queues blocked from the control port"),
+    ("simplex_smp_subscribtion_successes", "subscriptions_ok", "Successful subscriptions"),
+    ("simplex_smp_subscribtion_end", "subscriptions_displaced",
+     "Ended subscriptions (another connection subscribed)"),
     ("simplex_smp_messages_sent", "messages_sent", "Sent messages"),
     ("simplex_smp_messages_received", "messages_delivered", "Messages delivered to recipients"),
     ("simplex_smp_messages_expired", "messages_expired", "Expired messages"),
-    ("simplex_smp_subscribtion_end", "subscriptions_displaced",
-     "Ended subscriptions (another connection subscribed)"),
+    ("simplex_smp_queues_notify_created", "notifiers_created",
+     "Created queue notification credentials"),
+    ("simplex_smp_queues_notify_deleted", "notifiers_deleted",
+     "Deleted queue notification credentials"),
+    ("simplex_smp_subscription_ntf_requests", "notifier_subscriptions_ok",
+     "Subscription requests with notification flag (from ntf server)"),
 )
 OWN_COUNTERS = (
     ("smp_router_connections", "connections_total", "Connections accepted (handshake done)"),
@@ -97,22 +120,45 @@ class RouterCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self._router.statistics()
-        for name, field, doc in REFERENCE_COUNTERS:
-            yield _untyped(name, doc, getattr(s, field))
-        deleted = UnknownMetricFamily("simplex_smp_queues_deleted", "Deleted queues",
-                                      labels=["type"])
-        deleted.add_metric(["all"], s.queues_deleted)
-        yield deleted
-        errors = UnknownMetricFamily("simplex_smp_messages_sent_errors",
-                                     "Sent messages errors by type", labels=["type"])
-        errors.add_metric(["quota"], s.messages_quota_refused)
-        yield errors
-        yield GaugeMetricFamily("simplex_smp_queues_total1", "Stored queues",
-                                value=self._queue_count)
-        yield GaugeMetricFamily("simplex_smp_clients_total", "Clients", value=s.connections)
-        yield GaugeMetricFamily("simplex_smp_subscribtion_total", "Total subscriptions",
-                                value=s.subscriptions)
+        yield from self._reference(s)
         yield from self._own(s)
+        yield from self._latencies()
+
+    def _reference(self, s: RouterStatistics) -> Iterator[Metric]:
+        for name, field, doc in REFERENCE_COUNTERS:
+            yield _counter(name, doc, [({}, getattr(s, field))])
+        yield _counter("simplex_smp_queues_deleted", "Deleted queues",
+                       [({"type": "all"}, s.queues_deleted)])
+        yield _counter("simplex_smp_messages_sent_errors", "Sent messages errors by type",
+                       [({"type": "quota"}, s.messages_quota_refused),
+                        ({"type": "large"}, s.messages_large_refused)])
+        notifications = self._router.notifications
+        yield _counter("simplex_smp_messages_ntf_successes",
+                       "Notification messages handed to the notification server's connection",
+                       [({}, notifications.sent)])
+        yield _counter("simplex_smp_messages_ntf_errors",
+                       "Notification messages dropped: over the bound per notifier, or expired",
+                       [({"type": "lost"}, notifications.dropped)])
+        subscribed_clients = notifier_subscriptions = 0
+        subscriptions = self._router.subscriptions
+        for conn in list(self._router.connections.values()):
+            subscriber = subscriptions.subscriber_for(conn)
+            if subscriber is not None:
+                subscribed_clients += bool(subscriber.queues)
+                notifier_subscriptions += len(subscriber.notifiers)
+        gauges = (
+            ("simplex_smp_queues_total1", "Stored queues", self._queue_count),
+            ("simplex_smp_clients_total", "Clients", s.connections),
+            ("simplex_smp_subscribtion_total", "Total SMP subscriptions", s.subscriptions),
+            ("simplex_smp_subscribtion_clients_total", "Subscribed clients", subscribed_clients),
+            ("simplex_smp_subscription_ntf_total",
+             "Total notification subscriptions (from ntf server)", notifier_subscriptions),
+        )
+        for name, doc, value in gauges:
+            yield GaugeMetricFamily(name, doc, value=value)
+        info = GaugeMetricFamily("simplex_smp_info", "Server information", labels=["version"])
+        info.add_metric([router_version()], 1)
+        yield info
 
     def _own(self, s: RouterStatistics) -> Iterator[Metric]:
         for name, field, doc in OWN_COUNTERS:
@@ -135,9 +181,27 @@ class RouterCollector(Collector):
                                 value=tasks)
         yield GaugeMetricFamily("smp_router_suspended", "1 while suspended by the control port",
                                 value=int(self._router.gate.suspended))
+        yield GaugeMetricFamily("smp_router_draining",
+                                "1 from the start of a drain (no new clients) to the stop",
+                                value=int(self._router.draining))
         yield from self.store_latency.collect()
         if self._memory is not None:
             yield from _memory(self._memory)
+
+    def _latencies(self) -> Iterator[Metric]:
+        latencies = self._router.latencies
+        commands = Metric("smp_router_command_seconds",
+                          "Time of a command from its verification to its responses",
+                          "histogram")
+        for name, histogram in sorted(latencies.commands.items()):
+            _add_histogram(commands, histogram, {"command": name})
+        yield commands
+        delivery = Metric("smp_router_delivery_seconds",
+                          "Time from a SEND to a subscribed queue to the MSG that carries it "
+                          "(including the wait for the ACK of the message before)",
+                          "histogram")
+        _add_histogram(delivery, latencies.delivery, {})
+        yield delivery
 
 
 def _memory(census: Census) -> Iterator[Metric]:
@@ -173,9 +237,45 @@ def _memory(census: Census) -> Iterator[Metric]:
                             "1 if the latest census walked everything, 0 if it stopped "
                             "at its bound", value=int(census.complete))
 
+def _counter(name: str, doc: str, values: Iterable[tuple[dict[str, str], float]]) -> Metric:
+    """A counter named exactly `name` (the reference's have no `_total`)."""
+    metric = Metric(name, doc, "counter")
+    for labels, value in values:
+        metric.add_sample(name, labels, value)
+    return metric
 
-def _untyped(name: str, doc: str, value: float) -> Metric:
-    return UnknownMetricFamily(name, doc, value=value)
+
+def _add_histogram(metric: Metric, histogram: LatencyHistogram, labels: dict[str, str]) -> None:
+    for bound, count in histogram.cumulative():
+        metric.add_sample(f"{metric.name}_bucket", {**labels, "le": bound}, count)
+    metric.add_sample(f"{metric.name}_count", labels, histogram.count)
+    metric.add_sample(f"{metric.name}_sum", labels, histogram.sum)
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format (0.0.4), every family under the name its samples have:
+    a counter's TYPE line names `x_total` only when its samples are `x_total`."""
+    out: list[str] = []
+    for metric in registry.collect():
+        # prometheus-client's creation-time samples; the text format has no place for them.
+        samples = [s for s in metric.samples if s.name != f"{metric.name}_created"]
+        if not samples:
+            continue
+        name = metric.name
+        if metric.type == "counter" and all(s.name == f"{name}_total" for s in samples):
+            name = f"{name}_total"
+        kind = "untyped" if metric.type == "unknown" else metric.type
+        doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+        for sample in samples:
+            labels = ",".join(f'{k}="{_label_value(v)}"' for k, v in sample.labels.items())
+            out.append(f"{sample.name}{{{labels}}} " if labels else f"{sample.name} ")
+            out.append(f"{floatToGoString(sample.value)}\n")
+    return "".join(out).encode()
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
 class GcPauses:
@@ -222,15 +322,16 @@ async def serve_metrics(
     router: OperatedRouter, host: str, port: int,
     *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Answer `GET /metrics` until cancelled; reports the bound port."""
+    """Answer the metrics port's requests until cancelled; reports the bound port."""
     listeners = await open_listeners("metrics", host, port)
     with GcPauses() as gc_pauses:
         registry, collector = build_registry(router, gc_pauses)
+        pages = Pages(router, registry, collector)
 
         async def handle(stream: trio.SocketStream) -> None:
             try:
                 with trio.fail_after(REQUEST_TIMEOUT):
-                    await _answer(stream, registry, collector)
+                    await pages.answer(stream)
             except (trio.TooSlowError, *STREAM_GONE, h11.ProtocolError) as e:
                 log.debug("metrics request failed: %r", e)
             except Exception:  # a failing scrape is logged, never stops the router
@@ -242,30 +343,151 @@ async def serve_metrics(
         await trio.serve_listeners(handle, listeners)
 
 
-async def _answer(
-    stream: trio.SocketStream, registry: CollectorRegistry, collector: RouterCollector
-) -> None:
-    request = await read_request(stream)
-    if request is None:
-        return
-    method, target = request
-    if target.split("?")[0] != "/metrics":
-        await send_response(stream, 404, b"only /metrics here\n", "text/plain")
-    elif method not in ("GET", "HEAD"):
-        await send_response(stream, 405, b"only GET\n", "text/plain")
-    else:
-        await collector.refresh()
-        body = generate_latest(registry)
-        await send_response(stream, 200, b"" if method == "HEAD" else body, CONTENT_TYPE)
+class Pages:
+    """The metrics port's paths."""
+
+    def __init__(self, router: OperatedRouter, registry: CollectorRegistry,
+                 collector: RouterCollector) -> None:
+        self._router = router
+        self._registry = registry
+        self._collector = collector
+        self._started = time.monotonic()
+
+    async def answer(self, stream: trio.SocketStream) -> None:
+        request = await read_request(stream)
+        if request is None:
+            return
+        method, target, headers = request
+        url = urlsplit(target)
+        page = {"/metrics": self._metrics, "/healthz": self._health,
+                "/connz": self._clients, "/subsz": self._subscriptions}.get(url.path)
+        if page is None:
+            status, body, kind = 404, b"only /metrics, /healthz, /connz, /subsz\n", "text/plain"
+        elif method not in ("GET", "HEAD"):
+            status, body, kind = 405, b"only GET\n", "text/plain"
+        elif page in (self._clients, self._subscriptions) and not self._admin(headers):
+            status, body, kind = self._refusal()
+        else:
+            status, body, kind = await page(parse_qs(url.query))
+        await send_response(stream, status, b"" if method == "HEAD" else body, kind)
+
+    async def _metrics(self, query: dict[str, list[str]]) -> tuple[int, bytes, str]:
+        await self._collector.refresh()
+        return 200, exposition(self._registry), CONTENT_TYPE
+
+    async def _health(self, query: dict[str, list[str]]) -> tuple[int, bytes, str]:
+        router = self._router
+        status = health_status(router)
+        facts = {"status": status, "version": router_version(),
+                 "uptime_seconds": round(time.monotonic() - self._started, 1),
+                 "connections": len(router.connections)}
+        return (200 if status == "ok" else 503), _json(facts), JSON_TYPE
+
+    async def _clients(self, query: dict[str, list[str]]) -> tuple[int, bytes, str]:
+        limit = _limit(query)
+        router = self._router
+        subscriptions = router.subscriptions
+        connections = list(router.connections.values())
+        clients = []
+        for conn in connections[:limit]:
+            s = subscriptions.subscriber_for(conn)
+            clients.append({
+                "id": conn.id, "remote": str(conn.transport.remote),
+                "version": conn.version,
+                "subscriptions": 0 if s is None else len(s.queues),
+                "notifier_subscriptions": 0 if s is None else len(s.notifiers),
+                "deliveries_waiting": 0 if s is None else len(s.deliveries),
+                "service": conn.service is not None,
+                "idle_seconds": round(max(0.0, trio.current_time() - conn.last_activity), 1),
+            })
+        return 200, _json({"total": len(connections), "limit": limit,
+                           "clients": clients}), JSON_TYPE
+
+    async def _subscriptions(self, query: dict[str, list[str]]) -> tuple[int, bytes, str]:
+        """Per client the number of subscriptions; with `?client=ID` that client's queues
+        (recipient ids, base64url) and notifiers (notifier ids)."""
+        limit = _limit(query)
+        router = self._router
+        subscriptions = router.subscriptions
+        wanted = query.get("client", [""])[-1]
+        answer: dict[str, object] = {"subscriptions": len(subscriptions), "limit": limit}
+        if wanted:
+            conn = router.connections.get(int(wanted)) if wanted.isdigit() else None
+            s = None if conn is None else subscriptions.subscriber_for(conn)
+            if conn is None:
+                return 404, _json({"error": f"no client {wanted}"}), JSON_TYPE
+            answer["client"] = conn.id
+            answer["queues"] = [_b64(rid) for rid in list(s.queues)[:limit]] if s else []
+            answer["notifiers"] = [_b64(nid) for nid in list(s.notifiers)[:limit]] if s else []
+            return 200, _json(answer), JSON_TYPE
+        by_client = []
+        for conn in list(router.connections.values()):
+            s = subscriptions.subscriber_for(conn)
+            if s is not None and (s.queues or s.notifiers):
+                by_client.append({"id": conn.id, "queues": len(s.queues),
+                                  "notifiers": len(s.notifiers)})
+        answer["clients"] = by_client[:limit]
+        return 200, _json(answer), JSON_TYPE
+
+    def _admin(self, headers: dict[str, str]) -> bool:
+        password = self._router.config.control_admin_password
+        if not password:
+            return False
+        given = headers.get("authorization", "")
+        scheme, _, credentials = given.partition(" ")
+        if scheme.lower() == "bearer":
+            offered = credentials.strip()
+        elif scheme.lower() == "basic":
+            try:
+                user, _, offered = base64.b64decode(credentials).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return False
+            if user != "admin":
+                return False
+        else:
+            return False
+        return hmac.compare_digest(offered.encode(), password.encode())
+
+    def _refusal(self) -> tuple[int, bytes, str]:
+        if not self._router.config.control_admin_password:
+            return (403, b"set control_port_admin_password to see clients and subscriptions\n",
+                    "text/plain")
+        return 401, b"the admin password is needed (Authorization: Bearer PASSWORD)\n", \
+            "text/plain"
 
 
-async def read_request(stream: trio.SocketStream) -> tuple[str, str] | None:
-    """(method, target) of one HTTP/1.x request, or None if the peer left first."""
+def health_status(router: OperatedRouter) -> str:
+    """"ok", or why the router is not taking clients now."""
+    if router.draining:
+        return "draining"
+    if router.gate.suspended:
+        return "suspended"
+    return "ok"
+
+
+def _limit(query: dict[str, list[str]]) -> int:
+    text = query.get("limit", [""])[-1]
+    return min(int(text), MAX_LIMIT) if text.isdigit() else DEFAULT_LIMIT
+
+
+def _b64(value: bytes) -> str:
+    return base64.urlsafe_b64encode(value).decode().rstrip("=")
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, indent=1).encode() + b"\n"
+
+
+async def read_request(stream: trio.SocketStream) -> tuple[str, str, dict[str, str]] | None:
+    """(method, target, lower-cased headers) of one HTTP/1.x request, or None if the peer
+    left first."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST)
     while True:
         event = conn.next_event()
         if isinstance(event, h11.Request):
-            return event.method.decode(), event.target.decode("latin-1")
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                       for k, v in event.headers}
+            return event.method.decode(), event.target.decode("latin-1"), headers
         if event is h11.NEED_DATA:
             data = await stream.receive_some(4096)
             if not data:
@@ -286,4 +508,5 @@ async def send_response(
     await stream.send_all(head + body)
 
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS = {200: "OK", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 503: "Service Unavailable"}

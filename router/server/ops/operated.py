@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from ..core.blocked import BlockedQueues
     from ..core.connection import Connection
     from ..core.counters import Counters, RouterStatistics
+    from ..core.latency import Latencies
+    from ..core.notifications import Notifications
     from ..core.subscriptions import Subscriptions
     from ..edge.gate import SuspendGate
     from ..settings.config import RouterConfig
@@ -27,6 +29,8 @@ class OperatedRouter(Protocol):
     queues: QueueStore
     messages: MessageStore
     counters: Counters
+    latencies: Latencies
+    notifications: Notifications
     gate: SuspendGate
     blocked: BlockedQueues
     subscriptions: Subscriptions
@@ -39,5 +43,8 @@ class OperatedRouter(Protocol):
     async def block_queue(self, recipient_id: bytes, reason: str) -> bool: ...
     def unblock_queue(self, recipient_id: bytes) -> bool: ...
     def save_now(self) -> str: ...
+    draining: bool
+
     def suspend(self) -> None: ...
     def resume(self) -> None: ...
+    def start_drain(self, period: float) -> bool: ...

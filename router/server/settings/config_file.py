@@ -20,7 +20,9 @@ file, the line and the key: `FILE:LINE: [SECTION] key: what is wrong`.
 
 from __future__ import annotations
 
+import ast
 import configparser
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -38,6 +40,7 @@ from .config import (
     STORE_KINDS,
     ConfigError,
     RouterConfig,
+    check_password,
 )
 from .edge_limits import CONFIGURABLE_BOUNDS
 
@@ -74,23 +77,62 @@ def _bool(value: str) -> bool:
         return True
     if value.lower() in _FALSE:
         return False
-    raise ValueError("must be on or off")
+    raise ValueError(f"must be on or off, not {value!r}")
 
 
-def _int(value: str) -> int:
-    return int(value)
+def _whole(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"must be a whole number, not {value!r}") from None
 
 
-def _number(value: str) -> float:
-    return float(value)
+def parse_count(value: str) -> int:
+    number = _whole(value)
+    if number < 1:
+        raise ValueError(f"must be a whole number, at least 1, not {value!r}")
+    return number
+
+
+def parse_number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"must be a number, not {value!r}") from None
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"must be a positive number, not {value!r}")
+    return number
+
+
+def parse_port_number(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ValueError(f"must be a port number, 0 to 65535, not {value!r}")
+    return number
 
 
 def _port(value: str) -> int | None:
-    return int(value) if value and value.lower() != "off" else None
+    return parse_port_number(value) if value and value.lower() != "off" else None
+
+
+def parse_stats_interval(value: str) -> int:
+    seconds = parse_count(value)
+    if DAY % seconds:
+        raise ValueError(f"must be a number of seconds that divides a day (86400), not {value!r}")
+    return seconds
+
+
+def _password(value: str) -> str | None:
+    if value:
+        check_password(value.encode())
+    return value or None
 
 
 def _optional_number(value: str) -> float | None:
-    return float(value) if value and value.lower() != "off" else None
+    return parse_number(value) if value and value.lower() != "off" else None
 
 
 def _size(value: str) -> int | None:
@@ -99,14 +141,14 @@ def _size(value: str) -> int | None:
         return None
     match = _SIZE.match(value)
     if match is None:
-        raise ValueError("must be a size such as 512M or 1G, or off")
+        raise ValueError(f"must be a size such as 512M or 1G, or off, not {value!r}")
     return int(match[1]) * _SIZE_UNITS[match[2].lower()]
 
 
 def _choice(choices: tuple[str, ...]) -> Parser:
     def parse(value: str) -> str:
         if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
+            raise ValueError(f"must be one of {', '.join(choices)}, not {value!r}")
         return value
 
     return parse
@@ -140,11 +182,11 @@ KEYS: tuple[Key, ...] = (
         "when stored data is forced to disk: never, batch (group commit), always"),
     Key("STORE_LOG", "skip_corrupt", "skip_corrupt", _bool, False,
         "on: start even if a store log has a corrupt line (it is left out)"),
-    Key("STORE_LOG", "quota", "quota", _int, 128,
+    Key("STORE_LOG", "quota", "quota", parse_count, 128,
         "messages per queue before ERR QUOTA"),
-    Key("STORE_LOG", "expire_messages_days", "message_ttl", _number, DEFAULT_MESSAGE_TTL,
+    Key("STORE_LOG", "expire_messages_days", "message_ttl", parse_number, DEFAULT_MESSAGE_TTL,
         "days an undelivered message is kept", scale=DAY),
-    Key("STORE_LOG", "expire_interval", "expire_interval", _number, DEFAULT_EXPIRE_INTERVAL,
+    Key("STORE_LOG", "expire_interval", "expire_interval", parse_number, DEFAULT_EXPIRE_INTERVAL,
         "seconds between passes that remove expired messages"),
     Key("STORE_LOG", "expire_on_send", "expire_on_send", _bool, False,
         "on: also remove a queue's expired messages on every SEND to it"),
@@ -152,11 +194,12 @@ KEYS: tuple[Key, ...] = (
         "off: write no CSV statistics log"),
     Key("STORE_LOG", "stats_log", "stats_log", _path, None,
         "the statistics log; default: stats.csv in the data directory"),
-    Key("STORE_LOG", "stats_interval", "stats_interval", _int, DEFAULT_STATS_INTERVAL,
+    Key("STORE_LOG", "stats_interval", "stats_interval", parse_stats_interval,
+        DEFAULT_STATS_INTERVAL,
         "seconds per statistics line; must divide a day"),
     Key("AUTH", "new_queues", "allow_new_queues", _bool, True,
         "off: every NEW is refused with ERR AUTH", shown=True),
-    Key("AUTH", "create_password", "password", _text, None,
+    Key("AUTH", "create_password", "password", _password, None,
         "basic-auth password clients must give to create queues; none if unset"),
     Key("AUTH", "control_port_admin_password", "control_admin_password", _text, None,
         "control port password for every command"),
@@ -164,19 +207,19 @@ KEYS: tuple[Key, ...] = (
         "control port password for the read-only commands"),
     Key("TRANSPORT", "host", "host", _text, "127.0.0.1",
         "interface to listen on (0.0.0.0: every IPv4 interface)", shown=True),
-    Key("TRANSPORT", "port", "port", _int, 5224, "port to listen on", shown=True),
+    Key("TRANSPORT", "port", "port", parse_port_number, 5224, "port to listen on", shown=True),
     Key("TRANSPORT", "public_host", "public_host", _text, None,
         "host name clients use, printed in the smp:// address; default: host, or this "
         "machine's name if host is 0.0.0.0 or ::"),
     Key("TRANSPORT", "delivery", "delivery", _choice(DELIVERY_MODES), "single-task",
         "delivery design: single-task or per-queue-task"),
-    Key("TRANSPORT", "send_queue_size", "send_queue_size", _int, 64,
+    Key("TRANSPORT", "send_queue_size", "send_queue_size", parse_count, 64,
         "response batches buffered per connection"),
-    Key("TRANSPORT", "stalled_writer_timeout", "stalled_writer_timeout", _number, 30.0,
+    Key("TRANSPORT", "stalled_writer_timeout", "stalled_writer_timeout", parse_number, 30.0,
         "seconds a client may take to read one block before it is dropped"),
-    Key("TRANSPORT", "end_batch_interval", "end_batch_interval", _number, 0.1,
+    Key("TRANSPORT", "end_batch_interval", "end_batch_interval", parse_number, 0.1,
         "seconds between flushes of END/DELD events"),
-    Key("TRANSPORT", "handshake_timeout", "handshake_timeout", _number, 120.0,
+    Key("TRANSPORT", "handshake_timeout", "handshake_timeout", parse_number, 120.0,
         "seconds a client has to complete the handshake"),
     Key("TRANSPORT", "control_port", "control_port", _port, None,
         "control commands on 127.0.0.1 at this port; off if unset"),
@@ -187,12 +230,13 @@ KEYS: tuple[Key, ...] = (
     Key("TRANSPORT", "tls_cert", "tls_cert", _path, None,
         "PEM certificate chain: the router speaks wss:// (with tls_key)"),
     Key("TRANSPORT", "tls_key", "tls_key", _path, None, "the certificate's private key"),
-    *(Key("TRANSPORT", bound.name, bound.name, _number if bound.kind is float else _int,
+    *(Key("TRANSPORT", bound.name, bound.name,
+          parse_number if bound.kind is float else parse_count,
           bound.default, bound.help) for bound in CONFIGURABLE_BOUNDS),
     Key("LIMITS", "new_queues_per_second", "new_queue_rate", _optional_number,
         DEFAULT_NEW_QUEUE_RATE,
         "NEW commands one connection may send per second, after its burst; off: no limit"),
-    Key("LIMITS", "new_queues_burst", "new_queue_burst", _int, DEFAULT_NEW_QUEUE_BURST,
+    Key("LIMITS", "new_queues_burst", "new_queue_burst", parse_count, DEFAULT_NEW_QUEUE_BURST,
         "NEW commands one connection may send at once"),
     Key("LIMITS", "memory_store_max_bytes", "memory_store_max_bytes", _size,
         DEFAULT_MEMORY_STORE_MAX_BYTES,
@@ -200,7 +244,7 @@ KEYS: tuple[Key, ...] = (
     Key("INACTIVE_CLIENTS", "disconnect", "inactive_disconnect", _bool, False,
         "on: disconnect clients without subscriptions that sent nothing for ttl seconds "
         "(the --idle-timeout flag sets the same)"),
-    Key("INACTIVE_CLIENTS", "ttl", "inactive_ttl", _number, 21600.0,
+    Key("INACTIVE_CLIENTS", "ttl", "inactive_ttl", parse_number, 21600.0,
         "seconds of silence before such a client is disconnected"),
     Key("LOG", "level", "log_level", _choice(LOG_LEVELS), "info",
         "debug, info, warning or error"),
@@ -234,8 +278,12 @@ def read_config_file(path: Path) -> dict[str, object]:
         raise ConfigFileError(f"{path}: is a directory, not a configuration file") from None
     except FileNotFoundError:
         raise ConfigFileError(f"{path}: no such configuration file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigFileError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from e
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise ConfigFileError(f"{path}:{line}: not UTF-8 text (byte 0x{e.object[e.start]:02x})"
+                              ) from None
+    except OSError as e:
+        raise ConfigFileError(f"{path}: cannot read: {e.strerror or e}") from e
     settings = parse_config_text(text, str(path))
     # A relative path in the file is relative to the file, not to the working directory.
     return {name: path.parent / value if isinstance(value, Path) and not value.is_absolute()
@@ -272,7 +320,7 @@ def _setting(section: str, name: str, value: str, where: str) -> dict[str, objec
     try:
         parsed = key.parse(value)
     except ValueError as e:
-        reason = str(e) if " " in str(e) else f"not a valid value: {value!r}"
+        reason = str(e) or f"not a valid value: {value!r}"
         raise ConfigFileError(f"{where}: [{section}] {name}: {reason}") from None
     if key.scale != 1.0 and isinstance(parsed, int | float):
         parsed = parsed * key.scale
@@ -300,6 +348,8 @@ def _parser_error(e: configparser.Error, filename: str) -> str:
         return f"{filename}:{e.lineno}: a setting before any [SECTION] header: {e.line.strip()!r}"
     if isinstance(e, configparser.ParsingError) and e.errors:
         lineno, line = e.errors[0]
+        if line[:1] in ("'", '"'):  # configparser keeps the line as its repr
+            line = ast.literal_eval(line)
         return f"{filename}:{lineno}: not a `key = value` line: {line.strip()!r}"
     return f"{filename}: {e.message}"  # pragma: no cover - every error above has a line
 

@@ -1,0 +1,98 @@
+"""The signals of a `smp-router serve` process, once the router accepts clients.
+
+SIGINT and SIGTERM stop it. SIGHUP reads the configuration again and applies what
+can change while the router runs (limits, passwords, the log level, the
+information page, the TLS certificate; `Router.reconfigure`), reopens the log
+file (after logrotate moved it), and logs what changed and what would need a
+restart; a configuration with an error changes nothing and is logged, the router
+goes on. SIGUSR2 drains: no new clients, the connected ones closed over the drain
+period, then the process ends (exit 0), as a drain from the control port does.
+Connected clients are kept across a SIGHUP.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import trio
+
+from ..router import RouterInfo
+from ..settings.config import ConfigError, RouterConfig, StartupError
+
+log = logging.getLogger("smp-router")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+RELOAD_SIGNAL, DRAIN_SIGNAL = signal.SIGHUP, signal.SIGUSR2
+SIGNALS = (*STOP_SIGNALS, RELOAD_SIGNAL, DRAIN_SIGNAL)
+SECRETS = frozenset({"password", "control_admin_password", "control_user_password"})
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What reading the configuration again gave: the router's new configuration, and
+    what the reader did itself (the log level, the log file) in words for the log."""
+
+    config: RouterConfig
+    done: tuple[str, ...] = ()
+
+
+Reload = Callable[[], Reloaded]  # raises ConfigError (or OSError) for a configuration in error
+
+
+async def run_until_stopped(
+    info: RouterInfo, reload: Reload, after_reload: Callable[[RouterInfo], None],
+    drain_period: float, signals: AsyncIterator[int],
+) -> None:
+    """Answer `signals` (opened on SIGNALS before the router started, so that an early
+    SIGHUP does not kill the process) until a stop signal or the end of a drain."""
+    router = info.router
+    async with trio.open_nursery() as nursery:
+
+        async def stop_when_drained() -> None:
+            await router.drained.wait()
+            log.info("stopping: drained")
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(stop_when_drained)
+        async for signum in signals:
+            if signum == RELOAD_SIGNAL:
+                reload_configuration(info, reload)
+                after_reload(info)
+            elif signum == DRAIN_SIGNAL:
+                if router.start_drain(drain_period):
+                    log.warning("draining on SIGUSR2 over %.0f s", drain_period)
+            else:
+                log.info("stopping on %s", signal.Signals(signum).name)
+                break
+        nursery.cancel_scope.cancel()
+
+
+def reload_configuration(info: RouterInfo, reload: Reload) -> bool:
+    """One SIGHUP: read, apply, log; False (and nothing changed) if the configuration
+    has an error."""
+    router = info.router
+    try:
+        reloaded = reload()
+        before = router.config
+        live, restart = router.reconfigure(reloaded.config)
+    except (ConfigError, StartupError, OSError) as e:
+        log.error("SIGHUP: the configuration was not reloaded, nothing changed: %s", e)
+        return False
+    changed = [*reloaded.done, *(_change(name, before, router.config) for name in live)]
+    log.warning("SIGHUP: configuration reloaded; %s",
+                "; ".join(changed) if changed else "nothing changed")
+    if restart:
+        log.warning("SIGHUP: these settings change only with a restart: %s",
+                    ", ".join(_change(name, before, reloaded.config) for name in restart))
+    return True
+
+
+def _change(name: str, before: RouterConfig, after: RouterConfig) -> str:
+    if name in SECRETS:
+        return f"{name} changed"
+    if name == "information":
+        return "information changed"
+    return f"{name} {getattr(before, name)} -> {getattr(after, name)}"
