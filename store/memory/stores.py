@@ -42,6 +42,20 @@ from ..interfaces import (
 )
 from ..queue_table import QueueTable, TableQueueStore, decide_create
 
+# What a message costs in memory besides its body and flags: the record (72 B),
+# its id (57 B), its time (32 B), the body's and flags' bytes objects (33 B each)
+# and its slot in the deque, rounded up; and what a queue holding messages costs
+# besides them: its deque (about 630 B at first) and its key and slot in the
+# dict. Checked against tracemalloc in tests/store/test_memory_cap.py.
+MESSAGE_OVERHEAD = 240
+QUEUE_COST = 768
+
+
+def message_cost(message: Message) -> int:
+    """What one stored message costs in memory, in bytes (what `max_bytes` caps)."""
+    return MESSAGE_OVERHEAD + len(message.body) + len(message.flags)
+
+
 _STORED_INTO_EMPTY = WriteResult.STORED_INTO_EMPTY
 _STORED = WriteResult.STORED
 _QUOTA_EXCEEDED = WriteResult.QUOTA_EXCEEDED
@@ -93,15 +107,18 @@ class MemoryQueueStore(TableQueueStore):
 class MemoryMessageStore:
     """One deque per non-empty queue; the deque's tail may be the QUOTA marker.
 
-    `max_bytes` caps the message bodies held in all: a write that would pass it
-    is refused with STORE_FULL (nothing is dropped to make room); None: no cap.
+    `max_bytes` caps what the messages held cost in memory (`message_cost`: the
+    record, its id, time and body, and each non-empty queue's deque): a write
+    that would pass it is refused with STORE_FULL (nothing is dropped to make
+    room); None: no cap. Bodies alone would let empty messages pass the cap
+    for ever.
     """
 
     __slots__ = ("_queues", "_bytes", "max_bytes")
 
     def __init__(self, *, max_bytes: int | None = None) -> None:
         self._queues: dict[bytes, deque[Message]] = {}
-        self._bytes = 0  # body bytes of every message held
+        self._bytes = 0  # what every message held costs in memory (message_cost)
         self.max_bytes = max_bytes
 
     # --- MessageStore -----------------------------------------------------
@@ -121,17 +138,18 @@ class MemoryMessageStore:
             return False, None
         if q[0].msg_id != msg_id:
             return False, q[0]
-        self._bytes -= len(q.popleft().body)
+        self._bytes -= message_cost(q.popleft())
         if q:
             return True, q[0]
         del self._queues[recipient_id]
+        self._bytes -= QUEUE_COST
         return True, None
 
     async def delete_queue_messages(self, recipient_id: bytes) -> int:
         q = self._queues.pop(recipient_id, None)
         if q is None:
             return 0
-        self._bytes -= sum(len(m.body) for m in q)
+        self._bytes -= sum(map(message_cost, q)) + QUEUE_COST
         return len(q)
 
     async def queue_size(self, recipient_id: bytes) -> int:
@@ -144,10 +162,11 @@ class MemoryMessageStore:
             return 0
         n = 0
         while q and q[0].ts < before_ts:
-            self._bytes -= len(q.popleft().body)
+            self._bytes -= message_cost(q.popleft())
             n += 1
         if not q:
             del self._queues[recipient_id]
+            self._bytes -= QUEUE_COST
         return n
 
     async def queue_ids(self) -> AsyncIterator[bytes]:
@@ -167,7 +186,7 @@ class MemoryMessageStore:
         self, recipient_id: bytes, message: Message, quota: int
     ) -> WriteResult:
         q = self._queues.get(recipient_id)
-        size = len(message.body)
+        size = message_cost(message) if q is not None else message_cost(message) + QUEUE_COST
         if self.max_bytes is not None and self._bytes + size > self.max_bytes and (
             q is None or (not q[-1].quota and len(q) < quota)
         ):
@@ -178,13 +197,16 @@ class MemoryMessageStore:
                 self._bytes += size
                 return _STORED_INTO_EMPTY
             q = self._queues[recipient_id] = deque()
+            self._bytes += QUEUE_COST
         elif q[-1].quota:
             return _QUOTA_EXCEEDED
         elif len(q) < quota:
             q.append(message)
             self._bytes += size
             return _STORED
-        q.append(Message(message.msg_id, message.ts, b"", b"", True))
+        marker = Message(message.msg_id, message.ts, b"", b"", True)
+        q.append(marker)
+        self._bytes += message_cost(marker)  # one per queue at most: never refused
         return _QUOTA_EXCEEDED
 
     def messages(self, recipient_id: bytes) -> list[Message]:
@@ -192,7 +214,7 @@ class MemoryMessageStore:
         return list(self._queues.get(recipient_id, ()))
 
     def stored_bytes(self) -> int:
-        """Body bytes of every message held (what `max_bytes` caps)."""
+        """What every message held costs in memory (what `max_bytes` caps)."""
         return self._bytes
 
     def message_count(self) -> int:
@@ -212,9 +234,10 @@ class MemoryMessageStore:
             q = queues.get(rid)
             if q is None:
                 queues[rid] = deque((msg,))
+                store._bytes += QUEUE_COST
             else:
                 q.append(msg)
-            store._bytes += len(msg.body)
+            store._bytes += message_cost(msg)
         return store
 
 
