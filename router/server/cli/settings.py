@@ -151,7 +151,8 @@ def effective_settings(args: argparse.Namespace) -> dict[str, object]:
 
 
 _NOT_SETTINGS = frozenset({
-    "command", "config", "config_command", "words", "role", "allow_origin", "web_root",
+    "command", "config", "config_command", "words", "role", "allow_origin", "allow_host",
+    "web_root",
 })
 
 
