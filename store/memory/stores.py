@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 from router.protocol.types import ErrorType
 
-from ..durability import atomic_write
+from ..durability import DiskReserve, atomic_write, io_error
 from ..interfaces import (
     Message,
     NotifierCreds,
@@ -40,7 +40,7 @@ from ..interfaces import (
     QueueStatus,
     WriteResult,
 )
-from ..queue_table import QueueTable, TableQueueStore, decide_create
+from ..queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore, decide_create
 
 # What a message costs in memory besides its body and flags: the record (72 B),
 # its id (57 B), its time (32 B), the body's and flags' bytes objects (33 B each)
@@ -56,6 +56,43 @@ def message_cost(message: Message) -> int:
     return MESSAGE_OVERHEAD + len(message.body) + len(message.flags)
 
 
+# Room a queue record may take in the snapshot: its ids, keys, notifier and
+# service ids with their length fields come to about 400 bytes.
+RECORD_SNAPSHOT_BOUND = 1024
+SNAPSHOT_MARGIN = 64 * 1024  # the files' heads and end marks, and the markers
+
+
+class SaveReserve:
+    """Room on disk for the snapshot the stores write at stop, reserved before a
+    change is answered: a full disk refuses the SEND or NEW (ERR STORE) instead of
+    losing everything at the save (docs/stores.md, "A full disk").
+
+    A message takes less room in the snapshot than `message_cost` counts it in
+    memory, so the stores' accounted memory bounds the snapshot. The reserve's
+    file also tells the next start that this run has not saved yet.
+    """
+
+    __slots__ = ("file", "_queues", "_messages")
+
+    def __init__(self, path: Path, queues: MemoryQueueStore, messages: MemoryMessageStore):
+        self.file = DiskReserve(path)
+        self._queues = queues
+        self._messages = messages
+
+    def needed(self) -> int:
+        return (self._messages.stored_bytes() + SNAPSHOT_MARGIN
+                + self._queues.queue_count_nowait() * RECORD_SNAPSHOT_BOUND)
+
+    def room_for(self, extra: int) -> None:
+        """Room for the stores' snapshot after `extra` more bytes; StoreError if not."""
+        needed = self.needed() + extra
+        if needed > self.file.size:
+            try:
+                self.file.ensure(needed)
+            except OSError as e:
+                raise io_error(e, f"reserving room for the snapshot in {self.file.path}") from e
+
+
 _STORED_INTO_EMPTY = WriteResult.STORED_INTO_EMPTY
 _STORED = WriteResult.STORED
 _QUOTA_EXCEEDED = WriteResult.QUOTA_EXCEEDED
@@ -63,16 +100,28 @@ _STORE_FULL = WriteResult.STORE_FULL
 
 
 class MemoryQueueStore(TableQueueStore):
-    """Queue records in a `QueueTable`; a change is applied as soon as the rules allow it."""
+    """Queue records in a `QueueTable`; a change is applied as soon as the rules allow it.
 
-    __slots__ = ("_table", "_clock")
+    With a `reserve` (a data directory), a queue is created only once the room
+    its record takes in the snapshot is reserved on disk (`SaveReserve`).
+    """
+
+    __slots__ = ("_table", "_clock", "reserve")
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._table = QueueTable()
         self._clock = clock  # stamps updated_at on every change
+        self.reserve: SaveReserve | None = None
 
     async def close(self) -> None:
         return None
+
+    def _record(self, change: LogRecord) -> None:
+        if self.reserve is not None and isinstance(change, CreateQueue):
+            self.reserve.room_for(RECORD_SNAPSHOT_BOUND)
+
+    def queue_count_nowait(self) -> int:
+        return len(self._table.queues)
 
     # --- synchronous helpers (no checkpoint; also used by save/load) -------
 
@@ -114,12 +163,15 @@ class MemoryMessageStore:
     for ever.
     """
 
-    __slots__ = ("_queues", "_bytes", "max_bytes")
+    __slots__ = ("_queues", "_bytes", "max_bytes", "reserve")
 
     def __init__(self, *, max_bytes: int | None = None) -> None:
         self._queues: dict[bytes, deque[Message]] = {}
         self._bytes = 0  # what every message held costs in memory (message_cost)
         self.max_bytes = max_bytes
+        # With a data directory: a message is stored only once its room in the
+        # snapshot is reserved on disk (SaveReserve), so the save at stop fits.
+        self.reserve: SaveReserve | None = None
 
     # --- MessageStore -----------------------------------------------------
 
@@ -191,6 +243,8 @@ class MemoryMessageStore:
             q is None or (not q[-1].quota and len(q) < quota)
         ):
             return _STORE_FULL  # only when the message would be stored, not a QUOTA
+        if self.reserve is not None and (q is None or (not q[-1].quota and len(q) < quota)):
+            self.reserve.room_for(size)  # StoreError (ERR STORE) if the disk has no room
         if q is None:
             if quota > 0:
                 self._queues[recipient_id] = deque((message,))
