@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import store.durability
-from router.server.cli import main
+from router.server.cli.main import main
 
 
 def _no_space() -> OSError:

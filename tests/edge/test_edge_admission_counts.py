@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.server.admission import Admission, AdmissionLimits, Refused, address_key
+from router.server.edge.admission import Admission, AdmissionLimits, Refused, address_key
 
 
 def admission(pool: int = 4, per_address: int = 3, total: int = 100,

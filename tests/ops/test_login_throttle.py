@@ -8,7 +8,7 @@ import logging
 
 import trio
 
-from router.server.login_throttle import LoginThrottle, RateLimitedLog
+from router.server.ops.login_throttle import LoginThrottle, RateLimitedLog
 
 
 async def test_the_delay_grows_then_the_address_is_locked_out_and_later_forgiven(
