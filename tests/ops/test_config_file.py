@@ -60,6 +60,7 @@ NON_DEFAULT = {
     ("TRANSPORT", "max_pending"): ("11", 11),
     ("TRANSPORT", "max_pending_per_address"): ("12", 12),
     ("TRANSPORT", "max_connections"): ("13", 13),
+    ("TRANSPORT", "max_connections_per_address"): ("18", 18),
     ("TRANSPORT", "max_message_frames"): ("14", 14),
     ("TRANSPORT", "message_timeout"): ("15", 15.0),
     ("TRANSPORT", "keepalive_interval"): ("16", 16.0),
