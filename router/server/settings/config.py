@@ -29,6 +29,12 @@ DEFAULT_STATS_INTERVAL = 3600  # seconds per stats log line
 # slowed, one creating queues in a loop is.
 DEFAULT_NEW_QUEUE_RATE = 10.0
 DEFAULT_NEW_QUEUE_BURST = 100
+# The same for one client address (a few users behind one NAT may each create
+# their queues at once) and for the router as a whole (8.6 million queues a day).
+DEFAULT_NEW_QUEUE_ADDRESS_RATE = 20.0
+DEFAULT_NEW_QUEUE_ADDRESS_BURST = 200
+DEFAULT_NEW_QUEUE_TOTAL_RATE = 100.0
+DEFAULT_NEW_QUEUE_TOTAL_BURST = 1000
 DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -80,6 +86,10 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
     # `smp-router serve` sets the DEFAULT_* values unless its configuration says otherwise.
     new_queue_rate: float | None = None  # NEW per second per connection after the burst
     new_queue_burst: int = DEFAULT_NEW_QUEUE_BURST  # NEWs a connection may make at once
+    new_queue_address_rate: float | None = None  # the same per client address (IPv6: /64)
+    new_queue_address_burst: int = DEFAULT_NEW_QUEUE_ADDRESS_BURST
+    new_queue_total_rate: float | None = None  # the same for the whole router
+    new_queue_total_burst: int = DEFAULT_NEW_QUEUE_TOTAL_BURST
     memory_store_max_bytes: int | None = None  # message body bytes the memory store holds
     information: tuple[tuple[str, str], ...] = ()  # [INFORMATION] fields for the info page
 
@@ -138,10 +148,13 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
             self.control_admin_password or self.control_user_password
         ):
             raise ConfigError("the control port needs an admin or a user password")
-        if self.new_queue_rate is not None:
-            _check_duration("new_queue_rate", self.new_queue_rate)
-        if self.new_queue_burst < 1:
-            raise ConfigError(f"new queue burst must be at least 1, not {self.new_queue_burst}")
+        for scale in ("", "address_", "total_"):
+            rate, burst = f"new_queue_{scale}rate", f"new_queue_{scale}burst"
+            if getattr(self, rate) is not None:
+                _check_duration(rate, getattr(self, rate))
+            if getattr(self, burst) < 1:
+                raise ConfigError(f"{burst.replace('_', ' ')} must be at least 1, "
+                                  f"not {getattr(self, burst)}")
         if self.memory_store_max_bytes is not None and self.memory_store_max_bytes < 1:
             raise ConfigError("memory store max bytes must be at least 1")
 
