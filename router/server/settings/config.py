@@ -35,6 +35,11 @@ DEFAULT_NEW_QUEUE_ADDRESS_RATE = 20.0
 DEFAULT_NEW_QUEUE_ADDRESS_BURST = 200
 DEFAULT_NEW_QUEUE_TOTAL_RATE = 100.0
 DEFAULT_NEW_QUEUE_TOTAL_BURST = 1000
+# The operation ports (README "Control port", "Metrics").
+DEFAULT_CONTROL_LOGIN_DELAY = 0.5
+DEFAULT_CONTROL_LOCKOUT_AFTER = 10
+DEFAULT_CONTROL_MAX_SESSIONS = 16
+DEFAULT_METRICS_MAX_CONNECTIONS = 8
 DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -82,6 +87,10 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
     control_port: int | None = None  # control commands on 127.0.0.1; None: not served
     control_admin_password: str | None = None
     control_user_password: str | None = None
+    control_login_delay: float = DEFAULT_CONTROL_LOGIN_DELAY  # seconds per wrong password so far
+    control_lockout_after: int = DEFAULT_CONTROL_LOCKOUT_AFTER  # wrong passwords per address
+    control_max_sessions: int = DEFAULT_CONTROL_MAX_SESSIONS  # control sessions open at once
+    metrics_max_connections: int = DEFAULT_METRICS_MAX_CONNECTIONS  # scrapes served at once
     # Limits (limits.py). Off here, for embedding programs, tests and benchmarks;
     # `smp-router serve` sets the DEFAULT_* values unless its configuration says otherwise.
     new_queue_rate: float | None = None  # NEW per second per connection after the burst
@@ -155,6 +164,10 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
             if getattr(self, burst) < 1:
                 raise ConfigError(f"{burst.replace('_', ' ')} must be at least 1, "
                                   f"not {getattr(self, burst)}")
+        _check_duration("control_login_delay", self.control_login_delay)
+        for name in ("control_lockout_after", "control_max_sessions",
+                     "metrics_max_connections"):
+            _check_count(name, getattr(self, name))
         if self.memory_store_max_bytes is not None and self.memory_store_max_bytes < 1:
             raise ConfigError("memory store max bytes must be at least 1")
 

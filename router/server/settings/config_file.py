@@ -27,9 +27,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .config import (
+    DEFAULT_CONTROL_LOCKOUT_AFTER,
+    DEFAULT_CONTROL_LOGIN_DELAY,
+    DEFAULT_CONTROL_MAX_SESSIONS,
     DEFAULT_EXPIRE_INTERVAL,
     DEFAULT_MEMORY_STORE_MAX_BYTES,
     DEFAULT_MESSAGE_TTL,
+    DEFAULT_METRICS_MAX_CONNECTIONS,
     DEFAULT_NEW_QUEUE_ADDRESS_BURST,
     DEFAULT_NEW_QUEUE_ADDRESS_RATE,
     DEFAULT_NEW_QUEUE_BURST,
@@ -210,6 +214,18 @@ KEYS: tuple[Key, ...] = (
         "no limit"),
     Key("LIMITS", "new_queues_burst_total", "new_queue_total_burst", _int,
         DEFAULT_NEW_QUEUE_TOTAL_BURST, "NEW commands the router takes at once"),
+    Key("LIMITS", "control_login_delay", "control_login_delay", _number,
+        DEFAULT_CONTROL_LOGIN_DELAY,
+        "seconds a wrong control port password is answered after, times the wrong "
+        "passwords its address gave so far (at most 10 s)"),
+    Key("LIMITS", "control_lockout_after", "control_lockout_after", _int,
+        DEFAULT_CONTROL_LOCKOUT_AFTER,
+        "wrong control port passwords after which their address is locked out for 15 "
+        "minutes"),
+    Key("LIMITS", "control_max_sessions", "control_max_sessions", _int,
+        DEFAULT_CONTROL_MAX_SESSIONS, "control port sessions open at once"),
+    Key("LIMITS", "metrics_max_connections", "metrics_max_connections", _int,
+        DEFAULT_METRICS_MAX_CONNECTIONS, "metrics port connections open at once"),
     Key("LIMITS", "memory_store_max_bytes", "memory_store_max_bytes", _size,
         DEFAULT_MEMORY_STORE_MAX_BYTES,
         "message bytes the memory store holds at most (e.g. 512M, 2G); off: no cap"),
