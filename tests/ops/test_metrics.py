@@ -9,6 +9,7 @@ from ops_helpers import http_get
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.client import open_client
+from router.server.ops import metrics
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -64,7 +65,8 @@ async def test_scraped_values_match_the_router_statistics_under_load(start_route
     assert value("process_resident_memory_bytes") > 0
 
 
-async def test_a_quota_refusal_and_a_second_scrape_are_counted(start_router):
+async def test_a_quota_refusal_and_a_second_scrape_are_counted(start_router, monkeypatch):
+    monkeypatch.setattr(metrics, "PAGE_REUSE", 0.0)  # each scrape renders the page
     info = await start_router(metrics_port=0, quota=1)
     with trio.fail_after(30):
         async with open_client(info.address) as client:
