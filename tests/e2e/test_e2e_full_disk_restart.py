@@ -160,6 +160,32 @@ async def test_a_full_disk_loses_nothing_answered_ok_across_stops_and_starts(kin
         assert await router.stop() == 0
 
 
+async def test_a_memory_store_that_could_not_save_refuses_to_start_and_names_the_file(tmp_path):
+    data_dir = tmp_path / "data"
+    async with router_process("memory", data_dir) as router:  # a first, complete save
+        async with open_client(router.address) as client:
+            queue = await client.create_queue()
+            await client.send(queue.sender_id, b"saved")
+        assert await router.stop() == 0
+    async with router_process("memory", data_dir, enospc="snapshot") as router:
+        async with open_client(router.address) as client:
+            await client.send(queue.sender_id, b"not saved")
+        assert await router.stop() == 2  # the snapshot failed: one line, exit code 2
+    refused = start_refused("memory", data_dir)
+    assert refused.returncode == 2
+    lines = refused.stderr.splitlines()
+    reserve = data_dir / "memory-store" / "snapshot.reserve"
+    assert len(lines) == 1 and str(reserve) in lines[0], refused.stderr
+    assert "--after-failed-save" in lines[0]
+    # Told to, it starts from the last complete save.
+    async with router_process("memory", data_dir, "--after-failed-save") as router:
+        async with open_client(router.address) as client:
+            assert await receive_all(client, queue, 1) == [b"saved"]
+        assert await router.stop() == 0
+    async with router_process("memory", data_dir) as router:  # saved again: starts as usual
+        assert await router.stop() == 0
+
+
 async def test_a_memory_store_without_room_for_its_snapshot_refuses_sends_not_the_save(
     tmp_path,
 ):

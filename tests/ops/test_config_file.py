@@ -39,6 +39,7 @@ NON_DEFAULT = {
     ("STORE_LOG", "log_stats"): ("off", False),
     ("STORE_LOG", "stats_log"): ("/srv/stats.csv", Path("/srv/stats.csv")),
     ("STORE_LOG", "stats_interval"): ("600", 600),
+    ("STORE_LOG", "after_failed_save"): ("on", True),
     ("AUTH", "new_queues"): ("off", False),
     ("AUTH", "create_password"): ("s3cret#1", "s3cret#1"),
     ("AUTH", "control_port_admin_password"): ("adm", "adm"),
@@ -116,7 +117,7 @@ def test_every_key_reaches_the_router_configuration(tmp_path):
     ))
     assert (config.host, config.port, config.public_host) == ("0.0.0.0", 5223, "smp.example.org")
     assert config.data_dir == Path("/srv/smp") and config.fsync == "always"
-    assert config.store_options == {"skip_corrupt": True}
+    assert config.store_options == {"skip_corrupt": True, "after_failed_save": True}
     assert (config.quota, config.message_ttl, config.expire_interval) == (7, 172800.0, 60.0)
     assert config.expire_on_send and config.stats_interval == 600
     assert not config.allow_new_queues and config.password == b"s3cret#1"
@@ -126,6 +127,10 @@ def test_every_key_reaches_the_router_configuration(tmp_path):
     assert config.handshake_timeout == 9.0
     assert (config.control_port, config.metrics_port, config.metrics_host) == (5225, 9100, "::1")
     assert (config.new_queue_rate, config.new_queue_burst) == (None, 5)
+    assert (config.new_queue_address_rate, config.new_queue_address_burst) == (2.5, 6)
+    assert (config.new_queue_total_rate, config.new_queue_total_burst) == (None, 7)
+    assert (config.control_login_delay, config.control_lockout_after) == (0.25, 3)
+    assert (config.control_max_sessions, config.metrics_max_connections) == (4, 5)
     assert config.memory_store_max_bytes == 512 << 20
     assert config.idle_timeout == 60.0
     assert (config.tls_cert, config.tls_key) == (Path("/etc/smp/cert.pem"),

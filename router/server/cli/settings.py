@@ -75,6 +75,10 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--fsync", choices=FSYNC_POLICIES,
                        help="when stored data is forced to disk: never, batch (one fsync "
                        "per short window of writes; the default), always")
+    serve.add_argument("--after-failed-save", action="store_true",
+                       help="memory store: start although the last run did not finish "
+                       "saving (killed, or its snapshot failed), from the last complete "
+                       "save; what came after it is lost")
     serve.add_argument("--skip-corrupt", action="store_true",
                        help="start even if a store log has a corrupt line (it is left out)")
     serve.add_argument("--message-ttl", type=float,
@@ -179,6 +183,14 @@ def _idle_timeout(s: dict[str, object]) -> float | None:
     return s["inactive_ttl"] if s["inactive_disconnect"] else None  # type: ignore[return-value]
 
 
+def _store_options(s: dict[str, object], store: str) -> dict[str, object]:
+    """The options of the store kind that the settings change from its defaults."""
+    options: dict[str, object] = {"skip_corrupt": True} if s["skip_corrupt"] else {}
+    if store == "memory" and s["after_failed_save"]:
+        options["after_failed_save"] = True
+    return options
+
+
 def config_from_settings(s: dict[str, object]) -> RouterConfig:
     store, data_dir = store_and_data_dir(s["store"], s["data_dir"])  # type: ignore[arg-type]
     stats_log = s["stats_log"]
@@ -195,7 +207,7 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         expire_on_send=s["expire_on_send"],
         stats_log=stats_log if s["log_stats"] else None,
         stats_interval=s["stats_interval"],
-        store_options={"skip_corrupt": True} if s["skip_corrupt"] else {},
+        store_options=_store_options(s, store),
         delivery=s["delivery"], quota=s["quota"],
         password=None if password is None else str(password).encode(),
         allow_new_queues=s["allow_new_queues"],

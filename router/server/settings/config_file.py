@@ -146,6 +146,9 @@ KEYS: tuple[Key, ...] = (
         "(with --config: ~/.local/share/smp-router)"),
     Key("STORE_LOG", "fsync", "fsync", _choice(FSYNC_POLICIES), "batch",
         "when stored data is forced to disk: never, batch (group commit), always"),
+    Key("STORE_LOG", "after_failed_save", "after_failed_save", _bool, False,
+        "memory store: on: start although the last run did not finish saving, from the "
+        "last complete save (what came after it is lost)"),
     Key("STORE_LOG", "skip_corrupt", "skip_corrupt", _bool, False,
         "on: start even if a store log has a corrupt line (it is left out)"),
     Key("STORE_LOG", "quota", "quota", _int, 128,
