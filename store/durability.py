@@ -196,3 +196,45 @@ class GroupCommit:
         finally:
             self._running = None
             finished.set()
+
+
+# --- room kept on disk -------------------------------------------------------------
+
+
+class DiskReserve:
+    """Room kept on disk in a file of its own, for a write that must not fail later for
+    lack of space (a snapshot at stop; the deletes and checkpoint of a full database).
+
+    The file's blocks are allocated (`posix_fallocate`), so the space is really
+    taken from the filesystem, not promised; `release()` gives it back by
+    emptying the file, which stays (its presence can mean something to its
+    owner), `remove()` deletes it.
+    """
+
+    CHUNK = 1 << 20  # the file grows by at least this much at a time
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = path.stat().st_size if path.exists() else 0
+
+    def ensure(self, size: int) -> None:
+        """At least `size` bytes allocated; OSError (ENOSPC) if the disk has not got them."""
+        if size <= self.size:
+            return
+        size = max(size, self.size + self.CHUNK)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        finally:
+            os.close(fd)
+        self.size = size
+
+    def release(self) -> None:
+        """Give the room back, keeping the (empty) file."""
+        if self.path.exists():
+            os.truncate(self.path, 0)
+        self.size = 0
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.size = 0

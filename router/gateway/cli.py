@@ -46,6 +46,10 @@ def add_gateway_command(commands: argparse._SubParsersAction, serve: argparse.Ar
     gateway.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                          help="a web page origin (scheme://host[:port]) besides the "
                          "gateway's own that may use the SMP WebSocket; repeatable")
+    gateway.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                         help="a host name the gateway answers to besides those it was "
+                         "started with (--host, --public-host); repeatable. Requests for "
+                         "other names get 421 (DNS rebinding)")
     gateway.add_argument("--web-root", type=Path, default=DEFAULT_WEB_ROOT,
                          help="the web client's directory, built (npm ci --prefix DIR): "
                          "the gateway serves DIR/dist/site (default: the repository's web/)")
@@ -60,7 +64,7 @@ def gateway_config(args: argparse.Namespace, router: RouterConfig) -> GatewayCon
         origins = tuple(normalize_origin(o) for o in args.allow_origin)
     except OriginError as e:
         raise ConfigError(f"--allow-origin: {e}") from e
-    return GatewayConfig(router, args.web_root, origins)
+    return GatewayConfig(router, args.web_root, origins, tuple(args.allow_host))
 
 
 async def run_gateway(config: GatewayConfig) -> None:

@@ -18,6 +18,7 @@ the SMP clients of other programs connect like that.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -79,3 +80,46 @@ class OriginPolicy:
         except OriginError:
             return False  # "null" and anything else that is not an origin
         return origin in self._allowed or origin == self.own_origin(host_header)
+
+
+class HostPolicy:
+    """Which names the gateway answers to: the `Host` allow-list.
+
+    A page on a name that an attacker's DNS points at the gateway (DNS
+    rebinding) is, to the browser, of the attacker's own origin: its `Origin`
+    and `Host` both carry that name, so the Origin check alone lets it through.
+    The gateway therefore answers only requests whose `Host` names it: a name
+    on this list (by default the names it was started with), or an IP address
+    (a literal address is no name to rebind). A request without `Host` is not
+    made by a browser and is answered.
+    """
+
+    __slots__ = ("_names",)
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._names = frozenset(name.strip().lower().rstrip(".") for name in names if name)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    def allows(self, host_header: str | None) -> bool:
+        if host_header is None:
+            return True
+        parts = urlsplit(f"//{host_header.strip()}")
+        try:
+            parts.port  # noqa: B018 - a bad port makes the header unusable
+        except ValueError:
+            return False
+        name = (parts.hostname or "").rstrip(".")
+        if not name:
+            return False
+        return name in self._names or _is_ip_literal(name)
+
+
+def _is_ip_literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True

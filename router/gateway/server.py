@@ -14,8 +14,9 @@ from router.server import RouterConfig, open_router
 from router.server.edge.identity import host_port
 from router.server.edge.listener import EdgeListener, serve_edge
 from router.server.router import Router, listener_tls
+from router.server.settings.config import WILDCARD_HOSTS
 
-from .origins import OriginPolicy
+from .origins import HostPolicy, OriginPolicy
 from .site import SMP_PATH, GatewaySite, SiteConfig, key_hash_text
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class GatewayConfig:
     router: RouterConfig
     web_root: Path = DEFAULT_WEB_ROOT
     allow_origins: tuple[str, ...] = ()  # besides the gateway's own (origins.py)
+    allow_hosts: tuple[str, ...] = ()  # names answered besides those it started with
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,19 @@ def missing_web_files(web_root: Path) -> list[str]:
             for f in SITE_FILES if not (site_root(web_root) / f).is_file()]
 
 
+def host_names(config: GatewayConfig) -> HostPolicy:
+    """The names the gateway answers to: those it was started with (its host, its
+    public host, this machine's name when it listens everywhere, `localhost` when
+    it listens on loopback) and `allow_hosts`."""
+    rc = config.router
+    names = [*config.allow_hosts, rc.advertised_host]
+    if rc.host not in WILDCARD_HOSTS:
+        names.append(rc.host)
+    if rc.host in ("127.0.0.1", "::1", "localhost"):
+        names.append("localhost")
+    return HostPolicy(names)
+
+
 def statistics_of(router: Router) -> dict[str, object]:
     return dataclasses.asdict(router.statistics())
 
@@ -107,7 +122,7 @@ async def serve_gateway(
     async with open_router(rc) as router, trio.open_nursery() as nursery:
         site_config = SiteConfig(
             site_root(config.web_root), router.key_hash, policy, secure,
-            fallback_host=host_port(rc.host, rc.port),
+            fallback_host=host_port(rc.host, rc.port), hosts=host_names(config),
         )
         site = GatewaySite(site_config, partial(statistics_of, router))
         listener: EdgeListener = await nursery.start(partial(

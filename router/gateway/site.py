@@ -17,6 +17,11 @@ cacheable for good (`immutable`); the page and /smp/index.js keep their
 names across builds, so browsers revalidate them (`no-cache`) with their ETag
 and get 304 while they are the same.
 
+
+Only requests whose `Host` names the gateway are answered (origins.py,
+`HostPolicy`: a DNS-rebinding name gets 421); `/health` answers such a request
+`{"status": "ok"}` alone, so a load balancer that knows the gateway by another
+name can still check it, and never reads the router's statistics.
 The upgrade on `/smp` and the health page are refused with 403 for a page of
 a foreign origin (origins.py). The health page never carries CORS headers,
 so no other site's page can read the router's statistics. The client module
@@ -42,7 +47,7 @@ import trio
 from router.server.edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
 from router.server.edge.identity import host_port
 
-from .origins import OriginPolicy
+from .origins import HostPolicy, OriginPolicy
 
 SMP_PATH = "/smp"
 DEMO_PREFIX = "/demo/"
@@ -80,6 +85,7 @@ class SiteConfig:
     origins: OriginPolicy
     secure: bool = False  # served over TLS: https:// pages, wss:// SMP
     fallback_host: str = "127.0.0.1:8080"  # host:port for a request without Host
+    hosts: HostPolicy | None = None  # the names answered (origins.py); None: any name
 
 
 # A Host header worth repeating in config.json: a name or IPv4 address, or an
@@ -200,6 +206,11 @@ class GatewaySite:
         a larger application mounted the site at, router.gateway.asgi; "" on the
         gateway's own listener)."""
         path = unquote(urlsplit(request.target).path)
+        hosts = self.config.hosts
+        if hosts is not None and not hosts.allows(request.header("host")):
+            if path == HEALTH_PATH and request.method == "GET" and not request.is_websocket_upgrade:
+                return _json({"status": "ok"})
+            return _text(421, "this gateway does not answer to that host name")
         if path == SMP_PATH:
             return self._smp(request)
         if request.is_websocket_upgrade:

@@ -346,7 +346,14 @@ def recover(directory: Path, *, skip_corrupt: bool) -> dict[bytes, QueueFiles]:
     lines = [state_line(q.rid, q.read_pos(), q.committed) for q in queues.values()]
     data = b"".join(map(encode_line, lines))
     if not state.exists() or state.read_bytes() != data:
-        atomic_write(state, (data,), temp_suffix=".new")
+        try:
+            atomic_write(state, (data,), temp_suffix=".new")
+        except OSError as e:
+            if not state.exists():
+                raise
+            # A full disk: the log as it is says the same once replayed (its torn
+            # tail, if any, is already cut off), so the start goes on without it.
+            log.warning("%s: not compacted at start: %s", state, e.strerror or e)
     return queues
 
 

@@ -156,7 +156,15 @@ def open_log(path: Path, *, backups: int, skip_corrupt: bool) -> QueueTable:
     if compacted and len(table.queues) == compacted:
         prune_backups(path, backups)  # the log is already its own snapshot
     else:
-        compact_file(path, iter_snapshot_lines(table), backups)
+        try:
+            compact_file(path, iter_snapshot_lines(table), backups)
+        except OSError as e:
+            if not path.exists():
+                raise  # between the renames: the next start completes it (recover_files)
+            # A full disk: the log as it is holds the same state (its torn tail, if any,
+            # is cut off already), so the start goes on without compacting it.
+            _new_path(path).unlink(missing_ok=True)
+            log.warning("%s: not compacted at start: %s", path, e.strerror or e)
     return table
 
 

@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 from router.protocol.types import ErrorType
 
-from ..durability import atomic_write
+from ..durability import DiskReserve, atomic_write, io_error
 from ..interfaces import (
     Message,
     NotifierCreds,
@@ -40,7 +40,58 @@ from ..interfaces import (
     QueueStatus,
     WriteResult,
 )
-from ..queue_table import QueueTable, TableQueueStore, decide_create
+from ..queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore, decide_create
+
+# What a message costs in memory besides its body and flags: the record (72 B),
+# its id (57 B), its time (32 B), the body's and flags' bytes objects (33 B each)
+# and its slot in the deque, rounded up; and what a queue holding messages costs
+# besides them: its deque (about 630 B at first) and its key and slot in the
+# dict. Checked against tracemalloc in tests/store/test_memory_cap.py.
+MESSAGE_OVERHEAD = 240
+QUEUE_COST = 768
+
+
+def message_cost(message: Message) -> int:
+    """What one stored message costs in memory, in bytes (what `max_bytes` caps)."""
+    return MESSAGE_OVERHEAD + len(message.body) + len(message.flags)
+
+
+# Room a queue record may take in the snapshot: its ids, keys, notifier and
+# service ids with their length fields come to about 400 bytes.
+RECORD_SNAPSHOT_BOUND = 1024
+SNAPSHOT_MARGIN = 64 * 1024  # the files' heads and end marks, and the markers
+
+
+class SaveReserve:
+    """Room on disk for the snapshot the stores write at stop, reserved before a
+    change is answered: a full disk refuses the SEND or NEW (ERR STORE) instead of
+    losing everything at the save (docs/stores.md, "A full disk").
+
+    A message takes less room in the snapshot than `message_cost` counts it in
+    memory, so the stores' accounted memory bounds the snapshot. The reserve's
+    file also tells the next start that this run has not saved yet.
+    """
+
+    __slots__ = ("file", "_queues", "_messages")
+
+    def __init__(self, path: Path, queues: MemoryQueueStore, messages: MemoryMessageStore):
+        self.file = DiskReserve(path)
+        self._queues = queues
+        self._messages = messages
+
+    def needed(self) -> int:
+        return (self._messages.stored_bytes() + SNAPSHOT_MARGIN
+                + self._queues.queue_count_nowait() * RECORD_SNAPSHOT_BOUND)
+
+    def room_for(self, extra: int) -> None:
+        """Room for the stores' snapshot after `extra` more bytes; StoreError if not."""
+        needed = self.needed() + extra
+        if needed > self.file.size:
+            try:
+                self.file.ensure(needed)
+            except OSError as e:
+                raise io_error(e, f"reserving room for the snapshot in {self.file.path}") from e
+
 
 _STORED_INTO_EMPTY = WriteResult.STORED_INTO_EMPTY
 _STORED = WriteResult.STORED
@@ -49,16 +100,28 @@ _STORE_FULL = WriteResult.STORE_FULL
 
 
 class MemoryQueueStore(TableQueueStore):
-    """Queue records in a `QueueTable`; a change is applied as soon as the rules allow it."""
+    """Queue records in a `QueueTable`; a change is applied as soon as the rules allow it.
 
-    __slots__ = ("_table", "_clock")
+    With a `reserve` (a data directory), a queue is created only once the room
+    its record takes in the snapshot is reserved on disk (`SaveReserve`).
+    """
+
+    __slots__ = ("_table", "_clock", "reserve")
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._table = QueueTable()
         self._clock = clock  # stamps updated_at on every change
+        self.reserve: SaveReserve | None = None
 
     async def close(self) -> None:
         return None
+
+    def _record(self, change: LogRecord) -> None:
+        if self.reserve is not None and isinstance(change, CreateQueue):
+            self.reserve.room_for(RECORD_SNAPSHOT_BOUND)
+
+    def queue_count_nowait(self) -> int:
+        return len(self._table.queues)
 
     # --- synchronous helpers (no checkpoint; also used by save/load) -------
 
@@ -93,16 +156,22 @@ class MemoryQueueStore(TableQueueStore):
 class MemoryMessageStore:
     """One deque per non-empty queue; the deque's tail may be the QUOTA marker.
 
-    `max_bytes` caps the message bodies held in all: a write that would pass it
-    is refused with STORE_FULL (nothing is dropped to make room); None: no cap.
+    `max_bytes` caps what the messages held cost in memory (`message_cost`: the
+    record, its id, time and body, and each non-empty queue's deque): a write
+    that would pass it is refused with STORE_FULL (nothing is dropped to make
+    room); None: no cap. Bodies alone would let empty messages pass the cap
+    for ever.
     """
 
-    __slots__ = ("_queues", "_bytes", "max_bytes")
+    __slots__ = ("_queues", "_bytes", "max_bytes", "reserve")
 
     def __init__(self, *, max_bytes: int | None = None) -> None:
         self._queues: dict[bytes, deque[Message]] = {}
-        self._bytes = 0  # body bytes of every message held
+        self._bytes = 0  # what every message held costs in memory (message_cost)
         self.max_bytes = max_bytes
+        # With a data directory: a message is stored only once its room in the
+        # snapshot is reserved on disk (SaveReserve), so the save at stop fits.
+        self.reserve: SaveReserve | None = None
 
     # --- MessageStore -----------------------------------------------------
 
@@ -121,17 +190,18 @@ class MemoryMessageStore:
             return False, None
         if q[0].msg_id != msg_id:
             return False, q[0]
-        self._bytes -= len(q.popleft().body)
+        self._bytes -= message_cost(q.popleft())
         if q:
             return True, q[0]
         del self._queues[recipient_id]
+        self._bytes -= QUEUE_COST
         return True, None
 
     async def delete_queue_messages(self, recipient_id: bytes) -> int:
         q = self._queues.pop(recipient_id, None)
         if q is None:
             return 0
-        self._bytes -= sum(len(m.body) for m in q)
+        self._bytes -= sum(map(message_cost, q)) + QUEUE_COST
         return len(q)
 
     async def queue_size(self, recipient_id: bytes) -> int:
@@ -144,10 +214,11 @@ class MemoryMessageStore:
             return 0
         n = 0
         while q and q[0].ts < before_ts:
-            self._bytes -= len(q.popleft().body)
+            self._bytes -= message_cost(q.popleft())
             n += 1
         if not q:
             del self._queues[recipient_id]
+            self._bytes -= QUEUE_COST
         return n
 
     async def queue_ids(self) -> AsyncIterator[bytes]:
@@ -167,24 +238,29 @@ class MemoryMessageStore:
         self, recipient_id: bytes, message: Message, quota: int
     ) -> WriteResult:
         q = self._queues.get(recipient_id)
-        size = len(message.body)
+        size = message_cost(message) if q is not None else message_cost(message) + QUEUE_COST
         if self.max_bytes is not None and self._bytes + size > self.max_bytes and (
             q is None or (not q[-1].quota and len(q) < quota)
         ):
             return _STORE_FULL  # only when the message would be stored, not a QUOTA
+        if self.reserve is not None and (q is None or (not q[-1].quota and len(q) < quota)):
+            self.reserve.room_for(size)  # StoreError (ERR STORE) if the disk has no room
         if q is None:
             if quota > 0:
                 self._queues[recipient_id] = deque((message,))
                 self._bytes += size
                 return _STORED_INTO_EMPTY
             q = self._queues[recipient_id] = deque()
+            self._bytes += QUEUE_COST
         elif q[-1].quota:
             return _QUOTA_EXCEEDED
         elif len(q) < quota:
             q.append(message)
             self._bytes += size
             return _STORED
-        q.append(Message(message.msg_id, message.ts, b"", b"", True))
+        marker = Message(message.msg_id, message.ts, b"", b"", True)
+        q.append(marker)
+        self._bytes += message_cost(marker)  # one per queue at most: never refused
         return _QUOTA_EXCEEDED
 
     def messages(self, recipient_id: bytes) -> list[Message]:
@@ -192,7 +268,7 @@ class MemoryMessageStore:
         return list(self._queues.get(recipient_id, ()))
 
     def stored_bytes(self) -> int:
-        """Body bytes of every message held (what `max_bytes` caps)."""
+        """What every message held costs in memory (what `max_bytes` caps)."""
         return self._bytes
 
     def message_count(self) -> int:
@@ -212,9 +288,10 @@ class MemoryMessageStore:
             q = queues.get(rid)
             if q is None:
                 queues[rid] = deque((msg,))
+                store._bytes += QUEUE_COST
             else:
                 q.append(msg)
-            store._bytes += len(msg.body)
+            store._bytes += message_cost(msg)
         return store
 
 

@@ -40,7 +40,7 @@ class SqliteMessageStore:
             conn.execute(INSERT_MESSAGE, row)
             return WriteResult.STORED if size else WriteResult.STORED_INTO_EMPTY
 
-        return await self.db.write(op)
+        return await self.db.write(op, adds=True)
 
     async def peek_message(self, recipient_id: bytes) -> Message | None:
         row = await self.db.read(lambda conn: conn.execute(HEAD, (recipient_id,)).fetchone())

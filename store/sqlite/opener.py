@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..kinds import StoreKind, StoreOptions, Stores
-from .database import DB_FILE, open_sqlite_database
+from .database import DB_FILE, DEFAULT_RESERVE_BYTES, open_sqlite_database
 from .messages import SqliteMessageStore
 from .queues import DEFAULT_CACHE_SIZE, DEFAULT_DELETED_TTL, open_queue_store
 
@@ -19,6 +19,7 @@ class SqliteOptions(StoreOptions):
 
     deleted_ttl: int = DEFAULT_DELETED_TTL
     cache_size: int = DEFAULT_CACHE_SIZE
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES  # room kept for a full disk; 0: none
 
 
 @asynccontextmanager
@@ -28,7 +29,9 @@ async def open_sqlite_stores(
     """Both stores on one database in `store_dir`."""
     if store_dir is None:
         raise ValueError("the sqlite store needs a data directory")
-    async with open_sqlite_database(store_dir / DB_FILE, fsync=options.fsync) as db:
+    async with open_sqlite_database(
+        store_dir / DB_FILE, fsync=options.fsync, reserve_bytes=options.reserve_bytes
+    ) as db:
         queues = await open_queue_store(
             db, deleted_ttl=options.deleted_ttl, cache_size=options.cache_size
         )

@@ -18,6 +18,7 @@ gets `deleted_at`); `compact()` removes rows deleted longer than
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections import OrderedDict
@@ -35,6 +36,7 @@ from ..interfaces import (
     NotifierCreds,
     Party,
     QueueRecord,
+    StoreError,
 )
 from ..queue_table import (
     Decision,
@@ -59,6 +61,8 @@ from .schema import (
     queue_row,
     record_from_row,
 )
+
+log = logging.getLogger(__name__)
 
 # --- queue store -------------------------------------------------------------------
 
@@ -236,7 +240,7 @@ class SqliteQueueStore:
         if isinstance(decide_create(self._ids, record), ErrorType):
             return DUPLICATE
         async with self._locks.hold(record.recipient_id):
-            if not await self.db.write(op):
+            if not await self.db.write(op, adds=True):
                 return DUPLICATE  # taken by a queue created meanwhile
             self._cache_put(record)
         return None
@@ -394,6 +398,9 @@ async def open_queue_store(
 ) -> SqliteQueueStore:
     """A queue store on `db`, with rows deleted longer than `deleted_ttl` ago removed."""
     store = SqliteQueueStore(db, deleted_ttl=deleted_ttl, cache_size=cache_size, clock=clock)
-    await store.compact()
+    try:
+        await store.compact()
+    except StoreError as e:  # a full disk: the rows are removed at the next start
+        log.warning("%s: deleted queues not compacted: %s", db.path, e)
     await store.load_ids()
     return store

@@ -10,7 +10,9 @@ from router.server.cli.main import build_parser, main
 from router.server.cli.settings import config_from_args
 from router.server.settings.config import (
     DEFAULT_MEMORY_STORE_MAX_BYTES,
+    DEFAULT_NEW_QUEUE_ADDRESS_RATE,
     DEFAULT_NEW_QUEUE_RATE,
+    DEFAULT_NEW_QUEUE_TOTAL_RATE,
     ConfigError,
     RouterConfig,
 )
@@ -41,6 +43,8 @@ def test_without_flags_the_defaults_hold():
     # `serve` adds the operator limits RouterConfig leaves off (limits.py).
     assert config_of() == RouterConfig(
         store="memory", new_queue_rate=DEFAULT_NEW_QUEUE_RATE,
+        new_queue_address_rate=DEFAULT_NEW_QUEUE_ADDRESS_RATE,
+        new_queue_total_rate=DEFAULT_NEW_QUEUE_TOTAL_RATE,
         memory_store_max_bytes=DEFAULT_MEMORY_STORE_MAX_BYTES,
     )
     assert RouterConfig().idle_timeout is None

@@ -214,3 +214,69 @@ async def test_with_a_data_directory_the_gateway_keeps_its_address_and_messages(
 
         second_key, body = await run(collect)
     assert first_key == second_key and body == b"kept"
+
+
+async def raw_request(port: int, head: str) -> tuple[int, dict[str, str], bytes]:
+    """One request over a fresh connection: (status, headers, body) of the answer."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(head.encode())
+        data = b""
+        while b"\r\n\r\n" not in data or data.startswith(b"HTTP/1.1 101"):
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                break
+            data += chunk
+            if data.startswith(b"HTTP/1.1 101") and b"\r\n\r\n" in data:
+                break
+        if not data.startswith(b"HTTP/1.1 101"):
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+    head_bytes, _, body = data.partition(b"\r\n\r\n")
+    lines = head_bytes.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
+    return int(lines[0].split()[1]), headers, body
+
+
+REBINDING = "rebind.attacker.example"
+
+
+async def test_a_rebinding_host_name_is_refused_and_health_says_only_ok(tmp_path):
+    """A page on a name the attacker's DNS points at the gateway sends that name in both
+    Host and Origin: the upgrade and config.json are refused, /health says only ok."""
+    with trio.fail_after(10):
+        async with gateway(tmp_path) as info:
+            host = f"{REBINDING}:{info.port}"
+            origin = f"http://{REBINDING}:{info.port}"
+            key = "dGhlIHNhbXBsZSBub25jZQ=="
+            upgrade, _, _ = await raw_request(info.port, (
+                f"GET /smp HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"))
+            config, config_headers, _ = await raw_request(info.port, (
+                f"GET /demo/config.json HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\n\r\n"))
+            health, _, health_body = await raw_request(
+                info.port, f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n")
+            assert (upgrade, config) == (421, 421)
+            assert "access-control-allow-origin" not in config_headers
+            assert (health, json.loads(health_body)) == (200, {"status": "ok"})
+            # The names it was started with are answered: its address, and localhost.
+            for name in (f"127.0.0.1:{info.port}", f"localhost:{info.port}"):
+                status, _, body = await raw_request(
+                    info.port, f"GET /health HTTP/1.1\r\nHost: {name}\r\n\r\n")
+                assert status == 200 and "statistics" in json.loads(body), name
+
+
+async def test_an_allowed_host_name_is_answered(tmp_path):
+    web_root = tmp_path / "web"
+    (web_root / "demo").mkdir(parents=True)
+    config = GatewayConfig(RouterConfig(port=0, store="memory"), web_root,
+                           allow_hosts=("chat.example",))
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            info = await nursery.start(serve_gateway, config)
+            status, _, body = await raw_request(
+                info.port, f"GET /demo/config.json HTTP/1.1\r\nHost: chat.example:{info.port}"
+                "\r\n\r\n")
+            assert status == 200 and json.loads(body)["smpUrl"].startswith("ws://chat.example")
+            nursery.cancel_scope.cancel()

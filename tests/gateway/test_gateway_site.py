@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from router.gateway.origins import OriginError, OriginPolicy, normalize_origin
+from router.gateway.origins import HostPolicy, OriginError, OriginPolicy, normalize_origin
 from router.gateway.site import (
     ACCEPT_WEBSOCKET,
     GatewaySite,
@@ -235,3 +235,28 @@ def test_origins_are_normalized_as_browsers_write_them():
     for bad in ("ftp://x", "https://x/path", "x.example", "https://", "http://h:99999"):
         with pytest.raises(OriginError):
             normalize_origin(bad)
+
+
+def test_the_host_policy_answers_its_names_and_ip_addresses_only():
+    policy = HostPolicy(["chat.example", "Localhost"])
+    for allowed in (None, "chat.example", "CHAT.example:8080", "chat.example.", "localhost:1",
+                    "127.0.0.1:8080", "[::1]:443", "10.1.2.3"):
+        assert policy.allows(allowed), allowed
+    for refused in ("evil.example", "chat.example.evil.example", "", "chat.example:99999",
+                    "a b", "127.0.0.1.nip.io"):
+        assert not policy.allows(refused), refused
+
+
+async def test_a_host_not_on_the_list_gets_421_and_health_only_ok(web_root):
+    config = SiteConfig(web_root, KEY_HASH, OriginPolicy((FRIEND,)),
+                        hosts=HostPolicy(["chat.example"]))
+    site = GatewaySite(config, lambda: {"connections": 3})
+    own = await site(request("/health", host="chat.example"))
+    assert json.loads(own.body) == {"status": "ok", "statistics": {"connections": 3}}
+    other = await site(request("/health", host="rebind.example"))
+    assert other.status == 200 and json.loads(other.body) == {"status": "ok"}
+    for target, upgrade in (("/smp", True), ("/demo/config.json", False), ("/demo/", False)):
+        refused = await site(request(target, host="rebind.example:8080",
+                                     origin="http://rebind.example:8080", upgrade=upgrade))
+        assert isinstance(refused, HttpResponse) and refused.status == 421, target
+        assert header(refused, "access-control-allow-origin") is None

@@ -39,6 +39,7 @@ NON_DEFAULT = {
     ("STORE_LOG", "log_stats"): ("off", False),
     ("STORE_LOG", "stats_log"): ("/srv/stats.csv", Path("/srv/stats.csv")),
     ("STORE_LOG", "stats_interval"): ("600", 600),
+    ("STORE_LOG", "after_failed_save"): ("on", True),
     ("AUTH", "new_queues"): ("off", False),
     ("AUTH", "create_password"): ("s3cret#1", "s3cret#1"),
     ("AUTH", "control_port_admin_password"): ("adm", "adm"),
@@ -60,12 +61,21 @@ NON_DEFAULT = {
     ("TRANSPORT", "max_pending"): ("11", 11),
     ("TRANSPORT", "max_pending_per_address"): ("12", 12),
     ("TRANSPORT", "max_connections"): ("13", 13),
+    ("TRANSPORT", "max_connections_per_address"): ("18", 18),
     ("TRANSPORT", "max_message_frames"): ("14", 14),
     ("TRANSPORT", "message_timeout"): ("15", 15.0),
     ("TRANSPORT", "keepalive_interval"): ("16", 16.0),
     ("TRANSPORT", "keepalive_timeout"): ("17", 17.0),
     ("LIMITS", "new_queues_per_second"): ("off", None),
     ("LIMITS", "new_queues_burst"): ("5", 5),
+    ("LIMITS", "new_queues_per_second_per_address"): ("2.5", 2.5),
+    ("LIMITS", "new_queues_burst_per_address"): ("6", 6),
+    ("LIMITS", "new_queues_per_second_total"): ("off", None),
+    ("LIMITS", "new_queues_burst_total"): ("7", 7),
+    ("LIMITS", "control_login_delay"): ("0.25", 0.25),
+    ("LIMITS", "control_lockout_after"): ("3", 3),
+    ("LIMITS", "control_max_sessions"): ("4", 4),
+    ("LIMITS", "metrics_max_connections"): ("5", 5),
     ("LIMITS", "memory_store_max_bytes"): ("512M", 512 << 20),
     ("INACTIVE_CLIENTS", "disconnect"): ("on", True),
     ("INACTIVE_CLIENTS", "ttl"): ("60", 60.0),
@@ -107,7 +117,7 @@ def test_every_key_reaches_the_router_configuration(tmp_path):
     ))
     assert (config.host, config.port, config.public_host) == ("0.0.0.0", 5223, "smp.example.org")
     assert config.data_dir == Path("/srv/smp") and config.fsync == "always"
-    assert config.store_options == {"skip_corrupt": True}
+    assert config.store_options == {"skip_corrupt": True, "after_failed_save": True}
     assert (config.quota, config.message_ttl, config.expire_interval) == (7, 172800.0, 60.0)
     assert config.expire_on_send and config.stats_interval == 600
     assert not config.allow_new_queues and config.password == b"s3cret#1"
@@ -117,6 +127,10 @@ def test_every_key_reaches_the_router_configuration(tmp_path):
     assert config.handshake_timeout == 9.0
     assert (config.control_port, config.metrics_port, config.metrics_host) == (5225, 9100, "::1")
     assert (config.new_queue_rate, config.new_queue_burst) == (None, 5)
+    assert (config.new_queue_address_rate, config.new_queue_address_burst) == (2.5, 6)
+    assert (config.new_queue_total_rate, config.new_queue_total_burst) == (None, 7)
+    assert (config.control_login_delay, config.control_lockout_after) == (0.25, 3)
+    assert (config.control_max_sessions, config.metrics_max_connections) == (4, 5)
     assert config.memory_store_max_bytes == 512 << 20
     assert config.idle_timeout == 60.0
     assert (config.tls_cert, config.tls_key) == (Path("/etc/smp/cert.pem"),

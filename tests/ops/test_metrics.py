@@ -13,6 +13,7 @@ import trio
 from ops_helpers import http_get, serving
 
 from router.client import open_client
+from router.server.ops import metrics
 from router.server.ops.metrics import REFERENCE_COUNTERS
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
@@ -113,7 +114,8 @@ def got_version(got) -> str:
     return dict(labels)["version"]
 
 
-async def test_a_quota_refusal_and_a_second_scrape_are_counted(start_router):
+async def test_a_quota_refusal_and_a_second_scrape_are_counted(start_router, monkeypatch):
+    monkeypatch.setattr(metrics, "PAGE_REUSE", 0.0)  # each scrape renders the page
     info = await start_router(metrics_port=0, quota=1)
     with trio.fail_after(30):
         async with open_client(info.address) as client:

@@ -249,3 +249,28 @@ async def test_a_state_line_for_a_queue_id_of_odd_hex_is_corrupt(tmp_path):
     (tmp_path / "state.log").write_bytes(encode_line("abc 0 0 0 0 0") + encode_line("ab -"))
     with pytest.raises(LogCorruptError, match=r"state.log:1: unreadable record \(bad queue id\)"):
         await JournalMessageStore.open(tmp_path)
+
+
+async def test_a_start_without_room_to_compact_the_state_log_keeps_it_as_it_is(
+    tmp_path, monkeypatch, caplog
+):
+    rids = [new_id() for _ in range(2)]
+    async with open_journal(tmp_path) as store:
+        for _ in range(3):
+            for rid in rids:
+                await store.write_message(rid, msg(), QUOTA)
+        head = await store.peek_message(rids[0])
+        await store.delete_message(rids[0], head.msg_id)
+    state = (tmp_path / "state.log").read_bytes()
+    import store.journal.files as files
+
+    def no_room(*args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "atomic_write", no_room)
+    got = await contents(tmp_path, rids)
+    assert [len(m) for m in got] == [2, 3]
+    assert (tmp_path / "state.log").read_bytes() == state
+    assert "not compacted at start" in caplog.text
+    monkeypatch.undo()
+    assert await contents(tmp_path, rids) == got

@@ -238,3 +238,27 @@ async def test_a_missing_log_with_backups_is_refused_rather_than_started_empty(t
     shutil.move(path, backup)
     with pytest.raises(StoreLogError, match=rf"restore the newest backup \({backup.name}\)"):
         await records_in(path)
+
+
+# --- a full disk at start -----------------------------------------------------------------
+
+
+async def test_a_start_without_room_to_compact_keeps_the_log_as_it_is(
+    tmp_path, monkeypatch, caplog
+):
+    path = tmp_path / "queues.log"
+    await write_log(path, "delete")
+    lines_before = path.read_bytes()
+    expected = state_of(lines_before.splitlines())
+    import store.journal.storelog as storelog
+
+    def no_room(*args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storelog, "write_synced", no_room)
+    assert await records_in(path) == expected
+    assert path.read_bytes() == lines_before  # not compacted, nothing lost
+    assert not list(tmp_path.glob("*.new"))
+    assert "not compacted at start" in caplog.text
+    monkeypatch.undo()
+    await store_keeps_working(path, expected)

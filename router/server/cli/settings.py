@@ -91,6 +91,10 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--fsync", choices=FSYNC_POLICIES,
                        help="when stored data is forced to disk: never, batch (one fsync "
                        "per short window of writes; the default), always")
+    serve.add_argument("--after-failed-save", action="store_true",
+                       help="memory store: start although the last run did not finish "
+                       "saving (killed, or its snapshot failed), from the last complete "
+                       "save; what came after it is lost")
     serve.add_argument("--skip-corrupt", action="store_true",
                        help="start even if a store log has a corrupt line (it is left out)")
     serve.add_argument("--message-ttl", type=NUMBER,
@@ -167,7 +171,8 @@ def effective_settings(args: argparse.Namespace) -> dict[str, object]:
 
 
 _NOT_SETTINGS = frozenset({
-    "command", "config", "config_command", "words", "role", "allow_origin", "web_root",
+    "command", "config", "config_command", "words", "role", "allow_origin", "allow_host",
+    "web_root",
 })
 
 
@@ -202,6 +207,14 @@ def _idle_timeout(s: dict[str, object]) -> float | None:
     return s["inactive_ttl"] if s["inactive_disconnect"] else None  # type: ignore[return-value]
 
 
+def _store_options(s: dict[str, object], store: str) -> dict[str, object]:
+    """The options of the store kind that the settings change from its defaults."""
+    options: dict[str, object] = {"skip_corrupt": True} if s["skip_corrupt"] else {}
+    if store == "memory" and s["after_failed_save"]:
+        options["after_failed_save"] = True
+    return options
+
+
 def config_from_settings(s: dict[str, object]) -> RouterConfig:
     store, data_dir = store_and_data_dir(s["store"], s["data_dir"])  # type: ignore[arg-type]
     stats_log = s["stats_log"]
@@ -218,7 +231,7 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         expire_on_send=s["expire_on_send"],
         stats_log=stats_log if s["log_stats"] else None,
         stats_interval=s["stats_interval"],
-        store_options={"skip_corrupt": True} if s["skip_corrupt"] else {},
+        store_options=_store_options(s, store),
         delivery=s["delivery"], quota=s["quota"],
         password=None if password is None else str(password).encode(),
         allow_new_queues=s["allow_new_queues"],
@@ -231,6 +244,14 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         control_admin_password=s["control_admin_password"],
         control_user_password=s["control_user_password"],
         new_queue_rate=s["new_queue_rate"], new_queue_burst=s["new_queue_burst"],
+        new_queue_address_rate=s["new_queue_address_rate"],
+        new_queue_address_burst=s["new_queue_address_burst"],
+        new_queue_total_rate=s["new_queue_total_rate"],
+        new_queue_total_burst=s["new_queue_total_burst"],
+        control_login_delay=s["control_login_delay"],
+        control_lockout_after=s["control_lockout_after"],
+        control_max_sessions=s["control_max_sessions"],
+        metrics_max_connections=s["metrics_max_connections"],
         memory_store_max_bytes=s["memory_store_max_bytes"],
         idle_timeout=_idle_timeout(s),
         **{name: s[name] for name in LISTENER_SETTINGS},

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, TypeVar
-from weakref import WeakKeyDictionary
 
 from router.protocol.codec import MAX_MESSAGE_LENGTH, encode_response_transmission
 from router.protocol.crypto import box_key, new_x25519
@@ -76,7 +75,7 @@ from store.interfaces import (
     WriteResult,
 )
 
-from .limits import MEMORY_FULL, NEW_RATE_LIMITED, TokenBucket
+from .limits import MEMORY_FULL, NEW_RATE_LIMITED, NewQueueLimits
 from .subscriptions import ClientSubscriptions, Event, Sub, Subscriptions
 from .verified import Verified, error_transmission
 
@@ -145,8 +144,8 @@ class Commands:
             NDEL: self._ndel, NSUB: self._nsub, SUBS: self._subs, NSUBS: self._nsubs,
             PRXY: self._prxy, PFWD: self._pfwd,
         }
-        # NEW rate limits (limits.py), forgotten with their connection.
-        self._new_buckets: WeakKeyDictionary[Connection, TokenBucket] = WeakKeyDictionary()
+        # NEW rate limits (limits.py): per connection (forgotten with it), address, router.
+        self._new_limits = NewQueueLimits(context.config)
 
     def reconfigure(self, config: RouterConfig) -> None:
         """Commands from now on follow `config` (quota, passwords, the NEW limits)."""
@@ -216,14 +215,7 @@ class Commands:
         return _reply(verified, IDS(rid, sid, srv_pub, cmd.snd_secure))
 
     def _new_queue_allowed(self, conn: Connection) -> bool:
-        rate = self._context.config.new_queue_rate
-        if rate is None:
-            return True
-        bucket = self._new_buckets.get(conn)
-        if bucket is None:
-            burst = self._context.config.new_queue_burst
-            bucket = self._new_buckets[conn] = TokenBucket(rate, burst)
-        return bucket.take()
+        return self._new_limits.allow(conn, conn.transport.remote)
 
     async def _key(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         cmd: KEY = verified.command  # type: ignore[assignment]

@@ -15,10 +15,13 @@ a `WebSocketTransport` (`websocket.py`: blocks in and out, docs/protocol.md
 The limits are set in `EdgeLimits` (settings):
 
 - connections still in the upgrade or the SMP handshake ("pending") are capped
-  per remote address and in total; the handler calls
+  per remote address and in total, and a full pool drops the oldest pending
+  connection of the most represented address for a newcomer from a less
+  represented one (`admission.py`); the handler calls
   `WebSocketTransport.established()` once its handshake is through;
-- all connections are capped, below the process's file-descriptor limit with
-  headroom; above the cap a client gets `503` before the upgrade;
+- all connections are capped per remote address (an IPv6 client by its /64)
+  and in total, below the process's file-descriptor limit with headroom; above
+  a cap a client gets `503` before the upgrade;
 - an accept failing for lack of descriptors (EMFILE) is logged at most once per
   `FD_LOG_INTERVAL` and retried after a pause, never a traceback per retry.
 """
@@ -31,7 +34,6 @@ import math
 import resource
 import socket
 import ssl
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -40,6 +42,7 @@ from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
 from ..settings.edge_limits import EdgeLimits
+from .admission import Admission, AdmissionLimits, Refused, address_key
 from .block_stream import STREAM_GONE
 from .http import (
     ACCEPT_WEBSOCKET,
@@ -58,6 +61,7 @@ log = logging.getLogger(__name__)
 
 
 FD_LOG_INTERVAL = 10.0  # seconds between two log lines about descriptor exhaustion
+EVICTION_LOG_INTERVAL = 10.0  # seconds between two log lines about a full pending pool
 ACCEPT_RETRY_DELAY = 0.1  # seconds to wait for a free descriptor after EMFILE
 REFUSAL_TIMEOUT = 1.0  # seconds a refused client gets to send its request for the 503
 MAX_REFUSING = 64  # refusals answered at once; beyond that a refused socket just closes
@@ -109,9 +113,11 @@ class EdgeListener:
         self.limits = limits
         self._tls = tls
         self.max_connections = connection_cap(limits)
-        self.open_connections = 0
-        self.pending = 0
-        self._pending_by_address: Counter[str] = Counter()
+        self.admission = Admission(AdmissionLimits(
+            limits.max_pending, limits.max_pending_per_address, self.max_connections,
+            limits.max_connections_per_address,
+        ))
+        self._last_eviction_log = -math.inf
         self._refusing = 0
         self.refused = 0  # connections answered 503 or closed at once, since start
         self._suspended = False
@@ -120,6 +126,15 @@ class EdgeListener:
         self._last_fd_log = -math.inf
         self.fd_exhaustions = 0  # accepts that failed for lack of descriptors
         self._closed_one = trio.Event()  # set (and renewed) whenever a connection ends
+
+    @property
+    def open_connections(self) -> int:
+        return self.admission.open
+
+    @property
+    def pending(self) -> int:
+        """Connections in the upgrade or the SMP handshake."""
+        return self.admission.pending
 
     @property
     def port(self) -> int:
@@ -198,38 +213,35 @@ class EdgeListener:
 
     async def _serve_socket(self, stream: trio.SocketStream) -> None:
         remote_host, remote = _peer(stream)
-        if self.open_connections >= self.max_connections:
-            await self._refuse(stream, "the router is at its connection limit")
-            return
-        if (self.pending >= self.limits.max_pending
-                or self._pending_by_address[remote_host] >= self.limits.max_pending_per_address):
-            await self._refuse(stream, "too many connections being opened")
-            return
-        self.open_connections += 1
-        self.pending += 1
-        self._pending_by_address[remote_host] += 1
-        released = False
-
-        def release_pending() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.pending -= 1
-                self._pending_by_address[remote_host] -= 1
-                if not self._pending_by_address[remote_host]:
-                    del self._pending_by_address[remote_host]
-
+        evicted = self.admission.evicted
         try:
-            with framing() as protocol:
-                transport = await self._upgrade(stream, protocol, remote, release_pending)
-                if transport is not None:
-                    await self._handler(transport)
+            ticket = self.admission.admit(address_key(remote_host))
+        except Refused as refusal:
+            await self._refuse(stream, str(refusal))
+            return
+        if self.admission.evicted != evicted:
+            self._log_eviction()
+        try:
+            with ticket.scope:  # cancelled if a full pool drops this one while pending
+                with framing() as protocol:
+                    transport = await self._upgrade(stream, protocol, remote, ticket.established)
+                    if transport is not None:
+                        await self._handler(transport)
         finally:
-            release_pending()
+            ticket.close()
             await trio.aclose_forcefully(stream)
-            self.open_connections -= 1
             self._closed_one.set()
             self._closed_one = trio.Event()
+
+    def _log_eviction(self) -> None:
+        now = trio.current_time()
+        if now - self._last_eviction_log >= EVICTION_LOG_INTERVAL:
+            self._last_eviction_log = now
+            log.warning(
+                "the pool of connections being opened is full (%d): the most represented "
+                "address's oldest ones are dropped for newcomers (%d so far)",
+                self.limits.max_pending, self.admission.evicted,
+            )
 
     async def _refuse(self, stream: trio.SocketStream, why: str) -> None:
         """503 for a client the caps keep out; a flood of them is just closed."""

@@ -26,6 +26,13 @@ role does not allow is answered `AUTH`, as the reference does.
 QUEUE_ID is the recipient id in base64url, as in the smp:// queue links
 (padding optional). The listener binds 127.0.0.1 only: the passwords cross
 the connection in clear.
+
+Against guessing and hoarding: a wrong password costs its address a growing
+delay and, after `control_lockout_after` of them, a lockout
+(login_throttle.py); refused logins and commands are logged at most once per
+ten seconds each; at most `control_max_sessions` sessions are open at once
+(the next one is told so and closed), and a session without a role is closed
+after `UNAUTHENTICATED_TIMEOUT` of silence.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import base64
 import binascii
 import hmac
 import logging
+import math
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -48,6 +56,7 @@ from store.interfaces import Party
 from ..edge.block_stream import STREAM_GONE
 from ..edge.listen import bound_port, open_listeners
 from ..settings.config import ConfigError, StartupError, os_error_reason
+from .login_throttle import LoginThrottle, RateLimitedLog
 
 if TYPE_CHECKING:
     from .operated import OperatedRouter
@@ -57,6 +66,8 @@ log = logging.getLogger(__name__)
 CONTROL_HOST = "127.0.0.1"
 MAX_LINE = 4096  # bytes; a longer line ends the session
 IDLE_TIMEOUT = 600.0  # seconds a session may stay silent
+UNAUTHENTICATED_TIMEOUT = 30.0  # the same before a password was accepted
+LOCKOUT_SECONDS = 900.0  # how long an address that guessed too often is locked out
 CLIENT_TIMEOUT = 30.0  # seconds `smp-router control` waits for the router
 BLOCK_REASONS = ("spam", "content")
 MEMORY_MAX_AGE = 10.0  # seconds a census stays good enough for `memory`
@@ -77,11 +88,32 @@ class LineTooLong(Exception):
 Handler = Callable[["ControlSession", list[str]], Awaitable[list[str]]]
 
 
-class ControlSession:
-    """One control connection: its role, and the router it acts on."""
+class ControlGuard:
+    """What every session of one control port shares: the wrong passwords of each
+    address, the sessions open, and the log of refusals (module doc)."""
 
-    def __init__(self, router: OperatedRouter) -> None:
+    def __init__(self, *, login_delay: float, lockout_after: int, max_sessions: int) -> None:
+        self.throttle = LoginThrottle(delay=login_delay, lockout_after=lockout_after,
+                                      lockout=LOCKOUT_SECONDS)
+        self.max_sessions = max_sessions
+        self.sessions = 0
+        self.refused_logins = RateLimitedLog(log)
+        self.refused_commands = RateLimitedLog(log)
+
+
+class ControlSession:
+    """One control connection: its role, where it comes from, and the router it acts on."""
+
+    def __init__(self, router: OperatedRouter, address: str = CONTROL_HOST,
+                 guard: ControlGuard | None = None) -> None:
         self.router = router
+        self.address = address
+        config = router.config
+        self.guard = guard or ControlGuard(
+            login_delay=config.control_login_delay,
+            lockout_after=config.control_lockout_after,
+            max_sessions=config.control_max_sessions,
+        )
         self.role = Role.NONE
         self.done = False
 
@@ -95,7 +127,9 @@ class ControlSession:
             return [f"error: unknown command {name!r}; try help"]
         needed, handler = command
         if not self._allows(needed):
-            log.warning("control port: %s refused without the %s role", name, needed.value)
+            self.guard.refused_commands.warning(
+                "control port: %s from %s refused without the %s role", name, self.address,
+                needed.value)
             return ["AUTH"]
         return await handler(self, args)
 
@@ -114,10 +148,25 @@ async def _auth(session: ControlSession, args: list[str]) -> list[str]:
     config = session.router.config
     given = args[0].encode() if len(args) == 1 else b""
     session.role = Role.NONE
-    if _same(config.control_admin_password, given):
-        session.role = Role.ADMIN
-    elif _same(config.control_user_password, given):
-        session.role = Role.USER
+    throttle, address = session.guard.throttle, session.address
+    async with throttle.turn(address):  # one attempt of an address at a time
+        locked = throttle.locked_for(address)
+        if locked:
+            session.guard.refused_logins.warning(
+                "control port: login refused from %s: locked out for %.0f s more", address,
+                locked)
+            return [f"error: locked out after {throttle.lockout_after} wrong passwords; "
+                    f"try again in {math.ceil(locked)} s"]
+        if _same(config.control_admin_password, given):
+            session.role = Role.ADMIN
+        elif _same(config.control_user_password, given):
+            session.role = Role.USER
+        if session.role is Role.NONE:
+            session.guard.refused_logins.warning(
+                "control port: login refused from %s (a wrong password)", address)
+            await throttle.failed(address)
+        else:
+            throttle.succeeded(address)
     return [f"Current role is {session.role.value}"]
 
 
@@ -279,26 +328,56 @@ async def serve_control(
 ) -> None:
     """Serve control sessions on 127.0.0.1:port until cancelled; reports the bound port."""
     listeners = await open_listeners("the control port", CONTROL_HOST, port)
+    config = router.config
+    guard = ControlGuard(login_delay=config.control_login_delay,
+                         lockout_after=config.control_lockout_after,
+                         max_sessions=config.control_max_sessions)
 
     async def handle(stream: trio.SocketStream) -> None:
+        if guard.sessions >= guard.max_sessions:
+            guard.refused_commands.warning(
+                "control port: a session refused: %d are open", guard.sessions)
+            with trio.move_on_after(1.0):
+                await _send_quietly(stream, f"error: too many control sessions "
+                                    f"({guard.max_sessions}); try again later\n".encode())
+            await trio.aclose_forcefully(stream)
+            return
+        guard.sessions += 1
         try:
-            await run_session(ControlSession(router), stream)
+            guard.throttle.forget_idle()
+            await run_session(ControlSession(router, _peer_host(stream), guard), stream)
         except (*STREAM_GONE, trio.TooSlowError,
                 LineTooLong, UnicodeDecodeError) as e:
             log.debug("control session ended: %r", e)
         except Exception:  # a failing command ends its session, never the router
             log.exception("control session failed")
         finally:
+            guard.sessions -= 1
             await trio.aclose_forcefully(stream)
 
     task_status.started(bound_port(listeners))
     await trio.serve_listeners(handle, listeners)
 
 
+async def _send_quietly(stream: trio.abc.Stream, data: bytes) -> None:
+    try:
+        await stream.send_all(data)
+    except STREAM_GONE:
+        pass
+
+
+def _peer_host(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername()[0])
+    except OSError:
+        return "?"
+
+
 async def run_session(session: ControlSession, stream: trio.abc.Stream) -> None:
     buffer = bytearray()
     while not session.done:
-        with trio.fail_after(IDLE_TIMEOUT):
+        with trio.fail_after(IDLE_TIMEOUT if session.role is not Role.NONE
+                             else UNAUTHENTICATED_TIMEOUT):
             line = await _read_line(stream, buffer)
         if line is None:
             return

@@ -268,8 +268,13 @@ class StatsLog:
 
     async def _write_in_thread(self, lines: list[str]) -> None:
         # The snapshot and the state are taken here, on the router's thread; only
-        # the file work moves to the worker.
-        await trio.to_thread.run_sync(self._write, lines, self._state_bytes())
+        # the file work moves to the worker. A full disk costs the log these lines,
+        # never the router its start or its run.
+        try:
+            await trio.to_thread.run_sync(self._write, lines, self._state_bytes())
+        except OSError as e:
+            log.warning("stats log: cannot write %s: %s; %d line(s) lost", self.path,
+                        e.strerror or e, len(lines))
         self._lines_written += len(lines)
         self._written.set()
         self._written = trio.Event()
@@ -284,7 +289,11 @@ class StatsLog:
                 await self._write_next_boundary()
         finally:
             # A clean stop: keep the partial interval for the next start.
-            self.save()
+            try:
+                self.save()
+            except OSError as e:
+                log.warning("stats log: cannot save its state in %s: %s", self.state_path,
+                            e.strerror or e)
 
     async def _write_next_boundary(self) -> None:
         boundary = self.next_boundary()

@@ -29,6 +29,17 @@ DEFAULT_STATS_INTERVAL = 3600  # seconds per stats log line
 # slowed, one creating queues in a loop is.
 DEFAULT_NEW_QUEUE_RATE = 10.0
 DEFAULT_NEW_QUEUE_BURST = 100
+# The same for one client address (a few users behind one NAT may each create
+# their queues at once) and for the router as a whole (8.6 million queues a day).
+DEFAULT_NEW_QUEUE_ADDRESS_RATE = 20.0
+DEFAULT_NEW_QUEUE_ADDRESS_BURST = 200
+DEFAULT_NEW_QUEUE_TOTAL_RATE = 100.0
+DEFAULT_NEW_QUEUE_TOTAL_BURST = 1000
+# The operation ports (README "Control port", "Metrics").
+DEFAULT_CONTROL_LOGIN_DELAY = 0.5
+DEFAULT_CONTROL_LOCKOUT_AFTER = 10
+DEFAULT_CONTROL_MAX_SESSIONS = 16
+DEFAULT_METRICS_MAX_CONNECTIONS = 8
 DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -76,10 +87,18 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
     control_port: int | None = None  # control commands on 127.0.0.1; None: not served
     control_admin_password: str | None = None
     control_user_password: str | None = None
+    control_login_delay: float = DEFAULT_CONTROL_LOGIN_DELAY  # seconds per wrong password so far
+    control_lockout_after: int = DEFAULT_CONTROL_LOCKOUT_AFTER  # wrong passwords per address
+    control_max_sessions: int = DEFAULT_CONTROL_MAX_SESSIONS  # control sessions open at once
+    metrics_max_connections: int = DEFAULT_METRICS_MAX_CONNECTIONS  # scrapes served at once
     # Limits (limits.py). Off here, for embedding programs, tests and benchmarks;
     # `smp-router serve` sets the DEFAULT_* values unless its configuration says otherwise.
     new_queue_rate: float | None = None  # NEW per second per connection after the burst
     new_queue_burst: int = DEFAULT_NEW_QUEUE_BURST  # NEWs a connection may make at once
+    new_queue_address_rate: float | None = None  # the same per client address (IPv6: /64)
+    new_queue_address_burst: int = DEFAULT_NEW_QUEUE_ADDRESS_BURST
+    new_queue_total_rate: float | None = None  # the same for the whole router
+    new_queue_total_burst: int = DEFAULT_NEW_QUEUE_TOTAL_BURST
     memory_store_max_bytes: int | None = None  # message body bytes the memory store holds
     information: tuple[tuple[str, str], ...] = ()  # [INFORMATION] fields for the info page
 
@@ -138,10 +157,17 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
             self.control_admin_password or self.control_user_password
         ):
             raise ConfigError("the control port needs an admin or a user password")
-        if self.new_queue_rate is not None:
-            _check_duration("new_queue_rate", self.new_queue_rate)
-        if self.new_queue_burst < 1:
-            raise ConfigError(f"new queue burst must be at least 1, not {self.new_queue_burst}")
+        for scale in ("", "address_", "total_"):
+            rate, burst = f"new_queue_{scale}rate", f"new_queue_{scale}burst"
+            if getattr(self, rate) is not None:
+                _check_duration(rate, getattr(self, rate))
+            if getattr(self, burst) < 1:
+                raise ConfigError(f"{burst.replace('_', ' ')} must be at least 1, "
+                                  f"not {getattr(self, burst)}")
+        _check_duration("control_login_delay", self.control_login_delay)
+        for name in ("control_lockout_after", "control_max_sessions",
+                     "metrics_max_connections"):
+            _check_count(name, getattr(self, name))
         if self.memory_store_max_bytes is not None and self.memory_store_max_bytes < 1:
             raise ConfigError("memory store max bytes must be at least 1")
 
