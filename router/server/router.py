@@ -70,7 +70,9 @@ InfoPage = Callable[[HttpRequest], HttpResponse]
 # needs a restart.
 LIVE_SETTINGS = frozenset({
     "quota", "password", "allow_new_queues", "control_admin_password",
-    "control_user_password", "new_queue_rate", "new_queue_burst", "memory_store_max_bytes",
+    "control_user_password", "new_queue_rate", "new_queue_burst", "new_queue_address_rate",
+    "new_queue_address_burst", "new_queue_total_rate", "new_queue_total_burst",
+    "memory_store_max_bytes",
     "information", "tls_cert", "tls_key",
 })
 

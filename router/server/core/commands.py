@@ -75,7 +75,7 @@ from store.interfaces import (
     WriteResult,
 )
 
-from .limits import MEMORY_FULL, NEW_RATE_LIMITED, NewQueueLimits
+from .limits import MEMORY_FULL, NEW_RATE_LIMITED, NewQueueLimits, new_queue_limits
 from .subscriptions import ClientSubscriptions, Event, Sub, Subscriptions
 from .verified import Verified, error_transmission
 
@@ -151,9 +151,8 @@ class Commands:
         """Commands from now on follow `config` (quota, passwords, the NEW limits)."""
         old = self._context.config
         self._context = replace(self._context, config=config)
-        if (old.new_queue_rate, old.new_queue_burst) != (config.new_queue_rate,
-                                                          config.new_queue_burst):
-            self._new_buckets.clear()  # each connection starts a bucket of the new size
+        if new_queue_limits(old) != new_queue_limits(config):
+            self._new_limits = NewQueueLimits(config)  # every bucket starts at its new size
 
     async def execute(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         blocked = self._context.blocked.reasons  # a plain dict: empty on most routers

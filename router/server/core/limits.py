@@ -106,6 +106,13 @@ class NewQueueLimits:
         return bucket
 
 
+def new_queue_limits(config: RouterConfig) -> tuple[float | int | None, ...]:
+    """The settings NewQueueLimits is made from."""
+    return (config.new_queue_rate, config.new_queue_burst, config.new_queue_address_rate,
+            config.new_queue_address_burst, config.new_queue_total_rate,
+            config.new_queue_total_burst)
+
+
 def remote_host(remote: str) -> str:
     """The host of a transport's "host:port" or "[v6 host]:port"."""
     host = remote.rsplit(":", 1)[0]

@@ -112,6 +112,16 @@ def parse_number(value: str) -> float:
     return number
 
 
+def _non_negative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"must be a number, not {value!r}") from None
+    if not (number >= 0 and math.isfinite(number)):
+        raise ValueError(f"must be a number, at least 0, not {value!r}")
+    return number
+
+
 def parse_port_number(value: str) -> int:
     try:
         number = int(value)
@@ -253,25 +263,25 @@ KEYS: tuple[Key, ...] = (
         _optional_number, DEFAULT_NEW_QUEUE_ADDRESS_RATE,
         "NEW commands one client address (IPv6: its /64) may send per second, after its "
         "burst; off: no limit"),
-    Key("LIMITS", "new_queues_burst_per_address", "new_queue_address_burst", _int,
+    Key("LIMITS", "new_queues_burst_per_address", "new_queue_address_burst", _whole,
         DEFAULT_NEW_QUEUE_ADDRESS_BURST, "NEW commands one client address may send at once"),
     Key("LIMITS", "new_queues_per_second_total", "new_queue_total_rate", _optional_number,
         DEFAULT_NEW_QUEUE_TOTAL_RATE,
         "NEW commands the router takes per second from all clients, after its burst; off: "
         "no limit"),
-    Key("LIMITS", "new_queues_burst_total", "new_queue_total_burst", _int,
+    Key("LIMITS", "new_queues_burst_total", "new_queue_total_burst", _whole,
         DEFAULT_NEW_QUEUE_TOTAL_BURST, "NEW commands the router takes at once"),
-    Key("LIMITS", "control_login_delay", "control_login_delay", _number,
+    Key("LIMITS", "control_login_delay", "control_login_delay", _non_negative,
         DEFAULT_CONTROL_LOGIN_DELAY,
         "seconds a wrong control port password is answered after, times the wrong "
         "passwords its address gave so far (at most 10 s)"),
-    Key("LIMITS", "control_lockout_after", "control_lockout_after", _int,
+    Key("LIMITS", "control_lockout_after", "control_lockout_after", _whole,
         DEFAULT_CONTROL_LOCKOUT_AFTER,
         "wrong control port passwords after which their address is locked out for 15 "
         "minutes"),
-    Key("LIMITS", "control_max_sessions", "control_max_sessions", _int,
+    Key("LIMITS", "control_max_sessions", "control_max_sessions", _whole,
         DEFAULT_CONTROL_MAX_SESSIONS, "control port sessions open at once"),
-    Key("LIMITS", "metrics_max_connections", "metrics_max_connections", _int,
+    Key("LIMITS", "metrics_max_connections", "metrics_max_connections", _whole,
         DEFAULT_METRICS_MAX_CONNECTIONS, "metrics port connections open at once"),
     Key("LIMITS", "memory_store_max_bytes", "memory_store_max_bytes", _size,
         DEFAULT_MEMORY_STORE_MAX_BYTES,
