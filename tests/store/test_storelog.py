@@ -509,3 +509,17 @@ def test_the_example_in_the_format_document_compacts_as_documented():
     blocks = [b.splitlines() for b in re.findall(r"```\n(.*?)```", text, re.S)]
     example = next(i for i, b in enumerate(blocks) if b[0].endswith("status=active"))
     assert compact_records(blocks[example]) == blocks[example + 1]
+
+
+def test_the_links_example_in_the_format_document_compacts_as_documented():
+    text = (Path(__file__).parents[2] / "docs" / "store-log.md").read_text()
+    blocks = [b.splitlines() for b in re.findall(r"```\n(.*?)```", text, re.S)]
+    example = next(i for i, b in enumerate(blocks) if b[0].endswith("lusr=dXNlciBwYXJ0"))
+    assert {line.split(" ")[1] for line in blocks[example]} == {
+        "create",
+        "set_link",
+        "delete_link",
+    }
+    assert compact_records(blocks[example]) == blocks[example + 1]
+    state = replay(decode_record(line_payload(line.encode())) for line in blocks[example])
+    assert [link.user_data for link in state.links.values()] == [b"new user part"]
