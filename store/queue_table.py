@@ -59,7 +59,7 @@ class CreateQueue:
     record: QueueRecord  # the whole record; its updated_at is the time of the change
     link: QueueLinkData | None = None  # the queue's link (record.link_id is its id)
 
-    sets_link: ClassVar[bool] = True  # the queue's link after it is `link`
+    sets_link: ClassVar[bool] = True  # applied, it makes `link` the queue's link (None: none)
 
     @property
     def recipient_id(self) -> bytes:
@@ -74,7 +74,7 @@ class _Update(ABC):
 
     __slots__ = ()
     ts: int
-    sets_link: ClassVar[bool] = False
+    sets_link: ClassVar[bool] = False  # SetLink and DeleteLink: as CreateQueue's
 
     def after(self, old: QueueRecord | None) -> QueueRecord | None:
         return None if old is None else replace(old, updated_at=self.ts, **self.changed())
