@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from .compact_transforms import BAD_SHARD, fold_queues, output_lines, parse_store_lines
 
 log = logging.getLogger(__name__)
-TAIL_BYTES = 65536  # far more than one store log line
+TAIL_BYTES = 1 << 20  # far more than one store log line (a link's two parts: < 180 KB)
 
 
 class CorruptLogError(ValueError):

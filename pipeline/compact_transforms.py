@@ -13,6 +13,7 @@ reduces to "which record of each kind came last":
   it, else the `create`'s own value: `secure` sets the sender key;
   `add_notifier` / `delete_notifier` set the notifier and clear its service;
   `set_service` sets the recipient or notifier service; `suspend` sets status;
+  `set_link` sets the queue's link (`lid lfix lusr`), `delete_link` removes it;
 - `updated_at` is the time of the queue's latest record.
 
 That is one hash aggregation with `max` / `max_by` over a sequence number
@@ -34,12 +35,14 @@ INT = r"^-?[0-9]+$"
 
 # every field each record may have, and those it must have (docs/store-log.md)
 ALLOWED = {
-    "create": "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc",
+    "create": "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc mode lid lfix lusr",
     "secure": "ts rid skey",
     "add_notifier": "ts rid nid nkey ndh",
     "delete_notifier": "ts rid",
     "suspend": "ts rid",
     "set_service": "ts rid party svc",
+    "set_link": "ts rid lid lfix lusr",
+    "delete_link": "ts rid",
     "delete": "ts rid",
 }
 REQUIRED = {
@@ -49,9 +52,14 @@ REQUIRED = {
     "delete_notifier": "ts rid",
     "suspend": "ts rid",
     "set_service": "ts rid party",
+    "set_link": "ts rid lid lfix lusr",
+    "delete_link": "ts rid",
     "delete": "ts rid",
 }
-CREATE_FIELDS = ("sid", "rkey", "rdh", "skey", "secure", "status", "nid", "nkey", "ndh")
+CREATE_FIELDS = (
+    "sid", "rkey", "rdh", "skey", "secure", "status", "nid", "nkey", "ndh",
+    "mode", "lid", "lfix", "lusr",
+)  # fmt: skip
 
 
 def checksum(payload: Column) -> Column:
@@ -77,15 +85,15 @@ def _values_ok() -> Column:
         WHEN 'secure' THEN e.value IN ('0', '1')
         WHEN 'status' THEN e.value IN ('active', 'off')
         WHEN 'party' THEN e.value IN ('r', 'n')
+        WHEN 'mode' THEN e.value IN ('M', 'C')
         ELSE e.value RLIKE '{B64}' AND length(e.value) % 4 = 0 END)"""
     )
 
 
-def _notifier_whole() -> Column:
-    """A notifier is all three of nid, nkey and ndh, or none of them."""
-    return F.expr(
-        "size(filter(array('nid', 'nkey', 'ndh'), k -> map_contains_key(f, k))) IN (0, 3)"
-    )
+def _whole(*keys: str) -> Column:
+    """A group of fields (a notifier, a link) comes with all its fields or none of them."""
+    names = ", ".join(f"'{k}'" for k in keys)
+    return F.expr(f"size(filter(array({names}), k -> map_contains_key(f, k))) IN (0, {len(keys)})")
 
 
 def parse_store_lines(raw: DataFrame) -> DataFrame:
@@ -119,7 +127,8 @@ def parse_store_lines(raw: DataFrame) -> DataFrame:
         & F.forall(F.map_keys("f"), lambda k: F.array_contains(_by_op(ALLOWED), k))
         & F.forall(_by_op(REQUIRED), lambda k: F.map_contains_key("f", k))
         & _values_ok()
-        & _notifier_whole()
+        & _whole("nid", "nkey", "ndh")
+        & _whole("lid", "lfix", "lusr")
     )
     # `good` is computed once per line, in its own projection
     checked = parsed.select("*", F.coalesce(good, F.lit(False)).alias("good"))
@@ -155,6 +164,11 @@ def fold_queues(parsed: DataFrame) -> DataFrame:
         op == "add_notifier",
         F.struct(f["nid"].alias("nid"), f["nkey"].alias("nkey"), f["ndh"].alias("ndh")),
     )
+    link_change = op.isin("set_link", "delete_link")
+    new_link = F.when(
+        op == "set_link",
+        F.struct(f["lid"].alias("lid"), f["lfix"].alias("lfix"), f["lusr"].alias("lusr")),
+    )
     return parsed.groupBy("key").agg(
         F.count("*").alias("lines"),
         F.max_by("value", "seq").alias("last_value"),
@@ -174,6 +188,8 @@ def fold_queues(parsed: DataFrame) -> DataFrame:
         _value_of_last(F.when(ntf_service, f["svc"]), notifier_change | ntf_service).alias(
             "ns_val"
         ),
+        _last(link_change).alias("l_seq"),
+        _value_of_last(new_link, link_change).alias("l_val"),
         F.max_by("ts", "seq").alias("updated_at"),
     )
 
@@ -194,6 +210,7 @@ def _queue_columns() -> list[Column]:
     """Every field of a queue's `create` line, from the fold's columns."""
     cr = F.col("cr")
     notifier = _after_create("n_seq", F.col("n_val"), F.struct(cr["nid"], cr["nkey"], cr["ndh"]))
+    link = _after_create("l_seq", F.col("l_val"), F.struct(cr["lid"], cr["lfix"], cr["lusr"]))
     return [
         F.col("updated_at").alias("ts"),
         F.col("key").alias("rid"),
@@ -208,6 +225,10 @@ def _queue_columns() -> list[Column]:
         notifier.getField("ndh").alias("ndh"),
         _after_create("r_seq", F.col("r_val"), cr["rsvc"]).alias("rsvc"),
         _after_create("ns_seq", F.col("ns_val"), cr["nsvc"]).alias("nsvc"),
+        cr["mode"].alias("mode"),
+        link.getField("lid").alias("lid"),
+        link.getField("lfix").alias("lfix"),
+        link.getField("lusr").alias("lusr"),
     ]
 
 
@@ -218,7 +239,7 @@ def live_queues(folded: DataFrame) -> DataFrame:
 
 CREATE_ORDER = (
     "ts", "rid", "sid", "rkey", "rdh", "skey", "secure", "status",
-    "nid", "nkey", "ndh", "rsvc", "nsvc",
+    "nid", "nkey", "ndh", "rsvc", "nsvc", "mode", "lid", "lfix", "lusr",
 )  # fmt: skip
 
 

@@ -13,13 +13,13 @@ name, so a setting the kind does not have is refused with ValueError.
 `register_store_kind()` adds one at run time.
 
 Migration (`migrate_store`) copies into a fresh `<kind>-store.tmp/`, checks
-that the copy holds as many queues as the source and, queue by queue, as
-many messages (`MigrationCheckError` otherwise, and nothing is switched),
-renames it into place, and only then rewrites `STORE_KIND`: a crash at any
-point leaves the directory opening as one complete kind. The old kind's files
-are kept as `<kind>-store.old/`. A `progress(phase, done, total)` callback
-hears about every batch: phase "queues" counts queues, phase "messages"
-counts messages.
+that the copy holds as many queues and links (v15 short links, copied with
+their queues) as the source and, queue by queue, as many messages
+(`MigrationCheckError` otherwise, and nothing is switched), renames it into
+place, and only then rewrites `STORE_KIND`: a crash at any point leaves the
+directory opening as one complete kind. The old kind's files are kept as
+`<kind>-store.old/`. A `progress(phase, done, total)` callback hears about
+every batch: phase "queues" counts queues, phase "messages" counts messages.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .durability import FsyncPolicy, atomic_write, replace_durably
-from .interfaces import Message, QueueRecord
+from .interfaces import Message, QueueLinkData, QueueRecord
 from .journal import opener as journal_opener
 from .kinds import (
     StoreKind,
@@ -224,13 +224,19 @@ async def copy_stores(
     total = await src.queues.queue_count()
     report("queues", 0, total)
     batch: list[QueueRecord] = []
+    links: dict[bytes, QueueLinkData] = {}  # the links of the queues in `batch`
     async for rec in src.queues.iter_queues():
         batch.append(rec)
+        if rec.link_id is not None:
+            link = await src.queues.get_link(rec.recipient_id)
+            if link is None or link.link_id != rec.link_id:
+                raise MigrationCheckError(f"queue {rec.recipient_id.hex()}: its link is missing")
+            links[rec.recipient_id] = link
         if len(batch) >= MIGRATE_BATCH:
-            n_queues += await _put_queues(dst, batch)
-            batch = []
+            n_queues += await _put_queues(dst, batch, links)
+            batch, links = [], {}
             report("queues", n_queues, total)
-    n_queues += await _put_queues(dst, batch)
+    n_queues += await _put_queues(dst, batch, links)
     report("queues", n_queues, total)
     rids = [rid async for rid in src.messages.queue_ids()]
     total = 0
@@ -259,6 +265,11 @@ async def check_copy(src: Stores, dst: Stores, counts: tuple[int, int]) -> None:
             f"queue count check failed: source {src_queues}, copied {n_queues}, "
             f"destination {dst_queues}"
         )
+    src_links, dst_links = await _link_count(src), await _link_count(dst)
+    if src_links != dst_links:
+        raise MigrationCheckError(
+            f"link count check failed: source {src_links}, destination {dst_links}"
+        )
     found = 0
     async for rid in src.messages.queue_ids():
         want, got = await src.messages.queue_size(rid), await dst.messages.queue_size(rid)
@@ -278,12 +289,18 @@ def _no_progress(phase: str, done: int, total: int) -> None:
     return None
 
 
-async def _put_queues(dst: Stores, records: list[QueueRecord]) -> int:
+async def _link_count(stores: Stores) -> int:
+    return sum([1 async for _ in stores.queues.iter_links()])
+
+
+async def _put_queues(
+    dst: Stores, records: list[QueueRecord], links: dict[bytes, QueueLinkData]
+) -> int:
     if dst.bulk_import is not None:
-        await dst.bulk_import(records, [])
+        await dst.bulk_import(records, [], list(links.items()))
         return len(records)
     for rec in records:
-        error = await dst.queues.add_queue(rec)
+        error = await dst.queues.add_queue(rec, links.get(rec.recipient_id))
         if error is not None:
             raise ValueError(f"queue {rec.recipient_id.hex()} could not be copied: {error}")
     return len(records)
@@ -291,7 +308,7 @@ async def _put_queues(dst: Stores, records: list[QueueRecord]) -> int:
 
 async def _put_messages(dst: Stores, messages: list[tuple[bytes, Message]]) -> int:
     if dst.bulk_import is not None:
-        await dst.bulk_import([], messages)
+        await dst.bulk_import([], messages, [])
         return len(messages)
     sizes: dict[bytes, int] = {}
     for rid, m in messages:

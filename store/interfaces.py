@@ -43,6 +43,7 @@ class Party(Enum):
     RECIPIENT = "r"
     SENDER = "s"
     NOTIFIER = "n"
+    LINK = "l"  # the id of a queue's short link (v15)
 
 
 class QueueStatus(Enum):
@@ -58,6 +59,22 @@ class NotifierCreds:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueLinkData:
+    """A queue's short link (v15): opaque to the router, encrypted by its clients.
+
+    At most one per queue; its link id is unique across queues. `fixed_data`
+    never changes once stored: only `user_data` may be replaced (LSET).
+    """
+
+    link_id: bytes  # 24 bytes in practice
+    fixed_data: bytes
+    user_data: bytes
+
+
+QUEUE_MODES = (b"M", b"C")  # messaging (the sender secures it), contact (an address)
+
+
+@dataclass(frozen=True, slots=True)
 class QueueRecord:
     recipient_id: bytes
     sender_id: bytes
@@ -70,6 +87,10 @@ class QueueRecord:
     rcv_service_id: bytes | None = None  # service whose SUBS covers this queue
     ntf_service_id: bytes | None = None  # service whose NSUBS covers its notifier
     updated_at: int = 0  # Unix seconds of the last change, for activity statistics
+    # v15: b"M" or b"C"; None for a queue created without queue data (before v15,
+    # or NEW without it). The router keeps snd_secure == (queue_mode == b"M").
+    queue_mode: bytes | None = None
+    link_id: bytes | None = None  # the id of the queue's link, if it has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +110,27 @@ class WriteResult(Enum):
 
 
 class QueueStore(Protocol):
-    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
-        """Store a new queue; DUPLICATE if any of its ids is taken."""
+    async def add_queue(
+        self, record: QueueRecord, link: QueueLinkData | None = None
+    ) -> ErrorType | None:
+        """Store a new queue, with its link if given (together: both or neither;
+        `record.link_id` must be `link.link_id`); DUPLICATE if any of its ids is
+        taken, the link id included."""
 
     async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
-        """Look a queue up by the id of one party (recipient, sender or notifier)."""
+        """Look a queue up by the id of one party (recipient, sender, notifier or link)."""
+
+    async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
+        """The queue's link; None if the queue does not exist or has no link."""
+
+    async def set_link(self, recipient_id: bytes, link: QueueLinkData) -> ErrorType | None:
+        """LSET: give the queue a link, or replace its user data. AUTH if the queue
+        is not there, if it has a link with another link id or other fixed data, or
+        if the link id belongs to another queue."""
+
+    async def delete_link(self, recipient_id: bytes) -> ErrorType | None:
+        """LDEL: remove the queue's link and free its id (fine if it has none);
+        AUTH if the queue is not there."""
 
     async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
         """Set the sender key once; the same key again is fine, another is AUTH."""
@@ -115,10 +152,13 @@ class QueueStore(Protocol):
         """Every queue whose `party` side (RECIPIENT or NOTIFIER) is associated with the service."""
 
     async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
-        """Remove the queue; returns the removed record, or AUTH if there was none."""
+        """Remove the queue and its link; returns the removed record, or AUTH if there was none."""
 
     def iter_queues(self) -> AsyncIterator[QueueRecord]:
         """Every stored queue, for export, migration and statistics."""
+
+    def iter_links(self) -> AsyncIterator[tuple[bytes, QueueLinkData]]:
+        """(recipient id, link) of every queue that has a link, for migration checks."""
 
     async def queue_count(self) -> int: ...
 

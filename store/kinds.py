@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from .durability import FsyncPolicy
-from .interfaces import Message, MessageStore, QueueRecord, QueueStore
+from .interfaces import Message, MessageStore, QueueLinkData, QueueRecord, QueueStore
 
-BulkImport = Callable[[list[QueueRecord], list[tuple[bytes, Message]]], Awaitable[Any]]
+# (queues, messages, links as (recipient id, link)) inserted in one transaction
+BulkImport = Callable[
+    [list[QueueRecord], list[tuple[bytes, Message]], list[tuple[bytes, QueueLinkData]]],
+    Awaitable[Any],
+]
 
 
 @dataclass(slots=True)

@@ -4,14 +4,20 @@ A change to a queue is a typed record (`CreateQueue`, `SecureQueue`, ...);
 `step` is the pure function that gives a queue after a change, and
 `QueueTable.apply` the only code that changes a table of queues. The rules a
 change must pass (DUPLICATE for a taken id, AUTH for a queue that is not
-there, a sender key set once) are the `decide_*` functions: each looks at the
-queue as it is and returns the change to make, the error to answer, or None
-when there is nothing to do.
+there, a sender key set once, a link's fixed data kept) are the `decide_*`
+functions: each looks at the queue as it is and returns the change to make,
+the error to answer, or None when there is nothing to do.
 
 Every queue store uses the same three pieces: the memory store decides and
 applies; the store log decides, appends the change to its file, then
 applies; SQLite decides against its cached record, writes `step`'s result to
 its row, and keeps its cache in a `QueueTable`.
+
+A queue's short link (v15) is part of its state: the record carries its link
+id (indexed like the sender id), and the table keeps the link itself beside
+the record (`links`), because the router reads it only for LGET and LKEY. A
+link comes with the queue (`CreateQueue.link`), is set or replaced by
+`SetLink` and removed by `DeleteLink` or with its queue.
 """
 
 from __future__ import annotations
@@ -26,11 +32,18 @@ from collections.abc import (
     MutableMapping,
 )
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from router.protocol.types import AUTH, ErrorType
 
-from .interfaces import DUPLICATE, NotifierCreds, Party, QueueRecord, QueueStatus
+from .interfaces import (
+    DUPLICATE,
+    NotifierCreds,
+    Party,
+    QueueLinkData,
+    QueueRecord,
+    QueueStatus,
+)
 
 # --- changes ----------------------------------------------------------------------
 #
@@ -44,6 +57,9 @@ from .interfaces import DUPLICATE, NotifierCreds, Party, QueueRecord, QueueStatu
 @dataclass(slots=True)
 class CreateQueue:
     record: QueueRecord  # the whole record; its updated_at is the time of the change
+    link: QueueLinkData | None = None  # the queue's link (record.link_id is its id)
+
+    sets_link: ClassVar[bool] = True  # applied, it makes `link` the queue's link (None: none)
 
     @property
     def recipient_id(self) -> bytes:
@@ -58,6 +74,7 @@ class _Update(ABC):
 
     __slots__ = ()
     ts: int
+    sets_link: ClassVar[bool] = False  # SetLink and DeleteLink: as CreateQueue's
 
     def after(self, old: QueueRecord | None) -> QueueRecord | None:
         return None if old is None else replace(old, updated_at=self.ts, **self.changed())
@@ -119,6 +136,30 @@ class SetService(_Update):
 
 
 @dataclass(slots=True)
+class SetLink(_Update):
+    ts: int
+    recipient_id: bytes
+    link: QueueLinkData
+
+    sets_link: ClassVar[bool] = True
+
+    def changed(self) -> dict[str, Any]:
+        return {"link_id": self.link.link_id}
+
+
+@dataclass(slots=True)
+class DeleteLink(_Update):
+    ts: int
+    recipient_id: bytes
+
+    sets_link: ClassVar[bool] = True
+    link: ClassVar[None] = None
+
+    def changed(self) -> dict[str, Any]:
+        return {"link_id": None}
+
+
+@dataclass(slots=True)
 class DeleteQueue:
     ts: int
     recipient_id: bytes
@@ -134,6 +175,8 @@ LogRecord = (
     | DeleteNotifier
     | SuspendQueue
     | SetService
+    | SetLink
+    | DeleteLink
     | DeleteQueue
 )
 
@@ -157,15 +200,27 @@ class QueueTable:
     whole record (a cache that loads records from elsewhere). The indexes are
     derived from the records: a change removes the old record's entries and
     adds the new's. `queues` may be any mapping (SQLite passes an OrderedDict
-    to keep its records in the order they were used).
+    to keep its records in the order they were used). `links` holds the link
+    of every queue that has one, when the table holds links at all: `apply`
+    keeps it, `put` (SQLite's cache, which leaves links in the database) does not.
     """
 
-    __slots__ = ("queues", "senders", "notifiers", "rcv_services", "ntf_services")
+    __slots__ = (
+        "queues",
+        "senders",
+        "notifiers",
+        "link_ids",
+        "links",
+        "rcv_services",
+        "ntf_services",
+    )
 
     def __init__(self, queues: MutableMapping[bytes, QueueRecord] | None = None) -> None:
         self.queues: MutableMapping[bytes, QueueRecord] = {} if queues is None else queues
         self.senders: dict[bytes, bytes] = {}  # sender id -> recipient id
         self.notifiers: dict[bytes, bytes] = {}  # notifier id -> recipient id
+        self.link_ids: dict[bytes, bytes] = {}  # link id -> recipient id
+        self.links: dict[bytes, QueueLinkData] = {}  # recipient id -> its link
         self.rcv_services: dict[bytes, set[bytes]] = {}  # service id -> recipient ids
         self.ntf_services: dict[bytes, set[bytes]] = {}
 
@@ -174,12 +229,19 @@ class QueueTable:
         queues = self.queues
         old = queues.get(rid)
         new = rec.after(old)
+        if new is not None and rec.sets_link:
+            if rec.link is None:
+                self.links.pop(rid, None)
+            else:
+                self.links[rid] = rec.link
         if old is not None and new is not None and _same_index(old, new):
             queues[rid] = new  # most changes leave every id and service as it was
             return
         if old is not None:
             del queues[rid]
             self._unindex(old)
+            if new is None:
+                self.links.pop(rid, None)
         if new is not None:
             queues[rid] = new
             self._index(new)
@@ -195,18 +257,24 @@ class QueueTable:
         old = self.queues.pop(rid, None)
         if old is not None:
             self._unindex(old)
+            self.links.pop(rid, None)
         return old
 
     def get(self, party: Party, entity_id: bytes) -> QueueRecord | None:
         if party is Party.RECIPIENT:
             return self.queues.get(entity_id)
-        rid = (self.senders if party is Party.SENDER else self.notifiers).get(entity_id)
+        rid = self._ids_of(party).get(entity_id)
         return None if rid is None else self.queues.get(rid)
 
     def taken(self, party: Party, entity_id: bytes) -> bool:
         if party is Party.RECIPIENT:
             return entity_id in self.queues
-        return entity_id in (self.senders if party is Party.SENDER else self.notifiers)
+        return entity_id in self._ids_of(party)
+
+    def _ids_of(self, party: Party) -> dict[bytes, bytes]:
+        if party is Party.SENDER:
+            return self.senders
+        return self.notifiers if party is Party.NOTIFIER else self.link_ids
 
     def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
         index = self.rcv_services if party is Party.RECIPIENT else self.ntf_services
@@ -218,6 +286,8 @@ class QueueTable:
     def _index(self, rec: QueueRecord) -> None:
         rid = rec.recipient_id
         self.senders[rec.sender_id] = rid
+        if rec.link_id is not None:
+            self.link_ids[rec.link_id] = rid
         _add(self.rcv_services, rec.rcv_service_id, rid)
         if rec.notifier is not None:
             self.notifiers[rec.notifier.notifier_id] = rid
@@ -227,6 +297,8 @@ class QueueTable:
         rid = rec.recipient_id
         if self.senders.get(rec.sender_id) == rid:
             del self.senders[rec.sender_id]
+        if rec.link_id is not None and self.link_ids.get(rec.link_id) == rid:
+            del self.link_ids[rec.link_id]
         _discard(self.rcv_services, rec.rcv_service_id, rid)
         if rec.notifier is not None:
             if self.notifiers.get(rec.notifier.notifier_id) == rid:
@@ -239,6 +311,7 @@ def _same_index(old: QueueRecord, new: QueueRecord) -> bool:
     return (
         old.sender_id == new.sender_id
         and old.notifier is new.notifier
+        and old.link_id == new.link_id
         and old.rcv_service_id == new.rcv_service_id
         and old.ntf_service_id == new.ntf_service_id
     )
@@ -277,15 +350,25 @@ class IdIndex(Protocol):
 Decision = LogRecord | ErrorType | None  # the change to make, the answer, or nothing to do
 
 
-def decide_create(ids: IdIndex, record: QueueRecord) -> CreateQueue | ErrorType:
+def decide_create(
+    ids: IdIndex, record: QueueRecord, link: QueueLinkData | None = None
+) -> CreateQueue | ErrorType:
+    check_link_id(record, link)
     notifier = record.notifier
     if (
         ids.taken(Party.RECIPIENT, record.recipient_id)
         or ids.taken(Party.SENDER, record.sender_id)
         or (notifier is not None and ids.taken(Party.NOTIFIER, notifier.notifier_id))
+        or (link is not None and ids.taken(Party.LINK, link.link_id))
     ):
         return DUPLICATE
-    return CreateQueue(record)
+    return CreateQueue(record, link)
+
+
+def check_link_id(record: QueueRecord, link: QueueLinkData | None) -> None:
+    """A queue is stored with its link or without one, never half of it."""
+    if record.link_id != (None if link is None else link.link_id):
+        raise ValueError("a queue's link_id must be the id of the link stored with it")
 
 
 def decide_secure(
@@ -335,6 +418,37 @@ def check_service_party(party: Party) -> None:
         raise ValueError(f"a service covers the recipient or notifier side, not {party}")
 
 
+def decide_set_link(
+    ids: IdIndex,
+    rec: QueueRecord | None,
+    current: QueueLinkData | None,
+    link: QueueLinkData,
+    now: int,
+) -> SetLink | ErrorType | None:
+    """LSET: the fixed data of a link never changes; only its user data may be replaced.
+
+    `current` is the queue's link as stored. A queue with a link accepts the
+    same link id and fixed data (AUTH otherwise); a queue without one accepts
+    a link id no other queue holds (AUTH otherwise).
+    """
+    if rec is None:
+        return AUTH
+    if current is not None:
+        if current.link_id != link.link_id or current.fixed_data != link.fixed_data:
+            return AUTH
+        if current.user_data == link.user_data:
+            return None
+    elif ids.taken(Party.LINK, link.link_id):
+        return AUTH
+    return SetLink(now, rec.recipient_id, link)
+
+
+def decide_delete_link(rec: QueueRecord | None, now: int) -> DeleteLink | ErrorType | None:
+    if rec is None:
+        return AUTH
+    return None if rec.link_id is None else DeleteLink(now, rec.recipient_id)
+
+
 def decide_delete(rec: QueueRecord | None, now: int) -> DeleteQueue | ErrorType:
     return AUTH if rec is None else DeleteQueue(now, rec.recipient_id)
 
@@ -376,8 +490,10 @@ class TableQueueStore:
     def _queue(self, recipient_id: bytes) -> QueueRecord | None:
         return self._table.queues.get(recipient_id)
 
-    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
-        return await self._make(decide_create(self._table, record))
+    async def add_queue(
+        self, record: QueueRecord, link: QueueLinkData | None = None
+    ) -> ErrorType | None:
+        return await self._make(decide_create(self._table, record, link))
 
     async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
         return self._table.get(party, entity_id)
@@ -406,6 +522,16 @@ class TableQueueStore:
     async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
         return self._table.service_queues(service_id, party)
 
+    async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
+        return self._table.links.get(recipient_id)
+
+    async def set_link(self, recipient_id: bytes, link: QueueLinkData) -> ErrorType | None:
+        rec, current = self._queue(recipient_id), self._table.links.get(recipient_id)
+        return await self._make(decide_set_link(self._table, rec, current, link, self._now()))
+
+    async def delete_link(self, recipient_id: bytes) -> ErrorType | None:
+        return await self._make(decide_delete_link(self._queue(recipient_id), self._now()))
+
     async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
         rec = self._queue(recipient_id)
         error = await self._make(decide_delete(rec, self._now()))
@@ -417,6 +543,10 @@ class TableQueueStore:
         # A snapshot, so callers may await (and other tasks may change the store) meanwhile.
         for rec in list(self._table.queues.values()):
             yield rec
+
+    async def iter_links(self) -> AsyncIterator[tuple[bytes, QueueLinkData]]:
+        for item in list(self._table.links.items()):
+            yield item
 
     async def queue_count(self) -> int:
         return len(self._table.queues)

@@ -2,12 +2,13 @@
 
 Theory of operation. The file is a sequence of typed records, one per line
 (`create`, `secure`, `add_notifier`, `delete_notifier`, `suspend`,
-`set_service`, `delete`; the format is store/journal/storelog_format.py and
-docs/store-log.md). The state is a pure fold over them: `replay(records)`
-starts from no queues and applies `step` to each (store/queue_table.py), and
-`step` is the only code that ever changes the live table, so the router's
-state is, at every moment, the replay of its own log. This module holds the
-files (recovery, compaction, backups) and the store that appends to them.
+`set_service`, `set_link`, `delete_link`, `delete`; the format is
+store/journal/storelog_format.py and docs/store-log.md). The state is a pure
+fold over them: `replay(records)` starts from no queues and applies `step` to
+each (store/queue_table.py), and `step` is the only code that ever changes the
+live table, so the router's state is, at every moment, the replay of its own
+log. This module holds the files (recovery, compaction, backups) and the store
+that appends to them.
 
 A change is validated against the table, appended (write + flush to the OS),
 applied, and then made as durable as the fsync policy says; validation, append
@@ -50,11 +51,17 @@ from ..durability import (
     write_all,
     write_synced,
 )
-from ..interfaces import QueueRecord, StoreError
+from ..interfaces import StoreError
 from ..kinds import closing_opener
 from ..queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore
 from .logfile import LogCorruptError, encode_line, iter_log, log
-from .storelog_format import compact_records, decode_record, encode_record, snapshot_lines
+from .storelog_format import (
+    compact_records,
+    decode_record,
+    encode_record,
+    snapshot_lines,
+    snapshot_record,
+)
 
 __all__ = [  # the records and the fold are in store/queue_table.py
     "FsyncPolicy",
@@ -203,7 +210,7 @@ def iter_snapshot_lines(table: QueueTable) -> Iterator[str]:
     lines start with their checksum in fixed-width lowercase hex, so they sort
     by checksum first; only the rare lines that share one are compared whole.
     """
-    records = list(table.queues.values())
+    records = [snapshot_record(table, r) for r in table.queues.values()]
     crcs = array("L", map(_snapshot_crc, records))
     order = sorted(range(len(records)), key=crcs.__getitem__)
     i = 0
@@ -216,12 +223,12 @@ def iter_snapshot_lines(table: QueueTable) -> Iterator[str]:
         i = j
 
 
-def _snapshot_line(record: QueueRecord) -> str:
-    return encode_line(encode_record(CreateQueue(record)))[:-1].decode("ascii")
+def _snapshot_line(create: CreateQueue) -> str:
+    return encode_line(encode_record(create))[:-1].decode("ascii")
 
 
-def _snapshot_crc(record: QueueRecord) -> int:
-    return zlib.crc32(encode_record(CreateQueue(record)).encode("ascii"))
+def _snapshot_crc(create: CreateQueue) -> int:
+    return zlib.crc32(encode_record(create).encode("ascii"))
 
 
 # --- the store -------------------------------------------------------------------------

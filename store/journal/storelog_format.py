@@ -13,15 +13,17 @@ import re
 from collections.abc import Iterable
 from typing import TypeVar
 
-from ..interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
+from ..interfaces import QUEUE_MODES, NotifierCreds, Party, QueueLinkData, QueueRecord, QueueStatus
 from ..queue_table import (
     AddNotifier,
     CreateQueue,
+    DeleteLink,
     DeleteNotifier,
     DeleteQueue,
     LogRecord,
     QueueTable,
     SecureQueue,
+    SetLink,
     SetService,
     SuspendQueue,
     replay,
@@ -35,9 +37,10 @@ _STATUS = {QueueStatus.ACTIVE: "active", QueueStatus.OFF: "off"}
 _STATUS_BY_NAME = {v: k for k, v in _STATUS.items()}
 _PARTY = {Party.RECIPIENT: "r", Party.NOTIFIER: "n"}
 _PARTY_BY_NAME = {v: k for k, v in _PARTY.items()}
+_MODE_BY_NAME = {m.decode("ascii"): m for m in QUEUE_MODES}
 _FIELDS = {  # every field a record may have, in the order they are written
     "create": (
-        "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc",
+        "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc mode lid lfix lusr",
         "ts rid sid rkey rdh secure status",
     ),
     "secure": ("ts rid skey", "ts rid skey"),
@@ -45,6 +48,8 @@ _FIELDS = {  # every field a record may have, in the order they are written
     "delete_notifier": ("ts rid", "ts rid"),
     "suspend": ("ts rid", "ts rid"),
     "set_service": ("ts rid party svc", "ts rid party"),
+    "set_link": ("ts rid lid lfix lusr", "ts rid lid lfix lusr"),
+    "delete_link": ("ts rid", "ts rid"),
     "delete": ("ts rid", "ts rid"),
 }
 
@@ -59,7 +64,15 @@ def unb64(text: str) -> bytes:
     return base64.b64decode(text, altchars=b"-_", validate=True)
 
 
-def _create_fields(r: QueueRecord) -> list[tuple[str, str | None]]:
+def _link_fields(link: QueueLinkData | None) -> list[tuple[str, str | None]]:
+    return [
+        ("lid", None if link is None else b64(link.link_id)),
+        ("lfix", None if link is None else b64(link.fixed_data)),
+        ("lusr", None if link is None else b64(link.user_data)),
+    ]
+
+
+def _create_fields(r: QueueRecord, link: QueueLinkData | None) -> list[tuple[str, str | None]]:
     n = r.notifier
     return [
         ("ts", str(r.updated_at)),
@@ -75,12 +88,14 @@ def _create_fields(r: QueueRecord) -> list[tuple[str, str | None]]:
         ("ndh", None if n is None else b64(n.rcv_ntf_dh_secret)),
         ("rsvc", None if r.rcv_service_id is None else b64(r.rcv_service_id)),
         ("nsvc", None if r.ntf_service_id is None else b64(r.ntf_service_id)),
+        ("mode", None if r.queue_mode is None else r.queue_mode.decode("ascii")),
+        *_link_fields(link),
     ]
 
 
 def _fields(rec: LogRecord) -> tuple[str, list[tuple[str, str | None]]]:
     if isinstance(rec, CreateQueue):
-        return "create", _create_fields(rec.record)
+        return "create", _create_fields(rec.record, rec.link)
     head = [("ts", str(rec.ts)), ("rid", b64(rec.recipient_id))]
     if isinstance(rec, SecureQueue):
         return "secure", head + [("skey", b64(rec.sender_key))]
@@ -94,7 +109,14 @@ def _fields(rec: LogRecord) -> tuple[str, list[tuple[str, str | None]]]:
     if isinstance(rec, SetService):
         svc = None if rec.service_id is None else b64(rec.service_id)
         return "set_service", head + [("party", _PARTY[rec.party]), ("svc", svc)]
-    names = {DeleteNotifier: "delete_notifier", SuspendQueue: "suspend", DeleteQueue: "delete"}
+    if isinstance(rec, SetLink):
+        return "set_link", head + _link_fields(rec.link)
+    names = {
+        DeleteNotifier: "delete_notifier",
+        SuspendQueue: "suspend",
+        DeleteLink: "delete_link",
+        DeleteQueue: "delete",
+    }
     return names[type(rec)], head
 
 
@@ -145,9 +167,19 @@ def _notifier(f: dict[str, str]) -> NotifierCreds | None:
     return NotifierCreds(unb64(f["nid"]), unb64(f["nkey"]), unb64(f["ndh"]))
 
 
+def _link(f: dict[str, str]) -> QueueLinkData | None:
+    present = [k for k in ("lid", "lfix", "lusr") if k in f]
+    if not present:
+        return None
+    if len(present) != 3:
+        raise ValueError("a link needs lid, lfix and lusr")
+    return QueueLinkData(unb64(f["lid"]), unb64(f["lfix"]), unb64(f["lusr"]))
+
+
 def _decode_create(f: dict[str, str]) -> CreateQueue:
     if f["secure"] not in ("0", "1"):
         raise ValueError(f"secure must be 0 or 1, not {f['secure']!r}")
+    link = _link(f)
     return CreateQueue(
         QueueRecord(
             recipient_id=unb64(f["rid"]),
@@ -161,7 +193,10 @@ def _decode_create(f: dict[str, str]) -> CreateQueue:
             rcv_service_id=_opt(f, "rsvc"),
             ntf_service_id=_opt(f, "nsvc"),
             updated_at=_int(f["ts"]),
-        )
+            queue_mode=_enum(_MODE_BY_NAME, f["mode"], "queue mode") if "mode" in f else None,
+            link_id=None if link is None else link.link_id,
+        ),
+        link,
     )
 
 
@@ -179,14 +214,27 @@ def decode_record(payload: str) -> LogRecord:
         return AddNotifier(ts, rid, notifier)
     if op == "set_service":
         return SetService(ts, rid, _enum(_PARTY_BY_NAME, f["party"], "party"), _opt(f, "svc"))
-    return {"delete_notifier": DeleteNotifier, "suspend": SuspendQueue, "delete": DeleteQueue}[op](
-        ts, rid
-    )
+    if op == "set_link":
+        link = _link(f)
+        assert link is not None  # all three fields are required for set_link
+        return SetLink(ts, rid, link)
+    plain = {
+        "delete_notifier": DeleteNotifier,
+        "suspend": SuspendQueue,
+        "delete_link": DeleteLink,
+        "delete": DeleteQueue,
+    }
+    return plain[op](ts, rid)
+
+
+def snapshot_record(table: QueueTable, record: QueueRecord) -> CreateQueue:
+    """The `create` of a compacted log that makes the queue as it is, its link included."""
+    return CreateQueue(record, table.links.get(record.recipient_id))
 
 
 def snapshot_lines(table: QueueTable) -> list[str]:
     """The compacted log of a state: one `create` line per queue, sorted, without LF."""
-    lines = (encode_line(encode_record(CreateQueue(r))) for r in table.queues.values())
+    lines = (encode_line(encode_record(snapshot_record(table, r))) for r in table.queues.values())
     return sorted(line[:-1].decode("ascii") for line in lines)
 
 

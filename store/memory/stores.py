@@ -36,6 +36,7 @@ from ..interfaces import (
     Message,
     NotifierCreds,
     Party,
+    QueueLinkData,
     QueueRecord,
     QueueStatus,
     WriteResult,
@@ -125,8 +126,10 @@ class MemoryQueueStore(TableQueueStore):
 
     # --- synchronous helpers (no checkpoint; also used by save/load) -------
 
-    def add_queue_nowait(self, record: QueueRecord) -> ErrorType | None:
-        decision = decide_create(self._table, record)
+    def add_queue_nowait(
+        self, record: QueueRecord, link: QueueLinkData | None = None
+    ) -> ErrorType | None:
+        decision = decide_create(self._table, record, link)
         if isinstance(decision, ErrorType):
             return decision
         self._table.apply(decision)
@@ -141,14 +144,16 @@ class MemoryQueueStore(TableQueueStore):
 
     def save(self, path: Path | str) -> int:
         """Write every queue record to `path` atomically; returns how many."""
-        return write_snapshot(path, _QUEUES_MAGIC, _encode_records(self._table.records()))
+        table = self._table
+        return write_snapshot(path, _QUEUES_MAGIC, _encode_records(table.records(), table.links))
 
     @classmethod
     def load(cls, path: Path | str, *, clock: Callable[[], float] = time.time) -> MemoryQueueStore:
         """A store holding the records of a snapshot written by `save`."""
         store = cls(clock=clock)
-        for rec in _decode_records(read_snapshot(path, _QUEUES_MAGIC)):
-            if store.add_queue_nowait(rec) is not None:
+        magic = _QUEUES_MAGIC_V1 if _magic_of(path) == _QUEUES_MAGIC_V1 else _QUEUES_MAGIC
+        for rec, link in _decode_records(read_snapshot(path, magic), magic):
+            if store.add_queue_nowait(rec, link) is not None:
                 raise SnapshotError(f"{path}: duplicate queue ids in snapshot")
         return store
 
@@ -301,7 +306,8 @@ class MemoryMessageStore:
 # crc32 of everything before it (4 bytes). Each item is a tag byte followed by
 # fields; a byte string is a u32 length and the bytes (0xFFFFFFFF = None).
 
-_QUEUES_MAGIC = b"SMPQUEv1"
+_QUEUES_MAGIC = b"SMPQUEv2"  # v2 adds the queue mode and the link (v15) to each queue
+_QUEUES_MAGIC_V1 = b"SMPQUEv1"  # still read: a snapshot written before links
 _MESSAGES_MAGIC = b"SMPMSGv1"
 _ITEM = b"\x01"
 _END = b"\x00"
@@ -331,6 +337,11 @@ def _snapshot_chunks(magic: bytes, items: Iterable[bytes], count: list[int]) -> 
         count[0] += 1
         yield chunk
     yield _END + _U32.pack(zlib.crc32(_END, crc))
+
+
+def _magic_of(path: Path | str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(len(_QUEUES_MAGIC))
 
 
 def read_snapshot(path: Path | str, magic: bytes) -> Iterator[_Reader]:
@@ -408,9 +419,12 @@ _STATUS_CODES = {QueueStatus.ACTIVE: 0, QueueStatus.OFF: 1}
 _STATUS_BY_CODE = {v: k for k, v in _STATUS_CODES.items()}
 
 
-def _encode_records(records: Iterable[QueueRecord]) -> Iterator[bytes]:
+def _encode_records(
+    records: Iterable[QueueRecord], links: dict[bytes, QueueLinkData]
+) -> Iterator[bytes]:
     for r in records:
         n = r.notifier
+        link = links.get(r.recipient_id) if r.link_id is not None else None
         yield b"".join(
             (
                 _b(r.recipient_id),
@@ -423,11 +437,15 @@ def _encode_records(records: Iterable[QueueRecord]) -> Iterator[bytes]:
                 _b(r.rcv_service_id),
                 _b(r.ntf_service_id),
                 _I64.pack(r.updated_at),
+                _b(r.queue_mode),
+                _b(link.link_id) + _b(link.fixed_data) + _b(link.user_data) if link else _b(None),
             )
         )
 
 
-def _decode_records(items: Iterator[_Reader]) -> Iterator[QueueRecord]:
+def _decode_records(
+    items: Iterator[_Reader], magic: bytes
+) -> Iterator[tuple[QueueRecord, QueueLinkData | None]]:
     for rd in items:
         rid, sid, rkey, rdh, skey = (
             rd.bytes_(),
@@ -440,7 +458,13 @@ def _decode_records(items: Iterator[_Reader]) -> Iterator[QueueRecord]:
         notifier = NotifierCreds(rd.bytes_(), rd.bytes_(), rd.bytes_()) if has_ntf else None
         if status not in _STATUS_BY_CODE:
             raise SnapshotError(f"unknown queue status code {status}")
-        yield QueueRecord(
+        rsvc, nsvc, updated_at = rd.opt_bytes(), rd.opt_bytes(), rd.i64()
+        mode, link = None, None
+        if magic != _QUEUES_MAGIC_V1:
+            mode, link_id = rd.opt_bytes(), rd.opt_bytes()
+            if link_id is not None:
+                link = QueueLinkData(link_id, rd.bytes_(), rd.bytes_())
+        record = QueueRecord(
             recipient_id=rid,
             sender_id=sid,
             recipient_key=rkey,
@@ -449,10 +473,13 @@ def _decode_records(items: Iterator[_Reader]) -> Iterator[QueueRecord]:
             snd_secure=bool(snd_secure),
             status=_STATUS_BY_CODE[status],
             notifier=notifier,
-            rcv_service_id=rd.opt_bytes(),
-            ntf_service_id=rd.opt_bytes(),
-            updated_at=rd.i64(),
+            rcv_service_id=rsvc,
+            ntf_service_id=nsvc,
+            updated_at=updated_at,
+            queue_mode=mode,
+            link_id=None if link is None else link.link_id,
         )
+        yield record, link
 
 
 def _encode_messages(queues: dict[bytes, deque[Message]]) -> Iterator[bytes]:

@@ -47,10 +47,20 @@ from router.protocol.types import INTERNAL, store_error
 from ..durability import DiskReserve, FsyncPolicy, GroupCommit
 from ..interfaces import (
     Message,
+    QueueLinkData,
     QueueRecord,
     StoreError,
 )
-from .schema import INSERT_MESSAGE, INSERT_QUEUE, SCHEMA, SCHEMA_VERSION, message_row, queue_row
+from ..queue_table import check_link_id
+from .schema import (
+    INSERT_MESSAGE,
+    INSERT_QUEUE,
+    MIGRATIONS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    insert_row,
+    message_row,
+)
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +155,12 @@ class SqliteDatabase:
                     INTERNAL, f"{self.path}: schema version {version} is newer than this router"
                 )
             conn.executescript(SCHEMA)
-            if version != SCHEMA_VERSION:
+            for to_version in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                # executescript commits first; each step and its version number are one transaction
+                conn.executescript(
+                    f"BEGIN; {MIGRATIONS[to_version]} PRAGMA user_version={to_version}; COMMIT;"
+                )
+            if version != SCHEMA_VERSION:  # no write at all when it is current (a full disk)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
             conn.close()
@@ -304,15 +319,24 @@ class SqliteDatabase:
     # --- migration ----------------------------------------------------------
 
     async def bulk_import(
-        self, queues: Iterable[QueueRecord], messages: Iterable[tuple[bytes, Message]] = ()
+        self,
+        queues: Iterable[QueueRecord],
+        messages: Iterable[tuple[bytes, Message]] = (),
+        links: Iterable[tuple[bytes, QueueLinkData]] = (),
     ) -> tuple[int, int]:
-        """Insert many queues and messages (each list oldest first per queue) in one
-        transaction; returns (queues, messages) inserted. Any duplicate id fails it all."""
+        """Insert many queues (with their links: recipient id, link) and messages (each
+        list oldest first per queue) in one transaction; returns (queues, messages)
+        inserted. Any duplicate id fails it all."""
         queues, messages = list(queues), list(messages)  # an op may run twice (batch retry)
+        by_queue = dict(links)
+        for rec in queues:
+            check_link_id(rec, by_queue.get(rec.recipient_id))
 
         def op(conn: sqlite3.Connection) -> tuple[int, int]:
             before = conn.total_changes
-            conn.executemany(INSERT_QUEUE, (queue_row(r) for r in queues))
+            conn.executemany(
+                INSERT_QUEUE, (insert_row(r, by_queue.get(r.recipient_id)) for r in queues)
+            )
             mid = conn.total_changes
             conn.executemany(INSERT_MESSAGE, (message_row(rid, m) for rid, m in messages))
             return mid - before, conn.total_changes - mid

@@ -2,7 +2,7 @@
 cache in memory.
 
 `SqliteQueueStore` keeps two things in memory. An index of the ids of every
-live queue (recipient, sender and notifier ids, nothing else) answers a lookup
+live queue (recipient, sender, notifier and link ids, nothing else) answers a lookup
 of an id that does not exist without touching the database: otherwise such a
 lookup would cost a read on the worker thread while an existing, cached queue
 costs none, and the answer time would tell which queue ids exist
@@ -35,17 +35,22 @@ from ..interfaces import (
     Message,
     NotifierCreds,
     Party,
+    QueueLinkData,
     QueueRecord,
     StoreError,
 )
 from ..queue_table import (
     Decision,
+    DeleteLink,
     QueueTable,
+    SetLink,
     check_service_party,
     decide_add_notifier,
     decide_create,
+    decide_delete_link,
     decide_delete_notifier,
     decide_secure,
+    decide_set_link,
     decide_set_service,
     decide_suspend,
     step,
@@ -53,11 +58,14 @@ from ..queue_table import (
 from .database import SqliteDatabase
 from .schema import (
     INSERT_QUEUE,
+    LINK_OF,
+    LINK_PAGE,
     LIVE_BY,
     PAGE,
     QUEUE_COLUMNS,
     QUEUE_PAGE,
     SELECT_QUEUE,
+    insert_row,
     queue_row,
     record_from_row,
 )
@@ -94,7 +102,7 @@ class _KeyedLocks:
 
 
 class _LiveIds:
-    """The ids of every live queue, per party (recipient, sender, notifier), nothing else."""
+    """The ids of every live queue, per party (recipient, sender, notifier, link), nothing else."""
 
     __slots__ = ("_ids",)
 
@@ -104,23 +112,27 @@ class _LiveIds:
     def taken(self, party: Party, entity_id: bytes) -> bool:
         return entity_id in self._ids[party]
 
-    def add(self, rid: bytes, sid: bytes, nid: bytes | None) -> None:
+    def add(self, rid: bytes, sid: bytes, nid: bytes | None, lid: bytes | None = None) -> None:
         self._ids[Party.RECIPIENT].add(rid)
         self._ids[Party.SENDER].add(sid)
         if nid is not None:
             self._ids[Party.NOTIFIER].add(nid)
+        if lid is not None:
+            self._ids[Party.LINK].add(lid)
 
     def discard(self, party: Party, entity_id: bytes) -> None:
         self._ids[party].discard(entity_id)
 
     def index(self, rec: QueueRecord) -> None:
-        self.add(rec.recipient_id, rec.sender_id, _notifier_id(rec))
+        self.add(rec.recipient_id, rec.sender_id, _notifier_id(rec), rec.link_id)
 
     def unindex(self, rec: QueueRecord) -> None:
         self.discard(Party.RECIPIENT, rec.recipient_id)
         self.discard(Party.SENDER, rec.sender_id)
         if rec.notifier is not None:
             self.discard(Party.NOTIFIER, rec.notifier.notifier_id)
+        if rec.link_id is not None:
+            self.discard(Party.LINK, rec.link_id)
 
 
 def _notifier_id(rec: QueueRecord) -> bytes | None:
@@ -153,7 +165,10 @@ class SqliteQueueStore:
 
     async def load_ids(self) -> None:
         """Read the ids of every live queue into the index (when the store opens)."""
-        sql = "SELECT recipient_id, sender_id, notifier_id FROM queues WHERE deleted_at IS NULL"
+        sql = (
+            "SELECT recipient_id, sender_id, notifier_id, link_id FROM queues"
+            " WHERE deleted_at IS NULL"
+        )
         rows = await self.db.read(lambda conn: conn.execute(sql).fetchall())
         for ids in rows:
             self._ids.add(*ids)
@@ -162,11 +177,14 @@ class SqliteQueueStore:
         return len(self._cache.queues)
 
     async def bulk_import(
-        self, queues: Iterable[QueueRecord], messages: Iterable[tuple[bytes, Message]] = ()
+        self,
+        queues: Iterable[QueueRecord],
+        messages: Iterable[tuple[bytes, Message]] = (),
+        links: Iterable[tuple[bytes, QueueLinkData]] = (),
     ) -> tuple[int, int]:
         """`SqliteDatabase.bulk_import`, with the imported queues' ids indexed."""
         queues = list(queues)
-        counts = await self.db.bulk_import(queues, messages)
+        counts = await self.db.bulk_import(queues, messages, links)
         for rec in queues:
             self._ids.index(rec)
         return counts
@@ -185,6 +203,8 @@ class SqliteQueueStore:
         old = self._cache.queues.get(rec.recipient_id) or previous
         if old is not None and old.notifier is not None and old.notifier != rec.notifier:
             self._ids.discard(Party.NOTIFIER, old.notifier.notifier_id)
+        if old is not None and old.link_id is not None and old.link_id != rec.link_id:
+            self._ids.discard(Party.LINK, old.link_id)
         self._ids.index(rec)
         self._cache.put(rec)  # the most recently used: put moves it to the end
         while len(self._cache.queues) > self.cache_size:
@@ -227,8 +247,10 @@ class SqliteQueueStore:
 
     # --- QueueStore ------------------------------------------------------------
 
-    async def add_queue(self, record: QueueRecord) -> ErrorType | None:
-        row = queue_row(record)
+    async def add_queue(
+        self, record: QueueRecord, link: QueueLinkData | None = None
+    ) -> ErrorType | None:
+        row = insert_row(record, link)
 
         def op(conn: sqlite3.Connection) -> bool:
             try:
@@ -237,7 +259,7 @@ class SqliteQueueStore:
                 return False
             return True
 
-        if isinstance(decide_create(self._ids, record), ErrorType):
+        if isinstance(decide_create(self._ids, record, link), ErrorType):
             return DUPLICATE
         async with self._locks.hold(record.recipient_id):
             if not await self.db.write(op, adds=True):
@@ -285,6 +307,50 @@ class SqliteQueueStore:
         async with self._locks.hold(recipient_id):
             rec = await self._load(Party.RECIPIENT, recipient_id)
             return await self._make(rec, decide_set_service(rec, party, service_id, self._now()))
+
+    async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
+        rec = await self._load(Party.RECIPIENT, recipient_id)
+        if rec is None or rec.link_id is None:
+            return None  # no database read for a queue without a link
+        return await self._read_link(recipient_id)
+
+    async def _read_link(self, recipient_id: bytes) -> QueueLinkData | None:
+        row = await self.db.read(lambda conn: conn.execute(LINK_OF, (recipient_id,)).fetchone())
+        return None if row is None else QueueLinkData(*row)
+
+    async def set_link(self, recipient_id: bytes, link: QueueLinkData) -> ErrorType | None:
+        lid = link.link_id
+
+        def taken(conn: sqlite3.Connection) -> bool:  # by a queue changed meanwhile
+            sql = (
+                "SELECT 1 FROM queues WHERE link_id = ? AND deleted_at IS NULL"
+                " AND recipient_id != ?"
+            )
+            return conn.execute(sql, (lid, recipient_id)).fetchone() is not None
+
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            has_link = rec is not None and rec.link_id is not None
+            current = await self._read_link(recipient_id) if has_link else None
+            decision = decide_set_link(self._ids, rec, current, link, self._now())
+            return await self._make(rec, decision, unless=taken)
+
+    async def delete_link(self, recipient_id: bytes) -> ErrorType | None:
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            return await self._make(rec, decide_delete_link(rec, self._now()))
+
+    async def iter_links(self) -> AsyncIterator[tuple[bytes, QueueLinkData]]:
+        last = 0
+        while True:
+            rows = await self.db.read(
+                lambda conn, last=last: conn.execute(LINK_PAGE, (last,)).fetchall()
+            )
+            for _pk, rid, lid, fixed, user in rows:
+                yield rid, QueueLinkData(lid, fixed, user)
+            if len(rows) < PAGE:
+                return
+            last = rows[-1][0]
 
     async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
         column = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
@@ -358,7 +424,7 @@ class SqliteQueueStore:
             return decision
         new = step(previous, decision)
         assert previous is not None and new is not None  # the rules changed a live queue
-        return await self._update(new, previous, unless, refused)
+        return await self._update(new, previous, unless, refused, _link_columns(decision))
 
     async def _update(
         self,
@@ -366,10 +432,14 @@ class SqliteQueueStore:
         previous: QueueRecord,
         unless: Callable[[sqlite3.Connection], bool] | None,
         refused: ErrorType,
+        link: tuple[bytes | None, bytes | None] | None = None,
     ) -> ErrorType | None:
         row = queue_row(new)
+        columns = QUEUE_COLUMNS
+        if link is not None:  # the change sets or removes the link's data too
+            row, columns = (*row, *link), columns + ", link_fixed, link_user"
         sql = (
-            f"UPDATE queues SET ({QUEUE_COLUMNS}) = ({','.join('?' * len(row))}) "
+            f"UPDATE queues SET ({columns}) = ({','.join('?' * len(row))}) "
             "WHERE recipient_id = ? AND deleted_at IS NULL"
         )
 
@@ -387,6 +457,15 @@ class SqliteQueueStore:
             self._cache_drop(new)
         return error
 
+
+
+def _link_columns(decision: Decision) -> tuple[bytes | None, bytes | None] | None:
+    """(link_fixed, link_user) a change writes, or None when it leaves the link as it is."""
+    if isinstance(decision, SetLink):
+        return decision.link.fixed_data, decision.link.user_data
+    if isinstance(decision, DeleteLink):
+        return None, None
+    return None
 
 
 async def open_queue_store(

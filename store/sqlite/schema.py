@@ -8,11 +8,12 @@ from ..interfaces import (
     Message,
     NotifierCreds,
     Party,
+    QueueLinkData,
     QueueRecord,
     QueueStatus,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 PAGE = 1000  # rows per worker call when iterating
 
 
@@ -56,23 +57,49 @@ CREATE TABLE IF NOT EXISTS messages (
     quota INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_queue ON messages(recipient_id, seq);
-"""
+"""  # version 1; MIGRATIONS bring it up to SCHEMA_VERSION
+
+# What each schema version adds to the one before: a database of an older
+# version is brought up to date when it opens (a fresh one passes through all).
+MIGRATIONS = {
+    2: """
+ALTER TABLE queues ADD COLUMN queue_mode BLOB;
+ALTER TABLE queues ADD COLUMN link_id BLOB;
+ALTER TABLE queues ADD COLUMN link_fixed BLOB;
+ALTER TABLE queues ADD COLUMN link_user BLOB;
+CREATE UNIQUE INDEX IF NOT EXISTS queues_link ON queues(link_id)
+    WHERE deleted_at IS NULL AND link_id IS NOT NULL;
+""",  # short links (v15): the queue mode and the queue's link
+}
 
 
 
 # --- rows ------------------------------------------------------------------------
 
-QUEUE_COLUMNS = (
+QUEUE_COLUMNS = (  # a record's columns; the link's data (link_fixed, link_user) is apart
     "recipient_id, sender_id, recipient_key, rcv_dh_secret, sender_key, snd_secure, status, "
-    "notifier_id, notifier_key, rcv_ntf_dh_secret, rcv_service_id, ntf_service_id, updated_at"
+    "notifier_id, notifier_key, rcv_ntf_dh_secret, rcv_service_id, ntf_service_id, updated_at, "
+    "queue_mode, link_id"
 )
-INSERT_QUEUE = f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+INSERT_QUEUE = (
+    f"INSERT INTO queues ({QUEUE_COLUMNS}, link_fixed, link_user)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
 SELECT_QUEUE = f"SELECT {QUEUE_COLUMNS} FROM queues WHERE deleted_at IS NULL"
 LIVE_BY = {
     Party.RECIPIENT: SELECT_QUEUE + " AND recipient_id = ?",
     Party.SENDER: SELECT_QUEUE + " AND sender_id = ?",
     Party.NOTIFIER: SELECT_QUEUE + " AND notifier_id = ?",
+    Party.LINK: SELECT_QUEUE + " AND link_id = ?",
 }
+LINK_OF = (
+    "SELECT link_id, link_fixed, link_user FROM queues"
+    " WHERE recipient_id = ? AND deleted_at IS NULL AND link_id IS NOT NULL"
+)
+LINK_PAGE = (
+    "SELECT pk, recipient_id, link_id, link_fixed, link_user FROM queues"
+    f" WHERE deleted_at IS NULL AND link_id IS NOT NULL AND pk > ? ORDER BY pk LIMIT {PAGE}"
+)
 MESSAGE_COLUMNS = "msg_id, ts, flags, body, quota"
 INSERT_MESSAGE = (
     "INSERT INTO messages (recipient_id, msg_id, ts, flags, body, quota) VALUES (?,?,?,?,?,?)"
@@ -104,11 +131,18 @@ def queue_row(r: QueueRecord) -> tuple[Any, ...]:
         r.rcv_service_id,
         r.ntf_service_id,
         r.updated_at,
+        r.queue_mode,
+        r.link_id,
     )
 
 
+def insert_row(r: QueueRecord, link: QueueLinkData | None) -> tuple[Any, ...]:
+    """The values of INSERT_QUEUE: the record's row, then its link's two parts."""
+    return (*queue_row(r), *((link.fixed_data, link.user_data) if link else (None, None)))
+
+
 def record_from_row(row: tuple[Any, ...]) -> QueueRecord:
-    rid, sid, rkey, rdh, skey, secure, status, nid, nkey, ndh, rsvc, nsvc, updated = row
+    rid, sid, rkey, rdh, skey, secure, status, nid, nkey, ndh, rsvc, nsvc, updated, mode, lid = row
     return QueueRecord(
         recipient_id=rid,
         sender_id=sid,
@@ -121,6 +155,8 @@ def record_from_row(row: tuple[Any, ...]) -> QueueRecord:
         rcv_service_id=rsvc,
         ntf_service_id=nsvc,
         updated_at=updated,
+        queue_mode=mode,
+        link_id=lid,
     )
 
 

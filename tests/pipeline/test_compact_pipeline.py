@@ -1,14 +1,16 @@
 """`smp-pipeline compact` against the router's own store log and its own compaction.
 
 The logs here are written by `store.journal.storelog.StoreLogQueueStore` (the router's
-queue store) doing creates, secures, notifier changes, service changes,
-suspensions and deletes; the reference result is `store.journal.storelog.compact_records`.
+queue store) doing creates (some with a short link), secures, notifier changes,
+service changes, link changes, suspensions and deletes; the reference result is
+`store.journal.storelog.compact_records`.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ import trio
 
 from pipeline.compact_job import CorruptLogError, run_compact, shard_of_id
 from pipeline.synth import write_synthetic_log
-from store.interfaces import NotifierCreds, Party, QueueRecord
+from store.interfaces import NotifierCreds, Party, QueueLinkData, QueueRecord
 from store.journal.storelog import StoreLogQueueStore, compact_records
 
 pytestmark = pytest.mark.spark
@@ -24,8 +26,9 @@ pytestmark = pytest.mark.spark
 ED = bytes.fromhex("302a300506032b6570032100")
 
 
-def record(n: int, *, notifier: bool = False) -> QueueRecord:
+def record(n: int, *, notifier: bool = False, link: QueueLinkData | None = None) -> QueueRecord:
     rid = n.to_bytes(4, "big") + os.urandom(20)
+    mode = None if n % 3 == 2 else b"M" if n % 2 == 0 else b"C"
     return QueueRecord(
         recipient_id=rid,
         sender_id=os.urandom(24),
@@ -35,7 +38,13 @@ def record(n: int, *, notifier: bool = False) -> QueueRecord:
         snd_secure=n % 2 == 0,
         notifier=creds() if notifier else None,
         updated_at=1714521600 + n,
+        queue_mode=mode,
+        link_id=None if link is None else link.link_id,
     )
+
+
+def link_data(size: int = 120) -> QueueLinkData:
+    return QueueLinkData(os.urandom(24), os.urandom(size), os.urandom(size // 3))
 
 
 def creds() -> NotifierCreds:
@@ -45,9 +54,10 @@ def creds() -> NotifierCreds:
 async def write_router_log(path: Path, queues: int = 60) -> None:
     """Churn through the router's queue store; the raw log stays as it wrote it."""
     store = await StoreLogQueueStore.open(path, fsync="never")
-    records = [record(n, notifier=n % 5 == 0) for n in range(queues)]
-    for rec in records:
-        assert await store.add_queue(rec) is None
+    links = {n: link_data() for n in range(queues) if n % 4 == 1}
+    records = [record(n, notifier=n % 5 == 0, link=links.get(n)) for n in range(queues)]
+    for n, rec in enumerate(records):
+        assert await store.add_queue(rec, links.get(n)) is None
     svc = os.urandom(24)
     for n, rec in enumerate(records):
         rid = rec.recipient_id
@@ -63,6 +73,15 @@ async def write_router_log(path: Path, queues: int = 60) -> None:
             await store.set_service(rid, Party.NOTIFIER, svc)
         if n % 8 == 0:
             await store.set_service(rid, Party.RECIPIENT, None)
+        if n % 4 == 2:  # a link given later, its user data replaced
+            link = link_data()
+            assert await store.set_link(rid, link) is None
+            again = QueueLinkData(link.link_id, link.fixed_data, b"u")
+            assert await store.set_link(rid, again) is None
+        if n % 8 == 1:
+            assert await store.delete_link(rid) is None
+        if n % 16 == 1:  # a new link after the old one was deleted
+            assert await store.set_link(rid, link_data(0)) is None
         if n % 7 == 0:
             await store.suspend_queue(rid)
         if n % 10 == 3:
@@ -95,9 +114,18 @@ def test_the_router_log_under_test_has_every_kind_of_record(router_logs):
         "add_notifier",
         "delete_notifier",
         "set_service",
+        "set_link",
+        "delete_link",
         "suspend",
         "delete",
     }
+
+
+def test_the_router_log_under_test_has_queues_with_and_without_links(router_logs):
+    compacted = compact_records(lines_of(router_logs[0]))
+    with_link = [line for line in compacted if " lid=" in line]
+    assert 0 < len(with_link) < len(compacted)
+    assert any(" lfix= lusr=" in line for line in with_link)  # empty parts are written too
 
 
 def test_spark_compaction_equals_the_routers_own(spark, router_logs, tmp_path):
@@ -175,3 +203,56 @@ def test_the_output_holds_only_create_lines_and_no_staging_files(spark, router_l
     run_compact(spark, [str(router_logs[0])], str(out))
     assert [p.name for p in tmp_path.iterdir()] == ["queues.log"]  # no staging, no .crc
     assert all(line.split(" ")[1] == "create" for line in out.read_text().splitlines())
+
+
+def _line(payload: str) -> str:
+    return f"{zlib.crc32(payload.encode()):08x} {payload}"
+
+
+def test_link_records_fold_as_the_router_folds_them(spark, tmp_path):
+    """Replays no store writes: a link set on a queue that is gone, a `create` that
+    replaces a queue with a link by one without, a link deleted and set again."""
+    q = "create ts=1 rid={rid} sid={sid} rkey=aw== rdh= secure=0 status=active"
+    lines = [
+        _line(q.format(rid="AQ==", sid="Ag==") + " mode=C lid=bGlk lfix=Zml4 lusr=dXNy"),
+        _line(q.format(rid="Aw==", sid="BA==") + " mode=M"),
+        _line("set_link ts=2 rid=BQ== lid=bm9uZQ== lfix= lusr="),  # no such queue
+        _line("delete_link ts=3 rid=AQ=="),
+        _line("set_link ts=4 rid=AQ== lid=bmV3 lfix=Zg== lusr="),
+        _line("set_link ts=5 rid=Aw== lid=bTI= lfix=Zg== lusr=dQ=="),
+        _line(q.format(rid="Aw==", sid="BA==").replace("ts=1", "ts=6")),  # replaces the queue
+        _line("delete_link ts=7 rid=BQ=="),
+    ]
+    log = tmp_path / "queues.log"
+    log.write_text("".join(line + "\n" for line in lines))
+    out = tmp_path / "out.log"
+    run_compact(spark, [str(log)], str(out))
+    expected = compact_records(lines)
+    assert out.read_text().splitlines() == expected
+    assert [line.split(" ", 1)[1] for line in expected] == sorted(
+        [
+            q.format(rid="AQ==", sid="Ag==").replace("ts=1", "ts=4")
+            + " mode=C lid=bmV3 lfix=Zg== lusr=",
+            q.format(rid="Aw==", sid="BA==").replace("ts=1", "ts=6"),
+        ],
+        key=lambda payload: _line(payload),
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=0 status=active mode=X",
+        "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=0 status=active lid=AA== lfix=",
+        "set_link ts=1 rid=AQ== lid=AA== lusr=",
+        "delete_link ts=1 rid=AQ== lid=AA==",
+    ],
+)
+def test_a_link_record_the_router_refuses_stops_the_job(spark, tmp_path, bad):
+    with pytest.raises(ValueError):
+        compact_records([_line(bad)])
+    log = tmp_path / "queues.log"
+    good = _line("delete ts=9 rid=AQ==")
+    log.write_text(f"{_line(bad)}\n{good}\n")
+    with pytest.raises(CorruptLogError):
+        run_compact(spark, [str(log)], str(tmp_path / "out.log"))

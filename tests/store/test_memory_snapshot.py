@@ -6,7 +6,15 @@ import os
 
 import pytest
 
-from store.interfaces import Message, NotifierCreds, QueueRecord, QueueStatus
+from store.interfaces import (
+    Message,
+    NotifierCreds,
+    Party,
+    QueueLinkData,
+    QueueRecord,
+    QueueStatus,
+)
+from store.memory import stores as stores_module
 from store.memory.stores import MemoryMessageStore, MemoryQueueStore, SnapshotError
 
 
@@ -67,3 +75,32 @@ async def test_a_snapshot_of_the_other_kind_is_refused(tmp_path):
     await saved_stores(tmp_path)
     with pytest.raises(SnapshotError, match="not a snapshot"):
         MemoryQueueStore.load(tmp_path / "m")
+
+
+async def test_a_snapshot_keeps_queue_modes_and_links(tmp_path):
+    queues = MemoryQueueStore()
+    link = QueueLinkData(new_id(), b"fixed", b"")
+    linked = QueueRecord(
+        new_id(), new_id(), b"k", b"d", None, False, queue_mode=b"C", link_id=link.link_id
+    )
+    plain = QueueRecord(new_id(), new_id(), b"k", b"d", None, True, queue_mode=b"M")
+    await queues.add_queue(linked, link)
+    await queues.add_queue(plain)
+    queues.save(tmp_path / "q")
+    loaded = MemoryQueueStore.load(tmp_path / "q")
+    assert sorted(loaded.records(), key=lambda r: r.queue_mode) == [linked, plain]
+    assert await loaded.get_link(linked.recipient_id) == link
+    assert await loaded.get_queue(Party.LINK, link.link_id) == linked
+
+
+async def test_a_snapshot_written_before_links_still_loads(tmp_path):
+    """Version 1 items are version 2 items without the last two fields (mode, link)."""
+    _, _, rec = await saved_stores(tmp_path)
+    v2_items = list(stores_module._encode_records([rec], {}))
+    none, none_twice = b"\xff\xff\xff\xff", b"\xff\xff\xff\xff" * 2
+    assert all(item.endswith(none_twice) for item in v2_items)
+    v1_items = [item[: -len(none) * 2] for item in v2_items]
+    stores_module.write_snapshot(tmp_path / "v1", b"SMPQUEv1", v1_items)
+    loaded = MemoryQueueStore.load(tmp_path / "v1")
+    assert list(loaded.records()) == [rec]
+    assert rec.queue_mode is None and rec.link_id is None

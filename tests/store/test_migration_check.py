@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from store import (
     STORE_KINDS,
     Message,
     MigrationCheckError,
+    QueueLinkData,
     QueueRecord,
     Stores,
     migrate_store,
@@ -62,6 +64,43 @@ async def test_a_copy_that_lost_a_message_is_refused_and_the_directory_keeps_its
     assert read_store_kind(tmp_path) == "journal"
     async with open_stores("journal", tmp_path) as stores:
         assert await stores.queues.queue_count() == 3
+
+
+async def test_a_copy_that_lost_a_link_is_refused_and_the_directory_keeps_its_kind(
+    tmp_path, monkeypatch
+):
+    await fill(tmp_path, "sqlite")
+    link = QueueLinkData(os.urandom(24), b"fixed", b"user")
+    async with open_stores("sqlite", tmp_path) as stores:
+        assert await stores.queues.add_queue(replace(record(), link_id=link.link_id), link) is None
+    real = store_opener("memory")
+
+    @asynccontextmanager
+    async def linkless(store_dir, options):
+        async with real(store_dir, options) as stores:
+            yield Stores(stores.kind, _DropsLinks(stores.queues), stores.messages, store_dir)
+
+    monkeypatch.setitem(STORE_KINDS, "memory", StoreKind(linkless))
+    with pytest.raises(
+        MigrationCheckError, match="link count check failed: source 1, destination 0"
+    ):
+        await migrate_store(tmp_path, "memory")
+    assert read_store_kind(tmp_path) == "sqlite"
+    async with open_stores("sqlite", tmp_path) as stores:
+        assert [rid async for rid, _ in stores.queues.iter_links()] != []
+
+
+class _DropsLinks:
+    """A queue store that silently stores every queue without its link."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    async def add_queue(self, record, link=None):
+        return await self._inner.add_queue(replace(record, link_id=None))
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
 
 
 class _DropsOne:

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import trio
 
-from store.interfaces import Message, NotifierCreds, Party, QueueRecord, StoreError, WriteResult
+from store.interfaces import (
+    Message,
+    NotifierCreds,
+    Party,
+    QueueLinkData,
+    QueueRecord,
+    StoreError,
+    WriteResult,
+)
+from store.sqlite import schema as sqlite_schema
 from store.sqlite.database import DB_FILE, SqliteDatabase, open_sqlite_database
 from store.sqlite.messages import SqliteMessageStore
 from store.sqlite.queues import open_queue_store
@@ -304,3 +314,117 @@ async def test_deleted_queues_and_replaced_notifiers_are_misses_again(db_path):
         ]:
             assert await queues.get_queue(party, entity_id) is None
         assert db.reads == reads
+
+
+# --- short links (v15) -------------------------------------------------------------
+
+V1_COLUMNS = (
+    "recipient_id, sender_id, recipient_key, rcv_dh_secret, sender_key, snd_secure, status, "
+    "notifier_id, notifier_key, rcv_ntf_dh_secret, rcv_service_id, ntf_service_id, updated_at"
+)
+
+
+def write_v1_database(path: Path, rec: QueueRecord) -> None:
+    """A database as the router wrote it before short links (schema version 1)."""
+    conn = sqlite3.connect(path)
+    conn.executescript(sqlite_schema.SCHEMA)  # the version 1 tables, which version 2 extends
+    conn.execute(
+        f"INSERT INTO queues ({V1_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (rec.recipient_id, rec.sender_id, rec.recipient_key, rec.rcv_dh_secret, None, 1,
+         "active", None, None, None, None, None, 7),
+    )  # fmt: skip
+    conn.execute("PRAGMA user_version=1")
+    conn.commit()
+    conn.close()
+
+
+def link_of(n: int = 0) -> QueueLinkData:
+    return QueueLinkData(new_id(), b"fixed" * n, b"user" * n)
+
+
+async def test_a_database_from_before_links_is_upgraded_and_keeps_its_queues(db_path):
+    old = replace(record(), updated_at=7)
+    write_v1_database(db_path, old)
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        assert await queues.get_queue(Party.SENDER, old.sender_id) == old
+        link = link_of(3)
+        assert await queues.set_link(old.recipient_id, link) is None
+        linked = replace(record(), queue_mode=b"C", link_id=new_id())
+        assert await queues.add_queue(linked, replace(link, link_id=linked.link_id)) is None
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    conn.close()
+    async with open_sqlite_database(db_path) as db:  # a second open changes nothing
+        queues = await open_queue_store(db)
+        assert await queues.get_link(old.recipient_id) == link
+        assert await queues.get_queue(Party.LINK, linked.link_id) == linked
+        assert await queues.queue_count() == 2
+
+
+async def test_a_newer_schema_than_this_router_knows_is_refused(db_path):
+    conn = sqlite3.connect(db_path)
+    conn.execute("PRAGMA user_version=3")
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        async with open_sqlite_database(db_path):
+            pass
+
+
+async def test_a_link_is_read_only_when_asked_for_and_missing_ones_cost_no_read(db_path):
+    link = link_of(2)
+    rec = replace(record(), queue_mode=b"C", link_id=link.link_id)
+    plain = record()
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        await queues.add_queue(rec, link)
+        await queues.add_queue(plain)
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, cache_size=1)
+        reads = db.reads
+        assert await queues.get_queue(Party.LINK, new_id()) is None
+        assert await queues.get_link(new_id()) is None
+        assert db.reads == reads
+        assert await queues.get_queue(Party.LINK, link.link_id) == rec  # loads the record
+        assert db.reads == reads + 1
+        assert await queues.get_link(rec.recipient_id) == link  # and then the link
+        assert db.reads == reads + 2
+        assert await queues.get_link(plain.recipient_id) is None  # the record says: no link
+        assert db.reads == reads + 3  # (loading plain's record, evicting rec's)
+        assert await queues.get_link(plain.recipient_id) is None
+        assert db.reads == reads + 3
+
+
+async def test_a_deleted_or_replaced_link_id_is_a_miss_again_even_when_evicted(db_path):
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, cache_size=1)
+        first, second = link_of(1), link_of(1)
+        rec, other = replace(record(), link_id=first.link_id), record()
+        await queues.add_queue(rec, first)
+        await queues.add_queue(other)  # evicts rec's record; its link id stays indexed
+        assert await queues.delete_link(rec.recipient_id) is None
+        await queues.add_queue(record())
+        reads = db.reads
+        assert await queues.get_queue(Party.LINK, first.link_id) is None
+        assert db.reads == reads
+        assert await queues.set_link(other.recipient_id, second) is None
+        assert isinstance(await queues.delete_queue(other.recipient_id), QueueRecord)
+        reads = db.reads
+        assert await queues.get_queue(Party.LINK, second.link_id) is None
+        assert db.reads == reads
+
+
+async def test_a_bulk_import_keeps_links_and_refuses_a_taken_link_id(db_path):
+    link = link_of(4)
+    rec = replace(record(), queue_mode=b"M", link_id=link.link_id)
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        assert await queues.bulk_import([rec, record()], [], [(rec.recipient_id, link)]) == (2, 0)
+        assert await queues.get_queue(Party.LINK, link.link_id) == rec
+        assert await queues.get_link(rec.recipient_id) == link
+        taken = replace(record(), link_id=link.link_id)
+        with pytest.raises(StoreError):
+            await queues.bulk_import([record(), taken], [], [(taken.recipient_id, link)])
+        assert await queues.queue_count() == 2
+        with pytest.raises(ValueError):  # a record naming a link that is not given
+            await queues.bulk_import([replace(record(), link_id=new_id())])

@@ -20,6 +20,7 @@ from store import (
     Message,
     NotifierCreds,
     Party,
+    QueueLinkData,
     QueueRecord,
     SqliteOptions,
     StoreKindMismatch,
@@ -209,3 +210,42 @@ def test_each_kind_takes_only_its_own_settings():
         store_options("memory", cache_size=10)
     with pytest.raises(ValueError, match="fsync must be one of never, batch, always"):
         store_options("journal", fsync="sometimes")
+
+
+async def add_links(stores: Stores, n: int = 4) -> dict[bytes, QueueLinkData]:
+    """Queues with links (one given later, one replaced), beside those `fill` made."""
+    links = {}
+    for i in range(n):
+        link = QueueLinkData(new_id(), os.urandom(100 + i), os.urandom(i))
+        rec = record(queue_mode=b"C", link_id=link.link_id)
+        assert await stores.queues.add_queue(rec, link) is None
+        links[rec.recipient_id] = link
+    later = record(queue_mode=b"M")
+    await stores.queues.add_queue(later)
+    links[later.recipient_id] = QueueLinkData(new_id(), b"fixed", b"user")
+    assert await stores.queues.set_link(later.recipient_id, links[later.recipient_id]) is None
+    first = next(iter(links))
+    links[first] = QueueLinkData(links[first].link_id, links[first].fixed_data, b"replaced")
+    assert await stores.queues.set_link(first, links[first]) is None
+    return links
+
+
+async def all_links(stores: Stores) -> dict[bytes, QueueLinkData]:
+    return {rid: link async for rid, link in stores.queues.iter_links()}
+
+
+async def test_migration_copies_links_through_every_kind(tmp_path):
+    async with open_stores("memory", tmp_path) as stores:
+        expected = await fill(stores, n_queues=3)
+        links = await add_links(stores)
+        records = await all_records(stores)
+    for kind in ("sqlite", "journal", "memory", "journal", "sqlite", "memory"):
+        queues, _ = await migrate_store(tmp_path, kind)
+        assert queues == len(records)
+        async with open_stores(kind, tmp_path) as stores:
+            assert await all_records(stores) == records, kind
+            assert await all_links(stores) == links, kind
+            for rid, link in links.items():
+                found = await stores.queues.get_queue(Party.LINK, link.link_id)
+                assert found is not None and found.recipient_id == rid, kind
+            assert (await contents(stores)).items() >= expected.items()

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from store.interfaces import NotifierCreds, Party, QueueRecord, QueueStatus, StoreError
+from store.interfaces import (
+    NotifierCreds,
+    Party,
+    QueueLinkData,
+    QueueRecord,
+    QueueStatus,
+    StoreError,
+)
 from store.journal import storelog
 from store.journal.logfile import encode_line, line_payload
 from store.journal.storelog import StoreLogQueueStore, backups_of, open_store_log
@@ -19,9 +26,11 @@ from store.journal.storelog_format import compact_records, decode_record, encode
 from store.queue_table import (
     AddNotifier,
     CreateQueue,
+    DeleteLink,
     DeleteNotifier,
     DeleteQueue,
     SecureQueue,
+    SetLink,
     SetService,
     SuspendQueue,
     replay,
@@ -47,6 +56,14 @@ def make_record(**changes: object) -> QueueRecord:
 
 def make_notifier() -> NotifierCreds:
     return NotifierCreds(new_id(), os.urandom(44), os.urandom(32))
+
+
+def make_link(**changes: object) -> QueueLinkData:
+    return replace(QueueLinkData(new_id(), os.urandom(200), os.urandom(60)), **changes)
+
+
+def linked(link: QueueLinkData, mode: bytes = b"C", **changes: object) -> CreateQueue:
+    return CreateQueue(make_record(queue_mode=mode, link_id=link.link_id, **changes), link)
 
 
 class Clock:
@@ -88,6 +105,12 @@ EVERY_KIND_OF_RECORD = [
     SetService(11, new_id(), Party.RECIPIENT, b"svc"),
     SetService(12, new_id(), Party.NOTIFIER, None),
     DeleteQueue(13, new_id()),
+    CreateQueue(make_record(queue_mode=b"M")),
+    linked(make_link(), b"C", notifier=make_notifier(), ntf_service_id=b"n"),
+    linked(make_link(fixed_data=b"", user_data=b""), b"M"),
+    SetLink(14, new_id(), make_link()),
+    SetLink(15, new_id(), make_link(user_data=b"")),
+    DeleteLink(16, new_id()),
 ]
 
 
@@ -116,10 +139,41 @@ def test_a_create_line_names_its_fields_and_omits_the_absent_ones():
     )
 
 
+def test_the_link_fields_follow_the_old_ones_so_old_lines_read_as_before():
+    link = QueueLinkData(b"\x03", b"\x04\x05", b"")
+    rec = make_record(
+        recipient_id=b"\x01",
+        sender_id=b"\x02",
+        recipient_key=b"k",
+        rcv_dh_secret=b"",
+        queue_mode=b"C",
+        link_id=link.link_id,
+    )
+    assert encode_record(CreateQueue(rec, link)) == (
+        "create ts=1700000000 rid=AQ== sid=Ag== rkey=aw== rdh= secure=1 status=active"
+        " mode=C lid=Aw== lfix=BAU= lusr="
+    )
+    assert (
+        encode_record(SetLink(5, b"\x01", link))
+        == "set_link ts=5 rid=AQ== lid=Aw== lfix=BAU= lusr="
+    )
+    assert encode_record(DeleteLink(6, b"\x01")) == "delete_link ts=6 rid=AQ=="
+    old = decode_record("create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=0 status=active")
+    assert old.record.queue_mode is None and old.record.link_id is None and old.link is None
+
+
 @pytest.mark.parametrize(
     "payload",
     [
         "",
+        "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=1 status=active mode=X",
+        "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=1 status=active mode=",
+        "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=1 status=active lid=AA==",
+        "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=1 status=active lid=AA== lfix=",
+        "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=1 status=active lfix= lusr=",
+        "set_link ts=1 rid=AQ== lid=AA== lfix=",
+        "set_link ts=1 rid=AQ== lid=AA== lfix=A lusr=",
+        "delete_link ts=1 rid=AQ== lid=AA==",
         "rename ts=1 rid=AA==",
         "delete ts=1",
         "delete ts=x rid=AA==",
@@ -196,6 +250,34 @@ def test_replay_clears_the_notifier_service_with_the_notifier_and_forgets_delete
     assert table.notifiers == {} and table.ntf_services == {}
 
 
+def test_replay_folds_links_as_the_queue_has_them():
+    first, second, third = make_link(), make_link(), make_link()
+    a = linked(first)
+    b = CreateQueue(make_record())
+    c = linked(third)
+    ra, rb, rc = a.recipient_id, b.recipient_id, c.recipient_id
+    table = replay(
+        [
+            a,
+            b,
+            c,
+            SetLink(2, rb, second),
+            DeleteLink(3, ra),
+            SetLink(4, ra, replace(first, user_data=b"again")),
+            SetLink(5, new_id(), make_link()),  # no such queue: ignored
+            DeleteQueue(6, rc),
+            CreateQueue(replace(b.record, updated_at=7)),  # replaces b, and its link
+        ]
+    )
+    assert table.links == {ra: replace(first, user_data=b"again")}
+    assert table.link_ids == {first.link_id: ra}
+    assert table.queues[ra].link_id == first.link_id and table.queues[ra].updated_at == 4
+    assert table.queues[rb].link_id is None
+    assert table.get(Party.LINK, first.link_id) == table.queues[ra]
+    assert table.get(Party.LINK, second.link_id) is None
+    assert table.get(Party.LINK, third.link_id) is None
+
+
 async def test_the_live_state_is_the_replay_of_the_log(tmp_path):
     path = tmp_path / "queues.log"
     async with open_store_log(path, clock=Clock()) as store:
@@ -208,10 +290,17 @@ async def test_the_live_state_is_the_replay_of_the_log(tmp_path):
         await store.suspend_queue(recs[2].recipient_id)
         await store.set_service(recs[1].recipient_id, Party.NOTIFIER, b"svc")
         await store.delete_queue(recs[4].recipient_id)
+        with_link = linked(make_link())
+        await store.add_queue(with_link.record, with_link.link)
+        await store.set_link(recs[0].recipient_id, make_link())
+        await store.set_link(recs[5].recipient_id, make_link())
+        await store.delete_link(recs[5].recipient_id)
         live = await all_records(store)
+        links = {rid: link async for rid, link in store.iter_links()}
         logged = [decode_record(line_payload(line.encode())) for line in log_lines(path)]
     assert replay(logged).queues == live
-    assert len(logged) == 6 + 6
+    assert replay(logged).links == links and len(links) == 2
+    assert len(logged) == 6 + 6 + 4
 
 
 # --- compaction -----------------------------------------------------------------------
@@ -230,6 +319,31 @@ async def test_compact_records_keeps_one_create_line_per_live_queue(tmp_path):
     assert compacted == [encode_line(encode_record(CreateQueue(now))).decode()[:-1]]
     assert compact_records(compacted) == compacted
     assert compact_records(line + "\n" for line in log_lines(path)) == compacted
+
+
+async def test_a_compacted_link_is_in_its_queue_s_create_line(tmp_path):
+    path = tmp_path / "queues.log"
+    link, later = make_link(), make_link()
+    async with open_store_log(path, clock=Clock()) as store:
+        a, b = linked(link), CreateQueue(make_record(queue_mode=b"C"))
+        await store.add_queue(a.record, a.link)
+        await store.add_queue(b.record)
+        await store.set_link(a.recipient_id, replace(link, user_data=b"new"))
+        await store.set_link(b.recipient_id, later)
+        now_a = await store.get_queue(Party.RECIPIENT, a.recipient_id)
+        now_b = await store.get_queue(Party.RECIPIENT, b.recipient_id)
+    compacted = compact_records(log_lines(path))
+    assert compacted == sorted(
+        encode_line(encode_record(create)).decode()[:-1]
+        for create in (
+            CreateQueue(now_a, replace(link, user_data=b"new")),
+            CreateQueue(now_b, later),
+        )
+    )
+    async with open_store_log(path) as store:  # the open compacted it the same way
+        assert log_lines(path) == compacted
+        assert await store.get_link(b.recipient_id) == later
+        assert await store.get_queue(Party.LINK, later.link_id) == now_b
 
 
 def test_compact_records_refuses_a_damaged_line():
@@ -395,3 +509,17 @@ def test_the_example_in_the_format_document_compacts_as_documented():
     blocks = [b.splitlines() for b in re.findall(r"```\n(.*?)```", text, re.S)]
     example = next(i for i, b in enumerate(blocks) if b[0].endswith("status=active"))
     assert compact_records(blocks[example]) == blocks[example + 1]
+
+
+def test_the_links_example_in_the_format_document_compacts_as_documented():
+    text = (Path(__file__).parents[2] / "docs" / "store-log.md").read_text()
+    blocks = [b.splitlines() for b in re.findall(r"```\n(.*?)```", text, re.S)]
+    example = next(i for i, b in enumerate(blocks) if b[0].endswith("lusr=dXNlciBwYXJ0"))
+    assert {line.split(" ")[1] for line in blocks[example]} == {
+        "create",
+        "set_link",
+        "delete_link",
+    }
+    assert compact_records(blocks[example]) == blocks[example + 1]
+    state = replay(decode_record(line_payload(line.encode())) for line in blocks[example])
+    assert [link.user_data for link in state.links.values()] == [b"new user part"]

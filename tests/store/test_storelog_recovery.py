@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from store.durability import write_synced
-from store.interfaces import NotifierCreds, Party, QueueRecord, QueueStatus
+from store.interfaces import NotifierCreds, Party, QueueLinkData, QueueRecord, QueueStatus
 from store.journal.logfile import LogCorruptError, encode_line, line_payload
 from store.journal.storelog import (
     StoreLogError,
@@ -57,9 +57,12 @@ async def records_in(path: Path, **options: object) -> dict[bytes, QueueRecord]:
 async def write_log(path: Path, last: str) -> None:
     """A log of several kinds of change (not yet compacted), ending with `last`."""
     async with open_store_log(path) as store:
-        a, b, c = make_record(), make_record(notifier=make_notifier()), make_record()
-        for rec in (a, b, c):
+        link = QueueLinkData(new_id(), os.urandom(300), os.urandom(100))
+        a, b = make_record(), make_record(notifier=make_notifier())
+        c = make_record(queue_mode=b"C", link_id=link.link_id)
+        for rec in (a, b):
             await store.add_queue(rec)
+        await store.add_queue(c, link)
         await store.secure_queue(a.recipient_id, os.urandom(44))
         await store.suspend_queue(b.recipient_id)
         await store.set_service(b.recipient_id, Party.NOTIFIER, b"svc")
@@ -67,6 +70,10 @@ async def write_log(path: Path, last: str) -> None:
             await store.add_queue(make_record(notifier=make_notifier(), rcv_service_id=b"r"))
         elif last == "add_notifier":
             await store.add_notifier(c.recipient_id, make_notifier())
+        elif last == "set_link":
+            await store.set_link(a.recipient_id, QueueLinkData(new_id(), b"fixed", b"user"))
+        elif last == "delete_link":
+            await store.delete_link(c.recipient_id)
         else:
             await store.delete_queue(a.recipient_id)
 
@@ -84,7 +91,7 @@ async def store_keeps_working(path: Path, before: dict[bytes, QueueRecord]) -> N
 # --- torn tails ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("last", ["create", "add_notifier", "delete"])
+@pytest.mark.parametrize("last", ["create", "add_notifier", "set_link", "delete_link", "delete"])
 async def test_a_log_cut_at_every_byte_of_its_last_line_keeps_every_whole_line(
     tmp_path, caplog, last
 ):
