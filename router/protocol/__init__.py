@@ -4,6 +4,7 @@ Nothing in this package imports trio, sockets or an event loop; PyNaCl is the
 only dependency, for signatures and boxes.
 """
 
+from . import versions
 from .block import (
     BATCH_LIMIT,
     BLOCK_SIZE,
@@ -15,6 +16,7 @@ from .block import (
     pad_block,
     unpad_block,
 )
+from .block_encryption import BlockCipher
 from .codec import (
     MAX_MESSAGE_LENGTH,
     check_credentials,
@@ -24,8 +26,6 @@ from .codec import (
     encode_response,
     encode_response_transmission,
 )
-from . import versions
-from .block_encryption import BlockCipher
 from .crypto import (
     AUTHENTICATOR_SIZE,
     MSG_ENC_SIZE,
@@ -180,7 +180,8 @@ __all__ = [
     "service_signed_bytes", "web_challenge", "web_proof_signed_bytes",
     # crypto
     "AUTHENTICATOR_SIZE", "MSG_ENC_SIZE", "MSG_PADDED_SIZE", "NTF_META_ENC_SIZE", "MessageBody",
-    "authorize", "box_key", "cb_authenticator", "cb_nonce", "decrypt_msg_body", "decrypt_ntf_meta", "ed25519_public", "encrypt_msg_body",
+    "authorize", "box_key", "cb_authenticator", "cb_nonce", "decrypt_msg_body",
+    "decrypt_ntf_meta", "ed25519_public", "encrypt_msg_body",
     "encrypt_ntf_meta", "new_ed25519", "new_x25519", "prove_service", "sign",
     "verify_authorization", "verify_service_proof", "x25519_public",
 ]

@@ -1,9 +1,9 @@
 """Block encryption from v11 (docs/protocol.md#block-encryption): every block after the
 hellos is one authenticated box, keyed by a chain that advances once per block.
 
-    (sndChain, rcvChain) = HKDF-SHA512(salt = sessionId, ikm = X25519(sessionDH), "SimpleXSbChainInit", 64)
-    (nextChain, key, nonce) = HKDF-SHA512(salt = "", ikm = chain, "SimpleXSbChain", 88)   ; 32 | 32 | 24
-    block = box(key, nonce, word16 len | content | '#' * (16366 - len))                  ; 16 + 16368 bytes
+    (sndChain, rcvChain) = HKDF-SHA512(sessionId, X25519(sessionDH), "SimpleXSbChainInit", 64)
+    (nextChain, key, nonce) = HKDF-SHA512("", chain, "SimpleXSbChain", 88)   ; 32 | 32 | 24
+    block = box(key, nonce, word16 len | content | '#' * (16366 - len))     ; 16 + 16368 bytes
 
 The router sends with the first chain key and receives with the second; the client
 swaps them. The box is XSalsa20-Poly1305 with the key first put through HSalsa20 with a

@@ -302,6 +302,10 @@ def _encode_queue_request(c: NEW) -> bytes:
     return b"1" + mode + maybe(c.link, lambda link: _encode_link(link, not c.snd_secure))
 
 
+def _encode_new_notifier(n: NewNotifier) -> bytes:
+    return encode_key(n.notifier_key) + encode_key(n.rcv_ntf_dh_key)
+
+
 def _encode_new(c: NEW, v: int) -> bytes:
     auth = b"0" if c.basic_auth is None else b"1" + ss(c.basic_auth)
     head = b"".join((
@@ -314,7 +318,7 @@ def _encode_new(c: NEW, v: int) -> bytes:
         return head + (b"T" if c.snd_secure else b"F")
     tail = _encode_queue_request(c)
     if versions.has_new_notifier(v):
-        tail += maybe(c.notifier, lambda n: encode_key(n.notifier_key) + encode_key(n.rcv_ntf_dh_key))
+        tail += maybe(c.notifier, _encode_new_notifier)
     elif c.notifier is not None:
         raise ValueError("notifier credentials in NEW need v17")
     return head + tail
@@ -470,6 +474,10 @@ def decode_response(data: bytes, version: int = versions.LEGACY_VERSION) -> Resp
     return parse(data, i, version)  # type: ignore[return-value]
 
 
+def _encode_notifier_ids(n: NID) -> bytes:
+    return ss(n.notifier_id) + encode_key(n.srv_ntf_dh_key)
+
+
 def _encode_ids(r: IDS, v: int) -> bytes:
     head = b"".join((b"IDS ", ss(r.rcv_id), ss(r.snd_id), encode_key(r.srv_dh_key)))
     if versions.has_short_links(v):
@@ -477,7 +485,7 @@ def _encode_ids(r: IDS, v: int) -> bytes:
         if versions.has_service_field(v):
             parts.append(maybe(r.service_id, ss))
         if versions.has_new_notifier(v):
-            parts.append(maybe(r.notifier, lambda n: ss(n.notifier_id) + encode_key(n.srv_ntf_dh_key)))
+            parts.append(maybe(r.notifier, _encode_notifier_ids))
         return b"".join(parts)
     if versions.has_sender_auth_key(v):
         return head + (b"T" if r.snd_secure else b"F")

@@ -24,10 +24,11 @@ from nacl.exceptions import CryptoError
 from nacl.exceptions import RuntimeError as NaclRuntimeError
 
 from .encoding import ss
-from .handshake import ServiceProof, service_signed_bytes
+from .handshake import ServiceProof, service_signed_bytes, web_proof_signed_bytes
 from .keys import KeyType, ed25519_spki, key_type, raw_key, x25519_spki
 from .transmission import authorized_bytes
-from .types import CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError
+from .types import CMD_SYNTAX, CRYPTO, HANDSHAKE, LARGE_MSG, ProtocolError
+from .x509 import certificate_spki, signed_object_parts
 
 MSG_PADDED_SIZE = 16106  # plain body padded to this, at every version (docs/protocol.md#encryption)
 MSG_ENC_SIZE = MSG_PADDED_SIZE + 16  # 16122
@@ -290,3 +291,40 @@ def decrypt_ntf_meta(key32: bytes, nonce: bytes, enc_meta: bytes) -> tuple[bytes
     if end + 8 > len(meta):
         raise ProtocolError(CRYPTO, "bad metadata")
     return meta[1:end], int.from_bytes(meta[end : end + 8], "big", signed=True)
+
+
+# --- the router's identity in its hello (docs/protocol.md#web-identity-proof) ----------
+
+
+def hello_dh_key(signed_key: bytes) -> bytes:
+    """The raw X25519 key of the hello's signed key (the router's key of the connection);
+    `ProtocolError(HANDSHAKE)` if it is not one."""
+    spki, _ = signed_object_parts(signed_key)
+    if _key_kind(spki) is not KeyType.X25519:
+        raise ProtocolError(HANDSHAKE, "the signed key is not an X25519 key")
+    return raw_key(spki)
+
+
+def verify_web_identity(
+    chain: tuple[bytes, ...], signed_key: bytes, proof: bytes, challenge: bytes,
+    session_id: bytes, key_hash: bytes,
+) -> bool:
+    """The web client's check of a v19 hello: a chain of 2 to 4 certificates whose second
+    (the identity certificate) hashes to `key_hash`, and whose first (the online
+    certificate) has the key that signed both the challenge with the session id and the
+    signed key."""
+    if not 2 <= len(chain) <= 4:
+        return False
+    if not hmac.compare_digest(hashlib.sha256(chain[1]).digest(), key_hash):
+        return False
+    try:
+        online = certificate_spki(chain[0])
+        key_object, key_signature = signed_object_parts(signed_key)
+    except ProtocolError:
+        return False
+    if _key_kind(online) is not KeyType.ED25519 or len(key_signature) != 64:
+        return False
+    public = raw_key(online)
+    return _ed25519_ok(proof, public, web_proof_signed_bytes(challenge, session_id)) and (
+        _ed25519_ok(key_signature, public, key_object)
+    )

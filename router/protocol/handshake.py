@@ -33,7 +33,7 @@ from . import versions
 from .encoding import Parser, bool_, large, ss, word16
 from .keys import KeyType, key_type
 from .types import HANDSHAKE, ProtocolError
-from .versions import SMP_VERSION_MAX, SMP_VERSION_MIN
+from .versions import SMP_VERSION_MAX, SMP_VERSION_MIN  # noqa: F401  (re-exported)
 
 SERVICE_MARKER = b"SVC1"
 SERVICE_CONTEXT = b"SMP-SERVICE"

@@ -61,7 +61,9 @@ class PathServer:
         return format_address(self.key_hash, "127.0.0.1", self.port, SMP_PATH)
 
     async def handle(self, request: trio_websocket.WebSocketRequest) -> None:
-        if request.path != SMP_PATH:
+        # Routed by the path alone, as HTTP servers do: the query carries the client's
+        # challenge (docs/protocol.md#web-identity-proof).
+        if request.path.partition("?")[0] != SMP_PATH:
             await request.reject(404, body=b"no such path")
         elif self.refuse:
             status = self.refuse.pop(0)

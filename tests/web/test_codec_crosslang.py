@@ -81,11 +81,18 @@ def camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
+# Fields of NEW and IDS that versions 9 and 10 do not carry (docs/protocol.md#short-links):
+# the JavaScript codec leaves them out of what it decodes at those versions.
+LATER_FIELDS = {"link", "notifier", "link_id", "service_id"}
+
+
 def view(value: object) -> dict:
-    """A command or response as the JavaScript codec shows it (bytes as hex)."""
+    """A command or response as the JavaScript codec shows it at v10 (bytes as hex)."""
     out: dict[str, object] = {"type": type(value).__name__}
     for f in fields(value):  # type: ignore[arg-type]
         v = getattr(value, f.name)
+        if f.name in LATER_FIELDS and v is None:
+            continue
         if isinstance(v, bytes):
             v = v.hex()
         elif isinstance(v, ErrorType):

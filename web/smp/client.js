@@ -25,6 +25,8 @@ import {
   SMP_VERSION_MAX, SMP_VERSION_MIN, decodeServerHello, encodeClientHello, negotiateVersion,
 } from "./handshake.js";
 import { decodeTransmission, encodeTransmission } from "./transmission.js";
+import { BlockCipher } from "./blockcrypto.js";
+import { hasBlockEncryption } from "./versions.js";
 
 const EMPTY = new Uint8Array(0);
 
@@ -32,7 +34,7 @@ const EMPTY = new Uint8Array(0);
  * Open a WebSocket to `url` (ws:// or wss://, any path), run the SMP handshake
  * and resolve to a ready SMPClient. `keyHash` is the router's 32-byte identity
  * (Uint8Array). Options: `WebSocket` (the constructor to use, by default the
- * global one), `versions` ([min, max], default [9, 10]), `timeout` (ms for the
+ * global one), `versions` ([min, max], default [9, 19]), `timeout` (ms for the
  * connection and the handshake, default 15000), `confirm` (default true: make
  * sure here that the router accepts the hello, see below), `serviceSeed` (an
  * Ed25519 seed: the hello proves this connection acts for that service, see
@@ -68,11 +70,17 @@ export async function connect(url, keyHash, options = {}) {
       );
     }
     const identityChecked = await checkIdentity(hello, keyHash);
-    const clientKey = crypto.newX25519().publicKey;
+    const { privateKey: clientPriv, publicKey: clientKey } = crypto.newX25519();
+    // From v11 every later block is encrypted (docs/protocol.md#block-encryption).
+    let cipher = null;
+    if (hasBlockEncryption(version) && hello.signedKey) {
+      const secret = crypto.dhSecret(clientPriv, crypto.helloDhKey(hello.signedKey));
+      cipher = BlockCipher.forClient(hello.sessionId, secret);
+    }
     const serviceSeed = options.serviceSeed ?? null;
     const service = serviceSeed ? crypto.proveService(serviceSeed, hello.sessionId, keyHash) : null;
     socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey, service })));
-    const client = new SMPClient(socket, version, hello.sessionId, url);
+    const client = new SMPClient(socket, version, hello.sessionId, url, cipher);
     if (service) {
       client.serviceSeed = serviceSeed;
       client.serviceId = await crypto.serviceId(service.serviceKey);
@@ -195,9 +203,10 @@ function expect(response, ...types) {
 }
 
 export class SMPClient {
-  constructor(socket, version, sessionId, url) {
+  constructor(socket, version, sessionId, url, cipher = null) {
     this.socket = socket;
     this.version = version;
+    this.cipher = cipher; // block encryption from v11, null before
     this.sessionId = sessionId;
     this.url = url;
     this.queues = new Map(); // hex(recipientId) -> queue, to open MSG bodies
@@ -301,9 +310,9 @@ export class SMPClient {
 
   submit(entityId, cmd, seed, routeMsg) {
     const corrId = this.newCorrId();
-    const command = cmd instanceof Uint8Array ? cmd : encodeCommand(cmd);
+    const command = cmd instanceof Uint8Array ? cmd : encodeCommand(cmd, this.version);
     const authorization = seed ? crypto.authorize(seed, this.sessionId, corrId, entityId, command) : EMPTY;
-    const data = encodeTransmission({ authorization, corrId, entityId, command });
+    const data = encodeTransmission({ authorization, corrId, entityId, command }, this.version);
     if (data.length > MAX_TRANSMISSION_SIZE) {
       return Promise.resolve({ type: "ERR", error: LARGE_MSG }); // never sent, as the reference does
     }
@@ -351,12 +360,13 @@ export class SMPClient {
 
   sendBlock(block) {
     this.stats.blocksSent++;
-    this.socket.send(block);
+    this.socket.send(this.cipher ? this.cipher.seal(unpadBlock(block)) : block);
   }
 
-  /** Send `block` as one WebSocket message, untouched (for tests of bad input). */
+  /** Send `block` as one WebSocket message, untouched (for tests of bad input);
+   * on an encrypted connection its content is what is encrypted. */
   sendRawBlock(block) {
-    this.socket.send(block);
+    this.socket.send(this.cipher ? this.cipher.seal(unpadBlock(block)) : block);
   }
 
   // --- reader -------------------------------------------------------------
@@ -365,7 +375,8 @@ export class SMPClient {
     this.stats.blocksReceived++;
     let transmissions;
     try {
-      transmissions = decodeBatch(block).map(decodeTransmission);
+      const plain = this.cipher ? padBlock(this.cipher.open(block)) : block;
+      transmissions = decodeBatch(plain).map((t) => decodeTransmission(t, this.version));
     } catch (e) {
       // Callers whose answers were in this block would wait forever.
       this.socket.close(new ConnectionClosed(`router sent a bad block: ${e.message}`));
@@ -377,7 +388,7 @@ export class SMPClient {
   route(t) {
     let response;
     try {
-      response = decodeResponse(t.command);
+      response = decodeResponse(t.command, this.version);
     } catch {
       response = null;
     }
@@ -496,7 +507,7 @@ export class SMPClient {
       queues.map((q) => [q.recipientId, { type: "SUB" }, q.rcvAuthSeed]),
       { routeMsg: true },
     );
-    return responses.map((r) => errorOf(r, "OK", "MSG"));
+    return responses.map((r) => errorOf(r, "OK", "SOK", "MSG"));
   }
 
   /** ACK: the next message, if the router sends it along, becomes an event. */
@@ -565,7 +576,7 @@ export class SMPClient {
   /** NSUB: NMSGs for this notifier arrive as "notification" events. */
   async subscribeNotifications(creds) {
     this.addNotifier(creds);
-    expect(await this.command(creds.notifierId, { type: "NSUB" }, creds.notifierSeed), "OK");
+    expect(await this.command(creds.notifierId, { type: "NSUB" }, creds.notifierSeed), "OK", "SOK");
   }
 
   async disableNotifications(queue) {
