@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from router.protocol import versions
 from router.protocol import (
     ACK,
     ALLS,
@@ -51,6 +50,7 @@ from router.protocol import (
     Transmission,
     ed448_spki,
     ed25519_spki,
+    versions,
     x25519_spki,
 )
 
