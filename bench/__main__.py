@@ -7,6 +7,7 @@
     python -m bench profile      any of the above with the router under pyinstrument
     python -m bench compare      router CPU per operation, this checkout vs --base DIR
     python -m bench stores       throughput per store kind vs memory; restart with 100k queues
+    python -m bench block-encryption  CPU per message and idle-connection memory, v10 vs v19
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
@@ -23,7 +24,8 @@ from typing import Any
 
 from . import harness
 
-NAMES = ("memory", "throughput", "burst", "scale", "profile", "stores", "compare")
+NAMES = ("memory", "throughput", "burst", "scale", "profile", "stores", "compare",
+         "block-encryption")
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -106,6 +108,10 @@ def _run(args: argparse.Namespace) -> object:
         sizes = args.sizes or (memory.QUICK_SIZES if args.quick else memory.SIZES)
         return memory.run(sizes, repeats=repeats,
                           max_connections=100 if args.quick else 1000)
+    if args.name == "block-encryption":
+        from . import block_encryption
+
+        return block_encryption.run(quick=args.quick, repeats=repeats, duration=args.duration)
     if args.name == "throughput":
         from . import throughput
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
@@ -27,6 +28,7 @@ import trio_websocket
 from router.client import MessageEvent, RecipientQueue, SMPClient, SMPError, open_client
 from router.client._transport import MAX_MESSAGE_SIZE, MESSAGE_QUEUE_SIZE, RECEIVE_BUFFER_SIZE
 from router.protocol.block import BLOCK_SIZE
+from router.protocol.versions import SMP_VERSION_MAX, SMP_VERSION_MIN
 
 from . import identities
 
@@ -82,15 +84,19 @@ class Worker:
     async def op_connect(self, req: dict) -> dict:
         """Open `count` more router connections and keep them open."""
         started = time.monotonic()
+        versions = (SMP_VERSION_MIN, req.get("max_version") or SMP_VERSION_MAX)
         errors = await _run_all(
-            [self._hold_client for _ in range(req["count"])], self.nursery, CONNECT_CONCURRENCY
+            [partial(self._hold_client, versions) for _ in range(req["count"])],
+            self.nursery, CONNECT_CONCURRENCY,
         )
         return {"clients": len(self.clients), "errors": errors,
                 "seconds": time.monotonic() - started}
 
-    async def _hold_client(self, ready: Callable[[str | None], None]) -> None:
+    async def _hold_client(
+        self, versions: tuple[int, int], ready: Callable[[str | None], None]
+    ) -> None:
         try:
-            async with open_client(self.address) as client:
+            async with open_client(self.address, versions=versions) as client:
                 self.clients.append(client)
                 ready(None)
                 await self.closing.wait()

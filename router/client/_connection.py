@@ -39,11 +39,13 @@ import trio
 
 from router.protocol import crypto
 from router.protocol.block import (
+    BLOCK_SIZE,
     MAX_TRANSMISSION_SIZE,
     BatchPacker,
     decode_batch,
     decode_batch_content,
 )
+from router.protocol.block_encryption import MAX_CONTENT as MAX_SEALED_CONTENT
 from router.protocol.block_encryption import BlockCipher
 from router.protocol.codec import decode_response, encode_command
 from router.protocol.transmission import decode_transmission, encode_transmission
@@ -237,12 +239,15 @@ class Connection:
         return encode_transmission(Transmission(auth, corr_id, entity_id, command), self.version)
 
     async def send_raw_block(self, block: bytes) -> None:
-        """Send `block` as one WebSocket message, untouched (for malformed-input tests);
-        on an encrypted connection its content is what is encrypted."""
+        """Send `block` as one WebSocket message (for malformed-input tests). On an
+        encrypted connection a well-formed padded block is sealed, so that its content
+        reaches the router's parser; anything else goes out as it is."""
         if self._closed is not None:
             raise self._closed
-        if self._cipher is not None:
-            block = self._cipher.seal(block[2 : 2 + int.from_bytes(block[:2], "big")])
+        if self._cipher is not None and len(block) == BLOCK_SIZE:
+            length = int.from_bytes(block[:2], "big")
+            if length <= MAX_SEALED_CONTENT:
+                block = self._cipher.seal(block[2 : 2 + length])
         await self._transport.send_block(block)
 
     def _seal(self, packer: BatchPacker) -> bytes:

@@ -35,7 +35,7 @@ CODEC_VERSION_MAX = WEB_CLIENT
 # (docs/protocol.md#versions); it reaches CODEC_VERSION_MAX once the router and the
 # clients speak every encoding the codec knows.
 SMP_VERSION_MIN = CODEC_VERSION_MIN
-SMP_VERSION_MAX = DELETED_EVENT
+SMP_VERSION_MAX = CODEC_VERSION_MAX
 
 # The version a caller that predates negotiation means (the project's clients before
 # they spoke the newer versions); the codec's default where a version is not given.

@@ -178,7 +178,7 @@ COMPUTED = {
     "service-spki": lambda: ed25519_public(EX["service-seed"]),
     "client-x25519-spki": lambda: x25519_public(EX["client-x25519-private"]),
     "router-x25519-spki": lambda: x25519_public(EX["router-x25519-private"]),
-    "router-hello": lambda: encode_server_hello(ServerHello(9, 10, SESSION_ID)),
+    "router-hello": lambda: encode_server_hello(ServerHello(9, 19, SESSION_ID)),
     "client-hello": lambda: encode_client_hello(
         ClientHello(10, KEY_HASH, EX["client-x25519-spki"])
     ),
@@ -279,7 +279,7 @@ def test_the_examples_decode_back_to_what_they_show():
     assert (tr.authorization, tr.corr_id, tr.entity_id) == (b"", EX["corr-id"], b"")
     assert decode_command(tr.command) == PING()
     assert decode_response(decode_transmission(decode_batch(EX["pong-block"])[0]).command) == PONG()
-    assert decode_server_hello(EX["router-hello"]) == ServerHello(9, 10, SESSION_ID)
+    assert decode_server_hello(EX["router-hello"]) == ServerHello(9, 19, SESSION_ID)
     hello = decode_client_hello(EX["service-client-hello"])
     assert hello.service == ServiceProof(EX["service-spki"], EX["service-signature"])
     assert verify_service_proof(hello.service, SESSION_ID, KEY_HASH)
