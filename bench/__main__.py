@@ -16,6 +16,7 @@
     python -m bench framing      CPU of the WebSocket framing libraries per block
     python -m bench compaction   store-log compaction, router vs Spark (its own options)
     python -m bench charts [DIR] draw the charts again from saved figures
+    python -m bench block-encryption  CPU per message and idle-connection memory, v10 vs v19
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
@@ -34,7 +35,8 @@ from typing import Any
 
 from . import harness
 
-NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores", "compare")
+NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores", "compare",
+         "block-encryption")
 # benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
 OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts")
 
@@ -144,6 +146,10 @@ def _run(args: argparse.Namespace) -> object:
 
         return memory_profile.run(memory_profile.QUICK if args.quick else memory_profile.DEFAULT,
                                   stores=args.stores or memory_profile.STORES)
+    if args.name == "block-encryption":
+        from . import block_encryption
+
+        return block_encryption.run(quick=args.quick, repeats=repeats, duration=args.duration)
     if args.name == "throughput":
         from . import throughput
 

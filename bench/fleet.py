@@ -55,7 +55,6 @@ from router.protocol import crypto
 from router.protocol.block import BLOCK_SIZE, decode_batch, encode_batches, pad_block, unpad_block
 from router.protocol.codec import decode_response, encode_command
 from router.protocol.handshake import (
-    SMP_VERSION_MAX,
     SMP_VERSION_MIN,
     ClientHello,
     decode_server_hello,
@@ -63,6 +62,7 @@ from router.protocol.handshake import (
     negotiate_version,
 )
 from router.protocol.transmission import decode_transmission, encode_transmission
+from router.protocol.versions import LEGACY_VERSION
 from router.protocol.types import ACK, END, ERR, MSG, OK, SEND, SUB, Transmission
 
 from . import identities
@@ -326,8 +326,9 @@ class LeanConnection:
         if response.status_code != 101 or self.protocol.handshake_exc is not None:
             raise Refused(f"HTTP {response.status_code}")
         hello = decode_server_hello(unpad_block(await self._next_block()))
+        # Lean connections speak v10: plain blocks, no block encryption to keep up.
         version = negotiate_version(hello.min_version, hello.max_version,
-                                    SMP_VERSION_MIN, SMP_VERSION_MAX)
+                                    SMP_VERSION_MIN, LEGACY_VERSION)
         if version is None:
             raise Refused("no common version")
         reply = ClientHello(version, fleet.key_hash, fleet.client_key, None)

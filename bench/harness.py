@@ -256,10 +256,14 @@ def ranges(start: int, counts: Iterable[int]) -> list[list[int]]:
     return out
 
 
-def connect(workers: WorkerGroup, connections: int) -> list[int]:
-    """Open `connections` router connections spread over the workers; per-worker counts."""
+def connect(
+    workers: WorkerGroup, connections: int, max_version: int | None = None
+) -> list[int]:
+    """Open `connections` router connections spread over the workers; per-worker counts.
+    `max_version` caps the SMP version the clients ask for (the newest by default)."""
     per_worker = split(connections, len(workers))
-    replies = workers.call([{"op": "connect", "count": n} if n else None for n in per_worker])
+    replies = workers.call([{"op": "connect", "count": n, "max_version": max_version}
+                            if n else None for n in per_worker])
     failed = sum(r["errors"] for r in replies if r)
     if failed:
         raise BenchError(f"{failed} of {connections} connections failed")

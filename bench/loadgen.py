@@ -19,6 +19,7 @@ import itertools
 import random
 import time
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
@@ -35,6 +36,7 @@ from router.client import (
     open_client,
 )
 from router.protocol.block import BLOCK_SIZE
+from router.protocol.versions import SMP_VERSION_MAX, SMP_VERSION_MIN
 
 from . import identities
 
@@ -99,20 +101,24 @@ class Worker:
     async def op_connect(self, req: dict) -> dict:
         """Open `count` more router connections and keep them open."""
         started = time.monotonic()
+        versions = (SMP_VERSION_MIN, req.get("max_version") or SMP_VERSION_MAX)
         errors = await _run_all(
-            [self._hold_client for _ in range(req["count"])], self.nursery, CONNECT_CONCURRENCY
+            [partial(self._hold_client, versions) for _ in range(req["count"])],
+            self.nursery, CONNECT_CONCURRENCY,
         )
         return {"clients": len(self.clients), "errors": errors,
                 "seconds": time.monotonic() - started}
 
-    async def _hold_client(self, ready: Callable[[str | None], None]) -> None:
+    async def _hold_client(
+        self, versions: tuple[int, int], ready: Callable[[str | None], None]
+    ) -> None:
         """One client, held open; a refused connection is tried again after a random
         pause, as clients do (every worker connects from 127.0.0.1, and the router caps
         the connections one address has in the handshake at once)."""
         held = False
         for attempt in range(CONNECT_ATTEMPTS):
             try:
-                async with open_client(self.address) as client:
+                async with open_client(self.address, versions=versions) as client:
                     self.clients.append(client)
                     held = True
                     ready(None)

@@ -111,8 +111,10 @@ class RouterLoad:
     """A router with C/2 recipients (subscribed) and C/2 senders connected."""
 
     def __init__(self, router: RouterProcess, workers: WorkerGroup, pairs: int,
-                 queues_per_recipient: int = QUEUES_PER_RECIPIENT) -> None:
+                 queues_per_recipient: int = QUEUES_PER_RECIPIENT,
+                 max_version: int | None = None) -> None:
         self.router = router
+        self.max_version = max_version  # the clients' newest SMP version (None: the newest)
         self.workers = workers
         self.pairs = pairs
         self.q = queues_per_recipient
@@ -125,15 +127,16 @@ class RouterLoad:
 
     def setup(self) -> None:
         workers = self.workers
-        workers.call([{"op": "connect", "count": n} if n else None for n in self.recipients])
+        workers.call([{"op": "connect", "count": n, "max_version": self.max_version}
+                      if n else None for n in self.recipients])
         first = 0
         plan = []
         for n in self.recipients:
             plan.append([[(first + i) * self.q, self.q] for i in range(n)])
             first += n
         workers.call([{"op": "subscribe", "ranges": r} if r else None for r in plan])
-        replies = workers.call([{"op": "connect", "count": n} if n else None
-                                for n in self.senders])
+        replies = workers.call([{"op": "connect", "count": n, "max_version": self.max_version}
+                                if n else None for n in self.senders])
         for w, reply in enumerate(replies):
             self.base[w] = (reply["clients"] if reply else 0) - self.senders[w]
 

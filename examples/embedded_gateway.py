@@ -54,9 +54,12 @@ def statistics_json(router: Router) -> str:
 
 
 async def route_websocket(router: Router, request: WebSocketRequest) -> None:
-    if request.path == SMP_PATH:
+    # Route by the path alone: SMP clients put a challenge in the query
+    # (docs/protocol.md#web-identity-proof).
+    path = request.path.partition("?")[0]
+    if path == SMP_PATH:
         await handle_websocket(router, await request.accept())
-    elif request.path == STATS_PATH:
+    elif path == STATS_PATH:
         ws = await request.accept()
         await ws.send_message(statistics_json(router))
         await ws.aclose()

@@ -4,7 +4,9 @@
 # from the `test` extra), the web client's npm packages (web/node_modules) and
 # its build (web/types, web/dist: `npm ci` runs the package's `prepare` script),
 # systemd-analyze, which checks the unit file in deploy/, and openssl, which
-# reads the router's identity certificate in tests/server/test_identity.py.
+# reads the router's identity certificate in tests/server/test_identity.py; and, when
+# ../shared/upstream holds it, upstream's browser SMP client, built unmodified into a
+# cache outside the repository for tests/upstream (scripts/build-upstream-web-client.sh).
 # Run as root on Debian; idempotent, so CI runs it every time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,3 +28,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 npm ci --prefix web --no-audit --no-fund --loglevel=error
+if ls ../shared/upstream/simplexmq-smp-web-*.tar.gz >/dev/null 2>&1; then
+    scripts/build-upstream-web-client.sh ../shared/upstream >/dev/null
+fi

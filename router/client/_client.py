@@ -40,6 +40,7 @@ from router.protocol.types import (
     QUE,
     SEND,
     SKEY,
+    SOK,
     SOKS,
     SUB,
     SUBS,
@@ -52,7 +53,7 @@ from router.protocol.types import (
 from ._address import RouterAddress, parse_address
 from ._connection import Connection, Request, Result
 from ._errors import BadResponse, ConnectionClosed, SMPError
-from ._handshake import client_handshake
+from ._handshake import client_handshake, new_challenge
 from ._transport import Transport
 from ._types import (
     ClientStatistics,
@@ -92,15 +93,18 @@ async def open_client(
     address = parse_address(url_or_address, key_hash, secure=ssl_context is not None)
     try:
         async with trio.open_nursery() as nursery:
-            transport = await Transport.connect(nursery, address, ssl_context)
+            challenge = new_challenge()
+            transport = await Transport.connect(nursery, address, ssl_context, challenge)
             try:
                 session = await client_handshake(
-                    transport, address.key_hash, versions, service_seed
+                    transport, address.key_hash, versions, service_seed, challenge
                 )
             except BaseException:
                 await transport.aclose()
                 raise
-            conn = Connection(transport, session.version, session.session_id, event_buffer)
+            conn = Connection(
+                transport, session.version, session.session_id, event_buffer, session.cipher
+            )
             client = SMPClient(conn, address, service_seed)
             await nursery.start(conn.run)
             try:
@@ -236,14 +240,14 @@ class SMPClient:
         """SUB: a waiting message arrives as a `MessageEvent`."""
         self.add_queue(queue)
         resp = (await self._conn.request([_sub(queue)], route_msg=True))[0]
-        _expect(_unwrap(resp), OK, MSG)
+        _expect(_unwrap(resp), OK, SOK, MSG)
 
     async def subscribe_many(self, queues: Sequence[RecipientQueue]) -> list[ErrorType | None]:
         """SUB for every queue, packed into few blocks; None or the error, per queue."""
         for queue in queues:
             self.add_queue(queue)
         results = await self._conn.request([_sub(q) for q in queues], route_msg=True)
-        return [_error_of(_unwrap(r), OK, MSG) for r in results]
+        return [_error_of(_unwrap(r), OK, SOK, MSG) for r in results]
 
     async def ack(self, queue: RecipientQueue, msg_id: bytes) -> None:
         """ACK: the next message, if the router sends it along, becomes an event."""
@@ -342,7 +346,7 @@ class SMPClient:
     async def subscribe_notifications(self, creds: NotifierCredentials) -> None:
         """NSUB: NMSGs for this notifier arrive as `NotificationEvent`s."""
         self.add_notifier(creds)
-        _expect(await self.command(creds.notifier_id, NSUB(), creds.notifier_seed), OK)
+        _expect(await self.command(creds.notifier_id, NSUB(), creds.notifier_seed), OK, SOK)
 
     # --- service subscriptions (docs/protocol.md#service-extension) -------------------------------
 

@@ -38,7 +38,15 @@ from collections.abc import Sequence
 import trio
 
 from router.protocol import crypto
-from router.protocol.block import MAX_TRANSMISSION_SIZE, BatchPacker, decode_batch
+from router.protocol.block import (
+    BLOCK_SIZE,
+    MAX_TRANSMISSION_SIZE,
+    BatchPacker,
+    decode_batch,
+    decode_batch_content,
+)
+from router.protocol.block_encryption import MAX_CONTENT as MAX_SEALED_CONTENT
+from router.protocol.block_encryption import BlockCipher
 from router.protocol.codec import decode_response, encode_command
 from router.protocol.transmission import decode_transmission, encode_transmission
 from router.protocol.types import (
@@ -110,9 +118,13 @@ class Connection:
         version: int,
         session_id: bytes,
         event_buffer: float = math.inf,
+        cipher: BlockCipher | None = None,
     ) -> None:
         self.version = version
         self.session_id = session_id
+        # Block encryption from v11 (docs/protocol.md#block-encryption): every block
+        # after the hellos, both ways.
+        self._cipher = cipher
         self.queues: dict[bytes, RecipientQueue] = {}
         self.notifiers: dict[bytes, NotifierCredentials] = {}
         self._transport = transport
@@ -220,17 +232,28 @@ class Connection:
     def _encode(
         self, corr_id: bytes, entity_id: bytes, cmd: Command | bytes, seed: bytes | None
     ) -> bytes:
-        command = cmd if isinstance(cmd, bytes) else encode_command(cmd)
+        command = cmd if isinstance(cmd, bytes) else encode_command(cmd, self.version)
         auth = b""
         if seed is not None:
             auth = crypto.authorize(seed, self.session_id, corr_id, entity_id, command)
-        return encode_transmission(Transmission(auth, corr_id, entity_id, command))
+        return encode_transmission(Transmission(auth, corr_id, entity_id, command), self.version)
 
     async def send_raw_block(self, block: bytes) -> None:
-        """Send `block` as one WebSocket message, untouched (for malformed-input tests)."""
+        """Send `block` as one WebSocket message (for malformed-input tests). On an
+        encrypted connection a well-formed padded block is sealed, so that its content
+        reaches the router's parser; anything else goes out as it is."""
         if self._closed is not None:
             raise self._closed
+        if self._cipher is not None and len(block) == BLOCK_SIZE:
+            length = int.from_bytes(block[:2], "big")
+            if length <= MAX_SEALED_CONTENT:
+                block = self._cipher.seal(block[2 : 2 + length])
         await self._transport.send_block(block)
+
+    def _seal(self, packer: BatchPacker) -> bytes:
+        if self._cipher is None:
+            return packer.take_block()
+        return self._cipher.seal(packer.take_content())
 
     async def websocket_ping(self) -> None:
         if self._closed is not None:
@@ -275,16 +298,17 @@ class Connection:
                 if len(packer):
                     # Nothing else waiting: a partly filled block goes now.
                     self._blocks_sent += 1
-                    await send_block(packer.take_block())
+                    await send_block(self._seal(packer))
                     continue
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
             waiting, self._outbox = self._outbox, []
             for data in waiting:
-                if (full := packer.pack(data)) is not None:
+                if not packer.add(data):
                     self._blocks_sent += 1
-                    await send_block(full)
+                    await send_block(self._seal(packer))
+                    packer.add(data)
 
     # --- reader --------------------------------------------------------------
 
@@ -300,7 +324,11 @@ class Connection:
             block = await receive_block()
             self._blocks_received += 1
             try:
-                transmissions = [decode_transmission(t) for t in decode_batch(block)]
+                if self._cipher is None:
+                    batch = decode_batch(block)
+                else:
+                    batch = decode_batch_content(self._cipher.open(block))
+                transmissions = [decode_transmission(t, self.version) for t in batch]
             except ProtocolError as e:
                 # Callers whose answers were in this block would wait forever.
                 raise ConnectionClosed(f"router sent a bad block: {e}") from e
@@ -314,7 +342,7 @@ class Connection:
             if entry is not None:
                 await self._resolve(entry, t)
                 return
-        response = _decode(t.command)
+        response = _decode(t.command, self.version)
         if not corr_id and response is not None:
             event = self._push_event(t.entity_id, response)
             if event is not None:
@@ -324,7 +352,7 @@ class Connection:
 
     async def _resolve(self, entry: tuple[_Waiter, int, bool], t: Transmission) -> None:
         waiter, index, route_msg = entry
-        response = _decode(t.command)
+        response = _decode(t.command, self.version)
         if response is None:
             waiter.resolve(index, BadResponse(f"unparsable response {t.command[:16]!r}"))
             return
@@ -394,8 +422,8 @@ class Connection:
             pass  # nobody reads raw responses: keep the reader going, drop the newest
 
 
-def _decode(command: bytes) -> Response | None:
+def _decode(command: bytes, version: int) -> Response | None:
     try:
-        return decode_response(command)
+        return decode_response(command, version)
     except ProtocolError:
         return None

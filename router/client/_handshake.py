@@ -2,21 +2,28 @@
 #handshake-client-hello, #handshake).
 
 The router speaks first. The client picks the highest version both sides
-support (or gives up without a word, as the protocol says), then answers with
-the router's key hash, a fresh X25519 key and, when it acts for a service, the
-proof that it holds the service key. The session id from the server hello is
-what every later signature covers (docs/protocol.md#session-id).
+support (or gives up without a word, as the protocol says), checks the router's
+identity, then answers with the router's key hash, a fresh X25519 key and, when it
+acts for a service, the proof that it holds the service key. The session id from
+the server hello is what every later signature covers (docs/protocol.md#session-id).
+From v11 the client's key and the router's key of the connection key the block
+encryption (docs/protocol.md#block-encryption); from v19 the router proves its
+identity by signing the challenge the client put in the URL
+(docs/protocol.md#web-identity-proof).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from router.protocol import crypto
+from router.protocol import crypto, versions
 from router.protocol.block import pad_block, unpad_block
+from router.protocol.block_encryption import BlockCipher, dh_secret
 from router.protocol.handshake import (
     SMP_VERSION_MAX,
     SMP_VERSION_MIN,
+    WEB_CHALLENGE_SIZE,
     ClientHello,
     ServerHello,
     decode_server_hello,
@@ -35,30 +42,50 @@ class Session:
     version: int
     session_id: bytes
     server_hello: ServerHello
+    cipher: BlockCipher | None = None  # block encryption, from v11
+    router_dh_key: bytes | None = None  # raw X25519: the router's key of this connection
+
+
+def new_challenge() -> bytes:
+    """The 32 random bytes a client puts in the WebSocket URL for the router to sign."""
+    return os.urandom(WEB_CHALLENGE_SIZE)
 
 
 async def client_handshake(
     transport: Transport,
     key_hash: bytes,
-    versions: tuple[int, int] = (SMP_VERSION_MIN, SMP_VERSION_MAX),
+    versions_range: tuple[int, int] = (SMP_VERSION_MIN, SMP_VERSION_MAX),
     service_seed: bytes | None = None,
+    challenge: bytes | None = None,
 ) -> Session:
-    """Receive the server hello, answer it, and return the negotiated session."""
+    """Receive the server hello, answer it, and return the negotiated session.
+
+    `challenge` is the one the client put in the URL; from v19 the router must have
+    signed it."""
     hello = _parse_server_hello(await transport.receive_block())
-    version = negotiate_version(hello.min_version, hello.max_version, *versions)
+    version = negotiate_version(hello.min_version, hello.max_version, *versions_range)
     if version is None:
         raise HandshakeError(
             f"no common version: router offers {hello.min_version}..{hello.max_version}, "
-            f"client supports {versions[0]}..{versions[1]}"
+            f"client supports {versions_range[0]}..{versions_range[1]}"
         )
-    _check_identity(hello, key_hash)
-    _, client_key = crypto.new_x25519()
+    _check_identity(hello, key_hash, version, challenge)
+    client_priv, client_key = crypto.new_x25519()
+    # Before v11 nothing uses the router's key of the connection: not read, not checked.
+    router_dh_key = _router_dh_key(hello) if versions.has_block_encryption(version) else None
+    cipher = None
+    if router_dh_key is not None:
+        try:
+            secret = dh_secret(client_priv, router_dh_key)
+        except ProtocolError as e:
+            raise HandshakeError(f"unusable router key: {e}") from e
+        cipher = BlockCipher.for_client(hello.session_id, secret)
     service = None
     if service_seed is not None:
         service = crypto.prove_service(service_seed, hello.session_id, key_hash)
     reply = ClientHello(version, key_hash, client_key, service)
     await transport.send_block(pad_block(encode_client_hello(reply)))
-    return Session(version, hello.session_id, hello)
+    return Session(version, hello.session_id, hello, cipher, router_dh_key)
 
 
 def _parse_server_hello(block: bytes) -> ServerHello:
@@ -68,16 +95,33 @@ def _parse_server_hello(block: bytes) -> ServerHello:
         raise HandshakeError(f"unusable server hello: {e}") from e
 
 
-def _check_identity(hello: ServerHello, key_hash: bytes) -> None:
-    """When the router shows its identity certificate it must hash to the key hash.
+def _router_dh_key(hello: ServerHello) -> bytes | None:
+    if hello.signed_key is None:
+        return None
+    try:
+        return crypto.hello_dh_key(hello.signed_key)
+    except ProtocolError as e:
+        raise HandshakeError(f"unusable server hello: {e}") from e
 
-    This router always shows it (docs/protocol.md, "Identity in the server
-    hello"); a router that does not is left to refuse a client hello with
-    another key hash itself. Without TLS this catches a wrong address early,
-    it does not authenticate the router: the certificate is public.
+
+def _check_identity(
+    hello: ServerHello, key_hash: bytes, version: int, challenge: bytes | None
+) -> None:
+    """When the router shows its identity certificate it must hash to the key hash;
+    from v19, when the client sent a challenge, the router must also have signed it
+    with the online certificate's key (docs/protocol.md#web-identity-proof).
+
+    A router that shows no certificate is left to refuse a client hello with
+    another key hash itself.
     """
     if identity_matches(hello, key_hash) is False:
         raise IdentityMismatch(
             "router identity does not match the key hash: wrong address, or another "
             "router answers at it"
         )
+    if challenge is None or not versions.has_web_identity_proof(version):
+        return
+    if hello.web_proof is None or hello.signed_key is None or not crypto.verify_web_identity(
+        hello.cert_chain, hello.signed_key, hello.web_proof, challenge, hello.session_id, key_hash
+    ):
+        raise IdentityMismatch("the router did not prove its identity for this connection")

@@ -7,6 +7,7 @@ catches a trio, trio-websocket or OS exception.
 
 from __future__ import annotations
 
+import base64
 import math
 import ssl
 
@@ -53,8 +54,12 @@ class Transport:
         nursery: trio.Nursery,
         address: RouterAddress,
         ssl_context: ssl.SSLContext | None = None,
+        challenge: bytes | None = None,
     ) -> Transport:
         """Open the WebSocket; its reader task runs in `nursery` until `aclose`.
+
+        A `challenge` goes into the URL for the router to sign in its hello
+        (docs/protocol.md#web-identity-proof).
 
         TCP, TLS and the upgrade must be done within `CONNECT_TIMEOUT`: a router
         at its limits may close a connection before it answers the upgrade, and
@@ -64,7 +69,7 @@ class Transport:
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
                 stream = await _open_stream(address, ssl_context)
-                ws = await nursery.start(_run_websocket, stream, address)
+                ws = await nursery.start(_run_websocket, stream, address, challenge)
         except UpgradeRejected:
             await trio.aclose_forcefully(stream)
             raise
@@ -119,6 +124,7 @@ class Transport:
 async def _run_websocket(
     stream: trio.abc.Stream,
     address: RouterAddress,
+    challenge: bytes | None,
     *,
     task_status: trio.TaskStatus[trio_websocket.WebSocketConnection] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -135,7 +141,7 @@ async def _run_websocket(
                 nursery,
                 stream,
                 _host_header(address),
-                address.path,
+                _resource(address.path, challenge),
                 message_queue_size=MESSAGE_QUEUE_SIZE,
                 max_message_size=MAX_MESSAGE_SIZE,
                 receive_buffer_size=RECEIVE_BUFFER_SIZE,
@@ -170,6 +176,13 @@ async def _open_stream(
     return await trio.open_ssl_over_tcp_stream(
         address.host, address.port, ssl_context=context, https_compatible=True
     )
+
+
+def _resource(path: str, challenge: bytes | None) -> str:
+    if challenge is None:
+        return path
+    value = base64.urlsafe_b64encode(challenge).rstrip(b"=").decode()
+    return f"{path}{'&' if '?' in path else '?'}challenge={value}"
 
 
 def _host_header(address: RouterAddress) -> str:

@@ -4,6 +4,7 @@ Nothing in this package imports trio, sockets or an event loop; PyNaCl is the
 only dependency, for signatures and boxes.
 """
 
+from . import versions
 from .block import (
     BATCH_LIMIT,
     BLOCK_SIZE,
@@ -15,6 +16,7 @@ from .block import (
     pad_block,
     unpad_block,
 )
+from .block_encryption import BlockCipher
 from .codec import (
     MAX_MESSAGE_LENGTH,
     check_credentials,
@@ -25,12 +27,15 @@ from .codec import (
     encode_response_transmission,
 )
 from .crypto import (
+    AUTHENTICATOR_SIZE,
     MSG_ENC_SIZE,
     MSG_PADDED_SIZE,
     NTF_META_ENC_SIZE,
     MessageBody,
     authorize,
     box_key,
+    cb_authenticator,
+    cb_nonce,
     decrypt_msg_body,
     decrypt_ntf_meta,
     ed25519_public,
@@ -51,6 +56,7 @@ from .handshake import (
     SMP_VERSION_MAX,
     SMP_VERSION_MIN,
     ClientHello,
+    ClientServiceCert,
     ServerHello,
     ServiceProof,
     decode_client_hello,
@@ -60,6 +66,8 @@ from .handshake import (
     negotiate_version,
     service_id,
     service_signed_bytes,
+    web_challenge,
+    web_proof_signed_bytes,
 )
 from .keys import KeyType, ed448_spki, ed25519_spki, key_type, raw_key, x25519_spki
 from .transmission import (
@@ -94,6 +102,11 @@ from .types import (
     INTERNAL,
     KEY,
     LARGE_MSG,
+    LDEL,
+    LGET,
+    LKEY,
+    LNK,
+    LSET,
     MSG,
     NDEL,
     NEW,
@@ -113,17 +126,21 @@ from .types import (
     PRXY,
     QUE,
     QUOTA,
+    RKEY,
     SEND,
     SERVICE,
     SESSION,
     SKEY,
+    SOK,
     SOKS,
     SUB,
     SUBS,
     CmdErr,
     Command,
     ErrorType,
+    NewNotifier,
     ProtocolError,
+    QueueLink,
     Response,
     Transmission,
     store_error,
@@ -134,10 +151,14 @@ __all__ = [
     "ACK", "ALLS", "AUTH", "BLOCK", "CMD_HAS_AUTH", "CMD_NO_AUTH", "CMD_NO_ENTITY",
     "CMD_PROHIBITED", "CMD_SYNTAX", "CMD_UNKNOWN", "CRYPTO", "DEL", "DELD", "END", "ENDS",
     "ERR", "EXPIRED", "GET", "HANDSHAKE", "IDS", "INFO", "INTERNAL", "KEY", "LARGE_MSG",
+    "LDEL", "LGET", "LKEY", "LNK", "LSET",
     "MSG", "NDEL", "NEW", "NID", "NKEY", "NMSG", "NO_MSG", "NSUB", "NSUBS", "OFF", "OK",
     "PFWD", "PING", "PONG", "PROXY_BASIC_AUTH", "PROXY_NO_SESSION", "PRXY", "QUE", "QUOTA",
-    "SEND", "SERVICE", "SESSION", "SKEY", "SOKS", "SUB", "SUBS", "CmdErr", "Command",
-    "ErrorType", "ProtocolError", "Response", "Transmission", "store_error",
+    "RKEY", "SEND", "SERVICE", "SESSION", "SKEY", "SOK", "SOKS", "SUB", "SUBS", "CmdErr",
+    "Command", "ErrorType", "NewNotifier", "ProtocolError", "QueueLink", "Response",
+    "Transmission", "store_error",
+    # versions and block encryption
+    "versions", "BlockCipher",
     # encoding
     "Parser", "bool_", "encode_key", "int64", "large", "maybe", "ss", "word16",
     # keys
@@ -153,12 +174,14 @@ __all__ = [
     "decode_response", "encode_command", "encode_error", "encode_response",
     "encode_response_transmission",
     # handshake
-    "SERVICE_MARKER", "SMP_VERSION_MAX", "SMP_VERSION_MIN", "ClientHello", "ServerHello",
-    "ServiceProof", "decode_client_hello", "decode_server_hello", "encode_client_hello",
-    "encode_server_hello", "negotiate_version", "service_id", "service_signed_bytes",
+    "SERVICE_MARKER", "SMP_VERSION_MAX", "SMP_VERSION_MIN", "ClientHello", "ClientServiceCert",
+    "ServerHello", "ServiceProof", "decode_client_hello", "decode_server_hello",
+    "encode_client_hello", "encode_server_hello", "negotiate_version", "service_id",
+    "service_signed_bytes", "web_challenge", "web_proof_signed_bytes",
     # crypto
-    "MSG_ENC_SIZE", "MSG_PADDED_SIZE", "NTF_META_ENC_SIZE", "MessageBody", "authorize",
-    "box_key", "decrypt_msg_body", "decrypt_ntf_meta", "ed25519_public", "encrypt_msg_body",
+    "AUTHENTICATOR_SIZE", "MSG_ENC_SIZE", "MSG_PADDED_SIZE", "NTF_META_ENC_SIZE", "MessageBody",
+    "authorize", "box_key", "cb_authenticator", "cb_nonce", "decrypt_msg_body",
+    "decrypt_ntf_meta", "ed25519_public", "encrypt_msg_body",
     "encrypt_ntf_meta", "new_ed25519", "new_x25519", "prove_service", "sign",
     "verify_authorization", "verify_service_proof", "x25519_public",
 ]

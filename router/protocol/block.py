@@ -48,7 +48,12 @@ def unpad_block(block: bytes) -> bytes:
 
 def decode_batch(block: bytes) -> list[bytes]:
     """The transmissions of a batch block, in order; `ProtocolError(BLOCK)` on any defect."""
-    content = unpad_block(block)
+    return decode_batch_content(unpad_block(block))
+
+
+def decode_batch_content(content: bytes) -> list[bytes]:
+    """The transmissions of a batch already taken out of its block (by `unpad_block`, or
+    by opening an encrypted block: docs/protocol.md#block-encryption)."""
     size = len(content)
     if size == 0 or content[0] == 0:
         raise ProtocolError(BLOCK, "empty batch")
@@ -114,6 +119,19 @@ class BatchPacker:
         self._size += 2 + n
         self._count += 1
         return True
+
+    def take_content(self) -> bytes:
+        """The batch of everything added so far, unpadded, for an encrypted block
+        (docs/protocol.md#block-encryption); the packer is empty afterwards."""
+        if not self._count:
+            raise ValueError("no transmissions to pack")
+        parts = self._parts
+        parts.insert(0, _COUNT[self._count])
+        content = b"".join(parts)
+        self._parts = []
+        self._size = 0
+        self._count = 0
+        return content
 
     def take_block(self) -> bytes:
         """The padded block of everything added so far; the packer is empty afterwards."""

@@ -6,13 +6,18 @@ tag, looks up its parser and requires the parameters to be consumed exactly:
 an unknown tag is `CMD UNKNOWN`, anything else that does not parse is
 `CMD SYNTAX`. Parameter-less values are shared singletons, so the hot path
 (SEND, ACK, SUB in; MSG, OK out) allocates little beyond the bytes it returns.
+
+Every function takes the connection's negotiated version; the differences between
+versions (NEW, IDS, SOK, DELD, ERR BLOCKED) are decided by the predicates of
+`versions` (docs/protocol.md#version-table), never by a number here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from .encoding import Parser, encode_key, int64, ss, ss_len, utf8
+from . import versions
+from .encoding import Parser, encode_key, int64, large, maybe, ss, ss_len, utf8
 from .errors import decode_error, encode_error
 from .types import (
     ACK,
@@ -31,6 +36,11 @@ from .types import (
     IDS,
     INFO,
     KEY,
+    LDEL,
+    LGET,
+    LKEY,
+    LNK,
+    LSET,
     MSG,
     NDEL,
     NEW,
@@ -46,29 +56,37 @@ from .types import (
     PONG,
     PRXY,
     QUE,
+    RKEY,
     SEND,
     SKEY,
+    SOK,
     SOKS,
     SUB,
     SUBS,
     Command,
     ErrorType,
+    NewNotifier,
     ProtocolError,
+    QueueLink,
     Response,
     Transmission,
 )
 
-MAX_MESSAGE_LENGTH = 16064  # SEND body limit at v8..v10 (docs/protocol.md#limits); a router rule
+# SEND body limit at v8..v10 (docs/protocol.md#limits); `versions.max_message_length` per version.
+MAX_MESSAGE_LENGTH = versions.max_message_length(versions.LEGACY_VERSION)
 MAX_SEND_FLAGS = 7  # 'T'/'F' plus up to 6 reserved bytes before the SP
 
 # --- parameter-less singletons ------------------------------------------------
 
-_PING, _SUB, _GET, _OFF, _DEL, _QUE, _NDEL, _NSUB, _SUBS, _NSUBS = (
-    PING(), SUB(), GET(), OFF(), DEL(), QUE(), NDEL(), NSUB(), SUBS(), NSUBS()
+_PING, _SUB, _GET, _OFF, _DEL, _QUE, _NDEL, _NSUB, _SUBS, _NSUBS, _LDEL, _LGET = (
+    PING(), SUB(), GET(), OFF(), DEL(), QUE(), NDEL(), NSUB(), SUBS(), NSUBS(), LDEL(), LGET()
 )
 _END, _DELD, _OK, _PONG, _ALLS = END(), DELD(), OK(), PONG(), ALLS()
 
 # --- helpers ---------------------------------------------------------------------
+
+
+Parse = Callable[[bytes, int, int], object]  # (data, where the SP is or -1, version)
 
 
 def _params(data: bytes, space_at: int) -> Parser:
@@ -78,8 +96,8 @@ def _params(data: bytes, space_at: int) -> Parser:
     return Parser(data, space_at + 1)
 
 
-def _no_params(value: object) -> Callable[[bytes, int], object]:
-    def parse(data: bytes, space_at: int) -> object:
+def _no_params(value: object) -> Parse:
+    def parse(data: bytes, space_at: int, v: int) -> object:
         if space_at >= 0:
             raise ProtocolError(CMD_SYNTAX, "unexpected parameters")
         return value
@@ -122,19 +140,53 @@ def _sub_mode(p: Parser) -> bool:
 # --- commands --------------------------------------------------------------------
 
 
-def _parse_new(data: bytes, i: int) -> NEW:
+def _link_data(p: Parser) -> tuple[bytes, bytes]:
+    """The two encrypted parts of short-link data: large(fixed) large(user)."""
+    return p.large(), p.large()
+
+
+def _queue_request(p: Parser) -> tuple[bool, QueueLink | None]:
+    """queueReqData (v15): ``'M' Maybe(ss(sndId) linkData)`` or
+    ``'C' Maybe(ss(linkId) ss(sndId) linkData)``; (sndSecure, link)."""
+    mode = p.byte()
+    if mode == 0x4D:  # 'M'
+        def messaging() -> QueueLink:
+            sender_id = p.short_string()
+            return QueueLink(sender_id, *_link_data(p))
+
+        return True, p.maybe(messaging)
+    if mode == 0x43:  # 'C'
+        def contact() -> QueueLink:
+            link_id = p.short_string()
+            sender_id = p.short_string()
+            fixed, user = _link_data(p)
+            return QueueLink(sender_id, fixed, user, link_id)
+
+        return False, p.maybe(contact)
+    raise p.fail("queue mode must be M or C")
+
+
+def _parse_new(data: bytes, i: int, v: int) -> NEW:
     p = _params(data, i)
     rcv_auth_key = p.key()
     rcv_dh_key = p.dh_key()
     basic_auth = p.maybe(lambda: _password(p))
     subscribe = _sub_mode(p)
-    snd_secure = p.bool_()
+    snd_secure: bool | None
+    link = notifier = None
+    if versions.has_short_links(v):
+        request = p.maybe(lambda: _queue_request(p))
+        snd_secure, link = (None, None) if request is None else request
+        if versions.has_new_notifier(v):
+            notifier = p.maybe(lambda: NewNotifier(p.key(), p.dh_key()))
+    else:
+        snd_secure = p.bool_()
     p.end()
-    return NEW(rcv_auth_key, rcv_dh_key, basic_auth, subscribe, snd_secure)
+    return NEW(rcv_auth_key, rcv_dh_key, basic_auth, subscribe, snd_secure, link, notifier)
 
 
-def _parse_key_cmd(cls: type) -> Callable[[bytes, int], object]:
-    def parse(data: bytes, i: int) -> object:
+def _parse_key_cmd(cls: type) -> Parse:
+    def parse(data: bytes, i: int, v: int) -> object:
         p = _params(data, i)
         key = p.key()
         p.end()
@@ -143,7 +195,7 @@ def _parse_key_cmd(cls: type) -> Callable[[bytes, int], object]:
     return parse
 
 
-def _parse_send(data: bytes, i: int) -> SEND:
+def _parse_send(data: bytes, i: int, v: int) -> SEND:
     # flags: 'T'/'F' then reserved non-space bytes, at most MAX_SEND_FLAGS before the SP.
     if i < 0:
         raise ProtocolError(CMD_SYNTAX, "missing parameters")
@@ -154,7 +206,7 @@ def _parse_send(data: bytes, i: int) -> SEND:
     return SEND(data[start:j], data[j + 1 :])
 
 
-def _parse_ack(data: bytes, i: int) -> ACK:
+def _parse_ack(data: bytes, i: int, v: int) -> ACK:
     # Lean path: "ACK " ss(msgId) and nothing else.
     if i < 0 or i + 1 >= len(data):
         raise ProtocolError(CMD_SYNTAX, "bad ACK")
@@ -164,7 +216,7 @@ def _parse_ack(data: bytes, i: int) -> ACK:
     return ACK(data[i + 2 : end])
 
 
-def _parse_nkey(data: bytes, i: int) -> NKEY:
+def _parse_nkey(data: bytes, i: int, v: int) -> NKEY:
     p = _params(data, i)
     notifier_key = p.key()
     dh_key = p.dh_key()
@@ -172,7 +224,31 @@ def _parse_nkey(data: bytes, i: int) -> NKEY:
     return NKEY(notifier_key, dh_key)
 
 
-_COMMAND_PARSERS: dict[bytes, Callable[[bytes, int], object]] = {
+def _parse_rkey(data: bytes, i: int, v: int) -> RKEY:
+    p = _params(data, i)
+    n = p.byte()
+    if n == 0:
+        raise p.fail("RKEY needs at least one key")
+    keys = tuple(p.key() for _ in range(n))
+    p.end()
+    return RKEY(keys)
+
+
+def _parse_lset(data: bytes, i: int, v: int) -> LSET:
+    p = _params(data, i)
+    link_id = p.short_string()
+    fixed, user = _link_data(p)
+    p.end()
+    return LSET(link_id, fixed, user)
+
+
+def _raw(cls: type) -> Parse:
+    return lambda data, i, v: cls(_raw_params(data, i))
+
+
+# Tags are known at every version, as the reference parses them: a command a version
+# does not define is still answered (short links before v15, say).
+_COMMAND_PARSERS: dict[bytes, Parse] = {
     b"PING": _no_params(_PING),
     b"NEW": _parse_new,
     b"SUB": _no_params(_SUB),
@@ -189,77 +265,136 @@ _COMMAND_PARSERS: dict[bytes, Callable[[bytes, int], object]] = {
     b"NSUB": _no_params(_NSUB),
     b"SUBS": _no_params(_SUBS),
     b"NSUBS": _no_params(_NSUBS),
-    b"PRXY": lambda data, i: PRXY(_raw_params(data, i)),
-    b"PFWD": lambda data, i: PFWD(_raw_params(data, i)),
+    b"RKEY": _parse_rkey,
+    b"LSET": _parse_lset,
+    b"LDEL": _no_params(_LDEL),
+    b"LKEY": _parse_key_cmd(LKEY),
+    b"LGET": _no_params(_LGET),
+    b"PRXY": _raw(PRXY),
+    b"PFWD": _raw(PFWD),
 }
 
 
-def decode_command(data: bytes) -> Command:
-    """One command; `ProtocolError(CMD UNKNOWN)` for an unknown tag, `CMD SYNTAX` otherwise."""
+def decode_command(data: bytes, version: int = versions.LEGACY_VERSION) -> Command:
+    """One command at `version`; `ProtocolError(CMD UNKNOWN)` for an unknown tag, `CMD SYNTAX`
+    otherwise."""
     # Tags are at most 5 bytes: look for the SP only there, not through a SEND body.
     i = data.find(b" ", 0, 6)
     parse = _COMMAND_PARSERS.get(data if i < 0 else data[:i])
     if parse is None:
         raise ProtocolError(CMD_UNKNOWN)
-    return parse(data, i)  # type: ignore[return-value]
+    return parse(data, i, version)  # type: ignore[return-value]
 
 
-def _encode_new(c: NEW) -> bytes:
+def _encode_link(link: QueueLink, contact: bool) -> bytes:
+    if contact != (link.link_id is not None):
+        raise ValueError("a contact queue's link carries its link id, a messaging queue's does not")
+    head = ss(link.link_id) if link.link_id is not None else b""
+    return b"".join((head, ss(link.sender_id), large(link.fixed_data), large(link.user_data)))
+
+
+def _encode_queue_request(c: NEW) -> bytes:
+    if c.snd_secure is None:
+        if c.link is not None:
+            raise ValueError("link data needs a queue mode")
+        return b"0"
+    mode = b"M" if c.snd_secure else b"C"
+    return b"1" + mode + maybe(c.link, lambda link: _encode_link(link, not c.snd_secure))
+
+
+def _encode_new_notifier(n: NewNotifier) -> bytes:
+    return encode_key(n.notifier_key) + encode_key(n.rcv_ntf_dh_key)
+
+
+def _encode_new(c: NEW, v: int) -> bytes:
     auth = b"0" if c.basic_auth is None else b"1" + ss(c.basic_auth)
-    return b"".join((
+    head = b"".join((
         b"NEW ", encode_key(c.rcv_auth_key), encode_key(c.rcv_dh_key), auth,
-        b"S" if c.subscribe else b"C", b"T" if c.snd_secure else b"F",
+        b"S" if c.subscribe else b"C",
     ))
+    if not versions.has_short_links(v):
+        if c.link is not None or c.notifier is not None:
+            raise ValueError("link data and notifier credentials need v15 / v17")
+        return head + (b"T" if c.snd_secure else b"F")
+    tail = _encode_queue_request(c)
+    if versions.has_new_notifier(v):
+        tail += maybe(c.notifier, _encode_new_notifier)
+    elif c.notifier is not None:
+        raise ValueError("notifier credentials in NEW need v17")
+    return head + tail
 
 
-_COMMAND_ENCODERS: dict[type, Callable[[object], bytes]] = {
-    PING: lambda c: b"PING",
+_COMMAND_ENCODERS: dict[type, Callable[[object, int], bytes]] = {
+    PING: lambda c, v: b"PING",
     NEW: _encode_new,  # type: ignore[dict-item]
-    SUB: lambda c: b"SUB",
-    KEY: lambda c: b"KEY " + encode_key(c.sender_key),  # type: ignore[attr-defined]
-    SKEY: lambda c: b"SKEY " + encode_key(c.sender_key),  # type: ignore[attr-defined]
-    SEND: lambda c: b"".join((b"SEND ", c.flags, b" ", c.body)),  # type: ignore[attr-defined]
-    ACK: lambda c: b"ACK " + ss(c.msg_id),  # type: ignore[attr-defined]
-    GET: lambda c: b"GET",
-    OFF: lambda c: b"OFF",
-    DEL: lambda c: b"DEL",
-    QUE: lambda c: b"QUE",
-    NKEY: lambda c: (  # type: ignore[attr-defined]
+    SUB: lambda c, v: b"SUB",
+    KEY: lambda c, v: b"KEY " + encode_key(c.sender_key),  # type: ignore[attr-defined]
+    SKEY: lambda c, v: b"SKEY " + encode_key(c.sender_key),  # type: ignore[attr-defined]
+    SEND: lambda c, v: b"".join((b"SEND ", c.flags, b" ", c.body)),  # type: ignore[attr-defined]
+    ACK: lambda c, v: b"ACK " + ss(c.msg_id),  # type: ignore[attr-defined]
+    GET: lambda c, v: b"GET",
+    OFF: lambda c, v: b"OFF",
+    DEL: lambda c, v: b"DEL",
+    QUE: lambda c, v: b"QUE",
+    NKEY: lambda c, v: (  # type: ignore[attr-defined]
         b"NKEY " + encode_key(c.notifier_key) + encode_key(c.rcv_ntf_dh_key)
     ),
-    NDEL: lambda c: b"NDEL",
-    NSUB: lambda c: b"NSUB",
-    SUBS: lambda c: b"SUBS",
-    NSUBS: lambda c: b"NSUBS",
-    PRXY: lambda c: _with_raw(b"PRXY", c.raw),  # type: ignore[attr-defined]
-    PFWD: lambda c: _with_raw(b"PFWD", c.raw),  # type: ignore[attr-defined]
+    NDEL: lambda c, v: b"NDEL",
+    NSUB: lambda c, v: b"NSUB",
+    SUBS: lambda c, v: b"SUBS",
+    NSUBS: lambda c, v: b"NSUBS",
+    PRXY: lambda c, v: _with_raw(b"PRXY", c.raw),  # type: ignore[attr-defined]
+    PFWD: lambda c, v: _with_raw(b"PFWD", c.raw),  # type: ignore[attr-defined]
+    RKEY: lambda c, v: (  # type: ignore[attr-defined]
+        b"RKEY " + bytes((len(c.rcv_keys),)) + b"".join(encode_key(k) for k in c.rcv_keys)
+    ),
+    LSET: lambda c, v: (  # type: ignore[attr-defined]
+        b"LSET " + ss(c.link_id) + large(c.fixed_data) + large(c.user_data)
+    ),
+    LDEL: lambda c, v: b"LDEL",
+    LKEY: lambda c, v: b"LKEY " + encode_key(c.sender_key),  # type: ignore[attr-defined]
+    LGET: lambda c, v: b"LGET",
 }
 
 
-def encode_command(cmd: Command) -> bytes:
-    return _COMMAND_ENCODERS[type(cmd)](cmd)
+def encode_command(cmd: Command, version: int = versions.LEGACY_VERSION) -> bytes:
+    return _COMMAND_ENCODERS[type(cmd)](cmd, version)
 
 
 # --- responses -------------------------------------------------------------------------
 
 
-def _parse_ids(data: bytes, i: int) -> IDS:
+def _parse_ids(data: bytes, i: int, v: int) -> IDS:
     p = _params(data, i)
     rcv_id = p.short_string()
     snd_id = p.short_string()
     dh = p.dh_key()
-    snd_secure = p.bool_()
+    snd_secure: bool | None = None
+    link_id = service_id = notifier = None
+    if versions.has_short_links(v):
+        mode = p.maybe(p.byte)
+        if mode is not None:
+            if mode not in (0x4D, 0x43):
+                raise p.fail("queue mode must be M or C")
+            snd_secure = mode == 0x4D
+        link_id = p.maybe(p.short_string)
+        if versions.has_service_field(v):
+            service_id = p.maybe(p.short_string)
+        if versions.has_new_notifier(v):
+            notifier = p.maybe(lambda: NID(p.short_string(), p.dh_key()))
+    elif versions.has_sender_auth_key(v):
+        snd_secure = p.bool_()
     p.end()
-    return IDS(rcv_id, snd_id, dh, snd_secure)
+    return IDS(rcv_id, snd_id, dh, snd_secure, link_id, service_id, notifier)
 
 
-def _parse_msg(data: bytes, i: int) -> MSG:
+def _parse_msg(data: bytes, i: int, v: int) -> MSG:
     p = _params(data, i)
     msg_id = p.short_string()
     return MSG(msg_id, p.rest())
 
 
-def _parse_nid(data: bytes, i: int) -> NID:
+def _parse_nid(data: bytes, i: int, v: int) -> NID:
     p = _params(data, i)
     notifier_id = p.short_string()
     dh = p.dh_key()
@@ -267,7 +402,7 @@ def _parse_nid(data: bytes, i: int) -> NID:
     return NID(notifier_id, dh)
 
 
-def _parse_nmsg(data: bytes, i: int) -> NMSG:
+def _parse_nmsg(data: bytes, i: int, v: int) -> NMSG:
     p = _params(data, i)
     nonce = p.take(24)
     enc_meta = p.short_string()
@@ -275,8 +410,8 @@ def _parse_nmsg(data: bytes, i: int) -> NMSG:
     return NMSG(nonce, enc_meta)
 
 
-def _parse_count(cls: type) -> Callable[[bytes, int], object]:
-    def parse(data: bytes, i: int) -> object:
+def _parse_count(cls: type) -> Parse:
+    def parse(data: bytes, i: int, v: int) -> object:
         p = _params(data, i)
         n = p.int64()
         p.end()
@@ -285,17 +420,32 @@ def _parse_count(cls: type) -> Callable[[bytes, int], object]:
     return parse
 
 
-def _parse_info(data: bytes, i: int) -> INFO:
+def _parse_info(data: bytes, i: int, v: int) -> INFO:
     return INFO(utf8(_params(data, i).rest()))
 
 
-def _parse_err(data: bytes, i: int) -> ERR:
+def _parse_err(data: bytes, i: int, v: int) -> ERR:
     if i < 0:
         raise ProtocolError(CMD_SYNTAX, "missing error")
     return ERR(decode_error(data[i + 1 :]))
 
 
-_RESPONSE_PARSERS: dict[bytes, Callable[[bytes, int], object]] = {
+def _parse_lnk(data: bytes, i: int, v: int) -> LNK:
+    p = _params(data, i)
+    sender_id = p.short_string()
+    fixed, user = _link_data(p)
+    p.end()
+    return LNK(sender_id, fixed, user)
+
+
+def _parse_sok(data: bytes, i: int, v: int) -> SOK:
+    p = _params(data, i)
+    service_id = p.maybe(p.short_string)
+    p.end()
+    return SOK(service_id)
+
+
+_RESPONSE_PARSERS: dict[bytes, Parse] = {
     b"IDS": _parse_ids,
     b"MSG": _parse_msg,
     b"NID": _parse_nid,
@@ -309,35 +459,69 @@ _RESPONSE_PARSERS: dict[bytes, Callable[[bytes, int], object]] = {
     b"SOKS": _parse_count(SOKS),
     b"ENDS": _parse_count(ENDS),
     b"ALLS": _no_params(_ALLS),
+    b"LNK": _parse_lnk,
+    b"SOK": _parse_sok,
 }
 
 
-def decode_response(data: bytes) -> Response:
-    """One router message; `ProtocolError(CMD UNKNOWN / CMD SYNTAX)` if it is not one."""
+def decode_response(data: bytes, version: int = versions.LEGACY_VERSION) -> Response:
+    """One router message at `version`; `ProtocolError(CMD UNKNOWN / CMD SYNTAX)` if it is not
+    one."""
     i = data.find(b" ", 0, 6)
     parse = _RESPONSE_PARSERS.get(data if i < 0 else data[:i])
     if parse is None:
         raise ProtocolError(CMD_UNKNOWN)
-    return parse(data, i)  # type: ignore[return-value]
+    return parse(data, i, version)  # type: ignore[return-value]
 
 
-_RESPONSE_ENCODERS: dict[type, Callable[[object], bytes]] = {
-    IDS: lambda r: b"".join((  # type: ignore[attr-defined]
-        b"IDS ", ss(r.rcv_id), ss(r.snd_id), encode_key(r.srv_dh_key),
-        b"T" if r.snd_secure else b"F",
-    )),
-    MSG: lambda r: b"".join((b"MSG ", ss_len(len(r.msg_id)), r.msg_id, r.enc_body)),  # type: ignore[attr-defined]
-    NID: lambda r: b"NID " + ss(r.notifier_id) + encode_key(r.srv_ntf_dh_key),  # type: ignore[attr-defined]
-    NMSG: lambda r: _encode_nmsg(r),  # type: ignore[arg-type]
-    END: lambda r: b"END",
-    DELD: lambda r: b"DELD",
-    OK: lambda r: b"OK",
-    PONG: lambda r: b"PONG",
-    INFO: lambda r: b"INFO " + r.json.encode(),  # type: ignore[attr-defined]
-    ERR: lambda r: b"ERR " + encode_error(r.error),  # type: ignore[attr-defined]
-    SOKS: lambda r: b"SOKS " + int64(r.count),  # type: ignore[attr-defined]
-    ENDS: lambda r: b"ENDS " + int64(r.count),  # type: ignore[attr-defined]
-    ALLS: lambda r: b"ALLS",
+def _encode_notifier_ids(n: NID) -> bytes:
+    return ss(n.notifier_id) + encode_key(n.srv_ntf_dh_key)
+
+
+def _encode_ids(r: IDS, v: int) -> bytes:
+    head = b"".join((b"IDS ", ss(r.rcv_id), ss(r.snd_id), encode_key(r.srv_dh_key)))
+    if versions.has_short_links(v):
+        parts = [head, maybe(r.queue_mode, lambda m: m), maybe(r.link_id, ss)]
+        if versions.has_service_field(v):
+            parts.append(maybe(r.service_id, ss))
+        if versions.has_new_notifier(v):
+            parts.append(maybe(r.notifier, _encode_notifier_ids))
+        return b"".join(parts)
+    if versions.has_sender_auth_key(v):
+        return head + (b"T" if r.snd_secure else b"F")
+    return head
+
+
+def _encode_sok(r: SOK, v: int) -> bytes:
+    # Before v16 a subscription is answered OK: there is no service to name.
+    if not versions.has_service_field(v):
+        return b"OK"
+    return b"SOK " + maybe(r.service_id, ss)
+
+
+def _encode_err(r: ERR, v: int) -> bytes:
+    return b"ERR " + encode_error(r.error, v)
+
+
+_RESPONSE_ENCODERS: dict[type, Callable[[object, int], bytes]] = {
+    IDS: _encode_ids,  # type: ignore[dict-item]
+    MSG: lambda r, v: b"".join((b"MSG ", ss_len(len(r.msg_id)), r.msg_id, r.enc_body)),  # type: ignore[attr-defined]
+    NID: lambda r, v: b"NID " + ss(r.notifier_id) + encode_key(r.srv_ntf_dh_key),  # type: ignore[attr-defined]
+    NMSG: lambda r, v: _encode_nmsg(r),  # type: ignore[arg-type]
+    END: lambda r, v: b"END",
+    # DELD exists from v10; an older subscriber is told END (docs/protocol.md#end-and-deld).
+    DELD: lambda r, v: b"DELD" if versions.has_deleted_event(v) else b"END",
+    OK: lambda r, v: b"OK",
+    PONG: lambda r, v: b"PONG",
+    INFO: lambda r, v: b"INFO " + r.json.encode(),  # type: ignore[attr-defined]
+    ERR: _encode_err,  # type: ignore[dict-item]
+    SOKS: lambda r, v: b"SOKS " + int64(r.count),  # type: ignore[attr-defined]
+    ENDS: lambda r, v: b"ENDS " + int64(r.count),  # type: ignore[attr-defined]
+    ALLS: lambda r, v: b"ALLS",
+    LNK: lambda r, v: (  # type: ignore[attr-defined]
+        b"LNK " + ss(r.sender_id) + large(r.fixed_data) + large(r.user_data)
+    ),
+    SOK: _encode_sok,  # type: ignore[dict-item]
 }
 
 
@@ -347,12 +531,15 @@ def _encode_nmsg(r: NMSG) -> bytes:
     return b"NMSG " + r.nonce + ss(r.enc_meta)
 
 
-def encode_response(resp: Response) -> bytes:
-    return _RESPONSE_ENCODERS[type(resp)](resp)
+def encode_response(resp: Response, version: int = versions.LEGACY_VERSION) -> bytes:
+    return _RESPONSE_ENCODERS[type(resp)](resp, version)
 
 
-def encode_response_transmission(corr_id: bytes, entity_id: bytes, resp: Response) -> bytes:
-    """A whole router transmission (empty authorization) in one copy.
+def encode_response_transmission(
+    corr_id: bytes, entity_id: bytes, resp: Response, version: int = versions.LEGACY_VERSION
+) -> bytes:
+    """A whole router transmission (empty authorization, so no service field at any
+    version: docs/protocol.md#service-signature) in one copy.
 
     Same bytes as ``encode_transmission(Transmission(b"", corr_id, entity_id,
     encode_response(resp)))``; for a MSG it avoids copying the 16 KB body twice.
@@ -364,7 +551,7 @@ def encode_response_transmission(corr_id: bytes, entity_id: bytes, resp: Respons
         ))
     return b"".join((
         b"\x00", ss_len(len(corr_id)), corr_id, ss_len(len(entity_id)), entity_id,
-        encode_response(resp),
+        encode_response(resp, version),
     ))
 
 
@@ -374,8 +561,9 @@ def encode_response_transmission(corr_id: bytes, entity_id: bytes, resp: Respons
 def check_credentials(cmd: Command, t: Transmission) -> ErrorType | None:
     """The `CMD` error for a command whose entity id / authorization presence is wrong.
 
-    Checked before any queue lookup. PRXY must carry neither; PFWD must carry an
-    entity (the proxy session) and no authorization, as the reference checks them.
+    Checked before any queue lookup. PRXY must carry neither; PFWD and LGET must carry
+    an entity (the proxy session, the link id) and no authorization, as the reference
+    checks them.
     """
     has_auth = bool(t.authorization)
     has_entity = bool(t.entity_id)
@@ -388,7 +576,7 @@ def check_credentials(cmd: Command, t: Transmission) -> ErrorType | None:
         return CMD_HAS_AUTH if has_entity else None
     if kind is PING or kind is PRXY:
         return CMD_HAS_AUTH if has_auth or has_entity else None
-    if kind is PFWD:
+    if kind is PFWD or kind is LGET:
         if not has_entity:
             return CMD_NO_ENTITY
         return CMD_HAS_AUTH if has_auth else None

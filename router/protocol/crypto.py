@@ -14,6 +14,7 @@ per-message cost is one XSalsa20-Poly1305 pass and no key agreement.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,10 +24,11 @@ from nacl.exceptions import CryptoError
 from nacl.exceptions import RuntimeError as NaclRuntimeError
 
 from .encoding import ss
-from .handshake import ServiceProof, service_signed_bytes
+from .handshake import ServiceProof, service_signed_bytes, web_proof_signed_bytes
 from .keys import KeyType, ed25519_spki, key_type, raw_key, x25519_spki
 from .transmission import authorized_bytes
-from .types import CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError
+from .types import CMD_SYNTAX, CRYPTO, HANDSHAKE, LARGE_MSG, ProtocolError
+from .x509 import certificate_spki, signed_object_parts
 
 MSG_PADDED_SIZE = 16106  # plain body padded to this, at every version (docs/protocol.md#encryption)
 MSG_ENC_SIZE = MSG_PADDED_SIZE + 16  # 16122
@@ -37,11 +39,8 @@ NONCE_SIZE = 24
 _PAD = b"#" * MSG_PADDED_SIZE
 _QUOTA = b"QUOTA "
 
-# Fixed keys for the dummy verifications: a valid Ed25519 public key (from a
-# fixed seed) and a fixed precomputed box key.
+# Fixed key for the dummy signature checks: a valid Ed25519 public key (from a fixed seed).
 _DUMMY_ED25519_PK = bindings.crypto_sign_seed_keypair(b"\x01" * 32)[0]
-_DUMMY_BOX_KEY = hashlib.sha256(b"SMP dummy box key").digest()
-_ZERO_NONCE = b"\x00" * NONCE_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +106,41 @@ def _ed25519_ok(signature: bytes, public32: bytes, data: bytes) -> bool:
     return True
 
 
-def _dummy_box_check(authenticator: bytes, data: bytes) -> None:
-    # Same work as checking an X25519 authenticator: hash, then open a box.
-    hashlib.sha512(data).digest()
+# --- X25519 authenticators (docs/protocol.md#x25519-authenticator) --------------------
+
+AUTHENTICATOR_SIZE = 80  # 16-byte tag + box of the 64-byte SHA-512
+# A fixed X25519 key for the dummy check: a valid point, so libsodium runs the whole DH.
+_DUMMY_X25519_PUBLIC = bindings.crypto_scalarmult_base(hashlib.sha256(b"SMP dummy X25519").digest())
+# Used only when a connection has no DH key of the router's (never, from v7 on).
+_DUMMY_X25519_PRIVATE = hashlib.sha256(b"SMP dummy router X25519").digest()
+
+
+def cb_nonce(corr_id: bytes) -> bytes:
+    """The box nonce of a corrId: its first 24 bytes, zero-padded if shorter."""
+    return corr_id[:NONCE_SIZE].ljust(NONCE_SIZE, b"\x00")
+
+
+def cb_authenticator(
+    peer_public32: bytes, own_private32: bytes, corr_id: bytes, authorized: bytes
+) -> bytes:
+    """An X25519 authenticator (80 bytes): box(DH(own, peer), nonce = corrId,
+    SHA-512(authorized)). The client boxes with its queue key and the router's key of
+    the connection; the router checks with the reverse pair."""
+    shared = bindings.crypto_box_beforenm(peer_public32, own_private32)
+    digest = hashlib.sha512(authorized).digest()
+    return bindings.crypto_box_easy_afternm(digest, cb_nonce(corr_id), shared)
+
+
+def _authenticator_ok(
+    authenticator: bytes, public32: bytes, private32: bytes, corr_id: bytes, authorized: bytes
+) -> bool:
+    digest = hashlib.sha512(authorized).digest()
     try:
-        bindings.crypto_box_open_easy_afternm(authenticator, _ZERO_NONCE, _DUMMY_BOX_KEY)
+        shared = bindings.crypto_box_beforenm(public32, private32)
+        opened = bindings.crypto_box_open_easy_afternm(authenticator, cb_nonce(corr_id), shared)
     except (CryptoError, NaclRuntimeError, ValueError, TypeError):
-        pass
+        return False
+    return hmac.compare_digest(opened, digest)
 
 
 def _key_kind(key_spki: bytes | None) -> KeyType | None:
@@ -126,13 +153,20 @@ def _key_kind(key_spki: bytes | None) -> KeyType | None:
 
 
 def verify_authorization(
-    authorization: bytes, key_spki: bytes | None, authorized: bytes
+    authorization: bytes,
+    key_spki: bytes | None,
+    authorized: bytes,
+    *,
+    corr_id: bytes = b"",
+    router_dh_private: bytes | None = None,
 ) -> bool:
-    """True only if `authorization` is a valid signature by `key_spki` over `authorized`.
+    """True only if `authorization` is valid for `key_spki` over `authorized`.
 
-    64 bytes is Ed25519. 80 bytes (X25519 authenticator) always fails, as this
-    router sends no session key. 114 bytes (Ed448) fails too: PyNaCl has no
-    Ed448. In every failing case one verification of the same kind still runs.
+    64 bytes is an Ed25519 signature. 80 bytes is an X25519 authenticator, checked
+    with the router's DH key of the connection (`router_dh_private`) and the corrId as
+    nonce. 114 bytes (Ed448) fails: PyNaCl has no Ed448. In every failing case one
+    verification of the same kind still runs, with a dummy key where the real one is
+    missing or of another type (docs/protocol.md#authorization).
     """
     n = len(authorization)
     kind = _key_kind(key_spki)
@@ -142,8 +176,11 @@ def verify_authorization(
             return _ed25519_ok(authorization, key_spki[12:], authorized)  # type: ignore[index]
         _ed25519_ok(authorization, _DUMMY_ED25519_PK, authorized)
         return False
-    if n == 80:
-        _dummy_box_check(authorization, authorized)
+    if n == AUTHENTICATOR_SIZE:
+        private = router_dh_private if router_dh_private is not None else _DUMMY_X25519_PRIVATE
+        if kind is KeyType.X25519 and router_dh_private is not None:
+            return _authenticator_ok(authorization, key_spki[12:], private, corr_id, authorized)  # type: ignore[index]
+        _authenticator_ok(authorization, _DUMMY_X25519_PUBLIC, private, corr_id, authorized)
         return False
     if n == 114:
         # No Ed448 here: spend an Ed25519 verification so the cost stays the same
@@ -254,3 +291,40 @@ def decrypt_ntf_meta(key32: bytes, nonce: bytes, enc_meta: bytes) -> tuple[bytes
     if end + 8 > len(meta):
         raise ProtocolError(CRYPTO, "bad metadata")
     return meta[1:end], int.from_bytes(meta[end : end + 8], "big", signed=True)
+
+
+# --- the router's identity in its hello (docs/protocol.md#web-identity-proof) ----------
+
+
+def hello_dh_key(signed_key: bytes) -> bytes:
+    """The raw X25519 key of the hello's signed key (the router's key of the connection);
+    `ProtocolError(HANDSHAKE)` if it is not one."""
+    spki, _ = signed_object_parts(signed_key)
+    if _key_kind(spki) is not KeyType.X25519:
+        raise ProtocolError(HANDSHAKE, "the signed key is not an X25519 key")
+    return raw_key(spki)
+
+
+def verify_web_identity(
+    chain: tuple[bytes, ...], signed_key: bytes, proof: bytes, challenge: bytes,
+    session_id: bytes, key_hash: bytes,
+) -> bool:
+    """The web client's check of a v19 hello: a chain of 2 to 4 certificates whose second
+    (the identity certificate) hashes to `key_hash`, and whose first (the online
+    certificate) has the key that signed both the challenge with the session id and the
+    signed key."""
+    if not 2 <= len(chain) <= 4:
+        return False
+    if not hmac.compare_digest(hashlib.sha256(chain[1]).digest(), key_hash):
+        return False
+    try:
+        online = certificate_spki(chain[0])
+        key_object, key_signature = signed_object_parts(signed_key)
+    except ProtocolError:
+        return False
+    if _key_kind(online) is not KeyType.ED25519 or len(key_signature) != 64:
+        return False
+    public = raw_key(online)
+    return _ed25519_ok(proof, public, web_proof_signed_bytes(challenge, session_id)) and (
+        _ed25519_ok(key_signature, public, key_object)
+    )

@@ -9,8 +9,9 @@ has to answer and relay them.
 
 from __future__ import annotations
 
+from . import versions
 from .encoding import utf8
-from .types import CMD_SYNTAX, CmdErr, ErrorType, ProtocolError
+from .types import AUTH, CMD_SYNTAX, CmdErr, ErrorType, ProtocolError
 
 _SIMPLE_ERRORS = {
     tag: ErrorType(tag)
@@ -23,7 +24,25 @@ _CMD_ERRORS = {e.value.encode(): ErrorType("CMD", e) for e in CmdErr}
 _CMD_ERRORS[b"NO_QUEUE"] = ErrorType("CMD", CmdErr.NO_ENTITY)  # old name, still parsed
 
 
-def encode_error(e: ErrorType) -> bytes:
+_NOTICE = ",notice="
+
+
+def for_version(e: ErrorType, version: int) -> ErrorType:
+    """The error as `version` can carry it: BLOCKED is AUTH before v12 and loses its
+    client notice before v18 (docs/protocol.md#errors)."""
+    if e.tag != "BLOCKED":
+        return e
+    if not versions.has_blocked_error(version):
+        return AUTH
+    if not versions.has_client_notices(version) and isinstance(e.arg, str) and _NOTICE in e.arg:
+        return ErrorType("BLOCKED", e.arg[: e.arg.index(_NOTICE)])
+    return e
+
+
+def encode_error(e: ErrorType, version: int | None = None) -> bytes:
+    """The error's bytes; with a `version`, as that version carries it (`for_version`)."""
+    if version is not None:
+        e = for_version(e, version)
     arg = e.arg
     tag = e.tag.encode()
     if arg is None:

@@ -3,34 +3,37 @@ service extension of this router.
 
 The server hello goes first::
 
-    word16 minVer | word16 maxVer | ss(sessionId) | [certChain signedKey] | ignored
+    word16 minVer | word16 maxVer | ss(sessionId) | [certChain signedKey [ss(webProof)]] | ignored
     certChain = byte n | n * large(cert DER);  signedKey = large(signed X25519 key)
 
-and the client answers with::
+(the cert part from maxVer 7, the web identity proof from maxVer 19) and the client
+answers with::
 
-    word16 version | ss(keyHash) | [ss(X25519 SPKI) ["SVC1" ss(serviceKey) ss(sig)]] | ignored
+    word16 version | ss(keyHash) | [ss(X25519 SPKI)] | [proxyServer] | [clientService]
+        | ["SVC1" ss(serviceKey) ss(sig)] | ignored
 
+(the key from v7, proxyServer from v14, clientService from v16: `versions`).
 "SVC1" and what follows is this router's service extension: the client proves
 it holds an Ed25519 service key by signing `service_signed_bytes` (session id,
-key hash and the service key itself). A v9/v10 peer that does not know it
-stops parsing before it. Hellos are block content (not padded) and may carry
-trailing bytes, which are ignored. A marker without an X25519 client key
-before it makes the hello malformed. Failures raise `ProtocolError(HANDSHAKE)`.
+key hash and the service key itself). It comes after every field the negotiated
+version defines, where a peer that does not know it stops parsing. Hellos are
+block content (not padded) and may carry trailing bytes, which are ignored. A
+marker without an X25519 client key before it makes the hello malformed.
+Failures raise `ProtocolError(HANDSHAKE)`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 from dataclasses import dataclass
 
-from .encoding import Parser, large, ss, word16
+from . import versions
+from .encoding import Parser, bool_, large, ss, word16
 from .keys import KeyType, key_type
 from .types import HANDSHAKE, ProtocolError
-
-SMP_VERSION_MIN = 9
-SMP_VERSION_MAX = 10
-# The hello fields after the session id / key hash exist from this version on.
-_AUTH_KEY_VERSION = 7
+from .versions import SMP_VERSION_MAX, SMP_VERSION_MIN  # noqa: F401  (re-exported)
 
 SERVICE_MARKER = b"SVC1"
 SERVICE_CONTEXT = b"SMP-SERVICE"
@@ -44,6 +47,9 @@ class ServerHello:
     session_id: bytes
     cert_chain: tuple[bytes, ...] = ()
     signed_key: bytes | None = None
+    # v19 (docs/protocol.md#web-identity-proof): the online key's signature over the
+    # WebSocket URL's challenge and the session id.
+    web_proof: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +62,27 @@ class ServiceProof:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientServiceCert:
+    """The reference's `clientService` (v16): a service role (``M``, ``N`` or ``P``) and
+    a certificate chain with a key it signs, which must also be the TLS client
+    certificate (docs/protocol.md#client-service)."""
+
+    role: bytes
+    cert_chain: tuple[bytes, ...]
+    signed_key: bytes
+
+
+SERVICE_ROLES = (b"M", b"N", b"P")
+
+
+@dataclass(frozen=True, slots=True)
 class ClientHello:
     version: int
     key_hash: bytes
     client_key: bytes | None = None  # X25519 SPKI
-    service: ServiceProof | None = None
+    service: ServiceProof | None = None  # this router's service extension
+    proxy_server: bool = False  # v14: a router connecting as a proxy (no block encryption)
+    client_service: ClientServiceCert | None = None  # v16
 
 
 def _version_word(v: int) -> bytes:
@@ -69,14 +91,20 @@ def _version_word(v: int) -> bytes:
     return word16(v)
 
 
+def _encode_cert_part(chain: tuple[bytes, ...], signed_key: bytes | None) -> bytes:
+    if not chain or signed_key is None or len(chain) > 255:
+        raise ValueError("a cert part needs 1..255 certificates and a signed key")
+    return b"".join((bytes((len(chain),)), *(large(cert) for cert in chain), large(signed_key)))
+
+
 def encode_server_hello(h: ServerHello) -> bytes:
     parts = [_version_word(h.min_version), _version_word(h.max_version), ss(h.session_id)]
     if h.cert_chain or h.signed_key is not None:
-        if not h.cert_chain or h.signed_key is None or len(h.cert_chain) > 255:
-            raise ValueError("a cert part needs 1..255 certificates and a signed key")
-        parts.append(bytes((len(h.cert_chain),)))
-        parts.extend(large(cert) for cert in h.cert_chain)
-        parts.append(large(h.signed_key))
+        parts.append(_encode_cert_part(h.cert_chain, h.signed_key))
+    if h.web_proof is not None:
+        if not versions.has_web_identity_proof(h.max_version) or not h.cert_chain:
+            raise ValueError("a web identity proof needs maxVer 19 and the cert part")
+        parts.append(ss(h.web_proof))
     return b"".join(parts)
 
 
@@ -93,14 +121,33 @@ def _cert_part(p: Parser) -> tuple[tuple[bytes, ...], bytes] | None:
         return None
 
 
+# Signature sizes a web identity proof may have: Ed25519, Ed448.
+_PROOF_SIZES = (64, 114)
+
+
+def _web_proof(p: Parser) -> bytes | None:
+    """The optional signed challenge; None if absent or not a signature, as the
+    reference parses it optionally."""
+    start = p.pos
+    try:
+        proof = p.short_string()
+    except ProtocolError:
+        p.pos = start
+        return None
+    return proof if len(proof) in _PROOF_SIZES else None
+
+
 def decode_server_hello(data: bytes) -> ServerHello:
     p = Parser(data, error=HANDSHAKE)
     min_v, max_v = p.word16(), p.word16()
     session_id = p.short_string()
-    if max_v >= _AUTH_KEY_VERSION and not p.at_end():
+    if versions.has_hello_keys(max_v) and not p.at_end():
         cert = _cert_part(p)
         if cert is not None and cert[0]:
-            return ServerHello(min_v, max_v, session_id, cert[0], cert[1])
+            proof = None
+            if versions.has_web_identity_proof(max_v) and not p.at_end():
+                proof = _web_proof(p)
+            return ServerHello(min_v, max_v, session_id, cert[0], cert[1], proof)
     return ServerHello(min_v, max_v, session_id)
 
 
@@ -123,9 +170,24 @@ def identity_matches(hello: ServerHello, key_hash: bytes) -> bool | None:
 
 
 def encode_client_hello(h: ClientHello) -> bytes:
-    parts = [_version_word(h.version), ss(h.key_hash)]
+    v = h.version
+    parts = [_version_word(v), ss(h.key_hash)]
     if h.client_key is not None:
         parts.append(ss(h.client_key))
+    if versions.has_proxy_server_flag(v):
+        parts.append(bool_(h.proxy_server))
+    elif h.proxy_server:
+        raise ValueError("the proxyServer flag needs v14")
+    if versions.has_service_field(v):
+        service = h.client_service
+        if service is None:
+            parts.append(b"0")
+        else:
+            if service.role not in SERVICE_ROLES:
+                raise ValueError("service role must be M, N or P")
+            parts += [b"1", service.role, _encode_cert_part(service.cert_chain, service.signed_key)]
+    elif h.client_service is not None:
+        raise ValueError("clientService needs v16")
     if h.service is not None:
         if h.client_key is None:
             raise ValueError("the service extension needs the client key before it")
@@ -172,18 +234,38 @@ def _misplaced_marker(p: Parser) -> bool:
     return rest[after_key : after_key + len(SERVICE_MARKER)] == SERVICE_MARKER
 
 
+def _client_service(p: Parser) -> ClientServiceCert | None:
+    def service() -> ClientServiceCert:
+        role = bytes((p.byte(),))
+        if role not in SERVICE_ROLES:
+            raise p.fail("bad service role")
+        cert = _cert_part(p)
+        if cert is None or not cert[0]:
+            raise p.fail("bad service certificate")
+        return ClientServiceCert(role, cert[0], cert[1])
+
+    return p.maybe(service)
+
+
 def decode_client_hello(data: bytes) -> ClientHello:
     p = Parser(data, error=HANDSHAKE)
     version = p.word16()
     key_hash = p.short_string()
-    if version < _AUTH_KEY_VERSION:
+    if not versions.has_hello_keys(version):
         return ClientHello(version, key_hash)
     client_key = _x25519_key(p)
-    if client_key is None:
-        if _misplaced_marker(p):
-            raise p.fail("service extension without an X25519 client key before it")
-        return ClientHello(version, key_hash)
-    return ClientHello(version, key_hash, client_key, _service_proof(p))
+    if not versions.has_proxy_server_flag(version):
+        if client_key is None:
+            if _misplaced_marker(p):
+                raise p.fail("service extension without an X25519 client key before it")
+            return ClientHello(version, key_hash)
+        return ClientHello(version, key_hash, client_key, _service_proof(p))
+    proxy_server = p.bool_()
+    client_service = _client_service(p) if versions.has_service_field(version) else None
+    service = _service_proof(p)
+    if service is not None and client_key is None:
+        raise p.fail("service extension without an X25519 client key before it")
+    return ClientHello(version, key_hash, client_key, service, proxy_server, client_service)
 
 
 def negotiate_version(
@@ -203,3 +285,35 @@ def service_signed_bytes(session_id: bytes, key_hash: bytes, service_key: bytes)
 def service_id(service_key: bytes) -> bytes:
     """The entity id of SUBS / NSUBS / ENDS: SHA-256 of the service key's SPKI, first 24 bytes."""
     return hashlib.sha256(service_key).digest()[:SERVICE_ID_SIZE]
+
+
+# --- the web identity proof (docs/protocol.md#web-identity-proof) ---------------------
+
+WEB_CHALLENGE_SIZE = 32
+_CHALLENGE_PARAM = b"challenge="
+
+
+def web_proof_signed_bytes(challenge: bytes, session_id: bytes) -> bytes:
+    """What the router's online key signs for a web client: the challenge, then the
+    session id, both raw."""
+    return challenge + session_id
+
+
+def web_challenge(path: bytes) -> bytes | None:
+    """The 32-byte challenge a WebSocket URL's ``challenge=`` parameter carries
+    (unpadded base64url), or None when it is absent or malformed, as the reference
+    reads it: a bad challenge is no challenge, not a failed upgrade."""
+    at = path.find(_CHALLENGE_PARAM)
+    if at < 0:
+        return None
+    value = path[at + len(_CHALLENGE_PARAM) :].split(b"&", 1)[0]
+    if not value or len(value) % 4 == 1 or any(c not in _BASE64URL for c in value):
+        return None
+    try:
+        challenge = base64.urlsafe_b64decode(value + b"=" * (-len(value) % 4))
+    except (ValueError, binascii.Error):
+        return None
+    return challenge if len(challenge) == WEB_CHALLENGE_SIZE else None
+
+
+_BASE64URL = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")

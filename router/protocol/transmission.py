@@ -1,5 +1,6 @@
 """Transmissions (docs/protocol.md#transmissions): ``ss(authorization) | ss(corrId) | ss(entityId)
-| command``.
+| command``, and from v16 a service signature field right after a non-empty authorization
+(docs/protocol.md#service-signature): ``'0'`` for none or ``'1' ss(Ed25519 signature)``.
 
 The command stays encoded in `Transmission.command`, so the signature is
 checked over the exact bytes received (docs/protocol.md#signatures) before anything else is decoded.
@@ -7,6 +8,7 @@ checked over the exact bytes received (docs/protocol.md#signatures) before anyth
 
 from __future__ import annotations
 
+from . import versions
 from .encoding import ss, ss_len
 from .types import BLOCK, ErrorType, ProtocolError, Transmission
 
@@ -15,37 +17,85 @@ from .types import BLOCK, ErrorType, ProtocolError, Transmission
 AUTH_LENGTHS = frozenset((0, 64, 80, 114))
 
 
-def encode_transmission(t: Transmission) -> bytes:
+SERVICE_SIGNATURE_SIZE = 64  # Ed25519
+
+
+def _service_field(t: Transmission, version: int) -> bytes:
+    if not t.authorization or not versions.has_service_field(version):
+        if t.service_sig is not None:
+            raise ValueError("a service signature needs an authorization and v16")
+        return b""
+    if t.service_sig is None:
+        return b"0"
+    return b"1" + ss(t.service_sig)
+
+
+def encode_transmission(t: Transmission, version: int = versions.LEGACY_VERSION) -> bytes:
     a, c, e = t.authorization, t.corr_id, t.entity_id
-    return b"".join((ss_len(len(a)), a, ss_len(len(c)), c, ss_len(len(e)), e, t.command))
+    return b"".join((
+        ss_len(len(a)), a, _service_field(t, version), ss_len(len(c)), c, ss_len(len(e)), e,
+        t.command,
+    ))
 
 
-def decode_transmission(data: bytes) -> Transmission:
-    """Split one transmission; `ProtocolError(BLOCK)` if the short strings do not fit."""
+def _truncated() -> ProtocolError:
+    return ProtocolError(BLOCK, "truncated transmission")
+
+
+def _after_service_field(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    """The service signature at `pos` (v16, after a non-empty authorization) and where
+    the transmission goes on; `ProtocolError(BLOCK)` if the field is malformed."""
+    if pos >= len(data):
+        raise _truncated()
+    flag = data[pos]
+    if flag == 0x30:  # '0'
+        return None, pos + 1
+    if flag != 0x31 or pos + 1 >= len(data):  # '1'
+        raise ProtocolError(BLOCK, "bad service signature field")
+    end = pos + 2 + data[pos + 1]
+    if end > len(data) or data[pos + 1] != SERVICE_SIGNATURE_SIZE:
+        raise ProtocolError(BLOCK, "bad service signature field")
+    return data[pos + 2 : end], end
+
+
+def decode_transmission(data: bytes, version: int = versions.LEGACY_VERSION) -> Transmission:
+    """Split one transmission; `ProtocolError(BLOCK)` if the fields do not fit."""
     size = len(data)
+    if not size:
+        raise _truncated()
+    pos = 1 + data[0]
+    if pos > size:
+        raise _truncated()
+    authorization = data[1:pos]
+    service_sig = None
+    if authorization and versions.has_service_field(version):
+        service_sig, pos = _after_service_field(data, pos)
     fields = []
-    pos = 0
-    for _ in range(3):
+    for _ in range(2):
         if pos >= size:
-            raise ProtocolError(BLOCK, "truncated transmission")
+            raise _truncated()
         end = pos + 1 + data[pos]
         if end > size:
-            raise ProtocolError(BLOCK, "truncated transmission")
+            raise _truncated()
         fields.append(data[pos + 1 : end])
         pos = end
-    return Transmission(fields[0], fields[1], fields[2], data[pos:])
+    return Transmission(authorization, fields[0], fields[1], data[pos:], service_sig)
 
 
-def command_offset(data: bytes) -> int:
-    """Where a transmission's command starts, past its three short strings: a look at
-    the command without splitting the rest. `ProtocolError(BLOCK)` if they do not fit."""
-    pos = 0
-    for _ in range(3):
+def command_offset(data: bytes, version: int = versions.LEGACY_VERSION) -> int:
+    """Where a transmission's command starts, past its fields: a look at the command
+    without splitting the rest. `ProtocolError(BLOCK)` if they do not fit."""
+    if not data:
+        raise _truncated()
+    pos = 1 + data[0]
+    if data[0] and versions.has_service_field(version):
+        pos = _after_service_field(data, pos)[1]
+    for _ in range(2):
         if pos >= len(data):
-            raise ProtocolError(BLOCK, "truncated transmission")
+            raise _truncated()
         pos += 1 + data[pos]
     if pos > len(data):
-        raise ProtocolError(BLOCK, "truncated transmission")
+        raise _truncated()
     return pos
 
 

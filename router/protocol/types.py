@@ -89,12 +89,44 @@ class PING:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueLink:
+    """Short-link data sent with NEW (docs/protocol.md#short-links): the sender id the
+    client chose, the two encrypted parts of the link data, and, for a contact queue,
+    the link id the client chose (a messaging queue's link id is the router's)."""
+
+    sender_id: bytes
+    fixed_data: bytes  # immutable once set
+    user_data: bytes
+    link_id: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewNotifier:
+    """Notifier credentials sent with NEW (v17): the notifier's auth key and the
+    recipient's DH key for notification metadata."""
+
+    notifier_key: bytes
+    rcv_ntf_dh_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class NEW:
     rcv_auth_key: bytes  # SPKI DER: Ed25519, Ed448 or X25519
     rcv_dh_key: bytes  # SPKI DER, X25519
     basic_auth: bytes | None  # the queue-creation password, if sent
     subscribe: bool  # subMode 'S' (True) or 'C'
-    snd_secure: bool
+    # True: a messaging queue the sender may secure (queue mode M); False: a contact
+    # queue (mode C); None: no queue request data at all (from v15 only; F before).
+    snd_secure: bool | None
+    link: QueueLink | None = None  # from v15
+    notifier: NewNotifier | None = None  # from v17
+
+    @property
+    def queue_mode(self) -> bytes | None:
+        """b"M", b"C" or None, as IDS echoes it from v15."""
+        if self.snd_secure is None:
+            return None
+        return b"M" if self.snd_secure else b"C"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +207,40 @@ class NSUBS:
 
 
 @dataclass(frozen=True, slots=True)
+class RKEY:
+    """Replace the recipient keys of a contact queue (v15)."""
+
+    rcv_keys: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LSET:
+    """Set a queue's short-link data (v15); entityId = rcvId."""
+
+    link_id: bytes
+    fixed_data: bytes
+    user_data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LDEL:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LKEY:
+    """Secure a messaging queue by its link and read the link data (v15); entityId = linkId,
+    signed with the key it installs."""
+
+    sender_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LGET:
+    """Read a contact queue's link data (v15); entityId = linkId, not signed."""
+
+
+@dataclass(frozen=True, slots=True)
 class PRXY:
     """Proxy commands are out of scope at v9; kept so the router can answer them."""
 
@@ -188,10 +254,16 @@ class PFWD:
 
 Command = (
     PING | NEW | SUB | KEY | SKEY | SEND | ACK | GET | OFF | DEL | QUE
-    | NKEY | NDEL | NSUB | SUBS | NSUBS | PRXY | PFWD
+    | NKEY | NDEL | NSUB | SUBS | NSUBS | RKEY | LSET | LDEL | LKEY | LGET | PRXY | PFWD
 )
 
 # --- router responses and pushes --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NID:
+    notifier_id: bytes
+    srv_ntf_dh_key: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,19 +271,39 @@ class IDS:
     rcv_id: bytes
     snd_id: bytes
     srv_dh_key: bytes  # SPKI DER, X25519
-    snd_secure: bool
+    snd_secure: bool | None  # NEW's; None: NEW sent no queue request data (v15+)
+    link_id: bytes | None = None  # from v15
+    service_id: bytes | None = None  # from v16
+    notifier: NID | None = None  # from v17: the notifier NEW asked for
+
+    @property
+    def queue_mode(self) -> bytes | None:
+        if self.snd_secure is None:
+            return None
+        return b"M" if self.snd_secure else b"C"
+
+
+@dataclass(frozen=True, slots=True)
+class LNK:
+    """A queue's short-link data (v15): the answer to LKEY and LGET."""
+
+    sender_id: bytes
+    fixed_data: bytes
+    user_data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SOK:
+    """The answer to SUB and NSUB from v16 (OK before): the service the queue is now
+    associated with, if any."""
+
+    service_id: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
 class MSG:
     msg_id: bytes
     enc_body: bytes  # crypto_box output, 16122 bytes (docs/protocol.md#encryption)
-
-
-@dataclass(frozen=True, slots=True)
-class NID:
-    notifier_id: bytes
-    srv_ntf_dh_key: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +359,7 @@ class ALLS:
 
 Response = (
     IDS | MSG | NID | NMSG | END | DELD | OK | PONG | INFO | ERR | SOKS | ENDS | ALLS
+    | LNK | SOK
 )
 
 # --- transmissions (docs/protocol.md#transmissions) ---------------------------------------------
@@ -284,6 +377,9 @@ class Transmission:
     corr_id: bytes
     entity_id: bytes
     command: bytes
+    # From v16 a transmission with an authorization carries a service signature field
+    # after it (docs/protocol.md#service-signature): None when it says none.
+    service_sig: bytes | None = None
 
 
 # --- local errors (never sent in ERR) ----------------------------------------

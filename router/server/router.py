@@ -47,6 +47,7 @@ from .core.serving import ClientServing
 from .core.subscriptions import ClientSubscriptions, Event, Subscriptions
 from .edge.block_stream import BlockStream, TransportClosed
 from .edge.gate import GatedTransport, Suspendable, SuspendGate
+from .edge.encrypted import EncryptedTransport
 from .edge.handshake import server_handshake
 from .edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
 from .edge.identity import RouterIdentity, host_port, load_or_create_identity
@@ -203,11 +204,14 @@ class Router:
         """Handshake, then serve one client until it leaves; never raises for its faults."""
         try:
             handshake = await server_handshake(
-                transport, self.key_hash, self.config.handshake_timeout,
-                self.identity.hello_certificates(),
+                transport, self.key_hash, self.config.handshake_timeout, self.identity,
+                transport.web_challenge,
             )
             transport.established()
-            gated = GatedTransport(transport, self.gate)
+            blocks: BlockStream = transport
+            if handshake.cipher is not None:
+                blocks = EncryptedTransport(transport, handshake.cipher)
+            gated = GatedTransport(blocks, self.gate)
             conn = Connection(next(self._ids), gated, handshake, self.config.send_queue_size)
             await self._run_connection(conn)
         except TransportClosed as e:

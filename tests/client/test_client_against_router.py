@@ -15,7 +15,7 @@ from router.client import (
     SMPError,
     open_client,
 )
-from router.protocol import BLOCK_SIZE, crypto
+from router.protocol import BLOCK_SIZE, crypto, pad_block
 from router.protocol.types import AUTH, BLOCK, ERR, NO_MSG
 from router.server import RouterConfig, RouterInfo, serve_router
 
@@ -139,16 +139,22 @@ async def test_notifications_reach_the_notifier_and_open_with_the_recipient_s_ke
 
 async def test_a_malformed_block_is_answered_with_err_block_and_the_connection_survives():
     with trio.fail_after(10):
-        async with router_and_client() as (_, client):
-            await client.send_raw_block(b"\xff" * BLOCK_SIZE)
-            assert await client.next_raw_response() == ERR(BLOCK)
-            await client.ping()
+        async with running_router() as info:
+            async with open_client(info.address, versions=(9, 10)) as client:
+                await client.send_raw_block(b"\xff" * BLOCK_SIZE)
+                assert await client.next_raw_response() == ERR(BLOCK)
+                await client.ping()
+            # Encrypted (v19): a block that opens to a batch that does not parse.
+            async with open_client(info.address) as client:
+                await client.send_raw_block(pad_block(b"\xff" * 100))
+                assert await client.next_raw_response() == ERR(BLOCK)
+                await client.ping()
 
 
-async def test_the_client_negotiates_version_10_with_the_router():
+async def test_the_client_negotiates_version_19_with_the_router():
     with trio.fail_after(10):
         async with router_and_client() as (_, client):
-            assert client.version == 10
+            assert client.version == 19
             assert len(client.session_id) == 32
 
 

@@ -61,7 +61,9 @@ class PathServer:
         return format_address(self.key_hash, "127.0.0.1", self.port, SMP_PATH)
 
     async def handle(self, request: trio_websocket.WebSocketRequest) -> None:
-        if request.path != SMP_PATH:
+        # Routed by the path alone, as HTTP servers do: the query carries the client's
+        # challenge (docs/protocol.md#web-identity-proof).
+        if request.path.partition("?")[0] != SMP_PATH:
             await request.reject(404, body=b"no such path")
         elif self.refuse:
             status = self.refuse.pop(0)
@@ -130,21 +132,22 @@ async def test_a_wrong_key_hash_fails_at_connect_time_with_identity_mismatch():
                     pass  # pragma: no cover - never reached
 
 
-async def test_the_router_hello_carries_its_identity_certificate_and_a_key_it_signed():
+async def test_the_router_hello_carries_its_certificate_chain_and_a_key_it_signed():
     with trio.fail_after(10):
         async with path_server() as server:
             url = server.ws_url(with_key_hash=False)
             async with trio_websocket.open_websocket_url(url) as ws:
                 hello = decode_server_hello(unpad_block(await ws.get_message()))
-    [certificate] = hello.cert_chain
-    assert hashlib.sha256(certificate).digest() == server.key_hash
+    # The online certificate, then the identity certificate (docs/protocol.md#server-hello-identity).
+    online, identity = hello.cert_chain
+    assert hashlib.sha256(identity).digest() == server.key_hash
     # signed key = SEQUENCE { X25519 SPKI (44 bytes), Ed25519 algorithm, BIT STRING sig }
     signed = hello.signed_key
     assert signed is not None and signed[:2] == b"\x30\x76"  # 44 + 7 + 67 bytes
     spki, signature = signed[2:46], signed[-64:]
     assert spki.startswith(bytes.fromhex("302a300506032b656e032100"))
-    start = certificate.index(ED25519_SPKI_PREFIX) + len(ED25519_SPKI_PREFIX)
-    VerifyKey(certificate[start:start + 32]).verify(spki, signature)
+    start = online.index(ED25519_SPKI_PREFIX) + len(ED25519_SPKI_PREFIX)
+    VerifyKey(online[start:start + 32]).verify(spki, signature)
 
 
 async def test_the_agent_retries_refused_upgrades_with_backoff_and_then_receives():

@@ -42,7 +42,7 @@ async def test_the_client_picks_the_highest_common_version(router, client, expec
 
 async def test_no_common_version_fails_the_handshake_without_a_client_hello():
     with trio.fail_after(10):
-        async with fake_peer(answer_pings, versions=(11, 12)) as peer:
+        async with fake_peer(answer_pings, versions=(20, 21)) as peer:
             with pytest.raises(HandshakeError, match="no common version"):
                 async with open_client(peer.address):
                     pass  # pragma: no cover - never reached

@@ -170,6 +170,8 @@ async def test_an_idle_connection_keeps_nothing_of_its_last_block():
         await client.ping()
         conn = info.router.connection_for_session(client.session_id)
         assert conn is not None
-        transport = conn.transport.inner  # under the suspend gate (gate.py)
+        # under the suspend gate (gate.py) and the block encryption (encrypted.py)
+        encrypted = conn.transport.inner
+        transport = encrypted.inner
         await trio.testing.wait_all_tasks_blocked()
-        assert _large_buffers([transport._protocol, transport._events]) == []
+        assert _large_buffers([encrypted, transport._protocol, transport._events]) == []

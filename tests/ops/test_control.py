@@ -113,7 +113,7 @@ async def test_status_delete_block_unblock_a_queue(router):
             with pytest.raises(SMPError, match="BLOCKED"):
                 await owner.subscribe(blocked)
             assert await control.command(f"block {qid(blocked)} because") == [
-                "error: usage: block QUEUE_ID [spam|content]"
+                "error: usage: block QUEUE_ID [spam|content] [notice [SECONDS]]"
             ]
             assert await control.command(f"unblock {qid(blocked)}") == ["ok"]
             assert await control.command(f"unblock {qid(blocked)}") == [
@@ -369,3 +369,22 @@ async def test_drain_stops_accepting_closes_clients_over_the_period_then_ends_th
             await ended.wait()
             assert trio.current_time() - started < 3
             assert info.router.connections == {}
+
+
+async def test_a_block_with_a_notice_reaches_v18_clients_with_it_and_older_ones_without(
+    router: RouterInfo,
+) -> None:
+    """The client notice of ERR BLOCKED (docs/protocol.md#errors): from v18 only."""
+    async with open_client(router.address) as owner:
+        queue = await owner.create_queue()
+        control = await session(router, ADMIN)
+        assert await control.command(f"block {qid(queue)} spam notice 3600") == ["ok"]
+        assert await control.command(f"block {qid(queue)} spam notice soon") == [
+            "error: usage: block QUEUE_ID [spam|content] [notice [SECONDS]]"
+        ]
+        with pytest.raises(SMPError, match='BLOCKED reason=spam,notice=[{]"ttl":3600[}]'):
+            await owner.subscribe(queue)
+    async with open_client(router.address, versions=(9, 17)) as old:
+        old.add_queue(queue)
+        with pytest.raises(SMPError, match="BLOCKED reason=spam$"):
+            await old.subscribe(queue)

@@ -16,6 +16,11 @@ from router.protocol import (
     IDS,
     INFO,
     KEY,
+    LDEL,
+    LGET,
+    LKEY,
+    LNK,
+    LSET,
     MSG,
     NDEL,
     NEW,
@@ -31,16 +36,21 @@ from router.protocol import (
     PONG,
     PRXY,
     QUE,
+    RKEY,
     SEND,
     SKEY,
+    SOK,
     SOKS,
     SUB,
     SUBS,
     CmdErr,
     ErrorType,
+    NewNotifier,
+    QueueLink,
     Transmission,
     ed448_spki,
     ed25519_spki,
+    versions,
     x25519_spki,
 )
 
@@ -140,3 +150,67 @@ responses = st.one_of(
 )
 
 transmissions = st.builds(Transmission, short, short, short, st.binary(max_size=200))
+
+
+# --- per version (docs/protocol.md#version-table) ------------------------------------------
+
+codec_versions = st.integers(versions.CODEC_VERSION_MIN, versions.CODEC_VERSION_MAX)
+link_data = st.one_of(st.binary(max_size=300), st.just(b"\x02" * 13000))
+
+
+def _new_at(v: int) -> st.SearchStrategy[NEW]:
+    head = (auth_keys, x25519_keys, st.none() | passwords, st.booleans())
+    if not versions.has_short_links(v):
+        return st.builds(NEW, *head, st.booleans())
+    messaging = st.builds(QueueLink, short, link_data, link_data, st.none())
+    contact = st.builds(QueueLink, short, link_data, link_data, short)
+    notifiers = (
+        st.none() | st.builds(NewNotifier, auth_keys, x25519_keys)
+        if versions.has_new_notifier(v) else st.none()
+    )
+    return st.one_of(
+        st.builds(NEW, *head, st.none(), st.none(), notifiers),
+        st.builds(NEW, *head, st.just(True), st.none() | messaging, notifiers),
+        st.builds(NEW, *head, st.just(False), st.none() | contact, notifiers),
+    )
+
+
+def commands_at(v: int) -> st.SearchStrategy:
+    return st.one_of(
+        commands.filter(lambda c: not isinstance(c, NEW)),
+        _new_at(v),
+        st.sampled_from([LDEL(), LGET()]),
+        st.builds(LKEY, auth_keys),
+        st.builds(LSET, short, link_data, link_data),
+        st.lists(auth_keys, min_size=1, max_size=4).map(lambda ks: RKEY(tuple(ks))),
+    )
+
+
+def _ids_at(v: int) -> st.SearchStrategy[IDS]:
+    head = (short, short, x25519_keys)
+    if not versions.has_short_links(v):
+        return st.builds(IDS, *head, st.booleans())
+    service = st.none() | short if versions.has_service_field(v) else st.none()
+    notifier = st.none() | st.builds(NID, short, x25519_keys) if versions.has_new_notifier(v) else st.none()
+    return st.builds(IDS, *head, st.none() | st.booleans(), st.none() | short, service, notifier)
+
+
+def responses_at(v: int) -> st.SearchStrategy:
+    return st.one_of(
+        responses.filter(lambda r: not isinstance(r, IDS)),
+        _ids_at(v),
+        st.builds(LNK, short, link_data, link_data),
+        st.builds(SOK, st.none() | short),
+    )
+
+
+service_sigs = st.none() | st.binary(min_size=64, max_size=64)
+
+
+def transmissions_at(v: int) -> st.SearchStrategy[Transmission]:
+    if not versions.has_service_field(v):
+        return transmissions
+    return st.one_of(
+        st.builds(Transmission, st.just(b""), short, short, st.binary(max_size=200)),
+        st.builds(Transmission, short.filter(bool), short, short, st.binary(max_size=200), service_sigs),
+    )

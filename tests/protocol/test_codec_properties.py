@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from protocol_strategies import commands, errors, responses, transmissions
+from protocol_strategies import (
+    codec_versions,
+    commands,
+    commands_at,
+    errors,
+    responses,
+    responses_at,
+    transmissions,
+    transmissions_at,
+)
 
 from router.protocol import (
     BATCH_LIMIT,
@@ -48,9 +57,48 @@ def test_every_command_round_trips(cmd):
 
 
 @many
+@given(st.data())
+def test_every_command_round_trips_at_every_version(data):
+    v = data.draw(codec_versions)
+    cmd = data.draw(commands_at(v))
+    assert decode_command(encode_command(cmd, v), v) == cmd
+
+
+def _as_version_carries(resp, v):
+    """What a response decodes to after `v` encoded it (docs/protocol.md#version-table)."""
+    from router.protocol import DELD, END, ERR, OK, SOK
+    from router.protocol.errors import for_version
+    from router.protocol.versions import has_deleted_event, has_service_field
+
+    if isinstance(resp, SOK) and not has_service_field(v):
+        return OK()
+    if isinstance(resp, DELD) and not has_deleted_event(v):
+        return END()
+    if isinstance(resp, ERR):
+        return ERR(for_version(resp.error, v))
+    return resp
+
+
+@many
 @given(responses)
 def test_every_response_round_trips(resp):
-    assert decode_response(encode_response(resp)) == resp
+    assert decode_response(encode_response(resp)) == _as_version_carries(resp, 10)
+
+
+@many
+@given(st.data())
+def test_every_response_round_trips_at_every_version(data):
+    v = data.draw(codec_versions)
+    resp = data.draw(responses_at(v))
+    assert decode_response(encode_response(resp, v), v) == _as_version_carries(resp, v)
+
+
+@many
+@given(st.data())
+def test_every_transmission_round_trips_at_every_version(data):
+    v = data.draw(codec_versions)
+    t = data.draw(transmissions_at(v))
+    assert decode_transmission(encode_transmission(t, v), v) == t
 
 
 @many
@@ -91,6 +139,9 @@ def test_response_transmission_matches_the_two_step_encoding(corr_id, entity_id,
 DECODERS = [
     decode_command,
     decode_response,
+    lambda data: decode_command(data, 19),
+    lambda data: decode_response(data, 19),
+    lambda data: decode_transmission(data, 19),
     decode_error,
     decode_transmission,
     decode_batch,
@@ -130,29 +181,32 @@ def test_decoding_arbitrary_bytes_raises_only_protocol_error(decode, data):
 tags = st.sampled_from(
     [b"PING", b"NEW", b"SUB", b"KEY", b"SKEY", b"SEND", b"ACK", b"GET", b"OFF", b"DEL", b"QUE",
      b"NKEY", b"NDEL", b"NSUB", b"SUBS", b"NSUBS", b"PRXY", b"PFWD", b"IDS", b"MSG", b"NID",
-     b"NMSG", b"END", b"DELD", b"OK", b"PONG", b"INFO", b"ERR", b"SOKS", b"ENDS", b"ALLS"]
+     b"NMSG", b"END", b"DELD", b"OK", b"PONG", b"INFO", b"ERR", b"SOKS", b"ENDS", b"ALLS",
+     b"RKEY", b"LSET", b"LDEL", b"LKEY", b"LGET", b"LNK", b"SOK"]
 )
 
 
 @many
-@given(tag=tags, sep=st.sampled_from([b"", b" "]), params=st.binary(max_size=200))
-def test_known_tags_with_arbitrary_parameters_raise_only_protocol_error(tag, sep, params):
-    _decodes_or_protocol_error(decode_command, tag + sep + params)
-    _decodes_or_protocol_error(decode_response, tag + sep + params)
+@given(tag=tags, sep=st.sampled_from([b"", b" "]), params=st.binary(max_size=200), v=codec_versions)
+def test_known_tags_with_arbitrary_parameters_raise_only_protocol_error(tag, sep, params, v):
+    _decodes_or_protocol_error(lambda d: decode_command(d, v), tag + sep + params)
+    _decodes_or_protocol_error(lambda d: decode_response(d, v), tag + sep + params)
 
 
 @many
 @given(st.data())
 def test_mutated_commands_raise_only_protocol_error(data):
-    encoded = encode_command(data.draw(commands))
-    _decodes_or_protocol_error(decode_command, data.draw(_mutations(encoded)))
+    v = data.draw(codec_versions)
+    encoded = encode_command(data.draw(commands_at(v)), v)
+    _decodes_or_protocol_error(lambda d: decode_command(d, v), data.draw(_mutations(encoded)))
 
 
 @many
 @given(st.data())
 def test_mutated_responses_and_errors_raise_only_protocol_error(data):
-    encoded = encode_response(data.draw(responses))
-    _decodes_or_protocol_error(decode_response, data.draw(_mutations(encoded)))
+    v = data.draw(codec_versions)
+    encoded = encode_response(data.draw(responses_at(v)), v)
+    _decodes_or_protocol_error(lambda d: decode_response(d, v), data.draw(_mutations(encoded)))
     err = encode_error(data.draw(errors))
     _decodes_or_protocol_error(decode_error, data.draw(_mutations(err)))
 
@@ -176,6 +230,7 @@ def test_decrypting_arbitrary_bytes_raises_only_protocol_error(key, nonce, enc):
 @given(st.binary(max_size=130), st.none() | st.binary(max_size=80), st.binary(max_size=100))
 def test_verifying_arbitrary_bytes_returns_false(auth, key, data):
     assert verify_authorization(auth, key, data) is False
+    assert verify_authorization(auth, key, data, corr_id=data[:24], router_dh_private=b"\x07" * 32) is False
 
 
 # --- block packing ------------------------------------------------------------------------

@@ -35,8 +35,8 @@ SESSION = b"s" * 32
 KEY_HASH = b"h" * 32
 
 
-def test_the_router_offers_versions_9_to_10():
-    assert (SMP_VERSION_MIN, SMP_VERSION_MAX) == (9, 10)
+def test_the_router_offers_versions_9_to_19():
+    assert (SMP_VERSION_MIN, SMP_VERSION_MAX) == (9, 19)
 
 
 @pytest.mark.parametrize(

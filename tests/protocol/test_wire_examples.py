@@ -22,6 +22,7 @@ from router.protocol import (
     ERR,
     IDS,
     INFO,
+    LNK,
     MSG,
     NEW,
     NID,
@@ -29,6 +30,7 @@ from router.protocol import (
     OK,
     PING,
     PONG,
+    SOK,
     SOKS,
     SUB,
     ClientHello,
@@ -38,6 +40,7 @@ from router.protocol import (
     authorize,
     authorized_bytes,
     box_key,
+    cb_authenticator,
     decode_batch,
     decode_client_hello,
     decode_command,
@@ -57,11 +60,15 @@ from router.protocol import (
     prove_service,
     service_id,
     service_signed_bytes,
+    sign,
+    unpad_block,
     verify_authorization,
     verify_service_proof,
+    web_proof_signed_bytes,
     x25519_public,
 )
 from router.protocol import types as t
+from router.protocol.block_encryption import BlockCipher, chain_init, chain_step
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
@@ -132,6 +139,34 @@ def _ids() -> bytes:
     return encode_response(IDS(RCV_ID, SND_ID, EX["router-x25519-spki"], snd_secure=True))
 
 
+CHALLENGE = b"\xcc" * 32
+BLOCKED_WITH_NOTICE = t.ErrorType("BLOCKED", 'reason=spam,notice={"ttl":3600}')
+
+
+def x25519_raw(spki: bytes) -> bytes:
+    return spki[12:]
+
+
+def _sub_content_19() -> bytes:
+    authenticator = cb_authenticator(
+        x25519_raw(EX["router-x25519-spki"]), EX["client-x25519-private"], EX["corr-id"],
+        EX["sub-authorized"],
+    )
+    tr = encode_transmission(Transmission(authenticator, EX["corr-id"], RCV_ID, b"SUB"), 19)
+    return unpad_block(encode_batches([tr])[0])
+
+
+def _chain_step() -> bytes:
+    send, _ = chain_init(bytes(range(1, 33)), bytes(range(50, 82)))
+    next_chain, key, nonce = chain_step(send)
+    return key + nonce + next_chain
+
+
+def _encrypted_block() -> bytes:
+    secret = bytes(range(10, 42))
+    return BlockCipher.for_router(secret, secret).seal(b"hello from typescript")
+
+
 def _msg_key() -> bytes:
     return box_key(EX["client-x25519-private"], EX["router-x25519-spki"])
 
@@ -143,7 +178,7 @@ COMPUTED = {
     "service-spki": lambda: ed25519_public(EX["service-seed"]),
     "client-x25519-spki": lambda: x25519_public(EX["client-x25519-private"]),
     "router-x25519-spki": lambda: x25519_public(EX["router-x25519-private"]),
-    "router-hello": lambda: encode_server_hello(ServerHello(9, 10, SESSION_ID)),
+    "router-hello": lambda: encode_server_hello(ServerHello(9, 19, SESSION_ID)),
     "client-hello": lambda: encode_client_hello(
         ClientHello(10, KEY_HASH, EX["client-x25519-spki"])
     ),
@@ -169,6 +204,30 @@ COMPUTED = {
     "msg-box-key": _msg_key,
     "msg-plain": lambda: MSG_TS.to_bytes(8, "big") + b"T" + b" " + b"hi",
     "msg-enc-body-head": lambda: encrypt_msg_body(_msg_key(), MSG_ID, MSG_TS, b"T", b"hi")[:32],
+    "client-hello-19": lambda: encode_client_hello(
+        ClientHello(19, KEY_HASH, EX["client-x25519-spki"])
+    ),
+    "web-proof-signed-bytes": lambda: web_proof_signed_bytes(CHALLENGE, SESSION_ID),
+    "web-proof": lambda: sign(EX["ed25519-seed"], web_proof_signed_bytes(CHALLENGE, SESSION_ID)),
+    "sub-authenticator": lambda: cb_authenticator(
+        x25519_raw(EX["router-x25519-spki"]), EX["client-x25519-private"], EX["corr-id"],
+        EX["sub-authorized"],
+    ),
+    "sub-content-19": _sub_content_19,
+    "new-command-19": lambda: encode_command(
+        NEW(EX["ed25519-spki"], EX["client-x25519-spki"], None, True, True), 19
+    ),
+    "ids-response-19": lambda: encode_response(
+        IDS(RCV_ID, SND_ID, EX["router-x25519-spki"], snd_secure=True), 19
+    ),
+    "sok-19": lambda: encode_response(SOK(None), 19),
+    "lnk-response": lambda: encode_response(LNK(SND_ID, b"fix", b"user"), 19),
+    "blocked-18": lambda: encode_response(ERR(BLOCKED_WITH_NOTICE), 18),
+    "blocked-12": lambda: encode_response(ERR(BLOCKED_WITH_NOTICE), 12),
+    "chain-keys": lambda: b"".join(chain_init(bytes(range(1, 33)), bytes(range(50, 82)))),
+    "chain-step": _chain_step,
+    "encrypted-block-head": lambda: _encrypted_block()[:48],
+    "encrypted-block-sha256": lambda: hashlib.sha256(_encrypted_block()).digest(),
     "soks-3": lambda: encode_response(SOKS(3)),
     "ends-2": lambda: encode_response(ENDS(2)),
     "alls": lambda: encode_response(ALLS()),
@@ -220,7 +279,7 @@ def test_the_examples_decode_back_to_what_they_show():
     assert (tr.authorization, tr.corr_id, tr.entity_id) == (b"", EX["corr-id"], b"")
     assert decode_command(tr.command) == PING()
     assert decode_response(decode_transmission(decode_batch(EX["pong-block"])[0]).command) == PONG()
-    assert decode_server_hello(EX["router-hello"]) == ServerHello(9, 10, SESSION_ID)
+    assert decode_server_hello(EX["router-hello"]) == ServerHello(9, 19, SESSION_ID)
     hello = decode_client_hello(EX["service-client-hello"])
     assert hello.service == ServiceProof(EX["service-spki"], EX["service-signature"])
     assert verify_service_proof(hello.service, SESSION_ID, KEY_HASH)
@@ -249,6 +308,9 @@ SAMPLES = {
     "DEL": t.DEL(), "QUE": t.QUE(), "NKEY": t.NKEY(EX["ed25519-spki"], EX["client-x25519-spki"]),
     "NDEL": t.NDEL(), "NSUB": t.NSUB(), "SUBS": t.SUBS(), "NSUBS": t.NSUBS(),
     "PRXY": t.PRXY(b"x"), "PFWD": t.PFWD(b"x"),
+    "RKEY": t.RKEY((EX["ed25519-spki"],)), "LSET": t.LSET(RCV_ID, b"f", b"u"), "LDEL": t.LDEL(),
+    "LKEY": t.LKEY(EX["ed25519-spki"]), "LGET": t.LGET(),
+    "LNK": LNK(SND_ID, b"f", b"u"), "SOK": SOK(None),
     "IDS": None, "MSG": MSG(MSG_ID, b"\x00" * 16122), "NID": NID(RCV_ID, EX["router-x25519-spki"]),
     "NMSG": NMSG(b"\x00" * 24, b"\x00" * 144), "END": END(), "DELD": DELD(), "OK": OK(),
     "PONG": PONG(), "INFO": INFO("{}"), "ERR": ERR(AUTH), "SOKS": SOKS(1), "ENDS": ENDS(1),
@@ -281,7 +343,7 @@ def test_the_command_table_gives_each_tag_and_whether_parameters_follow(row):
     elif sender == "client":
         encoded = encode_command(value)
     else:
-        encoded = encode_response(value)
+        encoded = encode_response(value, 19)
     if after == "—":
         assert encoded == tag
     else:

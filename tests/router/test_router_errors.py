@@ -149,8 +149,8 @@ async def test_random_transmissions_only_ever_get_err_responses_and_break_nothin
             assert await other.command(b"", PING()) == PONG()
 
 
-@pytest.mark.parametrize("version", [8, 11])
-async def test_a_client_hello_with_a_version_outside_9_to_10_is_closed(router, version):
+@pytest.mark.parametrize("version", [8, 20])
+async def test_a_client_hello_with_a_version_outside_9_to_19_is_closed(router, version):
     with trio.fail_after(10):
         async with connect(router, version=version) as client:
             await client.wait_closed()
@@ -162,11 +162,11 @@ async def test_a_client_hello_naming_another_router_is_closed(router):
             await client.wait_closed()
 
 
-async def test_the_server_hello_offers_9_to_10_and_a_fresh_session_id_per_connection(router):
+async def test_the_server_hello_offers_9_to_19_and_a_fresh_session_id_per_connection(router):
     with trio.fail_after(10):
         async with connect(router) as first, connect(router) as second:
             hellos = (first.server_hello, second.server_hello)
-            assert {(h.min_version, h.max_version) for h in hellos} == {(9, 10)}
+            assert {(h.min_version, h.max_version) for h in hellos} == {(9, 19)}
             assert len(first.session_id) == 32 and first.session_id != second.session_id
 
 

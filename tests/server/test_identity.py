@@ -11,14 +11,18 @@ import subprocess
 import pytest
 from nacl.signing import VerifyKey
 
+from router.protocol.x509 import certificate_spki, signed_object_parts
 from router.server.edge import der
 from router.server.edge.identity import (
     CERT_FILE,
     KEY_FILE,
+    ONLINE_CERT_FILE,
+    ONLINE_KEY_FILE,
     IdentityError,
     generate_identity,
     host_port,
     load_or_create_identity,
+    renew_online_certificate,
 )
 
 
@@ -105,3 +109,50 @@ def test_openssl_reads_the_certificate(tmp_path):
         capture_output=True, text=True, check=True,
     )
     assert "SMP router" in result.stdout
+
+
+# --- the online certificate (docs/protocol.md#server-hello-identity) ----------------------
+
+
+def test_the_online_certificate_is_issued_by_the_identity_and_signs_connection_keys():
+    identity = generate_identity()
+    tbs, signature = signed_object_parts(identity.online_certificate)
+    VerifyKey(_public(identity.seed)).verify(tbs, signature)
+    assert identity.chain == (identity.online_certificate, identity.certificate)
+    key = identity.connection_key()
+    obj, sig = signed_object_parts(key.signed_key)
+    VerifyKey(certificate_spki(identity.online_certificate)[12:]).verify(obj, sig)
+    assert identity.connection_key().private != key.private  # fresh for each connection
+
+
+def _public(seed: bytes) -> bytes:
+    from nacl.signing import SigningKey
+
+    return bytes(SigningKey(seed).verify_key)
+
+
+def test_renewing_the_online_certificate_keeps_the_address(tmp_path):
+    first = load_or_create_identity(tmp_path)
+    renewed = renew_online_certificate(tmp_path)
+    again = load_or_create_identity(tmp_path)
+    assert renewed.key_hash == first.key_hash == again.key_hash
+    assert renewed.online_certificate != first.online_certificate
+    assert again.online_certificate == renewed.online_certificate
+
+
+def test_a_data_directory_from_before_the_online_certificate_keeps_its_address(tmp_path):
+    first = load_or_create_identity(tmp_path)
+    (tmp_path / ONLINE_KEY_FILE).unlink()
+    (tmp_path / ONLINE_CERT_FILE).unlink()
+    again = load_or_create_identity(tmp_path)
+    assert again.key_hash == first.key_hash
+    assert (tmp_path / ONLINE_CERT_FILE).exists()
+
+
+def test_an_online_certificate_of_another_identity_is_refused(tmp_path):
+    load_or_create_identity(tmp_path)
+    other = generate_identity()
+    (tmp_path / ONLINE_KEY_FILE).write_bytes(other.online_seed)
+    (tmp_path / ONLINE_CERT_FILE).write_bytes(other.online_certificate)
+    with pytest.raises(IdentityError, match="not issued by"):
+        load_or_create_identity(tmp_path)

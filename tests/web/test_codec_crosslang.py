@@ -81,11 +81,18 @@ def camel(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
+# Fields of NEW and IDS that versions 9 and 10 do not carry (docs/protocol.md#short-links):
+# the JavaScript codec leaves them out of what it decodes at those versions.
+LATER_FIELDS = {"link", "notifier", "link_id", "service_id"}
+
+
 def view(value: object) -> dict:
-    """A command or response as the JavaScript codec shows it (bytes as hex)."""
+    """A command or response as the JavaScript codec shows it at v10 (bytes as hex)."""
     out: dict[str, object] = {"type": type(value).__name__}
     for f in fields(value):  # type: ignore[arg-type]
         v = getattr(value, f.name)
+        if f.name in LATER_FIELDS and v is None:
+            continue
         if isinstance(v, bytes):
             v = v.hex()
         elif isinstance(v, ErrorType):
@@ -254,13 +261,13 @@ def test_javascript_checks_the_router_identity_as_python_does(node: str, tmp_pat
     """The same server hellos, made by router.protocol with a router's real identity
     certificate: JavaScript's verdict on the identity is Python's."""
     identity = generate_identity()
-    chain, signed_key = identity.hello_certificates()
+    chain, signed_key = identity.chain, identity.connection_key().signed_key
     session_id = os.urandom(32)
     other = generate_identity().certificate
     hellos = {
-        "one certificate": ServerHello(9, 10, session_id, chain, signed_key),
+        "online then identity": ServerHello(9, 10, session_id, chain, signed_key),
+        "one certificate": ServerHello(9, 10, session_id, (identity.certificate,), signed_key),
         "another router": ServerHello(9, 10, session_id, (other,), signed_key),
-        "leaf then identity": ServerHello(9, 10, session_id, (other, *chain), signed_key),
         "no cert part": ServerHello(9, 10, session_id),
     }
     blocks = {name: pad_block(encode_server_hello(h)) for name, h in hellos.items()}
@@ -281,6 +288,6 @@ def test_javascript_checks_the_router_identity_as_python_does(node: str, tmp_pat
     }
     assert verdicts == python
     assert verdicts == {
-        "one certificate": True, "another router": False, "leaf then identity": True,
+        "online then identity": True, "one certificate": True, "another router": False,
         "no cert part": None, "unparsable cert part": None,
     }

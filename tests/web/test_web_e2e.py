@@ -20,10 +20,10 @@ from web_helpers import (
 )
 
 from router.client import DeletedEvent, EndEvent, MessageEvent, SMPError, open_client
-from router.protocol import crypto, service_id
+from router.protocol import crypto, service_id, versions
 from router.server import RouterInfo
 
-MAX_BODY = 16064
+MAX_BODY = versions.max_message_length(19)  # both clients speak v19 (docs/protocol.md#limits)
 
 
 async def start_router(nursery: trio.Nursery, **options: object) -> RouterInfo:
@@ -40,7 +40,7 @@ async def connect_js(driver: NodeDriver, info: RouterInfo, name: str = "js", **e
 async def test_messages_both_ways(node: str, nursery: trio.Nursery) -> None:
     info = await start_router(nursery)
     async with node_driver(node) as js, open_client(info.address) as py:
-        assert (await connect_js(js, info))["version"] == 10
+        assert (await connect_js(js, info))["version"] == 19
 
         # Python -> JavaScript: the web client's queue, secured by the Python sender.
         js_queue = await js.call("create", client="js", queue="inbox")
@@ -236,7 +236,7 @@ async def test_wrong_key_hash_fails_the_connect(
         assert err.name == "IdentityMismatch", err
         assert "key hash" in str(err)
         # With the right one, the same call connects.
-        assert (await connect_js(js, info))["version"] == 10
+        assert (await connect_js(js, info))["version"] == 19
 
 
 async def test_notifications_and_suspend(node: str, nursery: trio.Nursery) -> None:

@@ -27,6 +27,8 @@ import {
 } from "./handshake.js";
 import { forgetSigningKey } from "./signing.js";
 import { decodeTransmission, encodeTransmission } from "./transmission.js";
+import { BlockCipher } from "./blockcrypto.js";
+import { hasBlockEncryption } from "./versions.js";
 
 const EMPTY = new Uint8Array(0);
 
@@ -48,7 +50,7 @@ const EMPTY = new Uint8Array(0);
  * Open a WebSocket to `url` (ws:// or wss://, any path), run the SMP handshake
  * and resolve to a ready SMPClient. `keyHash` is the router's 32-byte identity
  * (Uint8Array). Options: `WebSocket` (the constructor to use, by default the
- * global one), `versions` ([min, max], default [9, 10]), `timeout` (ms for the
+ * global one), `versions` ([min, max], default [9, 19]), `timeout` (ms for the
  * connection and the handshake, default 15000), `confirm` (default true: make
  * sure here that the router accepts the hello, see below), `serviceSeed` (an
  * Ed25519 seed: the hello proves this connection acts for that service, see
@@ -101,11 +103,17 @@ export async function connect(url, keyHash, options = {}) {
       );
     }
     const identityChecked = await checkIdentity(hello, keyHash);
-    const clientKey = crypto.newX25519().publicKey;
+    const { privateKey: clientPriv, publicKey: clientKey } = crypto.newX25519();
+    // From v11 every later block is encrypted (docs/protocol.md#block-encryption).
+    let cipher = null;
+    if (hasBlockEncryption(version) && hello.signedKey) {
+      const secret = crypto.dhSecret(clientPriv, crypto.helloDhKey(hello.signedKey));
+      cipher = BlockCipher.forClient(hello.sessionId, secret);
+    }
     const serviceSeed = options.serviceSeed ?? null;
     const service = serviceSeed ? await crypto.proveService(serviceSeed, hello.sessionId, keyHash) : null;
     socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey, service })));
-    const client = new SMPClient(socket, version, hello.sessionId, url, options);
+    const client = new SMPClient(socket, version, hello.sessionId, url, options, cipher);
     if (service) {
       client.serviceSeed = serviceSeed;
       client.serviceId = await crypto.serviceId(service.serviceKey);
@@ -239,11 +247,13 @@ export class SMPClient {
    * @param {Uint8Array} sessionId
    * @param {string} url
    * @param {ConnectOptions} [options]
+   * @param {BlockCipher | null} [cipher] block encryption from v11, null before
    */
-  constructor(socket, version, sessionId, url, options = {}) {
+  constructor(socket, version, sessionId, url, options = {}, cipher = null) {
     /** @private */
     this.socket = socket;
     this.version = version;
+    this.cipher = cipher; // block encryption from v11, null before
     this.sessionId = sessionId;
     this.url = url;
     /** @private */
@@ -416,7 +426,7 @@ export class SMPClient {
   submit(entityId, cmd, seed, routeMsg, signal, timeout) {
     const corrId = this.newCorrId();
     const key = toHex(corrId);
-    const command = cmd instanceof Uint8Array ? cmd : encodeCommand(cmd);
+    const command = cmd instanceof Uint8Array ? cmd : encodeCommand(cmd, this.version);
     const item = { key, transmission: this.transmission(seed, corrId, entityId, command) };
     return new Promise((resolve, reject) => {
       let timer = null;
@@ -457,10 +467,11 @@ export class SMPClient {
 
   /** The transmission's bytes, or a promise of them while the signature is made. @private */
   transmission(seed, corrId, entityId, command) {
-    if (!seed) return encodeTransmission({ authorization: EMPTY, corrId, entityId, command });
+    const version = this.version;
+    if (!seed) return encodeTransmission({ authorization: EMPTY, corrId, entityId, command }, version);
     return crypto
       .authorize(seed, this.sessionId, corrId, entityId, command)
-      .then((authorization) => encodeTransmission({ authorization, corrId, entityId, command }));
+      .then((authorization) => encodeTransmission({ authorization, corrId, entityId, command }, version));
   }
 
   /** @private */
@@ -549,12 +560,16 @@ export class SMPClient {
   /** @private */
   sendBlock(block) {
     this.stats.blocksSent++;
-    this.socket.send(block);
+    this.socket.send(this.cipher ? this.cipher.seal(unpadBlock(block)) : block);
   }
 
-  /** Send `block` as one WebSocket message, untouched (for tests of bad input). */
+  /** Send `block` as one WebSocket message (for tests of bad input). On an encrypted
+   * connection a well-formed padded block is sealed, so that its content reaches the
+   * router's parser; anything else goes out as it is. */
   sendRawBlock(block) {
-    this.socket.send(block);
+    const length = block.length === BLOCK_SIZE ? (block[0] << 8) | block[1] : -1;
+    const sealable = this.cipher && length >= 0 && length <= BLOCK_SIZE - 18;
+    this.socket.send(sealable ? this.cipher.seal(block.subarray(2, 2 + length)) : block);
   }
 
   // --- reader -------------------------------------------------------------
@@ -565,7 +580,8 @@ export class SMPClient {
     this.lastReceived = Date.now();
     let transmissions;
     try {
-      transmissions = decodeBatch(block).map(decodeTransmission);
+      const plain = this.cipher ? padBlock(this.cipher.open(block)) : block;
+      transmissions = decodeBatch(plain).map((t) => decodeTransmission(t, this.version));
     } catch (e) {
       // Callers whose answers were in this block would wait forever.
       this.socket.close(new ConnectionClosed(`router sent a bad block: ${e.message}`));
@@ -578,7 +594,7 @@ export class SMPClient {
   route(t) {
     let response;
     try {
-      response = decodeResponse(t.command);
+      response = decodeResponse(t.command, this.version);
     } catch {
       response = null;
     }
@@ -723,7 +739,7 @@ export class SMPClient {
       queues.map((q) => [q.recipientId, { type: "SUB" }, q.rcvAuthSeed]),
       { ...options, routeMsg: true },
     );
-    return responses.map((r) => errorOf(r, "OK", "MSG"));
+    return responses.map((r) => errorOf(r, "OK", "SOK", "MSG"));
   }
 
   /**
@@ -843,7 +859,7 @@ export class SMPClient {
    */
   async subscribeNotifications(creds, options = {}) {
     this.addNotifier(creds);
-    expect(await this.command(creds.notifierId, { type: "NSUB" }, creds.notifierSeed, options), "OK");
+    expect(await this.command(creds.notifierId, { type: "NSUB" }, creds.notifierSeed, options), "OK", "SOK");
   }
 
   /**

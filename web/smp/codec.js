@@ -3,13 +3,16 @@
 // A command or response is TAG or TAG SP params. Values are plain objects with
 // a `type` naming the wire tag: {type: "SEND", flags, body}, {type: "IDS", rcvId, ...}.
 // Decoding an unknown tag throws ProtocolError(CMD UNKNOWN), anything else that
-// does not parse (trailing bytes included) ProtocolError(CMD SYNTAX).
+// does not parse (trailing bytes included) ProtocolError(CMD SYNTAX). Every function
+// takes the negotiated version; what differs by version is decided in versions.js
+// (docs/protocol.md#version-table).
 
 import { concat, fromUtf8, latin1, utf8 } from "./bytes.js";
-import { Parser, int64, ss } from "./encoding.js";
+import { Parser, int64, large, ss } from "./encoding.js";
 import { CMD_SYNTAX, CMD_UNKNOWN, ProtocolError, decodeError, encodeError } from "./errors.js";
+import * as versions from "./versions.js";
 
-export const MAX_MESSAGE_LENGTH = 16064; // SEND body limit at v9/v10
+export const MAX_MESSAGE_LENGTH = 16064; // SEND body limit at v9/v10; versions.maxMessageLength(v)
 const MAX_SEND_FLAGS = 7; // 'T'/'F' plus up to 6 reserved bytes before the SP
 const SP = 0x20;
 
@@ -37,12 +40,14 @@ function noParams(type) {
   };
 }
 
-function decodeWith(parsers, data) {
+function decodeWith(parsers, data, version) {
   const [tag, spaceAt] = splitTag(data);
   const parse = Object.hasOwn(parsers, tag) ? parsers[tag] : undefined;
   if (!parse) throw new ProtocolError(CMD_UNKNOWN);
-  return parse(data, spaceAt);
+  return parse(data, spaceAt, version);
 }
+
+const maybeBytes = (x, encode) => (x == null ? latin1("0") : concat(latin1("1"), encode(x)));
 
 // --- commands ----------------------------------------------------------------
 
@@ -52,7 +57,7 @@ function isPasswordByte(b) {
   return b !== 0x40 && b !== 0x3a && b !== 0x2f;
 }
 
-function parseNew(data, i) {
+function parseNew(data, i, v) {
   const p = params(data, i);
   const rcvAuthKey = p.key();
   const rcvDhKey = p.dhKey();
@@ -63,9 +68,29 @@ function parseNew(data, i) {
   });
   const mode = p.byte();
   if (mode !== 0x53 && mode !== 0x43) throw p.fail("subMode must be S or C");
-  const sndSecure = p.bool();
+  let sndSecure = null;
+  let link = null;
+  let notifier = null;
+  if (versions.hasShortLinks(v)) {
+    const request = p.maybe(() => {
+      const qm = p.byte();
+      if (qm !== 0x4d && qm !== 0x43) throw p.fail("queue mode must be M or C");
+      const data = p.maybe(() => {
+        const linkId = qm === 0x43 ? p.shortString() : null;
+        const senderId = p.shortString();
+        return { senderId, fixedData: p.large(), userData: p.large(), linkId };
+      });
+      return [qm === 0x4d, data];
+    });
+    if (request) [sndSecure, link] = request;
+    if (versions.hasNewNotifier(v)) notifier = p.maybe(() => ({ notifierKey: p.key(), rcvNtfDhKey: p.dhKey() }));
+  } else {
+    sndSecure = p.bool();
+    p.end();
+    return { type: "NEW", rcvAuthKey, rcvDhKey, basicAuth, subscribe: mode === 0x53, sndSecure };
+  }
   p.end();
-  return { type: "NEW", rcvAuthKey, rcvDhKey, basicAuth, subscribe: mode === 0x53, sndSecure };
+  return { type: "NEW", rcvAuthKey, rcvDhKey, basicAuth, subscribe: mode === 0x53, sndSecure, link, notifier };
 }
 
 function parseKeyCommand(type) {
@@ -110,6 +135,15 @@ function parseNkey(data, i) {
 
 const rawParams = (type) => (data, i) => ({ type, raw: i < 0 ? new Uint8Array(0) : data.subarray(i + 1) });
 
+function parseLset(data, i) {
+  const p = params(data, i);
+  const linkId = p.shortString();
+  const fixedData = p.large();
+  const userData = p.large();
+  p.end();
+  return { type: "LSET", linkId, fixedData, userData };
+}
+
 const COMMAND_PARSERS = {
   PING: noParams("PING"),
   NEW: parseNew,
@@ -129,11 +163,15 @@ const COMMAND_PARSERS = {
   NSUBS: noParams("NSUBS"),
   PRXY: rawParams("PRXY"),
   PFWD: rawParams("PFWD"),
+  LSET: parseLset,
+  LDEL: noParams("LDEL"),
+  LKEY: parseKeyCommand("LKEY"),
+  LGET: noParams("LGET"),
 };
 
 /** One command from its bytes (what the router does; here for tests and tools). */
-export function decodeCommand(data) {
-  return decodeWith(COMMAND_PARSERS, data);
+export function decodeCommand(data, version = versions.LEGACY_VERSION) {
+  return decodeWith(COMMAND_PARSERS, data, version);
 }
 
 function sendFlags(flags) {
@@ -146,17 +184,30 @@ function sendFlags(flags) {
 
 const withRaw = (tag, raw) => (raw.length ? concat(tagBytes(tag + " "), raw) : tagBytes(tag));
 
-/** The bytes of a command value. */
-export function encodeCommand(cmd) {
+function encodeNewTail(cmd, v) {
+  if (!versions.hasShortLinks(v)) return T(cmd.sndSecure);
+  const link = (l) => concat(l.linkId ? ss(l.linkId) : new Uint8Array(0), ss(l.senderId), large(l.fixedData), large(l.userData));
+  const request = cmd.sndSecure == null
+    ? latin1("0")
+    : concat(latin1("1"), latin1(cmd.sndSecure ? "M" : "C"), maybeBytes(cmd.link, link));
+  if (!versions.hasNewNotifier(v)) return request;
+  return concat(request, maybeBytes(cmd.notifier, (n) => concat(ss(n.notifierKey), ss(n.rcvNtfDhKey))));
+}
+
+/** The bytes of a command value at `version`. */
+export function encodeCommand(cmd, version = versions.LEGACY_VERSION) {
   switch (cmd.type) {
     case "NEW":
       return concat(
         tagBytes("NEW "), ss(cmd.rcvAuthKey), ss(cmd.rcvDhKey),
         cmd.basicAuth == null ? latin1("0") : concat(latin1("1"), ss(cmd.basicAuth)),
-        latin1(cmd.subscribe ? "S" : "C"), T(cmd.sndSecure),
+        latin1(cmd.subscribe ? "S" : "C"), encodeNewTail(cmd, version),
       );
+    case "LSET":
+      return concat(tagBytes("LSET "), ss(cmd.linkId), large(cmd.fixedData), large(cmd.userData));
     case "KEY":
     case "SKEY":
+    case "LKEY":
       return concat(tagBytes(cmd.type + " "), ss(cmd.senderKey));
     case "SEND":
       return concat(tagBytes("SEND "), sendFlags(cmd.flags), Uint8Array.of(SP), cmd.body);
@@ -168,7 +219,7 @@ export function encodeCommand(cmd) {
     case "PFWD":
       return withRaw(cmd.type, cmd.raw ?? new Uint8Array(0));
     case "PING": case "SUB": case "GET": case "OFF": case "DEL": case "QUE":
-    case "NDEL": case "NSUB": case "SUBS": case "NSUBS":
+    case "NDEL": case "NSUB": case "SUBS": case "NSUBS": case "LDEL": case "LGET":
       return tagBytes(cmd.type);
     default:
       throw new RangeError(`unknown command ${cmd.type}`);
@@ -177,14 +228,45 @@ export function encodeCommand(cmd) {
 
 // --- responses ---------------------------------------------------------------
 
-function parseIds(data, i) {
+function parseIds(data, i, v) {
   const p = params(data, i);
   const rcvId = p.shortString();
   const sndId = p.shortString();
   const srvDhKey = p.dhKey();
-  const sndSecure = p.bool();
+  if (!versions.hasShortLinks(v)) {
+    const sndSecure = p.bool();
+    p.end();
+    return { type: "IDS", rcvId, sndId, srvDhKey, sndSecure };
+  }
+  const ids = { type: "IDS", rcvId, sndId, srvDhKey, sndSecure: null, linkId: null, serviceId: null, notifier: null };
+  {
+    const mode = p.maybe(() => p.byte());
+    if (mode != null) {
+      if (mode !== 0x4d && mode !== 0x43) throw p.fail("queue mode must be M or C");
+      ids.sndSecure = mode === 0x4d;
+    }
+    ids.linkId = p.maybe(() => p.shortString());
+    if (versions.hasServiceField(v)) ids.serviceId = p.maybe(() => p.shortString());
+    if (versions.hasNewNotifier(v)) ids.notifier = p.maybe(() => ({ notifierId: p.shortString(), srvNtfDhKey: p.dhKey() }));
+  }
   p.end();
-  return { type: "IDS", rcvId, sndId, srvDhKey, sndSecure };
+  return ids;
+}
+
+function parseLnk(data, i) {
+  const p = params(data, i);
+  const senderId = p.shortString();
+  const fixedData = p.large();
+  const userData = p.large();
+  p.end();
+  return { type: "LNK", senderId, fixedData, userData };
+}
+
+function parseSok(data, i) {
+  const p = params(data, i);
+  const serviceId = p.maybe(() => p.shortString());
+  p.end();
+  return { type: "SOK", serviceId };
 }
 
 function parseMsg(data, i) {
@@ -246,18 +328,43 @@ const RESPONSE_PARSERS = {
   SOKS: parseCount("SOKS"),
   ENDS: parseCount("ENDS"),
   ALLS: noParams("ALLS"),
+  LNK: parseLnk,
+  SOK: parseSok,
 };
 
-/** One router message from its bytes. */
-export function decodeResponse(data) {
-  return decodeWith(RESPONSE_PARSERS, data);
+/** One router message from its bytes, at `version`. */
+export function decodeResponse(data, version = versions.LEGACY_VERSION) {
+  return decodeWith(RESPONSE_PARSERS, data, version);
 }
 
-/** The bytes of a router message (the router's side; here for tests and tools). */
-export function encodeResponse(r) {
+function encodeIdsTail(r, v) {
+  if (!versions.hasShortLinks(v)) return T(r.sndSecure);
+  const mode = r.sndSecure == null ? null : latin1(r.sndSecure ? "M" : "C");
+  const parts = [maybeBytes(mode, (m) => m), maybeBytes(r.linkId, ss)];
+  if (versions.hasServiceField(v)) parts.push(maybeBytes(r.serviceId, ss));
+  if (versions.hasNewNotifier(v)) parts.push(maybeBytes(r.notifier, (n) => concat(ss(n.notifierId), ss(n.srvNtfDhKey))));
+  return concat(...parts);
+}
+
+/** The error as `version` carries it: BLOCKED is AUTH before v12, without its notice before v18. */
+function errorForVersion(error, v) {
+  if (!error.startsWith("BLOCKED ")) return error;
+  if (!versions.hasBlockedError(v)) return "AUTH";
+  const notice = error.indexOf(",notice=");
+  return !versions.hasClientNotices(v) && notice >= 0 ? error.slice(0, notice) : error;
+}
+
+/** The bytes of a router message at `version` (the router's side; here for tests and tools). */
+export function encodeResponse(r, version = versions.LEGACY_VERSION) {
   switch (r.type) {
     case "IDS":
-      return concat(tagBytes("IDS "), ss(r.rcvId), ss(r.sndId), ss(r.srvDhKey), T(r.sndSecure));
+      return concat(tagBytes("IDS "), ss(r.rcvId), ss(r.sndId), ss(r.srvDhKey), encodeIdsTail(r, version));
+    case "LNK":
+      return concat(tagBytes("LNK "), ss(r.senderId), large(r.fixedData), large(r.userData));
+    case "SOK":
+      return versions.hasServiceField(version) ? concat(tagBytes("SOK "), maybeBytes(r.serviceId, ss)) : tagBytes("OK");
+    case "DELD":
+      return tagBytes(versions.hasDeletedEvent(version) ? "DELD" : "END");
     case "MSG":
       return concat(tagBytes("MSG "), ss(r.msgId), r.encBody);
     case "NID":
@@ -268,11 +375,11 @@ export function encodeResponse(r) {
     case "INFO":
       return concat(tagBytes("INFO "), utf8(r.json));
     case "ERR":
-      return concat(tagBytes("ERR "), encodeError(r.error));
+      return concat(tagBytes("ERR "), encodeError(errorForVersion(r.error, version)));
     case "SOKS":
     case "ENDS":
       return concat(tagBytes(r.type + " "), int64(r.count));
-    case "END": case "DELD": case "OK": case "PONG": case "ALLS":
+    case "END": case "OK": case "PONG": case "ALLS":
       return tagBytes(r.type);
     default:
       throw new RangeError(`unknown response ${r.type}`);

@@ -197,3 +197,20 @@ export async function serviceId(serviceKey) {
   const digest = await globalThis.crypto.subtle.digest("SHA-256", serviceKey);
   return new Uint8Array(digest).slice(0, 24);
 }
+
+/** The raw X25519 shared secret (not nacl.box.before of it): block encryption's input. */
+export function dhSecret(priv32, peerRaw32) {
+  return nacl.scalarMult(priv32, peerRaw32);
+}
+
+/** The raw X25519 key inside the hello's signed key (docs/protocol.md#handshake-router-hello):
+ * SEQUENCE { SPKI, algorithm, signature }. */
+export function helloDhKey(signedKey) {
+  let pos = 1;
+  const outer = signedKey[pos++];
+  if (signedKey[0] !== 0x30) throw new ProtocolError(CMD_SYNTAX, "signed key is not a SEQUENCE");
+  if (outer & 0x80) pos += outer & 0x7f;
+  const spki = signedKey.subarray(pos, pos + 44);
+  if (keyType(spki) !== KeyType.X25519) throw new ProtocolError(CMD_SYNTAX, "signed key is not X25519");
+  return rawKey(spki);
+}

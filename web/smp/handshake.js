@@ -1,29 +1,33 @@
 // Handshake blocks (docs/protocol.md, "Handshake").
 //
-//   serverHello = word16 minVer | word16 maxVer | ss(sessionId) | [certChain signedKey] | ignored
-//   clientHello = word16 version | ss(keyHash) | [ss(client X25519 SPKI) [serviceExt]] | ignored
+//   serverHello = word16 minVer | word16 maxVer | ss(sessionId) | [certChain signedKey [ss(webProof)]] | ignored
+//   clientHello = word16 version | ss(keyHash) | [ss(client X25519 SPKI)] | [proxyServer] | [clientService]
+//                 | [serviceExt] | ignored
 //
+// (web proof from maxVer 19, proxyServer from 14, clientService from 16: versions.js).
 // Hellos are block content (not padded). Failures throw ProtocolError(HANDSHAKE).
 
 import { concat } from "./bytes.js";
 import { Parser, large, ss, word16 } from "./encoding.js";
 import { HANDSHAKE, ProtocolError } from "./errors.js";
 import { KeyType, keyType } from "./keys.js";
+import * as versions from "./versions.js";
 
-export const SMP_VERSION_MIN = 9;
-export const SMP_VERSION_MAX = 10;
-const AUTH_KEY_VERSION = 7; // the hello fields after sessionId / keyHash exist from here on
+// The range this client asks for (docs/protocol.md#versions).
+export const SMP_VERSION_MIN = versions.CODEC_VERSION_MIN;
+export const SMP_VERSION_MAX = versions.CODEC_VERSION_MAX;
 export const SERVICE_MARKER = Uint8Array.of(0x53, 0x56, 0x43, 0x31); // "SVC1"
 const SERVICE_CONTEXT = Uint8Array.of(0x53, 0x4d, 0x50, 0x2d, 0x53, 0x45, 0x52, 0x56, 0x49, 0x43, 0x45); // "SMP-SERVICE"
 
-/** {minVersion, maxVersion, sessionId, certChain: [], signedKey: null | bytes}. */
+/** {minVersion, maxVersion, sessionId, certChain: [], signedKey: null | bytes, webProof: null | bytes}. */
 export function decodeServerHello(data) {
   const p = new Parser(data, 0, HANDSHAKE);
   const minVersion = p.word16();
   const maxVersion = p.word16();
   const sessionId = p.shortString();
   const hello = { minVersion, maxVersion, sessionId, certChain: [], signedKey: null };
-  if (maxVersion >= AUTH_KEY_VERSION && !p.atEnd()) {
+  if (versions.hasWebIdentityProof(maxVersion)) hello.webProof = null;
+  if (versions.hasHelloKeys(maxVersion) && !p.atEnd()) {
     // Parsed with backtracking, as the reference does: a part that does not parse is absent.
     try {
       const n = p.byte();
@@ -34,11 +38,19 @@ export function decodeServerHello(data) {
     } catch (e) {
       if (!(e instanceof ProtocolError)) throw e;
     }
+    if (hello.certChain.length && versions.hasWebIdentityProof(maxVersion) && !p.atEnd()) {
+      try {
+        const proof = p.shortString();
+        if (proof.length === 64 || proof.length === 114) hello.webProof = proof;
+      } catch (e) {
+        if (!(e instanceof ProtocolError)) throw e;
+      }
+    }
   }
   return hello;
 }
 
-export function encodeServerHello({ minVersion, maxVersion, sessionId, certChain = [], signedKey = null }) {
+export function encodeServerHello({ minVersion, maxVersion, sessionId, certChain = [], signedKey = null, webProof = null }) {
   const parts = [word16(minVersion), word16(maxVersion), ss(sessionId)];
   if (certChain.length || signedKey) {
     if (!certChain.length || !signedKey || certChain.length > 255) {
@@ -46,6 +58,7 @@ export function encodeServerHello({ minVersion, maxVersion, sessionId, certChain
     }
     parts.push(Uint8Array.of(certChain.length), ...certChain.map(large), large(signedKey));
   }
+  if (webProof) parts.push(ss(webProof));
   return concat(...parts);
 }
 
@@ -66,6 +79,8 @@ export function identityCertificate(certChain) {
 export function encodeClientHello({ version, keyHash, clientKey = null, service = null }) {
   const parts = [word16(version), ss(keyHash)];
   if (clientKey) parts.push(ss(clientKey));
+  if (versions.hasProxyServerFlag(version)) parts.push(Uint8Array.of(0x46)); // proxyServer F
+  if (versions.hasServiceField(version)) parts.push(Uint8Array.of(0x30)); // clientService: none
   if (service) {
     if (!clientKey) throw new RangeError("the service extension needs the client key before it");
     parts.push(SERVICE_MARKER, ss(service.serviceKey), ss(service.signature));
@@ -80,7 +95,7 @@ export function decodeClientHello(data) {
   const keyHash = p.shortString();
   let clientKey = null;
   let service = null;
-  if (version >= AUTH_KEY_VERSION && !p.atEnd()) {
+  if (versions.hasHelloKeys(version) && !p.atEnd()) {
     const start = p.pos;
     try {
       clientKey = p.dhKey();
@@ -88,6 +103,8 @@ export function decodeClientHello(data) {
       p.pos = start;
     }
   }
+  if (versions.hasProxyServerFlag(version)) p.bool();
+  if (versions.hasServiceField(version) && p.byte() !== 0x30) throw p.fail("clientService is not read here");
   const marker = p.data.subarray(p.pos, p.pos + SERVICE_MARKER.length);
   if (clientKey && marker.length === SERVICE_MARKER.length && marker.every((b, i) => b === SERVICE_MARKER[i])) {
     p.pos += SERVICE_MARKER.length;
@@ -99,6 +116,11 @@ export function decodeClientHello(data) {
     service = { serviceKey, signature };
   }
   return { version, keyHash, clientKey, service };
+}
+
+/** What the router's online key signs for a web client (docs/protocol.md#web-identity-proof). */
+export function webProofSignedBytes(challenge, sessionId) {
+  return concat(challenge, sessionId);
 }
 
 /** What the service key signs in the client hello. */

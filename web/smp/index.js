@@ -11,6 +11,8 @@ export * from "./handshake.js";
 export * from "./keys.js";
 export * from "./transmission.js";
 export * as crypto from "./crypto.js";
+export * as versions from "./versions.js";
+export { BlockCipher, chainInit, chainStep } from "./blockcrypto.js";
 export { connect, SMPClient } from "./client.js";
 export { Backoff } from "./backoff.js";
 export { SMPAgent } from "./agent.js";

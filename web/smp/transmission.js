@@ -1,27 +1,44 @@
-// Transmissions (docs/protocol.md, "Transmissions and authorization"):
-// ss(authorization) | ss(corrId) | ss(entityId) | command.
+// Transmissions (docs/protocol.md#transmissions):
+// ss(authorization) | [serviceSig] | ss(corrId) | ss(entityId) | command,
+// where serviceSig ("0" or "1" ss(signature)) follows a non-empty authorization
+// from v16 (docs/protocol.md#service-signature).
 
 import { concat } from "./bytes.js";
 import { ss } from "./encoding.js";
 import { BLOCK, ProtocolError } from "./errors.js";
+import { LEGACY_VERSION, hasServiceField } from "./versions.js";
 
-export function encodeTransmission({ authorization, corrId, entityId, command }) {
-  return concat(ss(authorization), ss(corrId), ss(entityId), command);
+export function encodeTransmission({ authorization, corrId, entityId, command }, version = LEGACY_VERSION) {
+  const service = authorization.length && hasServiceField(version) ? Uint8Array.of(0x30) : new Uint8Array(0);
+  return concat(ss(authorization), service, ss(corrId), ss(entityId), command);
 }
 
-/** Split one transmission; ProtocolError(BLOCK) if the short strings do not fit. */
-export function decodeTransmission(data) {
+const truncated = () => new ProtocolError(BLOCK, "truncated transmission");
+
+/** Split one transmission; ProtocolError(BLOCK) if the fields do not fit. */
+export function decodeTransmission(data, version = LEGACY_VERSION) {
+  if (!data.length) throw truncated();
+  let pos = 1 + data[0];
+  if (pos > data.length) throw truncated();
+  const authorization = data.subarray(1, pos);
+  let serviceSig = null;
+  if (authorization.length && hasServiceField(version)) {
+    if (data[pos] === 0x31 && data[pos + 1] === 64 && pos + 66 <= data.length) {
+      serviceSig = data.subarray(pos + 2, pos + 66);
+      pos += 66;
+    } else if (data[pos] === 0x30) pos += 1;
+    else throw new ProtocolError(BLOCK, "bad service signature field");
+  }
   const fields = [];
-  let pos = 0;
-  for (let i = 0; i < 3; i++) {
-    if (pos >= data.length) throw new ProtocolError(BLOCK, "truncated transmission");
+  for (let i = 0; i < 2; i++) {
+    if (pos >= data.length) throw truncated();
     const end = pos + 1 + data[pos];
-    if (end > data.length) throw new ProtocolError(BLOCK, "truncated transmission");
+    if (end > data.length) throw truncated();
     fields.push(data.subarray(pos + 1, end));
     pos = end;
   }
-  const [authorization, corrId, entityId] = fields;
-  return { authorization, corrId, entityId, command: data.subarray(pos) };
+  const [corrId, entityId] = fields;
+  return { authorization, serviceSig, corrId, entityId, command: data.subarray(pos) };
 }
 
 /** The bytes an authorization covers: the session id is signed, never sent. */

@@ -11,8 +11,9 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import {
-  BatchPacker, authorizedBytes, concat, crypto, encodeClientHello, encodeCommand, encodeResponse,
-  encodeServerHello, encodeTransmission, equal, fromHex, latin1, serviceSignedBytes, toHex,
+  BatchPacker, BlockCipher, authorizedBytes, chainInit, chainStep, concat, crypto, encodeClientHello,
+  encodeCommand, encodeResponse, encodeServerHello, encodeTransmission, equal, fromHex, latin1,
+  serviceSignedBytes, toHex, webProofSignedBytes,
 } from "../smp/index.js";
 
 const PAGE = process.env.SMP_PROTOCOL_PAGE ?? fileURLToPath(new URL("../../docs/protocol.md", import.meta.url));
@@ -69,13 +70,26 @@ function subSignature() {
 
 const msgKey = () => crypto.boxKey(ex("client-x25519-private"), ex("router-x25519-spki"));
 
+const CHALLENGE = new Uint8Array(32).fill(0xcc);
+const range = (a, b) => Uint8Array.from({ length: b - a + 1 }, (_, i) => a + i);
+const BLOCKED = 'BLOCKED reason=spam,notice={"ttl":3600}';
+const subContent19 = () => {
+  const packer = new BatchPacker();
+  packer.add(encodeTransmission({
+    authorization: ex("sub-authenticator"), corrId: ex("corr-id"), entityId: RCV_ID, command: latin1("SUB"),
+  }, 19));
+  const block = packer.takeBlock();
+  return block.subarray(2, 2 + ((block[0] << 8) | block[1]));
+};
+const encryptedBlock = () => BlockCipher.forRouter(range(10, 41), range(10, 41)).seal(latin1("hello from typescript"));
+
 // Each example this client can compute, from the page's inputs.
 const COMPUTED = {
   "ed25519-spki": () => crypto.ed25519Public(ex("ed25519-seed")),
   "service-spki": () => crypto.ed25519Public(ex("service-seed")),
   "client-x25519-spki": () => crypto.x25519Public(ex("client-x25519-private")),
   "router-x25519-spki": () => crypto.x25519Public(ex("router-x25519-private")),
-  "router-hello": () => encodeServerHello({ minVersion: 9, maxVersion: 10, sessionId: SESSION_ID }),
+  "router-hello": () => encodeServerHello({ minVersion: 9, maxVersion: 19, sessionId: SESSION_ID }),
   "client-hello": () => encodeClientHello({ version: 10, keyHash: KEY_HASH, clientKey: ex("client-x25519-spki") }),
   "service-signed-bytes": () => serviceSignedBytes(SESSION_ID, KEY_HASH, ex("service-spki")),
   "service-signature": async () => (await crypto.proveService(ex("service-seed"), SESSION_ID, KEY_HASH)).signature,
@@ -104,13 +118,40 @@ const COMPUTED = {
   }),
   "msg-box-key": msgKey,
   "msg-enc-body-head": () => crypto.encryptMsgBody(msgKey(), MSG_ID, MSG_TS, latin1("T"), latin1("hi")).subarray(0, 32),
+  "client-hello-19": () => encodeClientHello({ version: 19, keyHash: KEY_HASH, clientKey: ex("client-x25519-spki") }),
+  "web-proof-signed-bytes": () => webProofSignedBytes(CHALLENGE, SESSION_ID),
+  "web-proof": () => crypto.sign(ex("ed25519-seed"), webProofSignedBytes(CHALLENGE, SESSION_ID)),
+  "sub-content-19": subContent19,
+  "new-command-19": () => encodeCommand({
+    type: "NEW", rcvAuthKey: ex("ed25519-spki"), rcvDhKey: ex("client-x25519-spki"),
+    basicAuth: null, subscribe: true, sndSecure: true, link: null, notifier: null,
+  }, 19),
+  "ids-response-19": () => encodeResponse({
+    type: "IDS", rcvId: RCV_ID, sndId: SND_ID, srvDhKey: ex("router-x25519-spki"), sndSecure: true,
+  }, 19),
+  "sok-19": () => encodeResponse({ type: "SOK", serviceId: null }, 19),
+  "lnk-response": () => encodeResponse({ type: "LNK", senderId: SND_ID, fixedData: latin1("fix"), userData: latin1("user") }, 19),
+  "blocked-18": () => encodeResponse({ type: "ERR", error: BLOCKED }, 18),
+  "blocked-12": () => encodeResponse({ type: "ERR", error: BLOCKED }, 12),
+  "chain-keys": () => concat(...chainInit(range(1, 32), range(50, 81))),
+  "chain-step": () => {
+    const [next, key, nonce] = chainStep(chainInit(range(1, 32), range(50, 81))[0]);
+    return concat(key, nonce, next);
+  },
+  "encrypted-block-head": () => encryptedBlock().subarray(0, 48),
   "soks-3": () => encodeResponse({ type: "SOKS", count: 3 }),
   "ends-2": () => encodeResponse({ type: "ENDS", count: 2 }),
   "alls": () => encodeResponse({ type: "ALLS" }),
 };
 
 // Examples that are inputs (keys, ids) or plain text of a box, checked by what uses them.
-const INPUTS = new Set(["corr-id", "ed25519-seed", "service-seed", "client-x25519-private", "router-x25519-private", "msg-plain"]);
+// sub-authenticator is an X25519 authenticator this client does not make (it signs with
+// Ed25519); sub-content-19 checks how it is carried. The block's SHA-256 is checked by
+// the Python tests, its first 48 bytes here.
+const INPUTS = new Set([
+  "corr-id", "ed25519-seed", "service-seed", "client-x25519-private", "router-x25519-private", "msg-plain",
+  "sub-authenticator", "encrypted-block-sha256",
+]);
 
 const onPage = [...EX.keys()];
 

@@ -1,4 +1,5 @@
-"""`smp-router init`: a router identity and a commented configuration file.
+"""`smp-router init`: a router identity and a commented configuration file;
+`smp-router renew-online-cert`: a new online certificate for the same identity.
 """
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..edge.identity import load_or_create_identity
+from ..edge.identity import load_or_create_identity, renew_online_certificate
 from ..settings.config import (
     ConfigError,
     RouterConfig,
@@ -41,6 +42,14 @@ def init_data_dir(data_dir: Path) -> None:
         print(f"address: {identity.address(where.advertised_host, where.port)} (public_host "
               "and port in the configuration change it)", flush=True)
     print(f"next: smp-router serve --data-dir {data_dir}", flush=True)
+
+
+def renew_online_cert(data_dir: Path) -> None:
+    """A new online key and certificate (docs/protocol.md#server-hello-identity). No data
+    directory lock: a running router keeps the one it read at its start."""
+    identity = renew_online_certificate(data_dir)
+    print(f"online certificate renewed in {data_dir}; the address is still "
+          f"{identity.fingerprint} (used from the router's next start)", flush=True)
 
 
 def _write_new_file(path: Path, text: str) -> None:

@@ -2,6 +2,7 @@
 
     smp-router serve [--config FILE | --data-dir DIR] [flags]
     smp-router init --data-dir DIR
+    smp-router renew-online-cert --data-dir DIR
     smp-router config check [--config FILE | --data-dir DIR]
     smp-router control [--config FILE | --data-dir DIR] [--role user] [COMMAND]
     smp-router migrate-store --data-dir DIR --to sqlite
@@ -59,7 +60,7 @@ from ..settings.config_file import (
 )
 from ..settings.datadir import lock_data_dir
 from .check import config_check
-from .init import init_data_dir
+from .init import init_data_dir, renew_online_cert
 from .lifecycle import Reload, Reloaded
 from .migrate import migrate
 from .serve import serve
@@ -99,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument("--data-dir", type=Path, required=True)
     init.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    renew = commands.add_parser(
+        "renew-online-cert",
+        help="replace the online certificate; the address (identity certificate) stays",
+    )
+    renew.add_argument("--data-dir", type=Path, required=True)
+    renew.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     migrate = commands.add_parser(
         "migrate-store", help="copy a data directory's queues and messages to another store kind"
     )
@@ -149,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "config":
             config_check(args)
+            return EXIT_OK
+        if args.command == "renew-online-cert":
+            renew_online_cert(args.data_dir)
             return EXIT_OK
         if args.command == "control":
             return run_control_commands(effective_settings(args), args.role,

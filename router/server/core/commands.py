@@ -14,6 +14,7 @@ subscriptions and the few services they call.
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import json
 import secrets
@@ -25,7 +26,8 @@ from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, TypeVar
 
-from router.protocol.codec import MAX_MESSAGE_LENGTH, encode_response_transmission
+from router.protocol import versions
+from router.protocol.codec import encode_response_transmission
 from router.protocol.crypto import box_key, new_x25519
 from router.protocol.types import (
     ACK,
@@ -38,6 +40,10 @@ from router.protocol.types import (
     INTERNAL,
     KEY,
     LARGE_MSG,
+    LDEL,
+    LGET,
+    LKEY,
+    LSET,
     NDEL,
     NEW,
     NID,
@@ -55,8 +61,10 @@ from router.protocol.types import (
     PRXY,
     QUE,
     QUOTA,
+    RKEY,
     SEND,
     SKEY,
+    SOK,
     SOKS,
     SUB,
     SUBS,
@@ -124,9 +132,12 @@ async def nothing_to_expire(recipient_id: bytes) -> None:
 
 
 def _reply(verified: Verified, resp: Response | ErrorType) -> list[bytes]:
+    """The answer, encoded at the connection's version (docs/protocol.md#version-table)."""
     if isinstance(resp, ErrorType):
-        return [error_transmission(verified.corr_id, verified.entity_id, resp)]
-    return [encode_response_transmission(verified.corr_id, verified.entity_id, resp)]
+        return [error_transmission(verified.corr_id, verified.entity_id, resp, verified.version)]
+    return [encode_response_transmission(
+        verified.corr_id, verified.entity_id, resp, verified.version
+    )]
 
 
 def _queue(verified: Verified) -> QueueRecord:
@@ -143,6 +154,8 @@ class Commands:
             OFF: self._off, DEL: self._del, QUE: self._que, NKEY: self._nkey,
             NDEL: self._ndel, NSUB: self._nsub, SUBS: self._subs, NSUBS: self._nsubs,
             PRXY: self._prxy, PFWD: self._pfwd,
+            LSET: self._links, LDEL: self._links, LKEY: self._links, LGET: self._links,
+            RKEY: self._rkey,
         }
         # NEW rate limits (limits.py): per connection (forgotten with it), address, router.
         self._new_limits = NewQueueLimits(context.config)
@@ -173,6 +186,22 @@ class Commands:
     async def _pfwd(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         return _reply(verified, PROXY_NO_SESSION)
 
+    # --- short links (docs/protocol.md#short-links) ------------------------------------
+
+    async def _links(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        """LSET, LDEL, LKEY, LGET: the stores keep no link data yet, so no link exists
+        (LGET and LKEY never find a queue: AUTH), none can be set (AUTH, as the
+        reference answers a link it cannot set), and LDEL removes nothing (OK)."""
+        if type(verified.command) is LDEL:
+            return _reply(verified, _OK)
+        return _reply(verified, AUTH)
+
+    async def _rkey(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        """RKEY replaces a contact queue's recipient keys; a queue here has one key and
+        no link (the stores' short-link part), so it is refused as the reference refuses
+        it on a queue that is not a contact queue."""
+        return _reply(verified, AUTH)
+
     # --- service subscriptions (services.py) ------------------------------------------
 
     async def _subs(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
@@ -189,17 +218,24 @@ class Commands:
         config = self._context.config
         if not config.allow_new_queues or not _password_ok(config.password, cmd.basic_auth):
             return _reply(verified, AUTH)
+        if cmd.link is not None:
+            # Link data needs the stores' short-link part (docs/protocol.md#short-links);
+            # a sender id chosen by the client must be SHA3-384(corrId)[:24] (no id oracle).
+            if cmd.link.sender_id != hashlib.sha3_384(verified.corr_id).digest()[:ID_SIZE]:
+                return _reply(verified, CMD_PROHIBITED)
+            return _reply(verified, AUTH)
         if not self._new_queue_allowed(client.conn):
             self._context.counters.new_queues_rate_limited += 1
             return _reply(verified, NEW_RATE_LIMITED)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_dh_key)
+        service_id = client.conn.service_id if cmd.subscribe else None
         record = await _add_with_fresh_ids(
             lambda: QueueRecord(
                 secrets.token_bytes(ID_SIZE), secrets.token_bytes(ID_SIZE), cmd.rcv_auth_key,
-                secret, None, cmd.snd_secure,
+                secret, None, bool(cmd.snd_secure),
                 # subMode S subscribes the queue here, so it joins this connection's service
-                rcv_service_id=client.conn.service_id if cmd.subscribe else None,
+                rcv_service_id=service_id,
                 updated_at=int(time.time()),
             ),
             self._context.queues.add_queue,
@@ -209,9 +245,18 @@ class Commands:
         rid, sid = record.recipient_id, record.sender_id
         self._context.counters.queues_created += 1
         self._context.queue_active(rid)
+        notifier = None
+        if cmd.notifier is not None:  # v17: the notifier at once, as NKEY would add it
+            notifier = await self._add_notifier(
+                record, cmd.notifier.notifier_key, cmd.notifier.rcv_ntf_dh_key
+            )
+            if isinstance(notifier, ErrorType):
+                return _reply(verified, notifier)
         if cmd.subscribe:
             self._context.subscriptions.subscribe(client, rid, secret)
-        return _reply(verified, IDS(rid, sid, srv_pub, cmd.snd_secure))
+        return _reply(verified, IDS(
+            rid, sid, srv_pub, cmd.snd_secure, service_id=service_id, notifier=notifier
+        ))
 
     def _new_queue_allowed(self, conn: Connection) -> bool:
         return self._new_limits.allow(conn, conn.transport.remote)
@@ -263,7 +308,7 @@ class Commands:
         arrived = perf_counter()
         cmd: SEND = verified.command  # type: ignore[assignment]
         queue = _queue(verified)
-        if len(cmd.body) > MAX_MESSAGE_LENGTH:
+        if len(cmd.body) > versions.max_message_length(verified.version):
             self._context.counters.messages_large_refused += 1
             return _reply(verified, LARGE_MSG)
         if queue.status is QueueStatus.OFF:
@@ -310,7 +355,8 @@ class Commands:
             sub = subscriptions.subscribe(client, queue.recipient_id, queue.rcv_dh_secret)
         else:
             subscriptions.send_again(client, sub)
-        out = _reply(verified, _OK)
+        # SOK names the service the queue now belongs to; OK before v16 (the codec).
+        out = _reply(verified, SOK(client.conn.service_id))
         self._context.counters.subscriptions_ok += 1
         self._context.queue_active(rid)
         subscriptions.answering(sub)
@@ -370,21 +416,27 @@ class Commands:
         """Add or replace the notifier: a new id and DH key each time
         (docs/protocol.md#behaviour)."""
         cmd: NKEY = verified.command  # type: ignore[assignment]
-        queue = _queue(verified)
+        nid = await self._add_notifier(_queue(verified), cmd.notifier_key, cmd.rcv_ntf_dh_key)
+        return _reply(verified, nid)
+
+    async def _add_notifier(
+        self, queue: QueueRecord, notifier_key: bytes, rcv_ntf_dh_key: bytes
+    ) -> NID | ErrorType:
+        """A notifier for `queue` (NKEY, or NEW with notifier credentials)."""
         srv_priv, srv_pub = new_x25519()
-        secret = box_key(srv_priv, cmd.rcv_ntf_dh_key)
+        secret = box_key(srv_priv, rcv_ntf_dh_key)
         creds = await _add_with_fresh_ids(
-            lambda: NotifierCreds(secrets.token_bytes(ID_SIZE), cmd.notifier_key, secret),
+            lambda: NotifierCreds(secrets.token_bytes(ID_SIZE), notifier_key, secret),
             partial(self._context.queues.add_notifier, queue.recipient_id),
         )
         if isinstance(creds, ErrorType):
-            return _reply(verified, creds)
+            return creds
         if queue.notifier is not None:
             # The old notifier is gone with its pending NMSGs; its subscriber gets END.
             self._context.notifications.forget(queue.notifier.notifier_id)
             self._context.subscriptions.end_notifier(queue.notifier.notifier_id, Event.NTF_END)
         self._context.counters.notifiers_created += 1
-        return _reply(verified, NID(creds.notifier_id, srv_pub))
+        return NID(creds.notifier_id, srv_pub)
 
     async def _ndel(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         removed = await self._context.queues.delete_notifier(verified.entity_id)
@@ -403,7 +455,7 @@ class Commands:
         self._context.subscriptions.subscribe_notifier(client, nid)
         self._context.notifications.subscribed(nid)
         self._context.counters.notifier_subscriptions_ok += 1
-        return _reply(verified, _OK)
+        return _reply(verified, SOK(client.conn.service_id))
 
 
 async def _add_with_fresh_ids(

@@ -47,10 +47,13 @@ from router.protocol.transmission import (
     command_offset,
     decode_transmission,
 )
+from router.protocol.versions import LEGACY_VERSION
 from router.protocol.types import (
     AUTH,
     BLOCK,
     INTERNAL,
+    LGET,
+    LKEY,
     NEW,
     NSUB,
     NSUBS,
@@ -68,6 +71,10 @@ from router.protocol.types import (
     Transmission,
 )
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
+
+# Whether the stores keep short-link data yet (docs/protocol.md#short-links): until they
+# do, a link names no queue.
+LINKS_SUPPORTED = hasattr(Party, "LINK")
 
 from .verified import Verified, error_transmission
 
@@ -110,7 +117,7 @@ class Dispatcher:
             raw_transmissions = decode_batch(block)
         except ProtocolError:
             return list(_BAD_BLOCK)
-        if not _many_subscriptions(raw_transmissions):
+        if not _many_subscriptions(raw_transmissions, client.conn.version):
             return await self._answer(client, raw_transmissions)
         del raw_transmissions
         async with self._heavy:
@@ -151,25 +158,30 @@ class Dispatcher:
         try:
             return await self._execute_command(client, v)
         except ProtocolError as e:
-            return [error_transmission(v.corr_id, v.entity_id, e.error)]
+            return [error_transmission(v.corr_id, v.entity_id, e.error, v.version)]
         except StoreError as e:  # disk full, I/O error: not stored, never OK
             log.warning("%s from %r failed in the store: %s", type(v.command).__name__, conn, e)
-            return [error_transmission(v.corr_id, v.entity_id, e.error)]
+            return [error_transmission(v.corr_id, v.entity_id, e.error, v.version)]
         except Exception:
             log.exception("%s from %r failed", type(v.command).__name__, conn)
             return [error_transmission(v.corr_id, v.entity_id, INTERNAL)]
 
     async def _verify(self, conn: Connection, raw: bytes) -> Verified | bytes:
+        version = conn.version
         try:
-            t = decode_transmission(raw)
+            t = decode_transmission(raw, version)
         except ProtocolError as e:
-            return error_transmission(b"", b"", e.error)
-        cmd = _parse(t)
+            return error_transmission(b"", b"", e.error, version)
+        cmd = _parse(t, version)
         if isinstance(cmd, ErrorType):
-            return error_transmission(t.corr_id, t.entity_id, cmd)
+            return error_transmission(t.corr_id, t.entity_id, cmd, version)
+        if t.service_sig is not None:
+            # The reference's service signatures need its client services, which this
+            # router does not accept (docs/protocol.md#service-signature).
+            return error_transmission(t.corr_id, t.entity_id, SERVICE, version)
         result = await self._authorize(conn, t, cmd)
         if isinstance(result, ErrorType):
-            return error_transmission(t.corr_id, t.entity_id, result)
+            return error_transmission(t.corr_id, t.entity_id, result, version)
         return result
 
     async def _authorize(
@@ -182,15 +194,20 @@ class Dispatcher:
         not reveal which queues or keys exist (docs/protocol.md#behaviour).
         """
         kind = type(cmd)
+        version = conn.version
         if kind in _UNVERIFIED:
-            return Verified(t.corr_id, t.entity_id, cmd, None)
+            return Verified(t.corr_id, t.entity_id, cmd, None, version)
         queues = self._queues
+        if kind is LGET:
+            # Unsigned: the link id is the capability (docs/protocol.md#short-links).
+            return Verified(t.corr_id, t.entity_id, cmd, await _link_queue(queues, t.entity_id),
+                            version)
         if kind is NEW:
             key, queue = cmd.rcv_auth_key, None  # type: ignore[union-attr]
         elif kind is SEND:
             queue = await queues.get_queue(Party.SENDER, t.entity_id)
             if queue is not None and queue.sender_key is None and not t.authorization:
-                return Verified(t.corr_id, t.entity_id, cmd, queue)  # unsecured queue
+                return Verified(t.corr_id, t.entity_id, cmd, queue, version)  # unsecured queue
             if not t.authorization:
                 return AUTH
             key = None if queue is None else queue.sender_key
@@ -202,16 +219,21 @@ class Dispatcher:
             key = None if queue is None or queue.notifier is None else queue.notifier.notifier_key
         elif kind in _SERVICE:
             key, queue = _service_key(conn, t.entity_id), None
+        elif kind is LKEY:
+            queue = await _link_queue(queues, t.entity_id)
+            key = _skey_key(queue, cmd.sender_key)  # type: ignore[union-attr]
         else:
             queue = await queues.get_queue(Party.RECIPIENT, t.entity_id)
             key = None if queue is None else queue.recipient_key
         signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
-        if not verify_authorization(t.authorization, key, signed) or key is None:
+        if not verify_authorization(
+            t.authorization, key, signed, corr_id=t.corr_id, router_dh_private=conn.router_dh_private
+        ) or key is None:
             return SERVICE if kind in _SERVICE and conn.service is None else AUTH
-        return Verified(t.corr_id, t.entity_id, cmd, queue)
+        return Verified(t.corr_id, t.entity_id, cmd, queue, version)
 
 
-def _many_subscriptions(raw_transmissions: list[bytes]) -> bool:
+def _many_subscriptions(raw_transmissions: list[bytes], version: int = LEGACY_VERSION) -> bool:
     """More than `HEAVY_BLOCK` of the transmissions are SUB or NSUB (neither has
     parameters). A smaller block is not looked into (a SEND costs nothing more),
     and a block of SUBs is told after `HEAVY_BLOCK` + 1 of them: when a crowd's
@@ -221,7 +243,7 @@ def _many_subscriptions(raw_transmissions: list[bytes]) -> bool:
     count = 0
     for raw in raw_transmissions:
         try:
-            count += raw[command_offset(raw):] in _SUBSCRIBING
+            count += raw[command_offset(raw, version):] in _SUBSCRIBING
         except ProtocolError:
             continue  # answered with its error in its turn
         if count > HEAVY_BLOCK:
@@ -229,16 +251,24 @@ def _many_subscriptions(raw_transmissions: list[bytes]) -> bool:
     return False
 
 
-def _parse(t: Transmission) -> Command | ErrorType:
+def _parse(t: Transmission, version: int) -> Command | ErrorType:
     """The command, or the error for its authorization length, tag, syntax or credentials."""
     error = check_auth_length(t.authorization)
     if error is not None:
         return error
     try:
-        cmd = decode_command(t.command)
+        cmd = decode_command(t.command, version)
     except ProtocolError as e:
         return e.error
     return check_credentials(cmd, t) or cmd
+
+
+async def _link_queue(queues: QueueStore, link_id: bytes) -> QueueRecord | None:
+    """The queue a short link names (docs/protocol.md#short-links); None when the store
+    keeps no links (LINKS_SUPPORTED) or has no such link."""
+    if not LINKS_SUPPORTED:
+        return None
+    return await queues.get_queue(Party.LINK, link_id)  # type: ignore[attr-defined]
 
 
 def _service_key(conn: Connection, entity_id: bytes) -> bytes | None:

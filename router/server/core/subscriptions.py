@@ -55,8 +55,6 @@ if TYPE_CHECKING:
     from .counters import Counters
 
 _END, _DELD = END(), DELD()
-# below it the router sends END where it would send DELD (docs/protocol.md#versions)
-DELD_VERSION = 10
 
 # `Sub.delivered` while a SUB of the queue's own connection reads the head to
 # answer with it: `can_push` is false, so the SUB is the only one to deliver it.
@@ -533,10 +531,10 @@ def encode_events(
     out = []
     for entity_id, event in events:
         if event is Event.DELETED:
-            resp = _DELD if version >= DELD_VERSION else _END
+            resp = _DELD  # END before v10: the codec chooses (docs/protocol.md#end-and-deld)
         elif is_subscribed(entity_id, event is Event.NTF_END):
             continue
         else:
             resp = _END
-        out.append(encode_response_transmission(b"", entity_id, resp))
+        out.append(encode_response_transmission(b"", entity_id, resp, version))
     return out

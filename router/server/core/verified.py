@@ -11,18 +11,23 @@ from dataclasses import dataclass
 
 from router.protocol.codec import encode_response_transmission
 from router.protocol.types import ERR, Command, ErrorType
+from router.protocol.versions import LEGACY_VERSION
 from store.interfaces import QueueRecord
 
 
 @dataclass(frozen=True, slots=True)
 class Verified:
-    """A command whose credentials and authorization passed; `queue` as looked up."""
+    """A command whose credentials and authorization passed; `queue` as looked up;
+    `version` the connection's, which its answer is encoded at."""
 
     corr_id: bytes
     entity_id: bytes
     command: Command
     queue: QueueRecord | None
+    version: int = LEGACY_VERSION
 
 
-def error_transmission(corr_id: bytes, entity_id: bytes, error: ErrorType) -> bytes:
-    return encode_response_transmission(corr_id, entity_id, ERR(error))
+def error_transmission(
+    corr_id: bytes, entity_id: bytes, error: ErrorType, version: int = LEGACY_VERSION
+) -> bytes:
+    return encode_response_transmission(corr_id, entity_id, ERR(error), version)

@@ -37,6 +37,9 @@ class BlockStream(Protocol):
 
     remote: str
     stalled: bool  # set when the peer stopped reading
+    # The challenge of the WebSocket URL (docs/protocol.md#web-identity-proof), read at the
+    # upgrade; None when the URL had none or the transport has no URL.
+    web_challenge: bytes | None
 
     async def receive_block(self) -> bytes: ...
 

@@ -1,4 +1,5 @@
-"""Just enough DER to write one self-signed Ed25519 X.509 certificate.
+"""Just enough DER to write the router's Ed25519 X.509 certificates: the self-signed
+identity certificate and the online certificate it signs.
 
 The router's identity is the SHA-256 of its certificate's DER (docs/protocol.md#router-identity),
 so the certificate only has to be a stable, well-formed byte string signed by
@@ -82,14 +83,17 @@ def ed25519_algorithm() -> bytes:
     return sequence(oid(ED25519_OID))  # RFC 8410: no parameters
 
 
-def tbs_certificate(spki: bytes, serial: int, common_name: str, not_before: datetime) -> bytes:
-    """The to-be-signed part of a self-signed v3 certificate for an Ed25519 SPKI."""
+def tbs_certificate(
+    spki: bytes, serial: int, common_name: str, not_before: datetime, issuer: str | None = None
+) -> bytes:
+    """The to-be-signed part of a v3 certificate for an Ed25519 SPKI: self-signed, or
+    issued by the certificate whose subject is `issuer`."""
     subject = name(common_name)
     return sequence(
         explicit(0, integer(2)),  # version v3
         integer(serial),
         ed25519_algorithm(),
-        subject,  # issuer: self-signed
+        subject if issuer is None else name(issuer),
         sequence(utc_time(not_before), generalized_time(NO_EXPIRY)),
         subject,
         spki,

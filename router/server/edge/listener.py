@@ -41,6 +41,8 @@ import trio
 from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
+from router.protocol.handshake import web_challenge
+
 from ..settings.edge_limits import EdgeLimits
 from .admission import Admission, AdmissionLimits, Refused, address_key
 from .block_stream import STREAM_GONE
@@ -309,7 +311,10 @@ class EdgeListener:
         request.headers.clear()
         if response.status_code != 101:
             return None
-        transport = WebSocketTransport(stream, protocol, remote, self.limits, on_established)
+        transport = WebSocketTransport(
+            stream, protocol, remote, self.limits, on_established,
+            web_challenge(request.path.encode("latin-1", "replace")),
+        )
         transport._events.extend(events)
         return transport
 

@@ -15,6 +15,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from router.protocol.block import BLOCK_SIZE
+from router.protocol.handshake import web_challenge
 
 from .block_stream import MESSAGE_QUEUE_SIZE, STREAM_GONE, TransportClosed
 
@@ -53,7 +54,7 @@ class SendsWithinDeadline:
 class BlockTransport(SendsWithinDeadline):
     """Blocks in and out of a trio-websocket connection a host program accepted."""
 
-    __slots__ = ("_ws", "_stalled_timeout", "remote", "stalled")
+    __slots__ = ("_ws", "_stalled_timeout", "remote", "stalled", "web_challenge")
     _SEND_ERRORS = _STREAM_ERRORS
 
     def __init__(self, ws: WebSocketConnection, *, stalled_timeout: float) -> None:
@@ -61,6 +62,7 @@ class BlockTransport(SendsWithinDeadline):
         self._stalled_timeout = stalled_timeout
         self.remote = _describe(ws)
         self.stalled = False  # set when the peer stopped reading
+        self.web_challenge = web_challenge(_path(ws).encode("latin-1", "replace"))
 
     def established(self) -> None:
         pass  # the host program's listener keeps its own counts
@@ -93,7 +95,7 @@ class MemoryBlockTransport(SendsWithinDeadline):
     in-memory channel, so a reader that stops reading holds its peer's writes back
     as a socket would."""
 
-    __slots__ = ("_out", "_in", "_stalled_timeout", "remote", "stalled")
+    __slots__ = ("_out", "_in", "_stalled_timeout", "remote", "stalled", "web_challenge")
 
     def __init__(
         self,
@@ -107,6 +109,7 @@ class MemoryBlockTransport(SendsWithinDeadline):
         self._stalled_timeout = stalled_timeout
         self.remote = remote
         self.stalled = False
+        self.web_challenge: bytes | None = None
 
     def established(self) -> None:
         pass  # no listener counts in-memory connections
@@ -140,6 +143,13 @@ def memory_block_pair(
     client = MemoryBlockTransport(to_router, client_in, "memory:router", stalled_timeout)
     router = MemoryBlockTransport(to_client, router_in, "memory:client", stalled_timeout)
     return client, router
+
+
+def _path(ws: WebSocketConnection) -> str:
+    try:
+        return ws.path or ""
+    except Exception:  # a host program's connection object may not know its request
+        return ""
 
 
 def _describe(ws: WebSocketConnection) -> str:

@@ -47,7 +47,7 @@ class WebSocketTransport:
 
     __slots__ = (
         "_stream", "_protocol", "_limits", "_events", "_send_lock", "_on_established",
-        "_control_frames", "remote", "stalled",
+        "_control_frames", "remote", "stalled", "web_challenge",
     )
 
     def __init__(
@@ -57,6 +57,7 @@ class WebSocketTransport:
         remote: str,
         limits: EdgeLimits,
         on_established: Callable[[], None] | None = None,
+        web_challenge: bytes | None = None,
     ) -> None:
         self._stream = stream
         self._protocol = protocol
@@ -67,6 +68,7 @@ class WebSocketTransport:
         self._control_frames = 0  # pings, pongs since the last block
         self.remote = remote
         self.stalled = False
+        self.web_challenge = web_challenge
 
     @asynccontextmanager
     async def _sending(self) -> AsyncIterator[None]:

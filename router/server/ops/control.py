@@ -11,7 +11,10 @@ role does not allow is answered `AUTH`, as the reference does.
     clients                one line per connected client                     (user)
     status QUEUE_ID        a queue's state and message count                 (user)
     delete QUEUE_ID        delete the queue and its messages (subscriber: DELD)
-    block QUEUE_ID [spam|content]   every command on it gets ERR BLOCKED
+    block QUEUE_ID [spam|content] [notice [SECONDS]]
+                                    every command on it gets ERR BLOCKED; with `notice`,
+                                    v18 clients also get a client notice (shown for
+                                    SECONDS, or until further notice)
     unblock QUEUE_ID
     save                   write the memory store's snapshot now
     suspend / resume       stop / restart accepting clients, reading commands
@@ -219,11 +222,20 @@ async def _delete(session: ControlSession, args: list[str]) -> list[str]:
     return ["ok"]
 
 
+_BLOCK_USAGE = "error: usage: block QUEUE_ID [spam|content] [notice [SECONDS]]"
+
+
 async def _block(session: ControlSession, args: list[str]) -> list[str]:
     rid = _queue_id(args[:1])
-    reason = args[1].lower() if len(args) == 2 else "spam"
-    if rid is None or len(args) > 2 or reason not in BLOCK_REASONS:
-        return ["error: usage: block QUEUE_ID [spam|content]"]
+    reason = args[1].lower() if len(args) >= 2 else "spam"
+    if rid is None or len(args) > 4 or reason not in BLOCK_REASONS:
+        return [_BLOCK_USAGE]
+    if len(args) >= 3:
+        # The client notice (docs/protocol.md#errors): v18 clients show it to the user.
+        if args[2] != "notice" or (len(args) == 4 and not args[3].isdigit()):
+            return [_BLOCK_USAGE]
+        ttl = f'"ttl":{int(args[3])}' if len(args) == 4 else ""
+        reason += ",notice={" + ttl + "}"
     if not await session.router.block_queue(rid, reason):
         return ["error: no such queue"]
     log.info("control port: queue %s blocked (%s)", args[0], reason)

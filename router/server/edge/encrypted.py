@@ -1,0 +1,53 @@
+"""Block encryption under the connection (docs/protocol.md#block-encryption):
+`EncryptedTransport` seals every block it sends and opens every block it receives.
+
+The connection code above it keeps sending and receiving plain padded blocks; this
+wrapper replaces each by its box, in order (each direction's chain advances once per
+block, so the send task, the only sender, fixes the order). A block that does not
+open ends the connection: the two chains can no longer agree.
+"""
+
+from __future__ import annotations
+
+from router.protocol.block import pad_block, unpad_block
+from router.protocol.block_encryption import BlockCipher
+from router.protocol.types import ProtocolError
+
+from .block_stream import BlockStream, TransportClosed
+
+
+class EncryptedTransport:
+    """A BlockStream whose blocks are boxes on the wire."""
+
+    __slots__ = ("inner", "_cipher", "remote")
+
+    def __init__(self, inner: BlockStream, cipher: BlockCipher) -> None:
+        self.inner = inner
+        self._cipher = cipher
+        self.remote = inner.remote
+
+    @property
+    def stalled(self) -> bool:
+        return self.inner.stalled
+
+    async def receive_block(self) -> bytes:
+        block = await self.inner.receive_block()
+        try:
+            return pad_block(self._cipher.open(block))
+        except ProtocolError as e:
+            raise TransportClosed(f"a block does not decrypt: {e}") from e
+
+    async def send_block(self, block: bytes) -> None:
+        await self.inner.send_block(self._seal(block))
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        await self.inner.send_blocks([self._seal(block) for block in blocks])
+
+    def _seal(self, block: bytes) -> bytes:
+        return self._cipher.seal(unpad_block(block))
+
+    def established(self) -> None:
+        self.inner.established()
+
+    async def aclose(self, timeout: float) -> None:
+        await self.inner.aclose(timeout)
