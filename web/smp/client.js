@@ -687,8 +687,7 @@ export class SMPClient {
    * @returns {Promise<import("./types.js").Queue>}
    */
   async createQueue({ subscribe = false, sndSecure = true, basicAuth = null } = {}, options = {}) {
-    const auth = crypto.newEd25519();
-    const dh = crypto.newX25519();
+    const [auth, dh] = await Promise.all([crypto.generateEd25519(), crypto.generateX25519()]);
     const cmd = { type: "NEW", rcvAuthKey: auth.publicKey, rcvDhKey: dh.publicKey, basicAuth, subscribe, sndSecure };
     const ids = expect(await this.command(EMPTY, cmd, auth.seed, options), "IDS");
     const queue = {
@@ -698,7 +697,7 @@ export class SMPClient {
       rcvAuthKey: auth.publicKey,
       rcvDhPriv: dh.privateKey,
       srvDhKey: ids.srvDhKey.slice(),
-      boxKey: crypto.boxKey(dh.privateKey, ids.srvDhKey),
+      boxKey: await crypto.deriveBoxKey(dh.privateKey, ids.srvDhKey),
       sndSecure: ids.sndSecure,
     };
     this.addQueue(queue);

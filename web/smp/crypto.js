@@ -5,7 +5,7 @@
 // S = crypto_box_beforenm(router DH key, our private key) and nonce = msgId;
 // their wire form is the 16-byte MAC followed by the ciphertext.
 
-import { concat, equal } from "./bytes.js";
+import { concat, equal, fromHex } from "./bytes.js";
 import { ss } from "./encoding.js";
 import { CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError } from "./errors.js";
 import { KeyType, ed25519Spki, keyType, rawKey, x25519Spki } from "./keys.js";
@@ -27,6 +27,87 @@ export const randomBytes = (n) => nacl.randomBytes(n);
 export function newEd25519() {
   const seed = nacl.randomBytes(32);
   return { seed, publicKey: ed25519Public(seed) };
+}
+
+/**
+ * A fresh signing key as `newEd25519` gives it, made by WebCrypto where it has
+ * Ed25519 (signing.js keeps it for signing at once).
+ * @returns {Promise<{seed: Uint8Array, publicKey: Uint8Array}>}
+ */
+export async function generateEd25519() {
+  const { seed, publicKey } = await signing.generateEd25519();
+  return { seed, publicKey: ed25519Spki(publicKey) };
+}
+
+// PKCS#8 PrivateKeyInfo of an X25519 key (RFC 8410) up to the raw 32 bytes,
+// and HSalsa20's constant: crypto_box_beforenm is HSalsa20 of the X25519 secret.
+const PKCS8_X25519_PREFIX = fromHex("302e020100300506032b656e04220420");
+const SIGMA = Uint8Array.from("expand 32-byte k", (c) => c.charCodeAt(0));
+
+/** @type {Promise<boolean> | null} */
+let x25519Works = null;
+
+/** Whether this environment's WebCrypto does X25519 (checked once, against tweetnacl). */
+export function webCryptoX25519() {
+  if (!globalThis.crypto?.subtle) return Promise.resolve(false);
+  if (x25519Works === null) x25519Works = probeX25519();
+  return x25519Works;
+}
+
+async function probeX25519() {
+  const subtle = globalThis.crypto?.subtle;
+  if (!subtle) return false;
+  try {
+    const peer = nacl.box.keyPair();
+    const mine = await generateX25519WebCrypto(subtle);
+    const key = await boxKeyWebCrypto(subtle, mine.privateKey, peer.publicKey);
+    return equal(key, nacl.box.before(peer.publicKey, mine.privateKey));
+  } catch {
+    return false;
+  }
+}
+
+async function generateX25519WebCrypto(subtle) {
+  const pair = /** @type {CryptoKeyPair} */ (await subtle.generateKey({ name: "X25519" }, true, ["deriveBits"]));
+  const privateKey = new Uint8Array(await subtle.exportKey("pkcs8", pair.privateKey)).slice(-32);
+  const publicKey = new Uint8Array(await subtle.exportKey("raw", pair.publicKey));
+  return { privateKey, publicKey };
+}
+
+async function boxKeyWebCrypto(subtle, priv32, peerRaw32) {
+  const algorithm = { name: "X25519" };
+  const [mine, theirs] = await Promise.all([
+    subtle.importKey("pkcs8", concat(PKCS8_X25519_PREFIX, priv32), algorithm, false, ["deriveBits"]),
+    subtle.importKey("raw", peerRaw32, algorithm, false, []),
+  ]);
+  const shared = new Uint8Array(await subtle.deriveBits({ name: "X25519", public: theirs }, mine, 256));
+  const key = new Uint8Array(32);
+  nacl.lowlevel.crypto_core_hsalsa20(key, new Uint8Array(16), shared, SIGMA);
+  return key;
+}
+
+/**
+ * A fresh DH key as `newX25519` gives it, made by WebCrypto where it has X25519.
+ * @returns {Promise<{privateKey: Uint8Array, publicKey: Uint8Array}>}
+ */
+export async function generateX25519() {
+  if (!(await webCryptoX25519())) return newX25519();
+  const { privateKey, publicKey } = await generateX25519WebCrypto(globalThis.crypto.subtle);
+  return { privateKey, publicKey: x25519Spki(publicKey) };
+}
+
+/**
+ * `boxKey` by WebCrypto's X25519 where it has it: the same 32 bytes.
+ * @param {Uint8Array} priv32
+ * @param {Uint8Array} peerSpki
+ * @returns {Promise<Uint8Array>}
+ */
+export async function deriveBoxKey(priv32, peerSpki) {
+  if (keyType(peerSpki) !== KeyType.X25519) {
+    throw new ProtocolError(CMD_SYNTAX, "DH key must be X25519");
+  }
+  if (!(await webCryptoX25519())) return boxKey(priv32, peerSpki);
+  return boxKeyWebCrypto(globalThis.crypto.subtle, priv32, rawKey(peerSpki));
 }
 
 /** A fresh DH key: {privateKey (32 bytes), publicKey (X25519 SPKI)}. */

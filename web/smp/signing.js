@@ -39,6 +39,7 @@ let webCryptoWorks = null;
  * @returns {Promise<boolean>}
  */
 export function webCryptoEd25519() {
+  if (!globalThis.crypto?.subtle) return Promise.resolve(false);
   if (webCryptoWorks === null) webCryptoWorks = probe();
   return webCryptoWorks;
 }
@@ -101,6 +102,27 @@ export async function sign(seed32, data) {
     return new Uint8Array(await globalThis.crypto.subtle.sign("Ed25519", key, data));
   }
   return ed25519.sign(data, seed32);
+}
+
+/**
+ * A fresh signing key, {seed, publicKey (raw, 32 bytes)}: made by WebCrypto
+ * where it signs Ed25519, and then kept for signing at once (no import), else
+ * in JavaScript.
+ * @returns {Promise<{seed: Uint8Array, publicKey: Uint8Array}>}
+ */
+export async function generateEd25519() {
+  if (await webCryptoEd25519()) {
+    const subtle = globalThis.crypto.subtle;
+    const pair = /** @type {CryptoKeyPair} */ (await subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"]));
+    const seed = new Uint8Array(await subtle.exportKey("pkcs8", pair.privateKey)).slice(-32);
+    const publicKey = new Uint8Array(await subtle.exportKey("raw", pair.publicKey));
+    const id = toHex(seed);
+    if (importedKeys.size >= MAX_CACHED_SIGNING_KEYS) importedKeys.delete(importedKeys.keys().next().value);
+    importedKeys.set(id, Promise.resolve(pair.privateKey));
+    return { seed, publicKey };
+  }
+  const seed = nacl.randomBytes(32);
+  return { seed, publicKey: ed25519.getPublicKey(seed) };
 }
 
 /**

@@ -509,3 +509,40 @@ test("without a WebSocket (Node 20 without its flag), connect says how to get on
     else delete globalThis.WebSocket;
   }
 });
+
+describe("keys made by WebCrypto", () => {
+  test("an X25519 key and box key from WebCrypto are what tweetnacl computes", async () => {
+    assert.equal(await crypto.webCryptoX25519(), true); // Node 20 has X25519 in WebCrypto
+    const router = crypto.newX25519();
+    const mine = await crypto.generateX25519();
+    assert.deepEqual(mine.publicKey, crypto.x25519Public(mine.privateKey));
+    assert.deepEqual(await crypto.deriveBoxKey(mine.privateKey, router.publicKey),
+      crypto.boxKey(mine.privateKey, router.publicKey));
+    // A box made with the router's side of the key opens with ours.
+    const msgId = crypto.randomBytes(24);
+    const body = crypto.encryptMsgBody(crypto.boxKey(router.privateKey, mine.publicKey), msgId, 5, latin1("F"), utf8("hi"));
+    const opened = crypto.decryptMsgBody(await crypto.deriveBoxKey(mine.privateKey, router.publicKey), msgId, body);
+    assert.equal(new TextDecoder().decode(opened.body), "hi");
+  });
+
+  test("an Ed25519 key from WebCrypto: its public key is the seed's, and it signs at once", async () => {
+    const key = await crypto.generateEd25519();
+    assert.deepEqual(key.publicKey, crypto.ed25519Public(key.seed));
+    const data = crypto.randomBytes(50);
+    const cachedBefore = signing.cachedSigningKeys();
+    const signature = await crypto.sign(key.seed, data);
+    assert.equal(signing.cachedSigningKeys(), cachedBefore); // kept when made, not imported again
+    assert.deepEqual(signature, signing.signInJavaScript(key.seed, data));
+  });
+
+  test("without WebCrypto the same calls fall back to JavaScript", async () => {
+    await withoutWebCrypto(async () => {
+      const key = await crypto.generateEd25519();
+      assert.deepEqual(key.publicKey, crypto.ed25519Public(key.seed));
+      const router = crypto.newX25519();
+      const mine = await crypto.generateX25519();
+      assert.deepEqual(await crypto.deriveBoxKey(mine.privateKey, router.publicKey),
+        crypto.boxKey(mine.privateKey, router.publicKey));
+    });
+  });
+});
