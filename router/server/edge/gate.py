@@ -51,6 +51,10 @@ class GatedTransport:
     def stalled(self) -> bool:
         return self.inner.stalled
 
+    @property
+    def web_challenge(self) -> bytes | None:
+        return self.inner.web_challenge
+
     async def receive_block(self) -> bytes:
         block = await self.inner.receive_block()
         if self._gate.suspended:
