@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from router.protocol.block import BLOCK_SIZE
+from router.protocol.handshake import web_challenge
 
 from .block_stream import STREAM_GONE, BlockStream, TransportClosed
 from .transports import SendsWithinDeadline
@@ -61,10 +62,11 @@ class ASGIBlockTransport(SendsWithinDeadline):
     """
 
     __slots__ = ("_receive", "_asgi_send", "_stalled_timeout", "_gone", "_to_writer",
-                 "_writer_in", "remote", "stalled")
+                 "_writer_in", "remote", "stalled", "web_challenge")
 
     def __init__(
-        self, receive: Receive, send: Send, remote: str, *, stalled_timeout: float = math.inf
+        self, receive: Receive, send: Send, remote: str, *, stalled_timeout: float = math.inf,
+        web_challenge: bytes | None = None,
     ) -> None:
         self._receive = receive
         self._asgi_send = send
@@ -73,6 +75,7 @@ class ASGIBlockTransport(SendsWithinDeadline):
         self._to_writer, self._writer_in = trio.open_memory_channel[Message](0)
         self.remote = remote
         self.stalled = False
+        self.web_challenge = web_challenge
 
     def established(self) -> None:
         pass  # the ASGI server keeps its own counts
@@ -137,8 +140,10 @@ async def serve_asgi_websocket(
     if first.get("type") != "websocket.connect":
         return
     await send({"type": "websocket.accept"})
+    query = scope.get("query_string", b"")
     transport = ASGIBlockTransport(receive, send, asgi_remote(scope),
-                                   stalled_timeout=stalled_timeout)
+                                   stalled_timeout=stalled_timeout,
+                                   web_challenge=web_challenge(b"?" + query))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(transport.run_writer)
         try:
