@@ -70,7 +70,7 @@ InfoPage = Callable[[HttpRequest], HttpResponse]
 LIVE_SETTINGS = frozenset({
     "quota", "password", "allow_new_queues", "control_admin_password",
     "control_user_password", "new_queue_rate", "new_queue_burst", "memory_store_max_bytes",
-    "information", "tls_cert", "tls_key",
+    "information", "tls_cert", "tls_key", "drain_period",
 })
 
 

@@ -17,7 +17,7 @@ role does not allow is answered `AUTH`, as the reference does.
     suspend / resume       stop / restart accepting clients, reading commands
                            and delivering messages
     drain [SECONDS]        stop accepting clients, close the connected ones over
-                           SECONDS (30), then stop the router
+                           SECONDS (drain_period, 30), then stop the router
     help, quit
 
 QUEUE_ID is the recipient id in base64url, as in the smp:// queue links
@@ -56,8 +56,7 @@ MAX_LINE = 4096  # bytes; a longer line ends the session
 IDLE_TIMEOUT = 600.0  # seconds a session may stay silent
 CLIENT_TIMEOUT = 30.0  # seconds `smp-router control` waits for the router
 BLOCK_REASONS = ("spam", "content")
-DRAIN_PERIOD = 30.0  # seconds over which `drain` closes the connected clients
-MAX_DRAIN_PERIOD = 3600.0
+MAX_DRAIN_PERIOD = 3600.0  # seconds `drain` may take at most
 
 
 class Role(Enum):
@@ -205,12 +204,12 @@ async def _resume(session: ControlSession, args: list[str]) -> list[str]:
 
 async def _drain(session: ControlSession, args: list[str]) -> list[str]:
     try:
-        period = float(args[0]) if args else DRAIN_PERIOD
+        period = float(args[0]) if args else session.router.config.drain_period
     except ValueError:
         period = -1.0
     if len(args) > 1 or not 0 <= period <= MAX_DRAIN_PERIOD:
         return [f"error: usage: drain [SECONDS] (0 to {MAX_DRAIN_PERIOD:.0f}, default "
-                f"{DRAIN_PERIOD:.0f})"]
+                f"{session.router.config.drain_period:g}: drain_period)"]
     if not session.router.start_drain(period):
         return ["error: the router is draining already"]
     log.warning("control port: drain over %.0f s", period)
