@@ -74,7 +74,7 @@ LIVE_SETTINGS = frozenset({
     "control_user_password", "new_queue_rate", "new_queue_burst", "new_queue_address_rate",
     "new_queue_address_burst", "new_queue_total_rate", "new_queue_total_burst",
     "memory_store_max_bytes",
-    "information", "tls_cert", "tls_key",
+    "information", "tls_cert", "tls_key", "drain_period",
 })
 
 

@@ -359,7 +359,7 @@ async def test_drain_stops_accepting_closes_clients_over_the_period_then_ends_th
             await second.ping()
             control = await session(info, ADMIN)
             assert await control.command("drain x") == [
-                "error: usage: drain [SECONDS] (0 to 3600, default 30)"]
+                "error: usage: drain [SECONDS] (0 to 3600, default 30: drain_period)"]
             started = trio.current_time()
             assert (await control.command("drain 1"))[0].startswith("ok: draining")
             assert await control.command("drain 1") == ["error: the router is draining already"]

@@ -44,7 +44,7 @@ Reload = Callable[[], Reloaded]  # raises ConfigError (or OSError) for a configu
 
 async def run_until_stopped(
     info: RouterInfo, reload: Reload, after_reload: Callable[[RouterInfo], None],
-    drain_period: float, signals: AsyncIterator[int],
+    signals: AsyncIterator[int],
 ) -> None:
     """Answer `signals` (opened on SIGNALS before the router started, so that an early
     SIGHUP does not kill the process) until a stop signal or the end of a drain."""
@@ -62,8 +62,9 @@ async def run_until_stopped(
                 reload_configuration(info, reload)
                 after_reload(info)
             elif signum == DRAIN_SIGNAL:
-                if router.start_drain(drain_period):
-                    log.warning("draining on SIGUSR2 over %.0f s", drain_period)
+                period = router.config.drain_period
+                if router.start_drain(period):
+                    log.warning("draining on SIGUSR2 over %g s", period)
             else:
                 log.info("stopping on %s", signal.Signals(signum).name)
                 break

@@ -98,20 +98,28 @@ def build_parser() -> argparse.ArgumentParser:
     init = commands.add_parser(
         "init", help="create the router identity and a commented configuration file"
     )
-    init.add_argument("--data-dir", type=Path, required=True)
-    init.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    init.add_argument("--data-dir", type=Path, required=True,
+                      help="the router's data directory (created if missing)")
+    init.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                      help="log level while it runs (default info)")
     renew = commands.add_parser(
         "renew-online-cert",
         help="replace the online certificate; the address (identity certificate) stays",
     )
-    renew.add_argument("--data-dir", type=Path, required=True)
-    renew.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    renew.add_argument("--data-dir", type=Path, required=True,
+                       help="the router's data directory, holding its identity")
+    renew.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                       help="log level while it runs (default info)")
     migrate = commands.add_parser(
         "migrate-store", help="copy a data directory's queues and messages to another store kind"
     )
-    migrate.add_argument("--data-dir", type=Path, required=True)
-    migrate.add_argument("--to", choices=STORE_KINDS, required=True, dest="to_kind")
-    migrate.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    migrate.add_argument("--data-dir", type=Path, required=True,
+                         help="the stopped router's data directory")
+    migrate.add_argument("--to", choices=STORE_KINDS, required=True, dest="to_kind",
+                         help="the store kind to move to; the directory's smp-router.ini "
+                         "is set to it if it names a kind")
+    migrate.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                         help="log level while it runs (default info)")
     config = commands.add_parser("config", help="check the configuration")
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     check = config_commands.add_parser(

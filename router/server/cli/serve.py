@@ -9,7 +9,6 @@ import logging
 
 import trio
 
-from ..ops.control import DRAIN_PERIOD
 from ..ops.gc_policy import GcPolicy
 from ..ops.info import information_page
 from ..router import Router, RouterInfo, serve_router
@@ -34,7 +33,7 @@ async def serve(config: RouterConfig, reload: Reload) -> None:
                             config.advertised_host)
             start_gc_policy(nursery, info.router)
             print(f"smp-router listening on {info.url} address {info.address}", flush=True)
-            await run_until_stopped(info, reload, show_information, DRAIN_PERIOD, signals)
+            await run_until_stopped(info, reload, show_information, signals)
             nursery.cancel_scope.cancel()
 
 

@@ -14,9 +14,6 @@ from pathlib import Path
 from store import read_store_kind
 
 from ..settings.config import (
-    DELIVERY_MODES,
-    FSYNC_POLICIES,
-    STORE_KINDS,
     ConfigError,
     RouterConfig,
 )
@@ -24,15 +21,15 @@ from ..settings.config_file import (
     CONFIG_FILE_NAME,
     DEFAULTS,
     INFORMATION_KEYS,
+    KEYS,
     LISTENER_SETTINGS,
-    LOG_LEVELS,
+    Key,
+    display,
     parse_count,
     parse_number,
     parse_port_number,
-    parse_stats_interval,
     read_config_file,
 )
-from ..settings.edge_limits import CONFIGURABLE_BOUNDS
 from ..settings.store_key import check_store_key
 
 # Settings `config check` shows as "(set)", never in clear.
@@ -78,74 +75,64 @@ def add_config_source(parser: argparse.ArgumentParser) -> None:
                         "directory, if there is one)")
 
 
+# The topics of `serve --help`: one group of flags per section of the configuration file.
+TOPICS = {
+    "STORE_LOG": "store and messages (file section [STORE_LOG])",
+    "AUTH": "who may create queues (file section [AUTH]; the control port's passwords "
+            "are set only in the file)",
+    "TRANSPORT": "network, listener limits, TLS, operation ports (file section [TRANSPORT])",
+    "LIMITS": "limits against abuse (file section [LIMITS])",
+    "INACTIVE_CLIENTS": "inactive clients (file section [INACTIVE_CLIENTS])",
+    "LOG": "log (file section [LOG])",
+}
+
+
 def add_serve_flags(serve: argparse.ArgumentParser) -> None:
-    """Every flag's destination is a setting name of config_file.KEYS (defaults there)."""
-    serve.add_argument("--host", help="interface to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=PORT, help="port (default 5224); 0 picks a free one")
-    serve.add_argument("--public-host",
-                       help="host name clients use, printed in the smp:// address")
-    serve.add_argument("--store", choices=STORE_KINDS,
-                       help="where queues and messages are kept (default: the kind in the "
-                       f"data directory, else {DEFAULT_STORE}); with --store memory and "
-                       "no data directory nothing is kept")
-    serve.add_argument("--fsync", choices=FSYNC_POLICIES,
-                       help="when stored data is forced to disk: never, batch (one fsync "
-                       "per short window of writes; the default), always")
-    serve.add_argument("--after-failed-save", action="store_true",
-                       help="memory store: start although the last run did not finish "
-                       "saving (killed, or its snapshot failed), from the last complete "
-                       "save; what came after it is lost")
-    serve.add_argument("--skip-corrupt", action="store_true",
-                       help="start even if a store log has a corrupt line (it is left out)")
-    serve.add_argument("--message-ttl", type=NUMBER,
-                       help="seconds an undelivered message is kept (default 21 days)")
-    serve.add_argument("--expire-interval", type=NUMBER,
-                       help="seconds between passes that remove expired messages")
-    serve.add_argument("--expire-on-send", action="store_true",
-                       help="also remove a queue's expired messages on every SEND to it")
-    serve.add_argument("--stats-log", type=Path,
-                       help=f"CSV statistics log (default: {STATS_LOG_NAME} in the data "
-                       "directory, if there is one)")
-    serve.add_argument("--no-stats-log", action="store_false", dest="log_stats",
-                       help="write no statistics log")
-    serve.add_argument("--stats-interval", type=_flag_type(parse_stats_interval),
-                       help="seconds per stats log line; must divide a day")
-    serve.add_argument("--quota", type=COUNT, help="messages per queue (default 128)")
-    serve.add_argument("--delivery", choices=DELIVERY_MODES)
-    serve.add_argument("--password",
-                       help="basic-auth password required to create queues (visible to "
-                       "other users in `ps`: prefer create_password in the configuration)")
-    serve.add_argument("--send-queue-size", type=COUNT,
-                       help="response batches buffered per connection")
-    serve.add_argument("--stalled-writer-timeout", type=NUMBER,
-                       help="seconds a client may take to read one block before it is dropped")
-    serve.add_argument("--end-batch-interval", type=NUMBER,
-                       help="seconds between flushes of END/DELD events")
-    serve.add_argument("--metrics-port", type=PORT,
-                       help="serve Prometheus metrics on this port at /metrics")
-    serve.add_argument("--metrics-host", help="interface for the metrics (default 127.0.0.1)")
-    serve.add_argument("--control-port", type=PORT,
-                       help="serve control commands on 127.0.0.1 at this port (the "
-                       "passwords are set in the configuration file)")
-    _add_listener_arguments(serve)
-    serve.add_argument("--log-level", choices=LOG_LEVELS)
-    serve.add_argument("--log-file", type=Path, help="append the log to this file")
+    """One flag per key of the settings table (config_file.KEYS) that has one, in a group
+    per section, each flag's help the key's with its default and the key it overrides;
+    the destination is the key's setting name."""
+    groups = {section: serve.add_argument_group(title) for section, title in TOPICS.items()}
+    for key in KEYS:
+        name = key.flag_name
+        if name is None:
+            continue
+        group = groups[key.section]
+        where = f"[{key.section}] {key.name}"
+        if key.switch is not None:
+            group.add_argument(name, dest=key.setting, action="store_const", const=key.switch,
+                               help=f"{key.flag_help or key.doc} (file: {where})")
+            continue
+        if key.default is None:
+            default_text = ""
+        elif key.flag_parse is not None:  # the flag's own unit: the setting's value
+            default_text = f"default {key.default:g}; "
+        else:
+            default_text = f"default {display(key, key.default)}; "
+        metavar = "{" + ",".join(key.choices) + "}" if key.choices else _metavar(key)
+        group.add_argument(
+            name, dest=key.setting, metavar=metavar,
+            type=_flag_type(key.flag_parse or key.parse),
+            help=f"{key.flag_help or key.doc} ({default_text}file: {where})",
+        )
+    groups["INACTIVE_CLIENTS"].add_argument(
+        "--idle-timeout", type=NUMBER, metavar="SECONDS",
+        help="disconnect clients without subscriptions that sent nothing this many seconds "
+        "(file: [INACTIVE_CLIENTS] disconnect and ttl)")
 
 
-# The listener's limits: flag, type, help (README "Limits of the listener"); each
-# sets the RouterConfig field (and the [TRANSPORT] key) of the same name.
-_LISTENER_FLAGS: tuple[tuple[str, Callable[[str], object], str], ...] = (
-    *((f"--{bound.name.replace('_', '-')}", NUMBER if bound.kind is float else COUNT,
-       bound.help) for bound in CONFIGURABLE_BOUNDS),
-    ("--idle-timeout", NUMBER, "drop clients without subscriptions silent this long"),
-    ("--tls-cert", Path, "PEM certificate chain: listen for wss:// (with --tls-key)"),
-    ("--tls-key", Path, "the certificate's private key"),
-)
+_METAVARS = {"new_queues": "on|off", "new_queues_per_second": "N|off", "tls_cert": "PEM",
+             "tls_key": "PEM", "stats_log": "PATH", "file": "PATH",
+             "memory_store_max_bytes": "SIZE|off", "create_password": "PASSWORD"}
 
 
-def _add_listener_arguments(parser: argparse.ArgumentParser) -> None:
-    for flag, kind, text in _LISTENER_FLAGS:
-        parser.add_argument(flag, type=kind, help=text)
+def _metavar(key: Key) -> str:
+    if key.name in _METAVARS:
+        return _METAVARS[key.name]
+    if key.doc.startswith("seconds") or (key.flag_help or "").startswith("seconds"):
+        return "SECONDS"
+    if key.parse is parse_count:
+        return "N"
+    return key.name.split("_")[-1].upper()
 
 
 def config_file_path(args: argparse.Namespace) -> Path | None:
@@ -254,6 +241,7 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         metrics_max_connections=s["metrics_max_connections"],
         memory_store_max_bytes=s["memory_store_max_bytes"],
         idle_timeout=_idle_timeout(s),
+        drain_period=s["drain_period"],
         **{name: s[name] for name in LISTENER_SETTINGS},
         information=information,
     )  # type: ignore[arg-type]

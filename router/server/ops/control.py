@@ -23,7 +23,7 @@ role does not allow is answered `AUTH`, as the reference does.
                            subscriptions, connections, buffers) and by type,
                            and the allocators' figures (ops/memory.py)
     drain [SECONDS]        stop accepting clients, close the connected ones over
-                           SECONDS (30), then stop the router
+                           SECONDS (drain_period, 30), then stop the router
     help, quit
 
 QUEUE_ID is the recipient id in base64url, as in the smp:// queue links
@@ -74,8 +74,7 @@ LOCKOUT_SECONDS = 900.0  # how long an address that guessed too often is locked 
 CLIENT_TIMEOUT = 30.0  # seconds `smp-router control` waits for the router
 BLOCK_REASONS = ("spam", "content")
 MEMORY_MAX_AGE = 10.0  # seconds a census stays good enough for `memory`
-DRAIN_PERIOD = 30.0  # seconds over which `drain` closes the connected clients
-MAX_DRAIN_PERIOD = 3600.0
+MAX_DRAIN_PERIOD = 3600.0  # seconds `drain` may take at most
 
 
 class Role(Enum):
@@ -280,12 +279,12 @@ async def _memory(session: ControlSession, args: list[str]) -> list[str]:
 
 async def _drain(session: ControlSession, args: list[str]) -> list[str]:
     try:
-        period = float(args[0]) if args else DRAIN_PERIOD
+        period = float(args[0]) if args else session.router.config.drain_period
     except ValueError:
         period = -1.0
     if len(args) > 1 or not 0 <= period <= MAX_DRAIN_PERIOD:
         return [f"error: usage: drain [SECONDS] (0 to {MAX_DRAIN_PERIOD:.0f}, default "
-                f"{DRAIN_PERIOD:.0f})"]
+                f"{session.router.config.drain_period:g}: drain_period)"]
     if not session.router.start_drain(period):
         return ["error: the router is draining already"]
     log.warning("control port: drain over %.0f s", period)

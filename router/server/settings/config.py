@@ -41,6 +41,7 @@ DEFAULT_CONTROL_LOCKOUT_AFTER = 10
 DEFAULT_CONTROL_MAX_SESSIONS = 16
 DEFAULT_METRICS_MAX_CONNECTIONS = 8
 DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
+DEFAULT_DRAIN_PERIOD = 30.0  # seconds over which a drain closes the connected clients
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # Basic-auth passwords: printable, no space, '@', ':' or '/' (docs/protocol.md#command-table).
@@ -77,6 +78,7 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
     stats_log: Path | None = None  # CSV statistics log (docs/stats-log.md); None: not written
     stats_interval: int = DEFAULT_STATS_INTERVAL  # seconds per line; divides a day
     idle_timeout: float | None = None  # drop clients without subscriptions idle this long
+    drain_period: float = DEFAULT_DRAIN_PERIOD  # a drain closes the clients over this
     tls_cert: Path | None = None  # PEM certificate chain: the listener speaks wss://
     tls_key: Path | None = None  # its private key (both or neither)
     store_options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
@@ -129,6 +131,7 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
             _check_duration(name, getattr(self, name))
         if self.idle_timeout is not None:
             _check_duration("idle_timeout", self.idle_timeout)
+        _check_duration("drain_period", self.drain_period)
         for bound in CONFIGURABLE_BOUNDS:
             check = _check_duration if bound.kind is float else _check_count
             check(bound.name, getattr(self, bound.name))

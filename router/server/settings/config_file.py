@@ -32,6 +32,7 @@ from .config import (
     DEFAULT_CONTROL_LOCKOUT_AFTER,
     DEFAULT_CONTROL_LOGIN_DELAY,
     DEFAULT_CONTROL_MAX_SESSIONS,
+    DEFAULT_DRAIN_PERIOD,
     DEFAULT_EXPIRE_INTERVAL,
     DEFAULT_MEMORY_STORE_MAX_BYTES,
     DEFAULT_MESSAGE_TTL,
@@ -169,6 +170,7 @@ def _choice(choices: tuple[str, ...]) -> Parser:
             raise ValueError(f"must be one of {', '.join(choices)}, not {value!r}")
         return value
 
+    parse.choices = choices  # type: ignore[attr-defined]  # shown in --help
     return parse
 
 
@@ -186,6 +188,23 @@ class Key:
     doc: str  # one line for the file `init` writes
     scale: float = 1.0  # file value x scale = setting (days -> seconds)
     shown: bool = False  # written uncommented by `init`
+    # The `serve` flag (cli/settings.py makes them from this table): "" is `--NAME` with
+    # dashes, taking what the file takes; None is no flag (secrets, which `ps` would show,
+    # and what only the file sets).
+    flag: str | None = ""
+    flag_help: str = ""  # where the flag differs from the key (another unit, a switch)
+    flag_parse: Parser | None = None  # the flag's own parser (seconds where the file has days)
+    switch: bool | None = None  # a flag without a value that sets the setting to this
+
+    @property
+    def flag_name(self) -> str | None:
+        if self.flag is None:
+            return None
+        return self.flag or f"--{self.name.replace('_', '-')}"
+
+    @property
+    def choices(self) -> tuple[str, ...] | None:
+        return getattr(self.parse, "choices", None)
 
 
 # The order here is the order of the file `init` writes and `config check` prints.
@@ -195,24 +214,30 @@ KEYS: tuple[Key, ...] = (
         "sqlite"),
     Key("STORE_LOG", "data_dir", "data_dir", _path, None,
         "identity, stores and stats log; default: the data directory this file is in "
-        "(with --config: ~/.local/share/smp-router)"),
+        "(with --config: ~/.local/share/smp-router)", flag=None),
     Key("STORE_LOG", "fsync", "fsync", _choice(FSYNC_POLICIES), "batch",
         "when stored data is forced to disk: never, batch (group commit), always"),
     Key("STORE_LOG", "after_failed_save", "after_failed_save", _bool, False,
         "memory store: on: start although the last run did not finish saving, from the "
-        "last complete save (what came after it is lost)"),
+        "last complete save (what came after it is lost)", switch=True,
+        flag_help="memory store: start although the last run did not finish saving (killed, "
+        "or its snapshot failed), from the last complete save; what came after it is lost"),
     Key("STORE_LOG", "skip_corrupt", "skip_corrupt", _bool, False,
-        "on: start even if a store log has a corrupt line (it is left out)"),
+        "on: start even if a store log has a corrupt line (it is left out)", switch=True,
+        flag_help="start even if a store log has a corrupt line (it is left out)"),
     Key("STORE_LOG", "quota", "quota", parse_count, 128,
         "messages per queue before ERR QUOTA"),
     Key("STORE_LOG", "expire_messages_days", "message_ttl", parse_number, DEFAULT_MESSAGE_TTL,
-        "days an undelivered message is kept", scale=DAY),
+        "days an undelivered message is kept", scale=DAY, flag="--message-ttl",
+        flag_help="seconds an undelivered message is kept", flag_parse=parse_number),
     Key("STORE_LOG", "expire_interval", "expire_interval", parse_number, DEFAULT_EXPIRE_INTERVAL,
         "seconds between passes that remove expired messages"),
     Key("STORE_LOG", "expire_on_send", "expire_on_send", _bool, False,
-        "on: also remove a queue's expired messages on every SEND to it"),
+        "on: also remove a queue's expired messages on every SEND to it", switch=True,
+        flag_help="also remove a queue's expired messages on every SEND to it"),
     Key("STORE_LOG", "log_stats", "log_stats", _bool, True,
-        "off: write no CSV statistics log"),
+        "off: write no CSV statistics log", flag="--no-stats-log", switch=False,
+        flag_help="write no CSV statistics log"),
     Key("STORE_LOG", "stats_log", "stats_log", _path, None,
         "the statistics log; default: stats.csv in the data directory"),
     Key("STORE_LOG", "stats_interval", "stats_interval", parse_stats_interval,
@@ -221,11 +246,13 @@ KEYS: tuple[Key, ...] = (
     Key("AUTH", "new_queues", "allow_new_queues", _bool, True,
         "off: every NEW is refused with ERR AUTH", shown=True),
     Key("AUTH", "create_password", "password", _password, None,
-        "basic-auth password clients must give to create queues; none if unset"),
+        "basic-auth password clients must give to create queues; none if unset",
+        flag="--password", flag_help="basic-auth password clients must give to create "
+        "queues (other users see it in `ps`: prefer create_password in the file)"),
     Key("AUTH", "control_port_admin_password", "control_admin_password", _text, None,
-        "control port password for every command"),
+        "control port password for every command", flag=None),
     Key("AUTH", "control_port_user_password", "control_user_password", _text, None,
-        "control port password for the read-only commands"),
+        "control port password for the read-only commands", flag=None),
     Key("TRANSPORT", "host", "host", _text, "127.0.0.1",
         "interface to listen on (0.0.0.0: every IPv4 interface)", shown=True),
     Key("TRANSPORT", "port", "port", parse_port_number, 5224, "port to listen on", shown=True),
@@ -251,6 +278,9 @@ KEYS: tuple[Key, ...] = (
     Key("TRANSPORT", "tls_cert", "tls_cert", _path, None,
         "PEM certificate chain: the router speaks wss:// (with tls_key)"),
     Key("TRANSPORT", "tls_key", "tls_key", _path, None, "the certificate's private key"),
+    Key("TRANSPORT", "drain_period", "drain_period", parse_number, DEFAULT_DRAIN_PERIOD,
+        "seconds over which a drain (SIGUSR2, the control port's drain) closes the "
+        "connected clients before the router stops"),
     *(Key("TRANSPORT", bound.name, bound.name,
           parse_number if bound.kind is float else parse_count,
           bound.default, bound.help) for bound in CONFIGURABLE_BOUNDS),
@@ -288,13 +318,13 @@ KEYS: tuple[Key, ...] = (
         "message bytes the memory store holds at most (e.g. 512M, 2G); off: no cap"),
     Key("INACTIVE_CLIENTS", "disconnect", "inactive_disconnect", _bool, False,
         "on: disconnect clients without subscriptions that sent nothing for ttl seconds "
-        "(the --idle-timeout flag sets the same)"),
+        "(the --idle-timeout flag sets the same)", flag=None),
     Key("INACTIVE_CLIENTS", "ttl", "inactive_ttl", parse_number, 21600.0,
-        "seconds of silence before such a client is disconnected"),
+        "seconds of silence before such a client is disconnected", flag=None),
     Key("LOG", "level", "log_level", _choice(LOG_LEVELS), "info",
-        "debug, info, warning or error"),
+        "debug, info, warning or error", flag="--log-level"),
     Key("LOG", "file", "log_file", _path, None,
-        "append the log to this file instead of stderr"),
+        "append the log to this file instead of stderr", flag="--log-file"),
 )
 
 # [TRANSPORT] keys of the listener that are RouterConfig fields of that name.
@@ -307,7 +337,8 @@ INFORMATION_KEYS = (
     "complaints_simplex", "complaints_email", "hosting", "hosting_country", "description",
 )
 KEYS += tuple(
-    Key("INFORMATION", name, f"info_{name}", _text, None, f"{name.replace('_', ' ')}")
+    Key("INFORMATION", name, f"info_{name}", _text, None, f"{name.replace('_', ' ')}",
+        flag=None)
     for name in INFORMATION_KEYS
 )
 _BY_KEY = {(k.section, k.name): k for k in KEYS}
