@@ -59,7 +59,7 @@ from router.protocol.crypto import encrypt_msg_body
 from router.protocol.types import MSG
 from store.interfaces import Message, MessageStore
 
-from .subscriptions import ClientSubscriptions, Sub, Subscriptions
+from .subscriptions import ClientSubscriptions, QueueTaskSub, Sub, Subscriptions
 
 # MSGs the delivery task hands to the writer at once. Each is a block of its own
 # on the wire; the outbox holds `send_queue_size` batches, so this also bounds
@@ -96,6 +96,7 @@ class Deliverer:
         self.per_queue_task = per_queue_task
         if per_queue_task:
             subscriptions.on_subscribed = self._start_queue_task
+            subscriptions.sub_type = QueueTaskSub
 
     def message_transmission(
         self, corr_id: bytes, recipient_id: bytes, sub: Sub, msg: Message

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import trio
 
@@ -63,15 +63,28 @@ ANSWERING = (b"", -1)
 
 @dataclass(slots=True, eq=False)
 class Sub:
-    """One queue on one connection."""
+    """One queue on one connection.
+
+    Four fields: with the collector's header that is one 64-byte block, the size
+    class below the 80 bytes the per-queue-task fields would take in every mode
+    (bench/RESULTS.md, "Memory").
+    """
 
     recipient_id: bytes
     box_key: bytes  # the queue's rcv_dh_secret, encrypts MSG bodies (docs/protocol.md#encryption)
     get_mode: bool = False  # GET was used here: SUB is prohibited, nothing is pushed
     delivered: tuple[bytes, int] | None = None  # (msg id, ts) in flight, awaiting ACK
-    # per-queue-task mode only: the queue's own task waits on `wake`
-    wake: trio.Event | None = None
-    scope: trio.CancelScope | None = None
+    wake: ClassVar[trio.Event | None] = None  # per-queue-task mode only (QueueTaskSub)
+    scope: ClassVar[trio.CancelScope | None] = None
+
+
+@dataclass(slots=True, eq=False)
+class QueueTaskSub(Sub):
+    """A subscription in per-queue-task mode: the queue's own task waits on `wake`
+    and runs in `scope`."""
+
+    wake: trio.Event | None = None  # type: ignore[misc]
+    scope: trio.CancelScope | None = None  # type: ignore[misc]
 
 
 @dataclass(slots=True)
@@ -217,7 +230,7 @@ class Subscriptions:
 
     __slots__ = (
         "_counters", "_queues", "_notifiers", "_subscribers", "_services", "_acking",
-        "_missed", "events", "on_subscribed",
+        "_missed", "events", "on_subscribed", "sub_type",
     )
 
     def __init__(self, counters: Counters, end_batch_interval: float) -> None:
@@ -235,6 +248,7 @@ class Subscriptions:
         self.events = PendingEvents(end_batch_interval)
         # per-queue-task mode gives each new subscription its task (delivery.py)
         self.on_subscribed: Callable[[ClientSubscriptions, Sub], None] | None = None
+        self.sub_type: type[Sub] = Sub  # QueueTaskSub in per-queue-task mode
 
     # --- looking up -------------------------------------------------------------------
 
@@ -295,7 +309,7 @@ class Subscriptions:
 
     def subscribe(self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes) -> Sub:
         """Make `client` the queue's one holder; the one it displaces gets END."""
-        sub = Sub(recipient_id, box_key)
+        sub = self.sub_type(recipient_id, box_key)
         previous = self._attach(client, sub)
         if previous is not None:
             self._detach(previous, recipient_id)
