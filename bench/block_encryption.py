@@ -23,7 +23,7 @@ from typing import Any
 
 from router.server.settings.config import SINGLE_TASK
 
-from .harness import RouterProcess, WorkerGroup, connect, log, md_table, median, write_results
+from .harness import RouterProcess, WorkerGroup, log, md_table, median, split, write_results
 from .throughput import WORKERS, RouterLoad
 
 VERSIONS = (10, 19)
@@ -32,6 +32,7 @@ QUICK_CLIENTS = 4
 DURATION = 5.0
 IDLE_CONNECTIONS = 1000
 QUICK_IDLE_CONNECTIONS = 100
+CONNECT_STEP = 100
 
 
 def cpu_per_message(version: int, clients: int, duration: float) -> dict[str, Any]:
@@ -47,10 +48,25 @@ def idle_connection(version: int, connections: int, traced: bool) -> float:
         before = router.call("stats", gc=True)
         before["trimmed"] = router.call("malloc_trim")["rss"]
         with WorkerGroup(router.address, WORKERS) as workers:
-            connect(workers, connections, max_version=version)
+            opened = _open_idle(workers, connections, version)
             after = router.call("stats", gc=True)
             after["trimmed"] = router.call("malloc_trim")["rss"]
-    return (after[key] - before[key]) / connections
+    return (after[key] - before[key]) / opened
+
+
+def _open_idle(workers: WorkerGroup, connections: int, version: int) -> int:
+    """Open `connections` idle connections in steps of CONNECT_STEP, opening again the
+    few a busy machine fails to open in time; how many are open."""
+    opened = attempts = 0
+    while opened < connections:
+        attempts += 1
+        if attempts > 3 * connections // CONNECT_STEP + 3:
+            raise RuntimeError(f"only {opened} of {connections} connections opened")
+        step = min(CONNECT_STEP, connections - opened)
+        replies = workers.call([{"op": "connect", "count": n, "max_version": version}
+                                if n else None for n in split(step, WORKERS)])
+        opened += step - sum(r["errors"] for r in replies if r)
+    return opened
 
 
 def run(quick: bool = False, repeats: int = 3, duration: float | None = None) -> dict[str, Any]:

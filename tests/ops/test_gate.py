@@ -18,7 +18,7 @@ def test_the_gated_transport_has_every_member_of_the_block_stream_interface():
 
 
 class _Blocks:
-    remote, stalled = "peer", False
+    remote, stalled, web_challenge = "peer", False, None
 
     def __init__(self) -> None:
         self.sent: list[bytes] = []

@@ -19,12 +19,13 @@ from .block_stream import BlockStream, TransportClosed
 class EncryptedTransport:
     """A BlockStream whose blocks are boxes on the wire."""
 
-    __slots__ = ("inner", "_cipher", "remote")
+    __slots__ = ("inner", "_cipher", "remote", "web_challenge")
 
     def __init__(self, inner: BlockStream, cipher: BlockCipher) -> None:
         self.inner = inner
         self._cipher = cipher
         self.remote = inner.remote
+        self.web_challenge = inner.web_challenge
 
     @property
     def stalled(self) -> bool:

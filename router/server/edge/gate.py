@@ -40,20 +40,17 @@ class SuspendGate:
 class GatedTransport:
     """A BlockStream whose blocks wait at the gate while the router is suspended."""
 
-    __slots__ = ("inner", "_gate", "remote")
+    __slots__ = ("inner", "_gate", "remote", "web_challenge")
 
     def __init__(self, inner: BlockStream, gate: SuspendGate) -> None:
         self.inner = inner
         self._gate = gate
         self.remote = inner.remote
+        self.web_challenge = inner.web_challenge
 
     @property
     def stalled(self) -> bool:
         return self.inner.stalled
-
-    @property
-    def web_challenge(self) -> bytes | None:
-        return self.inner.web_challenge
 
     async def receive_block(self) -> bytes:
         block = await self.inner.receive_block()
