@@ -122,7 +122,11 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
 
 _METAVARS = {"new_queues": "on|off", "new_queues_per_second": "N|off", "tls_cert": "PEM",
              "tls_key": "PEM", "stats_log": "PATH", "file": "PATH",
-             "memory_store_max_bytes": "SIZE|off", "create_password": "PASSWORD"}
+             "memory_store_max_bytes": "SIZE|off", "create_password": "PASSWORD",
+             "new_queues_per_second_per_address": "N|off", "new_queues_per_second_total": "N|off",
+             "new_queues_burst_per_address": "N", "new_queues_burst_total": "N",
+             "control_lockout_after": "N", "control_max_sessions": "N",
+             "metrics_max_connections": "N"}
 
 
 def _metavar(key: Key) -> str:
