@@ -11,7 +11,7 @@ import socket
 
 import pytest
 import trio
-from ops_helpers import http_get, serving
+from ops_helpers import http_get, run_cli, serving
 
 from router.client import MessageEvent, SMPError, open_client
 
@@ -143,3 +143,23 @@ async def test_sigusr2_drains_the_clients_and_ends_the_process(tmp_path):
                     await client.ping()
     text = log_file.read_text()
     assert "draining on SIGUSR2" in text and "stopping: drained" in text
+
+
+async def test_smp_router_control_drain_ends_the_serving_process(tmp_path):
+    port, log_file = free_port(), tmp_path / "router.log"
+    control_port = free_port()
+    config = tmp_path / "r.ini"
+    config.write_text(BASE.format(port=port, log=log_file).replace(
+        "[TRANSPORT]\n", f"[TRANSPORT]\ncontrol_port = {control_port}\ndrain_period = 1\n")
+        .replace("create_password = first\n",
+                 "create_password = first\ncontrol_port_admin_password = adm\n"))
+    with trio.fail_after(60):
+        async with serving("--config", str(config)) as (process, address):
+            async with open_client(address) as client:
+                await client.ping()
+                code, out, err = await run_cli("control", "--config", str(config), "drain")
+                assert code == 0 and err == "", err
+                assert out.startswith("ok: draining: no new clients, the connected ones "
+                                      "closed over 1 s")
+                assert await process.wait() == 0
+    assert "stopping: drained" in log_file.read_text()
