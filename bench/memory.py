@@ -71,8 +71,12 @@ def measure_once(mode: str, size: int, connections: int, traced: bool) -> dict[s
 
 
 def _phase(router: RouterProcess) -> dict[str, Any]:
-    """Stats after a full gc, plus the RSS once glibc has returned its free heap."""
+    """Stats after a full gc, plus the RSS once glibc has returned its free heap; with
+    tracing, the live bytes without tracemalloc's own (the source lines `linecache`
+    reads when the loop-lag watcher formats a stall's stack would count otherwise)."""
     stats = router.call("stats", gc=True)
+    if "traced" in stats:
+        stats["traced"] = router.call("traced")["traced"]
     stats["trimmed"] = router.call("malloc_trim")["rss"]
     return stats
 
