@@ -6,7 +6,7 @@ store, NEW unlimited), the flood comes from another process: each connection
 creates 80 queues per NEW block, secures them with a KEY block and deletes
 them with a DEL block, every transmission signed by the queue's key
 (`bench/fairness.py`, which `python -m bench fairness` runs too). This process
-sends one PING at a time meanwhile.
+sends a PING every 20 ms meanwhile.
 
 A bound on latency under adversarial load, not a speed claim: a block of 80
 such transmissions is tens of milliseconds of signature checks and key

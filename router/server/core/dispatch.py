@@ -20,9 +20,11 @@ blocks before any signature is checked (holding only its bytes), and, in
 either pass, pauses between two transmissions once it has spent a turn's
 budget, letting the other blocks waiting and the scheduler's other tasks run.
 The answers keep their order across the pauses: a pause in pass 2 first puts
-the answers made so far into the outbox (without holding a place while the
-outbox is full), so that a push the pause lets in (a MSG for a queue the block
-has just subscribed) follows them; the rest are returned at the end. The
+the answers made so far into the outbox, if one of them is an answer a push
+could overtake (SUB, NSUB, NEW with subMode S, ACK, GET; without holding a
+place while the outbox is full), so that a push the pause lets in (a MSG for a
+queue the block has just subscribed) follows them; the rest are returned at
+the end. The
 block's END/DELD events still wait for all of them (serving.py).
 
 A block that does not parse at all gets one `ERR BLOCK` with empty corrId and
@@ -46,8 +48,10 @@ from router.protocol.transmission import (
     decode_transmission,
 )
 from router.protocol.types import (
+    ACK,
     AUTH,
     BLOCK,
+    GET,
     INTERNAL,
     LGET,
     LKEY,
@@ -60,6 +64,7 @@ from router.protocol.types import (
     SEND,
     SERVICE,
     SKEY,
+    SUB,
     SUBS,
     Command,
     ErrorType,
@@ -86,6 +91,8 @@ log = logging.getLogger(__name__)
 _UNVERIFIED = (PING, PRXY, PFWD)
 # Commands of the service extension: verified against the service key of the hello.
 _SERVICE = (SUBS, NSUBS)
+# Commands whose answer a push for the same queue may follow (`_may_be_overtaken`).
+_OVERTAKABLE = frozenset({SUB, NSUB, ACK, GET, SUBS, NSUBS})
 
 # Runs one verified command for its subscriber (commands.py).
 Execute = Callable[["ClientSubscriptions", Verified], Awaitable[list[bytes]]]
@@ -139,18 +146,20 @@ class Dispatcher:
                 out.append(result)
         del raw_transmissions
         observe = self._latencies.command
+        overtakable = False  # an answer in `out` that a push could overtake
         for v, verifying in verified:
             if turn is not None:
                 if turn.due:
                     turn.end()
-                    if out:
+                    if overtakable:
                         # The answers so far leave before anything the pause lets in: a
                         # MSG pushed meanwhile for a queue this block subscribed comes
                         # after its OK (docs/architecture.md, "Ordering").
                         await conn.push(out)
-                        out = []
+                        out, overtakable = [], False
                     await turn.begin()
                 turn.charge(execution_cost(type(v.command).__name__))
+                overtakable = overtakable or _may_be_overtaken(v.command)
             started = perf_counter()
             out.extend(await self._execute(client, v))
             observe(type(v.command).__name__, verifying + perf_counter() - started)
@@ -244,6 +253,13 @@ class Dispatcher:
         ) or key is None:
             return SERVICE if kind in _SERVICE and conn.service is None else AUTH
         return Verified(t.corr_id, t.entity_id, cmd, queue, version)
+
+
+def _may_be_overtaken(cmd: Command) -> bool:
+    """After its answer, a push may come for what it names: SUB, NSUB and NEW with
+    subMode S subscribe, ACK and GET free the queue's one message in flight."""
+    kind = type(cmd)
+    return kind in _OVERTAKABLE or (kind is NEW and bool(cmd.subscribe))  # type: ignore[union-attr]
 
 
 def _parse(t: Transmission, version: int) -> Command | ErrorType:
