@@ -206,7 +206,8 @@ async def measure(address: str, connections: int = 16, seconds: float = 8.0) -> 
         finally:
             await _stop(flood)
     return {"connections": connections, "seconds": seconds, "queues_per_block": QUEUES_PER_BLOCK,
-            "quiet_ms": summary_ms(quiet), "flood_ms": summary_ms(during), "flood": done}
+            "quiet_ms": summary_ms(quiet), "flood_ms": summary_ms(during), "flood": done,
+            "load_average": os.getloadavg()}
 
 
 async def _lines(stream: Any) -> AsyncIterator[str]:
