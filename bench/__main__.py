@@ -17,11 +17,12 @@
     python -m bench compaction   store-log compaction, router vs Spark (its own options)
     python -m bench charts [DIR] draw the charts again from saved figures
     python -m bench block-encryption  CPU per message and idle-connection memory, v10 vs v19
+    python -m bench fairness     another client's PING during a flood of signed DEL/KEY/NEW blocks
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
 writes anywhere. Each run prints its table, the text of its `.md` file.
-`relay`, `storelog_start`, `framing`, `compaction` and `charts` take their own
+`relay`, `storelog_start`, `framing`, `compaction`, `charts` and `fairness` take their own
 options (`python -m bench relay --help`).
 """
 
@@ -38,7 +39,7 @@ from . import harness
 NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores", "compare",
          "block-encryption")
 # benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
-OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts")
+OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts", "fairness")
 
 
 def _sizes(text: str) -> tuple[int, ...]:

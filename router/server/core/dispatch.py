@@ -11,22 +11,25 @@ router does:
 2. the verified commands run in order, each producing its responses.
 
 The block's answer is the pass-1 errors followed by the pass-2 responses, in
-order, handed to the connection's outbox as one batch.
+order, handed to the connection's outbox as one batch (a costly block's in
+parts, below).
 
-A block of many subscriptions (more than `HEAVY_BLOCK` SUBs or NSUBs) waits
-for one of `HEAVY_AT_ONCE` places before any signature is checked. Trio runs
-every ready task once per pass of its scheduler, and such a block is
-milliseconds of signature checks: when thousands of clients reconnect and
-resubscribe at once, an unbounded pass would take seconds, and every client's
-SEND or ACK would wait as long. Other blocks never wait for a place, so the
-traffic of clients already subscribed keeps flowing whatever the crowd does,
-and the crowd is served in arrival order. While a block waits, only its bytes
-are kept (which the connection holds anyway): its transmissions are taken
-apart again when its turn comes, since a crowd of 20,000 blocks parked parsed
-would be half a gigabyte. A block that does not
-parse at all gets one `ERR BLOCK` with empty corrId and entity id. A bug in a
-handler is logged and answered `ERR INTERNAL`; it never reaches the
-connection, let alone the router.
+Work on a block yields by its cost, not by its command (turns.py): a block
+costing more than `FREE_COST` waits for one of the router's places for costly
+blocks before any signature is checked (holding only its bytes), and, in
+either pass, pauses between two transmissions once it has spent a turn's
+budget, letting the other blocks waiting and the scheduler's other tasks run.
+The answers keep their order across the pauses: a pause in pass 2 first puts
+the answers made so far into the outbox, if one of them is an answer a push
+could overtake (SUB, NSUB, NEW with subMode S, ACK, GET; without holding a
+place while the outbox is full), so that a push the pause lets in (a MSG for a
+queue the block has just subscribed) follows them; the rest are returned at
+the end. The
+block's END/DELD events still wait for all of them (serving.py).
+
+A block that does not parse at all gets one `ERR BLOCK` with empty corrId and
+entity id. A bug in a handler is logged and answered `ERR INTERNAL`; it never
+reaches the connection, let alone the router.
 """
 
 from __future__ import annotations
@@ -36,20 +39,19 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-import trio
-
 from router.protocol.block import decode_batch
-from router.protocol.codec import check_credentials, decode_command, encode_command
+from router.protocol.codec import check_credentials, decode_command
 from router.protocol.crypto import verify_authorization
 from router.protocol.transmission import (
     authorized_bytes,
     check_auth_length,
-    command_offset,
     decode_transmission,
 )
 from router.protocol.types import (
+    ACK,
     AUTH,
     BLOCK,
+    GET,
     INTERNAL,
     LGET,
     LKEY,
@@ -72,6 +74,7 @@ from router.protocol.types import (
 from router.protocol.versions import LEGACY_VERSION
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 
+from .turns import FREE_COST, Turn, Turns, block_cost, execution_cost, verification_cost
 from .verified import Verified, error_transmission
 
 if TYPE_CHECKING:
@@ -89,9 +92,8 @@ LINKS_SUPPORTED = hasattr(Party, "LINK")
 _UNVERIFIED = (PING, PRXY, PFWD)
 # Commands of the service extension: verified against the service key of the hello.
 _SERVICE = (SUBS, NSUBS)
-
-# The commands a block of many is made to take turns for, as they are on the wire.
-_SUBSCRIBING = frozenset({encode_command(SUB()), encode_command(NSUB())})
+# Commands whose answer a push for the same queue may follow (`_may_be_overtaken`).
+_OVERTAKABLE = frozenset({SUB, NSUB, ACK, GET, SUBS, NSUBS})
 
 # Runs one verified command for its subscriber (commands.py).
 Execute = Callable[["ClientSubscriptions", Verified], Awaitable[list[bytes]]]
@@ -99,45 +101,66 @@ Execute = Callable[["ClientSubscriptions", Verified], Awaitable[list[bytes]]]
 
 _BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
 
-HEAVY_BLOCK = 8  # a block of more subscriptions than this waits for a place
-HEAVY_AT_ONCE = 4  # heavy blocks worked on at a time, router-wide
-
-
 class Dispatcher:
-    __slots__ = ("_queues", "_execute_command", "_heavy", "_latencies")
+    __slots__ = ("_queues", "_execute_command", "turns", "_latencies")
 
-    def __init__(self, queues: QueueStore, execute: Execute, latencies: Latencies) -> None:
+    def __init__(
+        self, queues: QueueStore, execute: Execute, latencies: Latencies,
+        turns: Turns | None = None,
+    ) -> None:
         self._queues = queues
         self._execute_command = execute
         self._latencies = latencies
-        self._heavy = trio.CapacityLimiter(HEAVY_AT_ONCE)
+        self.turns = turns or Turns()
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
         try:
             raw_transmissions = decode_batch(block)
         except ProtocolError:
             return list(_BAD_BLOCK)
-        if not _many_subscriptions(raw_transmissions, client.conn.version):
-            return await self._answer(client, raw_transmissions)
-        del raw_transmissions
-        async with self._heavy:
-            return await self._answer(client, decode_batch(block))
+        version = client.conn.version
+        if block_cost(raw_transmissions, version) <= FREE_COST:
+            return await self._answer(client, raw_transmissions, None)
+        del raw_transmissions  # parked as bytes until its turn
+        turn = self.turns.turn()
+        try:
+            await turn.begin()
+            return await self._answer(client, decode_batch(block), turn)
+        finally:
+            turn.end()
 
     async def _answer(
-        self, client: ClientSubscriptions, raw_transmissions: list[bytes]
+        self, client: ClientSubscriptions, raw_transmissions: list[bytes], turn: Turn | None
     ) -> list[bytes]:
+        """Both passes; with a `turn`, each piece of work is paid for before it is done."""
         conn = client.conn
         out: list[bytes] = []
         verified: list[tuple[Verified, float]] = []  # with the time its verification took
         for raw in raw_transmissions:
+            if turn is not None:
+                await turn.spend(verification_cost(raw))
             started = perf_counter()
             result = await self._verify_guarded(conn, raw)
             if isinstance(result, Verified):
                 verified.append((result, perf_counter() - started))
             else:
                 out.append(result)
+        del raw_transmissions
         observe = self._latencies.command
+        overtakable = False  # an answer in `out` that a push could overtake
         for v, verifying in verified:
+            if turn is not None:
+                if turn.due:
+                    turn.end()
+                    if overtakable:
+                        # The answers so far leave before anything the pause lets in: a
+                        # MSG pushed meanwhile for a queue this block subscribed comes
+                        # after its OK (docs/architecture.md, "Ordering").
+                        await conn.push(out)
+                        out, overtakable = [], False
+                    await turn.begin()
+                turn.charge(execution_cost(type(v.command).__name__))
+                overtakable = overtakable or _may_be_overtaken(v.command)
             started = perf_counter()
             out.extend(await self._execute(client, v))
             observe(type(v.command).__name__, verifying + perf_counter() - started)
@@ -235,22 +258,11 @@ class Dispatcher:
         return Verified(t.corr_id, t.entity_id, cmd, queue, version)
 
 
-def _many_subscriptions(raw_transmissions: list[bytes], version: int = LEGACY_VERSION) -> bool:
-    """More than `HEAVY_BLOCK` of the transmissions are SUB or NSUB (neither has
-    parameters). A smaller block is not looked into (a SEND costs nothing more),
-    and a block of SUBs is told after `HEAVY_BLOCK` + 1 of them: when a crowd's
-    blocks arrive in one pass of the scheduler, this runs for each."""
-    if len(raw_transmissions) <= HEAVY_BLOCK:
-        return False
-    count = 0
-    for raw in raw_transmissions:
-        try:
-            count += raw[command_offset(raw, version):] in _SUBSCRIBING
-        except ProtocolError:
-            continue  # answered with its error in its turn
-        if count > HEAVY_BLOCK:
-            return True
-    return False
+def _may_be_overtaken(cmd: Command) -> bool:
+    """After its answer, a push may come for what it names: SUB, NSUB and NEW with
+    subMode S subscribe, ACK and GET free the queue's one message in flight."""
+    kind = type(cmd)
+    return kind in _OVERTAKABLE or (kind is NEW and bool(cmd.subscribe))  # type: ignore[union-attr]
 
 
 def _parse(t: Transmission, version: int) -> Command | ErrorType:

@@ -23,7 +23,9 @@ class ClientServing:
 
     The order it keeps: the END/DELD events for a client wait while one of its
     blocks is being answered and go after the answers (`in_block`, released in
-    `answered`), and a SUBS walk starts only once its SOKS is in the outbox."""
+    `answered`), and a SUBS walk starts only once its SOKS is in the outbox. A
+    costly block that pauses for its turn (dispatch.py, turns.py) puts its
+    answers so far into the outbox itself; its events still wait for the rest."""
 
     dispatcher: Dispatcher
     deliverer: Deliverer

@@ -1,0 +1,161 @@
+"""What a block costs, and the turns in which costly blocks are worked on.
+
+Theory of operation. Trio runs every ready task once per pass of its scheduler,
+and a task runs until it yields. A client's PING is answered after two or
+three such passes (its read, its answer, the write), so what bounds another
+client's wait is how much work the other tasks do in one pass. A block's work
+is mostly crypto, which the command alone does not tell: a block of 130 DELs
+is 130 signature checks, a block of 80 NEWs is 80 checks and 80 keys made.
+So every transmission is given a cost (`transmission_cost`), from what its
+verification and its handler do, in units of about a tenth of an Ed25519
+check (timed one by one on a busy 2-CPU machine: an Ed25519 check 199 us, an
+X25519 authenticator 137 us, a key pair and its DH secret 160 us; `BASE` is
+an estimate of the Python work around them):
+
+- `BASE`, every transmission: parsing, the queue lookup, the handler, the
+  answer (dispatch.py, commands.py);
+- `ED25519`: a 64-byte authorization's signature check (114 bytes: one check
+  of a dummy key), `verify_authorization`;
+- `X25519_AUTHENTICATOR`: an 80-byte authenticator, one DH, a SHA-512 and a
+  box opened, `verify_authorization`;
+- `KEYS`: a key pair and its DH secret, NKEY once and NEW twice (its queue and,
+  from v17, its notifier), `Commands._new`, `_add_notifier`;
+- `MESSAGE`: SUB, ACK, GET, a message body boxed for the answer
+  (`Deliverer.message_transmission`).
+
+A transmission that fails before its check (bad length, no authorization)
+costs no more than `BASE`; one whose queue or key is missing still pays for
+the check, which runs against a dummy key (docs/protocol.md#behaviour).
+
+A block costing at most `FREE_COST` (two signed commands: a client's everyday
+SEND or ACK; a dozen PINGs) is answered at once. A costlier block takes turns: it
+waits for one of `AT_ONCE` places, router-wide, works until it has spent
+`TURN_BUDGET`, then gives its place to the next block waiting (or, with
+nobody waiting, just yields) and waits for a place again, in arrival order
+(`trio.CapacityLimiter` hands a released place to the oldest waiter). So a
+pass of the scheduler does at most `AT_ONCE` turns of costly work, however
+many clients flood, and a block's answers keep their order (dispatch.py).
+
+This replaces the former rule that only blocks of more than eight SUBs took
+turns, four at a time: such a block is now one costly block among others.
+What that rule also did stays, for the same reason: a block waits for its
+first place holding only its bytes, and is taken apart again when its turn
+comes, since a crowd of 20,000 blocks parked parsed would be half a gigabyte.
+
+A place is held across the store's awaits of the block's commands (a durable
+store's group commit): a turn is bounded in units of work, not in time, so
+on the journal and SQLite stores a costly block may hold its place while it
+waits for a commit, and costly blocks then take more time to be answered in
+all; blocks of `FREE_COST` or less never wait for a place.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from router.protocol.transmission import command_offset
+from router.protocol.types import ProtocolError
+
+BASE = 2  # half paid with the verification, half with the handler
+ED25519 = 10
+X25519_AUTHENTICATOR = 7
+KEYS = 9
+MESSAGE = 2
+
+FREE_COST = 30  # a block of at most this is answered without a turn
+TURN_BUDGET = 40  # units a block spends in one turn (then yields)
+AT_ONCE = 2  # costly blocks worked on at a time, router-wide
+
+_AUTHORIZATION_COST = {64: ED25519, 114: ED25519, 80: X25519_AUTHENTICATOR}
+# By the command's tag (docs/protocol.md#command-table), which is its type's name.
+_COMMAND_COST = {"NEW": 2 * KEYS, "NKEY": KEYS, "SUB": MESSAGE, "ACK": MESSAGE,
+                 "GET": MESSAGE}
+
+
+def verification_cost(raw: bytes) -> int:
+    """Parsing a transmission, looking its queue up and checking its authorization."""
+    return BASE // 2 + _AUTHORIZATION_COST.get(raw[0] if raw else 0, 0)
+
+
+def execution_cost(command_name: str) -> int:
+    """Running a verified command's handler and encoding its answer."""
+    return BASE - BASE // 2 + _COMMAND_COST.get(command_name, 0)
+
+
+def transmission_cost(raw: bytes, version: int) -> int:
+    """Both, read from the transmission's bytes without parsing it (one that does not
+    parse costs its verification only: it gets its error)."""
+    cost = verification_cost(raw)
+    try:
+        start = command_offset(raw, version)
+    except ProtocolError:
+        return cost
+    tag = raw[start : start + 4].split(b" ", 1)[0]
+    return cost + execution_cost(tag.decode("ascii", "replace"))
+
+
+def block_cost(raw_transmissions: list[bytes], version: int) -> int:
+    return sum(transmission_cost(raw, version) for raw in raw_transmissions)
+
+
+class Turns:
+    """The router's places for costly blocks (one for the router, shared by every
+    connection's dispatcher)."""
+
+    __slots__ = ("_places", "budget")
+
+    def __init__(self, at_once: int = AT_ONCE, budget: int = TURN_BUDGET) -> None:
+        self._places = trio.CapacityLimiter(at_once)
+        self.budget = budget
+
+    def turn(self) -> Turn:
+        return Turn(self._places, self.budget)
+
+    def statistics(self) -> trio.CapacityLimiterStatistics:
+        return self._places.statistics()
+
+
+class Turn:
+    """One costly block's turns: `begin` waits for a place, `spend` is called before
+    each piece of work with its cost, `end` gives the place back. Between `end` and
+    `begin` the block holds no place, whatever it waits for."""
+
+    __slots__ = ("_places", "_budget", "_left", "_holding", "turns_taken")
+
+    def __init__(self, places: trio.CapacityLimiter, budget: int) -> None:
+        self._places = places
+        self._budget = budget
+        self._left = 0
+        self._holding = False
+        self.turns_taken = 0
+
+    async def begin(self) -> None:
+        await self._places.acquire()
+        self._holding = True
+        self._left = self._budget
+        self.turns_taken += 1
+
+    @property
+    def due(self) -> bool:
+        """This turn's budget is spent: the block should let the others go first."""
+        return self._left <= 0
+
+    def charge(self, cost: int) -> None:
+        """Account for work about to be done (a turn may overrun by one piece)."""
+        self._left -= cost
+
+    async def spend(self, cost: int) -> None:
+        """`charge`, after yielding if the turn is `due`: the place goes to the oldest
+        block waiting (or, with none waiting, the scheduler's other tasks run)."""
+        if self.due:
+            await self.pause()
+        self.charge(cost)
+
+    async def pause(self) -> None:
+        self.end()
+        await self.begin()  # acquiring a free place yields too
+
+    def end(self) -> None:
+        if self._holding:
+            self._holding = False
+            self._places.release()
