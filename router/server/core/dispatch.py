@@ -71,7 +71,6 @@ from router.protocol.types import (
     ProtocolError,
     Transmission,
 )
-from router.protocol.versions import LEGACY_VERSION
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 
 from .turns import FREE_COST, Turn, Turns, block_cost, execution_cost, verification_cost
