@@ -46,8 +46,8 @@ from .core.services import Services
 from .core.serving import ClientServing
 from .core.subscriptions import ClientSubscriptions, Event, Subscriptions
 from .edge.block_stream import BlockStream, TransportClosed
-from .edge.gate import GatedTransport, Suspendable, SuspendGate
 from .edge.encrypted import EncryptedTransport
+from .edge.gate import GatedTransport, Suspendable, SuspendGate
 from .edge.handshake import server_handshake
 from .edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
 from .edge.identity import RouterIdentity, host_port, load_or_create_identity

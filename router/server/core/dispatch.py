@@ -47,7 +47,6 @@ from router.protocol.transmission import (
     command_offset,
     decode_transmission,
 )
-from router.protocol.versions import LEGACY_VERSION
 from router.protocol.types import (
     AUTH,
     BLOCK,
@@ -70,11 +69,8 @@ from router.protocol.types import (
     ProtocolError,
     Transmission,
 )
+from router.protocol.versions import LEGACY_VERSION
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
-
-# Whether the stores keep short-link data yet (docs/protocol.md#short-links): until they
-# do, a link names no queue.
-LINKS_SUPPORTED = hasattr(Party, "LINK")
 
 from .verified import Verified, error_transmission
 
@@ -86,6 +82,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Commands that touch no queue, so there is nothing to verify them against.
+# Whether the stores keep short-link data yet (docs/protocol.md#short-links): until they
+# do, a link names no queue.
+LINKS_SUPPORTED = hasattr(Party, "LINK")
+
 _UNVERIFIED = (PING, PRXY, PFWD)
 # Commands of the service extension: verified against the service key of the hello.
 _SERVICE = (SUBS, NSUBS)
@@ -226,9 +226,11 @@ class Dispatcher:
             queue = await queues.get_queue(Party.RECIPIENT, t.entity_id)
             key = None if queue is None else queue.recipient_key
         signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
-        if not verify_authorization(
-            t.authorization, key, signed, corr_id=t.corr_id, router_dh_private=conn.router_dh_private
-        ) or key is None:
+        verified = verify_authorization(
+            t.authorization, key, signed, corr_id=t.corr_id,
+            router_dh_private=conn.router_dh_private,
+        )
+        if not verified or key is None:
             return SERVICE if kind in _SERVICE and conn.service is None else AUTH
         return Verified(t.corr_id, t.entity_id, cmd, queue, version)
 
