@@ -18,12 +18,8 @@ from router.client import MessageEvent, NotificationEvent, NotifierCredentials, 
 from router.protocol import (
     AUTH,
     BLOCK_SIZE,
-    CMD_PROHIBITED,
     ERR,
     IDS,
-    LDEL,
-    LGET,
-    LSET,
     NEW,
     OK,
     SERVICE,
@@ -31,7 +27,6 @@ from router.protocol import (
     ClientHello,
     ClientServiceCert,
     NewNotifier,
-    QueueLink,
     Transmission,
     crypto,
     decode_server_hello,
@@ -199,20 +194,6 @@ async def test_blocked_is_auth_before_v12_and_blocked_from_it():
                 answers[version] = await c.command(queue.recipient_id, b"SUB", queue.rcv_auth_seed)
         assert answers[11] == ERR(AUTH)
         assert answers[12] == answers[19] == ERR(ErrorType("BLOCKED", "reason=spam"))
-
-
-async def test_short_link_commands_find_no_link_while_the_stores_keep_none():
-    async with running_router() as info, open_client(info.address) as c:
-        queue = await c.create_queue()
-        seed = queue.rcv_auth_seed
-        assert await c.command(queue.recipient_id, LSET(b"l" * 24, b"f", b"u"), seed) == ERR(AUTH)
-        assert await c.command(queue.recipient_id, LDEL(), seed) == OK()
-        assert await c.command(os.urandom(24), LGET()) == ERR(AUTH)
-        # NEW with link data: the sender id must come from the corrId (no id oracle).
-        s, k = crypto.new_ed25519()
-        _, dh = crypto.new_x25519()
-        link = QueueLink(os.urandom(24), b"fixed", b"user")
-        assert await c.command(b"", NEW(k, dh, None, False, True, link), s) == ERR(CMD_PROHIBITED)
 
 
 async def test_sub_is_answered_sok_from_v16():

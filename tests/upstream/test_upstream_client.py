@@ -11,15 +11,27 @@ Haskell client.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 import pytest
 import trio
 from nacl import bindings
-from upstream_helpers import UpstreamRepl, upstream_repl
+from upstream_helpers import UpstreamRepl, run_node_script, upstream_repl
 
 from router.client import MessageEvent, open_client
-from router.protocol import x25519_spki
+from router.protocol import (
+    IDS,
+    NEW,
+    QueueLink,
+    Transmission,
+    crypto,
+    encode_command,
+    encode_transmission,
+    pad_block,
+    x25519_spki,
+)
 from router.server import RouterConfig, RouterInfo, serve_router
 
 STORES = ["memory", "journal", "sqlite"]
@@ -156,3 +168,66 @@ async def test_batched_subscriptions(router: RouterInfo, upstream_client) -> Non
             await py.send(bytes.fromhex(snd_id), b"batch msg %d" % i)
         received = {(await receive(rcv))[2] for _ in queues}
         assert received == {b"batch msg 1", b"batch msg 2", b"batch msg 3"}
+
+
+# Upstream's client reads a short link with `getQueueLink` (LGET); its REPL has no
+# command for it and its NEW carries no link data, so the Python client makes the
+# contact queue and a script calls upstream's client library directly.
+LGET_SCRIPT = """
+const {createSMPClient} = await import('./dist/client.js')
+const hex = (b) => Buffer.from(b).toString('hex')
+const bytes = (h) => Uint8Array.from(Buffer.from(h, 'hex'))
+const I = INPUTS
+const c = await createSMPClient(I.url, bytes(I.keyHash), () => {}, () => {}, {timeout: 15000})
+const out = {}
+const r = await c.getQueueLink(bytes(I.linkId))
+out.type = r.type
+out.lnk = [hex(r.response.senderId), hex(r.response.encFixedData), hex(r.response.encUserData)]
+try {
+  await c.getQueueLink(bytes(I.unknownId))
+  out.unknown = 'answered'
+} catch (e) {
+  out.unknown = e.type + ' ' + e.error
+}
+c.close()
+console.log(JSON.stringify(out))
+process.exit(0)
+"""
+
+
+async def new_contact_queue_with_link(py, link_id: bytes, fixed: bytes, user: bytes) -> IDS:
+    """NEW 'C' with link data from the Python client; the sender id is
+    SHA3-384(corrId)[:24], as docs/protocol.md#short-links requires."""
+    seed, key = crypto.new_ed25519()
+    _, dh = crypto.new_x25519()
+    corr_id = os.urandom(24)
+    sender_id = hashlib.sha3_384(corr_id).digest()[:24]
+    cmd = NEW(key, dh, None, False, False, QueueLink(sender_id, fixed, user, link_id))
+    body = encode_command(cmd, py.version)
+    auth = crypto.authorize(seed, py.session_id, corr_id, b"", body)
+    data = encode_transmission(Transmission(auth, corr_id, b"", body), py.version)
+    await py.send_raw_block(pad_block(bytes((1,)) + len(data).to_bytes(2, "big") + data))
+    with trio.fail_after(10):
+        ids = await py.next_raw_response()
+    assert isinstance(ids, IDS) and ids.link_id == link_id and ids.snd_id == sender_id, ids
+    return ids
+
+
+async def test_upstream_client_reads_a_contact_queue_link(
+    router: RouterInfo, upstream_client
+) -> None:
+    """Upstream's getQueueLink (LGET, unsigned, entityId = linkId) gets LNK with the
+    sender id and both parts of the link data; an unknown link id is ERR AUTH."""
+    link_id = os.urandom(24)
+    fixed, user = os.urandom(300), b"user data"
+    async with open_client(router.address) as py:
+        ids = await new_contact_queue_with_link(py, link_id, fixed, user)
+    inputs = {
+        "url": f"ws://127.0.0.1:{router.port}", "keyHash": router.key_hash.hex(),
+        "linkId": link_id.hex(), "unknownId": os.urandom(24).hex(),
+    }
+    script = LGET_SCRIPT.replace("INPUTS", json.dumps(inputs))  # a JSON object is JS
+    result = json.loads(await run_node_script(upstream_client, script))
+    assert result["type"] == "LNK"
+    assert result["lnk"] == [ids.snd_id.hex(), fixed.hex(), user.hex()]
+    assert result["unknown"] == "PROTOCOL AUTH"

@@ -43,6 +43,7 @@ from router.protocol.types import (
     LDEL,
     LGET,
     LKEY,
+    LNK,
     LSET,
     NDEL,
     NEW,
@@ -77,6 +78,7 @@ from store.interfaces import (
     MessageStore,
     NotifierCreds,
     Party,
+    QueueLinkData,
     QueueRecord,
     QueueStatus,
     QueueStore,
@@ -189,17 +191,46 @@ class Commands:
     # --- short links (docs/protocol.md#short-links) ------------------------------------
 
     async def _links(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        """LSET, LDEL, LKEY, LGET: the stores keep no link data yet, so no link exists
-        (LGET and LKEY never find a queue: AUTH), none can be set (AUTH, as the
-        reference answers a link it cannot set), and LDEL removes nothing (OK)."""
-        if type(verified.command) is LDEL:
-            return _reply(verified, _OK)
-        return _reply(verified, AUTH)
+        """LSET and LDEL (the recipient's), LKEY and LGET (by link id): the store
+        keeps the link with its queue (docs/protocol.md#short-links)."""
+        cmd = verified.command
+        queue = verified.queue
+        queues = self._context.queues
+        if type(cmd) is LSET:
+            if _is_secured_messaging_queue(_queue(verified)):
+                return _reply(verified, AUTH)  # its sender has the link data already
+            link = QueueLinkData(cmd.link_id, cmd.fixed_data, cmd.user_data)
+            error = await queues.set_link(_queue(verified).recipient_id, link)
+            return _reply(verified, error or _OK)
+        if type(cmd) is LDEL:
+            return _reply(verified, await queues.delete_link(_queue(verified).recipient_id) or _OK)
+        if type(cmd) is LKEY:
+            # Verified with the key it installs (dispatch.py); messaging queues only.
+            if queue is None or queue.queue_mode != b"M":
+                return _reply(verified, AUTH)
+            error = await queues.secure_queue(queue.recipient_id, cmd.sender_key)
+            if error is not None:
+                return _reply(verified, error)
+            if queue.sender_key is None:
+                self._context.counters.queues_secured += 1
+                self._context.queue_active(queue.recipient_id)
+            return await self._link_answer(verified, queue)
+        # LGET: unsigned, so only contact queues answer (their link is meant to be read).
+        if queue is None or not _is_contact_queue(queue):
+            return _reply(verified, AUTH)
+        return await self._link_answer(verified, queue)
+
+    async def _link_answer(self, verified: Verified, queue: QueueRecord) -> list[bytes]:
+        """LNK with the queue's link data, if the link is still the one asked for."""
+        link = await self._context.queues.get_link(queue.recipient_id)
+        if link is None or link.link_id != verified.entity_id:
+            return _reply(verified, AUTH)
+        return _reply(verified, LNK(queue.sender_id, link.fixed_data, link.user_data))
 
     async def _rkey(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        """RKEY replaces a contact queue's recipient keys; a queue here has one key and
-        no link (the stores' short-link part), so it is refused as the reference refuses
-        it on a queue that is not a contact queue."""
+        """RKEY replaces a contact queue's recipient keys; a queue here has one recipient
+        key, so it is refused as the reference refuses it on a queue that is not a
+        contact queue."""
         return _reply(verified, AUTH)
 
     # --- service subscriptions (services.py) ------------------------------------------
@@ -218,28 +249,50 @@ class Commands:
         config = self._context.config
         if not config.allow_new_queues or not _password_ok(config.password, cmd.basic_auth):
             return _reply(verified, AUTH)
-        if cmd.link is not None:
-            # Link data needs the stores' short-link part (docs/protocol.md#short-links);
-            # a sender id chosen by the client must be SHA3-384(corrId)[:24] (no id oracle).
-            if cmd.link.sender_id != hashlib.sha3_384(verified.corr_id).digest()[:ID_SIZE]:
-                return _reply(verified, CMD_PROHIBITED)
-            return _reply(verified, AUTH)
+        if cmd.link is not None and (
+            cmd.link.sender_id != hashlib.sha3_384(verified.corr_id).digest()[:ID_SIZE]
+        ):
+            # A sender id chosen by the client must come from the corrId, so that NEW
+            # cannot tell whether a queue with some id exists (docs/protocol.md#short-links).
+            return _reply(verified, CMD_PROHIBITED)
         if not self._new_queue_allowed(client.conn):
             self._context.counters.new_queues_rate_limited += 1
             return _reply(verified, NEW_RATE_LIMITED)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_dh_key)
         service_id = client.conn.service_id if cmd.subscribe else None
-        record = await _add_with_fresh_ids(
-            lambda: QueueRecord(
-                secrets.token_bytes(ID_SIZE), secrets.token_bytes(ID_SIZE), cmd.rcv_auth_key,
+        # The queue mode is kept from v15, where NEW states it (docs/protocol.md#short-links).
+        queue_mode = cmd.queue_mode if verified.version >= versions.SHORT_LINKS else None
+
+        def make_record(sender_id: bytes, link_id: bytes | None) -> QueueRecord:
+            return QueueRecord(
+                secrets.token_bytes(ID_SIZE), sender_id, cmd.rcv_auth_key,
                 secret, None, bool(cmd.snd_secure),
                 # subMode S subscribes the queue here, so it joins this connection's service
                 rcv_service_id=service_id,
                 updated_at=int(time.time()),
-            ),
-            self._context.queues.add_queue,
-        )
+                queue_mode=queue_mode,
+                link_id=link_id,
+            )
+
+        record: QueueRecord | ErrorType
+        if cmd.link is None:
+            record = await _add_with_fresh_ids(
+                lambda: make_record(secrets.token_bytes(ID_SIZE), None),
+                self._context.queues.add_queue,
+            )
+        else:
+            # A messaging queue's link id is the router's; a contact queue's, the client's.
+            link_id = cmd.link.link_id
+            if link_id is None:
+                link_id = secrets.token_bytes(ID_SIZE)
+            record = make_record(cmd.link.sender_id, link_id)
+            link = QueueLinkData(link_id, cmd.link.fixed_data, cmd.link.user_data)
+            error = await self._context.queues.add_queue(record, link)
+            if error is not None:
+                # The client chose the sender id (and a contact queue's link id): no
+                # retry, and a taken one is AUTH as in the reference.
+                return _reply(verified, AUTH if error == DUPLICATE else error)
         if isinstance(record, ErrorType):
             return _reply(verified, record)
         rid, sid = record.recipient_id, record.sender_id
@@ -255,7 +308,8 @@ class Commands:
         if cmd.subscribe:
             self._context.subscriptions.subscribe(client, rid, secret)
         return _reply(verified, IDS(
-            rid, sid, srv_pub, cmd.snd_secure, service_id=service_id, notifier=notifier
+            rid, sid, srv_pub, cmd.snd_secure, link_id=record.link_id,
+            service_id=service_id, notifier=notifier,
         ))
 
     def _new_queue_allowed(self, conn: Connection) -> bool:
@@ -476,6 +530,19 @@ async def _add_with_fresh_ids(
 def blocked_error(reason: str) -> ErrorType:
     """`ERR BLOCKED reason=spam` (docs/protocol.md, "Errors")."""
     return ErrorType("BLOCKED", f"reason={reason}")
+
+
+def _is_contact_queue(queue: QueueRecord) -> bool:
+    """A contact queue's link may be read unsigned (LGET); a queue created without a
+    mode is one while no sender key is set, as contact queues were before SKEY."""
+    if queue.queue_mode is not None:
+        return queue.queue_mode == b"C"
+    return queue.sender_key is None
+
+
+def _is_secured_messaging_queue(queue: QueueRecord) -> bool:
+    """Its link data went to the sender with LKEY: LSET may not change it any more."""
+    return queue.queue_mode != b"C" and queue.sender_key is not None
 
 
 def _password_ok(required: bytes | None, given: bytes | None) -> bool:

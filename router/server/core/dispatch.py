@@ -84,10 +84,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Commands that touch no queue, so there is nothing to verify them against.
-# Whether the stores keep short-link data yet (docs/protocol.md#short-links): until they
-# do, a link names no queue.
-LINKS_SUPPORTED = hasattr(Party, "LINK")
-
 _UNVERIFIED = (PING, PRXY, PFWD)
 # Commands of the service extension: verified against the service key of the hello.
 _SERVICE = (SUBS, NSUBS)
@@ -222,8 +218,8 @@ class Dispatcher:
         queues = self._queues
         if kind is LGET:
             # Unsigned: the link id is the capability (docs/protocol.md#short-links).
-            return Verified(t.corr_id, t.entity_id, cmd, await _link_queue(queues, t.entity_id),
-                            version)
+            queue = await queues.get_queue(Party.LINK, t.entity_id)
+            return Verified(t.corr_id, t.entity_id, cmd, queue, version)
         if kind is NEW:
             key, queue = cmd.rcv_auth_key, None  # type: ignore[union-attr]
         elif kind is SEND:
@@ -242,7 +238,7 @@ class Dispatcher:
         elif kind in _SERVICE:
             key, queue = _service_key(conn, t.entity_id), None
         elif kind is LKEY:
-            queue = await _link_queue(queues, t.entity_id)
+            queue = await queues.get_queue(Party.LINK, t.entity_id)
             key = _skey_key(queue, cmd.sender_key)  # type: ignore[union-attr]
         else:
             queue = await queues.get_queue(Party.RECIPIENT, t.entity_id)
@@ -274,14 +270,6 @@ def _parse(t: Transmission, version: int) -> Command | ErrorType:
     except ProtocolError as e:
         return e.error
     return check_credentials(cmd, t) or cmd
-
-
-async def _link_queue(queues: QueueStore, link_id: bytes) -> QueueRecord | None:
-    """The queue a short link names (docs/protocol.md#short-links); None when the store
-    keeps no links (LINKS_SUPPORTED) or has no such link."""
-    if not LINKS_SUPPORTED:
-        return None
-    return await queues.get_queue(Party.LINK, link_id)  # type: ignore[attr-defined]
 
 
 def _service_key(conn: Connection, entity_id: bytes) -> bytes | None:
