@@ -33,7 +33,6 @@ import socket
 import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import trio
 from websockets.http11 import Request
@@ -42,7 +41,7 @@ from websockets.server import ServerProtocol
 from router.protocol.handshake import web_challenge
 
 from ..settings.edge_limits import EdgeLimits
-from .block_stream import STREAM_GONE
+from .block_stream import STREAM_GONE, BlockStream
 from .http import (
     ACCEPT_WEBSOCKET,
     BadRequest,
@@ -54,6 +53,7 @@ from .http import (
     request_for_hook,
     serialize_response,
 )
+from .native_tls import NativeEdge, TlsBlockTransport
 from .websocket import WebSocketTransport, framing
 
 log = logging.getLogger(__name__)
@@ -80,18 +80,12 @@ def connection_cap(limits: EdgeLimits) -> int:
     return max(1, min(limits.max_connections, soft - limits.fd_headroom))
 
 
-def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server TLS context from a PEM certificate chain and its private key."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    return context
-
 
 
 # --- the listener ------------------------------------------------------------------------
 
 
-ConnectionHandler = Callable[[WebSocketTransport], Awaitable[None]]
+ConnectionHandler = Callable[[BlockStream], Awaitable[None]]
 
 
 class EdgeListener:
@@ -104,12 +98,15 @@ class EdgeListener:
         hook: RequestHook,
         limits: EdgeLimits,
         tls: ssl.SSLContext | None,
+        identity_tls: ssl.SSLContext | None = None,
     ) -> None:
         self._listener = listener
         self._handler = handler
         self._hook = hook
         self.limits = limits
         self._tls = tls
+        # Native SMP over TLS beside HTTP (native_tls.py), when the router has an identity.
+        self._native = None if identity_tls is None else NativeEdge(identity_tls, tls, limits)
         self.max_connections = connection_cap(limits)
         self.open_connections = 0
         self.pending = 0
@@ -254,13 +251,19 @@ class EdgeListener:
     async def _upgrade(
         self, raw: trio.SocketStream, protocol: ServerProtocol, remote: str,
         on_established: Callable[[], None],
-    ) -> WebSocketTransport | None:
-        """Read the request and answer it; the transport if it became a WebSocket."""
+    ) -> WebSocketTransport | TlsBlockTransport | None:
+        """Read the request and answer it; the transport if it became a WebSocket, or
+        the native SMP transport if the client speaks SMP over TLS."""
         stream: trio.abc.Stream = raw
-        if self._tls is not None:
+        if self._tls is not None and self._native is None:
             stream = trio.SSLStream(raw, self._tls, server_side=True)
         with trio.move_on_after(self.limits.upgrade_timeout):
             try:
+                if self._native is not None:
+                    opened = await self._native.open(raw, remote, on_established)
+                    if opened is None or isinstance(opened, TlsBlockTransport):
+                        return opened
+                    stream = opened
                 request, events = await read_request_head(
                     stream, protocol, self.limits.max_request_bytes
                 )
@@ -333,10 +336,12 @@ async def serve_edge(
     hook: RequestHook = accept_every_upgrade,
     limits: EdgeLimits = DEFAULT_LIMITS,
     tls: ssl.SSLContext | None = None,
+    identity_tls: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[EdgeListener] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on `host:port` (0: a free port) until cancelled; reports the `EdgeListener`
-    (its `port`, `suspend()`, `resume()`) through `task_status`."""
+    (its `port`, `suspend()`, `resume()`) through `task_status`. With `identity_tls`
+    the port serves native SMP over TLS too (native_tls.py)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     for extra in listeners[1:]:
         await extra.aclose()
@@ -344,7 +349,7 @@ async def serve_edge(
     # Trio's own accept always makes: it gets the plain socket.
     listener = socket.socket(fileno=listeners[0].socket.detach())
     listener.setblocking(False)
-    edge = EdgeListener(listener, handler, hook, limits, tls)
+    edge = EdgeListener(listener, handler, hook, limits, tls, identity_tls)
     with listener:
         task_status.started(edge)
         await edge.serve()
