@@ -31,6 +31,7 @@ frame of its own (clients send PING commands).
 from __future__ import annotations
 
 import math
+import select
 import socket
 import ssl
 import tempfile
@@ -56,6 +57,7 @@ MAX_CLIENT_HELLO_RECORD = 16384 + 256
 # How long a TLS client that agreed no ALPN has to speak first before it is taken
 # for an SMP client waiting for the router's hello.
 NO_ALPN_WAIT = 0.5
+_PEEK_INTERVAL = 0.01  # seconds between two looks at a client hello still arriving
 _EXT_SERVER_NAME = 0
 _EXT_ALPN = 16
 _KEEPALIVE_PROBES = 3
@@ -159,9 +161,10 @@ def web_tls_context(cert: Path, key: Path) -> ssl.SSLContext:
 
 
 class ReplayedStream(trio.abc.Stream):
-    """A stream that gives back the bytes read ahead of it before reading on."""
+    """A stream that gives back the bytes read ahead of it before reading on (the
+    request a TLS client without ALPN sent while the router waited to see)."""
 
-    def __init__(self, inner: trio.SocketStream, head: bytes) -> None:
+    def __init__(self, inner: trio.abc.Stream, head: bytes) -> None:
         self.inner = inner
         self._head = head
 
@@ -200,19 +203,13 @@ class NativeEdge:
     ) -> trio.abc.Stream | TlsBlockTransport | None:
         """The HTTP stream, the SMP transport, or None for a client that left or
         failed TLS. Runs within the caller's upgrade deadline."""
-        try:
-            first = await raw.receive_some(RECEIVE_BUFFER_SIZE)
-        except STREAM_GONE:
+        head = await _peek_first_record(raw)
+        if not head:
             return None
-        if not first:
-            return None
-        if first[0] != TLS_HANDSHAKE_RECORD:
-            return ReplayedStream(raw, first) if self._web is None else None
-        head = await _read_record(raw, first)
-        if head is None:
-            return None
+        if head[0] != TLS_HANDSHAKE_RECORD:
+            return raw if self._web is None else None
         context = self._context_for(read_client_hello_offer(head))
-        tls = trio.SSLStream(ReplayedStream(raw, head), context, server_side=True)
+        tls = trio.SSLStream(raw, context, server_side=True)
         try:
             await tls.do_handshake()
         except (*STREAM_GONE, ssl.SSLError):
@@ -226,7 +223,7 @@ class NativeEdge:
                     early = await tls.receive_some(RECEIVE_BUFFER_SIZE)
                 except (*STREAM_GONE, ssl.SSLError):
                     return None
-                return _ReplayedTls(tls, early) if early else None
+                return ReplayedStream(tls, early) if early else None
         elif agreed is None:
             return tls
         session_id = tls.get_channel_binding("tls-unique")
@@ -246,36 +243,40 @@ class NativeEdge:
         return self._web
 
 
-async def _read_record(raw: trio.SocketStream, first: bytes) -> bytes | None:
-    """The first TLS record whole (or as much as `MAX_CLIENT_HELLO_RECORD`)."""
-    head = bytearray(first)
-    while len(head) < _RECORD_HEADER:
-        more = await _receive(raw)
-        if not more:
-            return None
-        head += more
-    wanted = min(_RECORD_HEADER + int.from_bytes(head[3:5], "big"), MAX_CLIENT_HELLO_RECORD)
-    while len(head) < wanted:
-        more = await _receive(raw)
-        if not more:
-            return None
-        head += more
-    return bytes(head)
+async def _peek_first_record(raw: trio.SocketStream) -> bytes:
+    """The first bytes of the connection, left in the socket: the whole first TLS
+    record (up to `MAX_CLIENT_HELLO_RECORD`) if they begin one, else what came first;
+    b"" if the peer left. Peeking keeps the socket as it was for whoever reads it."""
+    sock = raw.socket
+    wanted = _RECORD_HEADER
+    while True:
+        try:
+            head = await sock.recv(wanted, socket.MSG_PEEK)
+        except OSError:
+            return b""
+        if not head or head[0] != TLS_HANDSHAKE_RECORD:
+            return head
+        if len(head) >= _RECORD_HEADER:
+            wanted = min(_RECORD_HEADER + int.from_bytes(head[3:5], "big"),
+                         MAX_CLIENT_HELLO_RECORD)
+            if len(head) >= wanted:
+                return head
+        # The rest of the record is on its way: peeking again at once would spin, and
+        # a peek cannot see the end of the stream behind the bytes it shows.
+        if _peer_has_left(sock.fileno()):
+            return b""
+        await trio.sleep(_PEEK_INTERVAL)
 
 
-async def _receive(raw: trio.SocketStream) -> bytes:
-    try:
-        return await raw.receive_some(RECEIVE_BUFFER_SIZE)
-    except STREAM_GONE:
-        return b""
-
-
-class _ReplayedTls(ReplayedStream):
-    """A TLS stream whose first decrypted bytes were read to find it speaks HTTP."""
-
-    def __init__(self, inner: trio.SSLStream, head: bytes) -> None:  # type: ignore[override]
-        self.inner = inner  # type: ignore[assignment]
-        self._head = head
+def _peer_has_left(fd: int) -> bool:
+    """Whether the peer shut its side (Linux's POLLRDHUP, seen with data still unread)."""
+    rdhup = getattr(select, "POLLRDHUP", 0)
+    if not rdhup:
+        return False
+    poller = select.poll()
+    poller.register(fd, rdhup)
+    return any(events & (rdhup | select.POLLHUP | select.POLLERR)
+               for _, events in poller.poll(0))
 
 
 def _keep_alive(raw: trio.SocketStream, limits: EdgeLimits) -> None:
