@@ -8,6 +8,7 @@
     python -m bench compare      router CPU per operation, this checkout vs --base DIR
     python -m bench stores       throughput per store kind vs memory; restart with 100k queues
     python -m bench block-encryption  CPU per message and idle-connection memory, v10 vs v19
+    python -m bench transports   idle-connection memory, WebSocket vs native TLS
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
@@ -25,7 +26,7 @@ from typing import Any
 from . import harness
 
 NAMES = ("memory", "throughput", "burst", "scale", "profile", "stores", "compare",
-         "block-encryption")
+         "block-encryption", "transports")
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -112,6 +113,10 @@ def _run(args: argparse.Namespace) -> object:
         from . import block_encryption
 
         return block_encryption.run(quick=args.quick, repeats=repeats, duration=args.duration)
+    if args.name == "transports":
+        from . import transports
+
+        return transports.run(quick=args.quick, repeats=args.repeats or 1)
     if args.name == "throughput":
         from . import throughput
 
