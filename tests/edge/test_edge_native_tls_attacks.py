@@ -1,6 +1,7 @@
 """The edge's attack tests against native TLS (docs/protocol.md#native-tls): the
 same bounds hold as for WebSocket (hit-and-run, silent and half-open handshakes,
-the caps on connections being opened, a block that never completes, keepalive)."""
+the caps on connections being opened and on established ones per address, the fair
+drop of a full pending pool, a block that never completes, keepalive)."""
 
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ async def test_tls_connections_being_opened_are_capped_per_address():
         silent = [await _tls_stream(info, ATTACKER) for _ in range(2)]  # in the SMP handshake
         silent += [await connect_raw(info, ATTACKER) for _ in range(2)]  # before TLS
         with trio.fail_after(5):
-            while edge.pending < 4:
+            while edge.admission.pending_from(ATTACKER) < 4:
                 await trio.sleep(0.01)
         refused = await connect_raw(info, ATTACKER)
         await refused.send_all(_client_hello())
@@ -127,6 +128,48 @@ async def test_tls_connections_being_opened_are_capped_per_address():
             await edge.wait_connections_at_most(0)
         again = await _tls_stream(info, ATTACKER)  # the address may open connections again
         await trio.aclose_forcefully(again)
+
+
+async def test_established_tls_connections_are_capped_per_address():
+    async with running_router(max_connections_per_address=3) as info:
+        edge = listener(info)
+        held = []
+        with trio.fail_after(10):
+            for _ in range(3):
+                connection = await tls_connect(info.port, info.key_hash, source=ATTACKER)
+                await connection.hello(10, info.key_hash)
+                held.append(connection)
+            while edge.admission.pending_from(ATTACKER):  # each handshake through
+                await trio.sleep(0.01)
+        assert edge.admission.open_from(ATTACKER) == 3
+        refused = await connect_raw(info, ATTACKER)
+        await refused.send_all(_client_hello())
+        with trio.fail_after(5):
+            await wait_closed_by_router(refused)
+        assert edge.refused >= 1
+        await assert_served(info)  # another address is not affected
+        for connection in held:
+            await connection.aclose()
+        with trio.fail_after(5):
+            await edge.wait_connections_at_most(0)
+        assert edge.admission.open_from(ATTACKER) == 0
+
+
+async def test_a_full_pool_drops_the_oldest_pending_tls_connection_for_a_newcomer():
+    async with running_router(
+        upgrade_timeout=30.0, handshake_timeout=30.0, max_pending=4, max_pending_per_address=4
+    ) as info:
+        edge = listener(info)
+        held = [await _tls_stream(info, ATTACKER) for _ in range(4)]  # in the SMP handshake
+        with trio.fail_after(5):
+            while edge.admission.pending_from(ATTACKER) < 4:
+                await trio.sleep(0.01)
+        await assert_served(info)  # from 127.0.0.1, in place of the attacker's oldest
+        assert edge.admission.evicted >= 1
+        with trio.fail_after(5):
+            await wait_closed_by_router(held[0])
+        for stream in held:
+            await trio.aclose_forcefully(stream)
 
 
 async def test_a_block_that_never_completes_is_dropped_at_the_message_deadline():

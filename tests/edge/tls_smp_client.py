@@ -113,10 +113,18 @@ class TlsSmpConnection:
 
 async def tls_connect(
     port: int, key_hash: bytes | None, context: ssl.SSLContext | None = None,
+    source: str | None = None,
 ) -> TlsSmpConnection:
-    """TCP, TLS, then the router's hello; the chain checked against `key_hash`
-    (unless None) and the session id against tls-unique."""
-    tcp = await trio.open_tcp_stream("127.0.0.1", port)
+    """TCP (from the loopback address `source` if given), TLS, then the router's hello;
+    the chain checked against `key_hash` (unless None) and the session id against
+    tls-unique."""
+    if source is None:
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+    else:
+        sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+        await sock.bind((source, 0))
+        await sock.connect(("127.0.0.1", port))
+        tcp = trio.SocketStream(sock)
     stream = trio.SSLStream(tcp, context or client_context())
     try:
         await stream.do_handshake()
