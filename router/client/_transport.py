@@ -179,11 +179,16 @@ async def _open_stream(
     address: RouterAddress, ssl_context: ssl.SSLContext | None
 ) -> trio.abc.Stream:
     if ssl_context is None and not address.secure:
-        return await trio.open_tcp_stream(address.host, address.port)
+        return await _open_tcp(address)
     context = ssl_context or ssl.create_default_context()
     return await trio.open_ssl_over_tcp_stream(
         address.host, address.port, ssl_context=context, https_compatible=True
     )
+
+
+async def _open_tcp(address: RouterAddress) -> trio.SocketStream:
+    """The TCP connection under a plain WebSocket or SMP over TLS."""
+    return await trio.open_tcp_stream(address.host, address.port)
 
 
 def _resource(path: str, challenge: bytes | None) -> str:
@@ -232,7 +237,7 @@ class TlsTransport:
         stream: trio.SSLStream | None = None
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
-                tcp = await trio.open_tcp_stream(address.host, address.port)
+                tcp = await _open_tcp(address)
                 stream = trio.SSLStream(tcp, context)
                 await stream.do_handshake()
         except (*_TRANSPORT_ERRORS, ssl.SSLError, trio.TooSlowError) as e:
