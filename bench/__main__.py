@@ -18,6 +18,7 @@
     python -m bench charts [DIR] draw the charts again from saved figures
     python -m bench block-encryption  CPU per message and idle-connection memory, v10 vs v19
     python -m bench fairness     another client's PING during a flood of signed DEL/KEY/NEW blocks
+    python -m bench transports   idle-connection memory, WebSocket vs native TLS
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
@@ -37,7 +38,7 @@ from typing import Any
 from . import harness
 
 NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores", "compare",
-         "block-encryption")
+         "block-encryption", "transports")
 # benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
 OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts", "fairness")
 
@@ -151,6 +152,10 @@ def _run(args: argparse.Namespace) -> object:
         from . import block_encryption
 
         return block_encryption.run(quick=args.quick, repeats=repeats, duration=args.duration)
+    if args.name == "transports":
+        from . import transports
+
+        return transports.run(quick=args.quick, repeats=args.repeats or 1)
     if args.name == "throughput":
         from . import throughput
 

@@ -1,7 +1,8 @@
 """Router addresses: ``smp://<base64url keyHash>@host:port[/path]``.
 
-The path (this project's addition to the address form) is the URL path the
-router's WebSocket is served on, for a router embedded behind a path, e.g.
+An ``smp://`` address means SMP over TLS (docs/protocol.md#native-tls), as in
+SimpleX. A path (this project's addition to the address form) names the URL
+path of a router embedded behind a path, which is reached by WebSocket, e.g.
 ``smp://<keyHash>@example.net:443/smp`` for a gateway's ``/smp``; without
 one the path is ``/``.
 
@@ -27,8 +28,9 @@ class RouterAddress:
     host: str
     port: int
     key_hash: bytes
-    secure: bool = False  # wss:// (TLS) rather than ws://
+    secure: bool = False  # TLS: native, or wss:// rather than ws://
     path: str = "/"
+    native: bool = False  # SMP straight over TLS (ALPN smp/1), not WebSocket
 
     @property
     def address(self) -> str:
@@ -50,8 +52,9 @@ def parse_address(
     """A `RouterAddress` from an ``smp://`` address or a ``ws(s)://`` URL.
 
     `key_hash` is required with a WebSocket URL; with an ``smp://`` address it
-    may be given too, and then it must agree. `secure` asks for TLS with an
-    ``smp://`` address (a ``wss://`` URL asks for it by itself).
+    may be given too, and then it must agree. An ``smp://`` address without a
+    path is native TLS; with one it is a WebSocket on that path, and `secure`
+    asks for wss:// there (a ``wss://`` URL asks for it by itself).
     """
     parts = urlsplit(text)
     if parts.scheme == "smp":
@@ -71,7 +74,11 @@ def _smp_address(parts, key_hash: bytes | None, secure: bool) -> RouterAddress:
     host = (parts.hostname or "").split(",")[0]
     if not host:
         raise ValueError("smp:// address without a host")
-    return RouterAddress(host, parts.port or DEFAULT_SMP_PORT, parsed, secure, _path(parts))
+    path = _path(parts)
+    native = path == "/"
+    return RouterAddress(
+        host, parts.port or DEFAULT_SMP_PORT, parsed, secure or native, path, native
+    )
 
 
 def _ws_address(parts, key_hash: bytes | None) -> RouterAddress:

@@ -54,7 +54,7 @@ from ._address import RouterAddress, parse_address
 from ._connection import Connection, Request, Result
 from ._errors import BadResponse, ConnectionClosed, SMPError
 from ._handshake import client_handshake, new_challenge
-from ._transport import Transport
+from ._transport import connect_transport
 from ._types import (
     ClientStatistics,
     Event,
@@ -82,8 +82,9 @@ async def open_client(
 ) -> AsyncIterator[SMPClient]:
     """Connect, handshake, and yield a ready `SMPClient`; closed on exit.
 
-    `url_or_address` is ``smp://<keyHash>@host:port`` or a ``ws(s)://`` URL
-    with `key_hash`. An `ssl_context` makes the connection use TLS. With
+    `url_or_address` is ``smp://<keyHash>@host:port`` (SMP over TLS, checked
+    against the key hash, docs/protocol.md#native-tls) or a ``ws(s)://`` URL with
+    `key_hash`. An `ssl_context` makes a WebSocket connection use TLS (wss). With
     `service_seed` (an Ed25519 seed) the client proves in its hello that it
     acts for that service (docs/protocol.md#service-extension). `event_buffer` bounds the events
     waiting to be read; when it is full the reader waits, so a client that
@@ -93,8 +94,9 @@ async def open_client(
     address = parse_address(url_or_address, key_hash, secure=ssl_context is not None)
     try:
         async with trio.open_nursery() as nursery:
-            challenge = new_challenge()
-            transport = await Transport.connect(nursery, address, ssl_context, challenge)
+            # The web identity proof is for WebSocket; over TLS the TLS chain proves it.
+            challenge = None if address.native else new_challenge()
+            transport = await connect_transport(nursery, address, ssl_context, challenge)
             try:
                 session = await client_handshake(
                     transport, address.key_hash, versions, service_seed, challenge

@@ -65,7 +65,7 @@ from router.protocol.types import (
 )
 
 from ._errors import BadResponse, ConnectionClosed
-from ._transport import Transport
+from ._transport import BlockTransport
 from ._types import (
     AllReceivedEvent,
     ClientStatistics,
@@ -110,11 +110,11 @@ class _Waiter:
 
 
 class Connection:
-    """Correlates commands and responses over one handshaken `Transport`."""
+    """Correlates commands and responses over one handshaken transport."""
 
     def __init__(
         self,
-        transport: Transport,
+        transport: BlockTransport,
         version: int,
         session_id: bytes,
         event_buffer: float = math.inf,

@@ -14,6 +14,7 @@ identity by signing the challenge the client put in the URL
 
 from __future__ import annotations
 
+import hmac
 import os
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from router.protocol.handshake import (
 from router.protocol.types import ProtocolError
 
 from ._errors import HandshakeError, IdentityMismatch
-from ._transport import Transport
+from ._transport import BlockTransport
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ def new_challenge() -> bytes:
 
 
 async def client_handshake(
-    transport: Transport,
+    transport: BlockTransport,
     key_hash: bytes,
     versions_range: tuple[int, int] = (SMP_VERSION_MIN, SMP_VERSION_MAX),
     service_seed: bytes | None = None,
@@ -70,6 +71,8 @@ async def client_handshake(
             f"client supports {versions_range[0]}..{versions_range[1]}"
         )
     _check_identity(hello, key_hash, version, challenge)
+    if transport.tls_unique is not None:
+        _check_tls(hello, key_hash, transport.tls_unique, transport.tls_certificate)
     client_priv, client_key = crypto.new_x25519()
     # Before v11 nothing uses the router's key of the connection: not read, not checked.
     router_dh_key = _router_dh_key(hello) if versions.has_block_encryption(version) else None
@@ -102,6 +105,23 @@ def _router_dh_key(hello: ServerHello) -> bytes | None:
         return crypto.hello_dh_key(hello.signed_key)
     except ProtocolError as e:
         raise HandshakeError(f"unusable server hello: {e}") from e
+
+
+def _check_tls(
+    hello: ServerHello, key_hash: bytes, tls_unique: bytes, certificate: bytes | None
+) -> None:
+    """Over native TLS (docs/protocol.md#native-tls): the hello's chain is the identity
+    chain of the key hash, the TLS certificate is its online certificate, and the
+    session id is the TLS `tls-unique` binding."""
+    if not crypto.verify_tls_identity(hello.cert_chain, hello.signed_key, key_hash):
+        raise IdentityMismatch(
+            "router identity does not match the key hash: wrong address, or another "
+            "router answers at it"
+        )
+    if certificate != hello.cert_chain[0]:
+        raise IdentityMismatch("the router's TLS certificate is not its online certificate")
+    if not hmac.compare_digest(hello.session_id, tls_unique):
+        raise HandshakeError("the session id is not the TLS channel binding (tls-unique)")
 
 
 def _check_identity(

@@ -1,6 +1,8 @@
-"""The WebSocket under the client: one SMP block per binary message (docs/protocol.md#websocket).
+"""The connection under the client: SMP blocks straight over TLS for an ``smp://``
+address (docs/protocol.md#native-tls), or one block per binary WebSocket message
+for a ``ws(s)://`` URL (docs/protocol.md#websocket).
 
-This is the one place that touches trio-websocket and sockets. Every failure
+This is the one place that touches TLS, trio-websocket and sockets. Every failure
 below is translated here, once, into `ConnectionClosed`; code above it never
 catches a trio, trio-websocket or OS exception.
 """
@@ -37,10 +39,16 @@ _TRANSPORT_ERRORS = (
 )
 
 
+SMP_ALPN = "smp/1"
+
+
 class Transport:
     """One open WebSocket carrying SMP blocks."""
 
     __slots__ = ("_ws", "_stream")
+    # No TLS channel binding: the router's hello brings the session id.
+    tls_unique: bytes | None = None
+    tls_certificate: bytes | None = None
 
     def __init__(self, ws: trio_websocket.WebSocketConnection, stream: trio.abc.Stream) -> None:
         self._ws = ws
@@ -171,11 +179,16 @@ async def _open_stream(
     address: RouterAddress, ssl_context: ssl.SSLContext | None
 ) -> trio.abc.Stream:
     if ssl_context is None and not address.secure:
-        return await trio.open_tcp_stream(address.host, address.port)
+        return await _open_tcp(address)
     context = ssl_context or ssl.create_default_context()
     return await trio.open_ssl_over_tcp_stream(
         address.host, address.port, ssl_context=context, https_compatible=True
     )
+
+
+async def _open_tcp(address: RouterAddress) -> trio.SocketStream:
+    """The TCP connection under a plain WebSocket or SMP over TLS."""
+    return await trio.open_tcp_stream(address.host, address.port)
 
 
 def _resource(path: str, challenge: bytes | None) -> str:
@@ -195,3 +208,101 @@ def _reason(e: BaseException) -> str:
         detail = f": {r.reason}" if r.reason else ""
         return f"connection closed ({r.code} {r.name}{detail})"
     return f"connection broken: {e!r}"
+
+
+class TlsTransport:
+    """One TLS connection carrying SMP blocks with no framing (docs/protocol.md#native-tls).
+
+    The TLS layer checks nothing itself (no certificate authority): the handshake
+    checks the router's chain against the key hash, the TLS certificate against the
+    chain, and the session id against `tls_unique`.
+    """
+
+    __slots__ = ("_stream", "_buffer", "tls_unique", "tls_certificate")
+
+    def __init__(self, stream: trio.SSLStream, tls_unique: bytes, certificate: bytes) -> None:
+        self._stream = stream
+        self._buffer = b""
+        self.tls_unique = tls_unique  # the session id both ends read from TLS
+        self.tls_certificate = certificate  # the router's TLS certificate, DER
+
+    @classmethod
+    async def connect(cls, address: RouterAddress) -> TlsTransport:
+        """TCP and TLS with ALPN `smp/1`, within `CONNECT_TIMEOUT`."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the key hash is checked, not a CA
+        context.set_alpn_protocols([SMP_ALPN])
+        stream: trio.SSLStream | None = None
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT):
+                tcp = await _open_tcp(address)
+                stream = trio.SSLStream(tcp, context)
+                await stream.do_handshake()
+        except (*_TRANSPORT_ERRORS, ssl.SSLError, trio.TooSlowError) as e:
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            why = f"no answer in {CONNECT_TIMEOUT:g} s" if isinstance(e, trio.TooSlowError) else e
+            raise ConnectionClosed(
+                f"cannot connect to {address.host}:{address.port}: {why}"
+            ) from e
+        agreed = stream.selected_alpn_protocol()
+        tls_unique = stream.get_channel_binding("tls-unique")
+        certificate = stream.getpeercert(binary_form=True)
+        if agreed != SMP_ALPN or not tls_unique or not certificate:
+            await trio.aclose_forcefully(stream)
+            raise ConnectionClosed(
+                f"{address.host}:{address.port} does not speak SMP over TLS (ALPN {agreed!r})"
+            )
+        return cls(stream, tls_unique, certificate)
+
+    async def send_block(self, block: bytes) -> None:
+        try:
+            await self._stream.send_all(block)
+        except (*_TRANSPORT_ERRORS, ssl.SSLError) as e:
+            raise ConnectionClosed(_reason(e)) from e
+
+    async def ping(self) -> None:
+        raise ConnectionClosed("SMP over TLS has no transport ping: send PING")
+
+    async def receive_block(self) -> bytes:
+        """The next 16384 bytes of the stream."""
+        buffer = self._buffer
+        while len(buffer) < BLOCK_SIZE:
+            try:
+                data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+            except (*_TRANSPORT_ERRORS, ssl.SSLError) as e:
+                raise ConnectionClosed(_reason(e)) from e
+            if not data:
+                raise ConnectionClosed("router closed the connection")
+            buffer += data
+        self._buffer = buffer[BLOCK_SIZE:]
+        return buffer[:BLOCK_SIZE]
+
+    async def aclose(self) -> None:
+        """Send close_notify within `CLOSE_TIMEOUT`, then close the socket. Idempotent."""
+        if trio.current_effective_deadline() != -math.inf:
+            with trio.move_on_after(CLOSE_TIMEOUT) as scope:
+                scope.shield = True
+                try:
+                    await self._stream.aclose()
+                    return
+                except (*_TRANSPORT_ERRORS, ssl.SSLError):
+                    pass
+        await trio.aclose_forcefully(self._stream)
+
+
+BlockTransport = Transport | TlsTransport
+
+
+async def connect_transport(
+    nursery: trio.Nursery,
+    address: RouterAddress,
+    ssl_context: ssl.SSLContext | None = None,
+    challenge: bytes | None = None,
+) -> BlockTransport:
+    """SMP over TLS for an ``smp://`` address, a WebSocket for a ``ws(s)://`` URL."""
+    if address.native:
+        return await TlsTransport.connect(address)
+    return await Transport.connect(nursery, address, ssl_context, challenge)

@@ -328,3 +328,36 @@ def verify_web_identity(
     return _ed25519_ok(proof, public, web_proof_signed_bytes(challenge, session_id)) and (
         _ed25519_ok(key_signature, public, key_object)
     )
+
+
+def verify_tls_identity(
+    chain: tuple[bytes, ...], signed_key: bytes | None, key_hash: bytes,
+) -> bool:
+    """A native TLS client's check of the router's chain (docs/protocol.md#native-tls):
+    two certificates, the second (the identity certificate) hashing to `key_hash`, its
+    Ed25519 key signing the first (the online certificate), whose key signed the hello's
+    signed key when there is one."""
+    if len(chain) != 2:
+        return False
+    online, identity = chain
+    if not hmac.compare_digest(hashlib.sha256(identity).digest(), key_hash):
+        return False
+    try:
+        identity_spki, online_spki = certificate_spki(identity), certificate_spki(online)
+        tbs, signature = signed_object_parts(online)
+    except ProtocolError:
+        return False
+    if _key_kind(identity_spki) is not KeyType.ED25519 or len(signature) != 64:
+        return False
+    if not _ed25519_ok(signature, raw_key(identity_spki), tbs):
+        return False
+    if signed_key is None:
+        return True
+    try:
+        key_object, key_signature = signed_object_parts(signed_key)
+    except ProtocolError:
+        return False
+    return (
+        _key_kind(online_spki) is KeyType.ED25519 and len(key_signature) == 64
+        and _ed25519_ok(key_signature, raw_key(online_spki), key_object)
+    )

@@ -41,6 +41,11 @@ SMP_VERSION_MAX = CODEC_VERSION_MAX
 # they spoke the newer versions); the codec's default where a version is not given.
 LEGACY_VERSION = DELETED_EVENT
 
+# The highest version offered to a native TLS client that agreed no ALPN
+# (docs/protocol.md#native-tls). The reference offers such a client its oldest
+# version only (v6, from before ALPN was asked for); this router's oldest is v9.
+LEGACY_TLS_VERSION_MAX = SMP_VERSION_MIN
+
 VERSION_ADDITIONS: dict[int, str] = {
     SENDER_AUTH_KEY: "SKEY, sndSecure in NEW and IDS (the oldest version served)",
     DELETED_EVENT: "DELD to the other subscribers of a deleted queue",

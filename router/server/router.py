@@ -52,7 +52,8 @@ from .edge.handshake import server_handshake
 from .edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
 from .edge.identity import RouterIdentity, host_port, load_or_create_identity
 from .edge.listen import naming_address
-from .edge.listener import EdgeListener, serve_edge, tls_context
+from .edge.listener import EdgeListener, serve_edge
+from .edge.native_tls import TlsBlockTransport, identity_tls_context, web_tls_context
 from .edge.transports import BlockTransport
 from .open_stores import open_router_stores
 from .ops.control import CONTROL_HOST, serve_control
@@ -203,9 +204,12 @@ class Router:
     async def serve_transport(self, transport: BlockStream) -> None:
         """Handshake, then serve one client until it leaves; never raises for its faults."""
         try:
+            native = transport if isinstance(transport, TlsBlockTransport) else None
             handshake = await server_handshake(
                 transport, self.key_hash, self.config.handshake_timeout, self.identity,
                 transport.web_challenge,
+                session_id=None if native is None else native.session_id,
+                legacy=native is not None and native.legacy,
             )
             transport.established()
             blocks: BlockStream = transport
@@ -424,6 +428,7 @@ async def serve_router(
             listener: EdgeListener = await nursery.start(partial(
                 serve_edge, router.serve_transport, config.host, config.port,
                 hook=router.request_hook, limits=config.edge_limits(), tls=tls,
+                identity_tls=identity_tls_context(router.identity),
             ))
         router.listener = listener
         router.tls = tls
@@ -453,7 +458,7 @@ def listener_tls(config: RouterConfig) -> ssl.SSLContext | None:
         if marker not in pem:
             raise ConfigError(f"the TLS {what} {path} is not a PEM {what} file")
     try:
-        return tls_context(cert, key)
+        return web_tls_context(cert, key)
     except ssl.SSLError as e:
         if "KEY_VALUES_MISMATCH" in str(e):
             raise ConfigError(f"the TLS key {key} is not the key of the certificate {cert}") from e

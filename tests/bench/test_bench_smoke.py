@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import burst, harness, memory, profile, scale, throughput
+from bench import burst, harness, memory, profile, scale, throughput, transports
 from bench.__main__ import main
 
 COMMITTED = Path(burst.__file__).resolve().parent / "results"
@@ -40,6 +40,19 @@ def test_memory_writes_per_subscription_figures_for_both_modes(results_in: Path)
     assert per_queue["traced_per_subscription"] > single["traced_per_subscription"] + 1000
     assert row["per-queue-task"]["tasks"] > row["single-task"]["tasks"]
     assert (results_in / "memory.png").read_bytes()[:8] == PNG
+
+
+def test_transports_writes_idle_connection_figures_for_websocket_and_tls(
+    results_in: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(transports, "QUICK_IDLE_CONNECTIONS", 10)
+    summary = transports.run(quick=True)
+    data = _figures(results_in, "transports")
+    assert data["parameters"]["idle_connections"] == 10
+    for name in transports.TRANSPORTS:
+        # every connection is a router task or more: both transports were really opened
+        assert summary[name]["tasks_per_connection"] >= 1
+        assert summary[name]["idle_connection_traced"] > 0
 
 
 def test_throughput_writes_rates_latencies_and_the_echo_ceiling(results_in: Path):

@@ -91,7 +91,9 @@ class FakePeer:
 
     @property
     def address(self) -> str:
-        return format_address(self.key_hash, "127.0.0.1", self.port)
+        """The peer speaks WebSocket: its URL with the key hash as the user part."""
+        key_hash = format_address(self.key_hash, "h", 1).split("@")[0].removeprefix("smp://")
+        return f"ws://{key_hash}@127.0.0.1:{self.port}"
 
 
 @asynccontextmanager

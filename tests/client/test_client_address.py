@@ -16,7 +16,7 @@ def test_an_smp_address_round_trips_through_format_and_parse():
     address = parse_address(text)
     assert (address.host, address.port, address.key_hash) == ("127.0.0.1", 5224, KEY_HASH)
     assert address.address == text
-    assert not address.secure
+    assert address.native and address.secure  # SMP over TLS, as in SimpleX
 
 
 def test_an_smp_address_keeps_base64url_padding():
@@ -33,9 +33,15 @@ def test_an_smp_address_with_several_hosts_uses_the_first():
     assert parse_address(text).host == "a.example"
 
 
-def test_an_smp_address_asks_for_tls_only_when_told_to():
-    text = format_address(KEY_HASH, "h", 1)
+def test_an_smp_address_with_a_path_is_a_websocket_that_asks_for_tls_only_when_told_to():
+    text = format_address(KEY_HASH, "h", 1, "/smp")
+    assert not parse_address(text).native and not parse_address(text).secure
     assert parse_address(text, secure=True).secure
+
+
+def test_ws_urls_are_never_native_tls():
+    assert not parse_address("wss://router.example", KEY_HASH).native
+    assert not parse_address("ws://router.example", KEY_HASH).native
 
 
 def test_an_ipv6_host_is_bracketed_and_parsed_back():

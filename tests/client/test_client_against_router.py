@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from router.client import (
+    ConnectionClosed,
     EndEvent,
     MessageEvent,
     SMPClient,
@@ -155,7 +156,8 @@ async def test_the_client_negotiates_version_19_with_the_router():
     with trio.fail_after(10):
         async with router_and_client() as (_, client):
             assert client.version == 19
-            assert len(client.session_id) == 32
+            # smp:// is native TLS: the session id is tls-unique (48 bytes with a SHA-384 suite)
+            assert len(client.session_id) in (32, 48)
 
 
 async def test_ack_many_acknowledges_several_queues_and_next_messages_arrive_as_events():
@@ -179,6 +181,20 @@ async def test_ack_many_acknowledges_several_queues_and_next_messages_arrive_as_
 
 async def test_a_websocket_ping_is_answered_by_the_router_and_the_connection_stays_usable():
     with trio.fail_after(10):
-        async with router_and_client() as (_, client):
+        async with running_router() as info, open_client(info.url, info.key_hash) as client:
             await client.websocket_ping()
             await client.ping()
+
+
+async def test_an_smp_address_is_native_tls_and_a_ws_url_is_websocket_on_the_same_port():
+    with trio.fail_after(10):
+        async with running_router() as info:
+            async with open_client(info.address) as native, \
+                    open_client(info.url, info.key_hash) as websocket:
+                assert native.session_id != websocket.session_id
+                queue = await native.create_queue(subscribe=True)
+                await websocket.send(queue.sender_id, b"across transports")
+                event = await native.next_event()
+                assert event.body == b"across transports"  # type: ignore[union-attr]
+                with pytest.raises(ConnectionClosed, match="no transport ping"):
+                    await native.websocket_ping()

@@ -34,7 +34,7 @@ async def test_a_router_that_closes_fails_the_waiting_caller_and_later_calls():
 async def test_a_wrong_key_hash_makes_the_router_close_and_the_first_call_fail():
     with trio.fail_after(10):
         async with fake_peer(lambda conn: trio.sleep_forever()) as peer:
-            async with open_client(format_address(bytes(32), "127.0.0.1", peer.port)) as c:
+            async with open_client(peer.url, bytes(32)) as c:
                 with pytest.raises(ConnectionClosed):
                     await c.ping()
 

@@ -115,7 +115,7 @@ async def test_one_flooding_connection_does_not_starve_another():
 
 
 async def test_a_websocket_ping_is_answered():
-    async with running_router() as info, open_client(info.address) as client:
+    async with running_router() as info, open_client(info.url, info.key_hash) as client:
         with trio.fail_after(5):
             await client.websocket_ping()
 
@@ -163,7 +163,7 @@ def _large_buffers(roots: list[object], limit: int = 1024) -> list[int]:
 
 
 async def test_an_idle_connection_keeps_nothing_of_its_last_block():
-    async with running_router() as info, open_client(info.address) as client:
+    async with running_router() as info, open_client(info.url, info.key_hash) as client:
         queue = await client.create_queue(subscribe=True)
         await client.send(queue.sender_id, b"x" * 1000)
         await client.next_event()

@@ -16,16 +16,17 @@ SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar("source", de
 
 @pytest.fixture
 def from_address(monkeypatch):
-    """Clients connect from SOURCE's address (another loopback address) when it is set."""
-    real = _transport._open_stream
+    """Clients connect from SOURCE's address (another loopback address) when it is set,
+    by SMP over TLS (an smp:// address) as by WebSocket."""
+    real = _transport._open_tcp
 
-    async def open_stream(address, ssl_context):
+    async def open_tcp(address):
         source = SOURCE.get()
         if source is None:
-            return await real(address, ssl_context)
+            return await real(address)
         return await trio.open_tcp_stream(address.host, address.port, local_address=source)
 
-    monkeypatch.setattr(_transport, "_open_stream", open_stream)
+    monkeypatch.setattr(_transport, "_open_tcp", open_tcp)
 
 
 async def _spread_news(info, sources: list[str], connections: int, each: int) -> dict[str, int]:

@@ -68,12 +68,16 @@ async def test_a_new_tls_certificate_is_served_to_the_next_handshakes(start_rout
     second_der = ssl.PEM_cert_to_DER_cert(leaf1.cert_chain_pems[0].bytes().decode())
     with trio.fail_after(20):
         assert await served_certificate(info.port, context) == first_der
-        async with open_client(info.address, ssl_context=context) as kept:
+        # A wss:// client: the certificate reloaded is the web one (an smp:// client
+        # is shown the router's identity chain, reloaded or not).
+        async with open_client(info.url, info.key_hash, ssl_context=context) as kept:
             live, restart = info.router.reconfigure(
                 dataclasses.replace(info.router.config, tls_cert=cert1, tls_key=key1))
             assert live == ["tls_cert", "tls_key"] and restart == []
             assert await served_certificate(info.port, context) == second_der
             await kept.ping()  # the connection made with the old certificate goes on
+            async with open_client(info.address) as native:  # still the identity chain
+                await native.ping()
         # The same paths with new contents (a renewal) are loaded again too.
         cert1.write_bytes(cert0.read_bytes())
         key1.write_bytes(key0.read_bytes())

@@ -197,3 +197,22 @@ def test_authorizations_of_other_lengths_are_rejected(length):
 def test_sign_and_verify_agree_on_any_data(data):
     seed, pub = new_ed25519()
     assert verify_authorization(sign(seed, data), pub, data)
+
+
+def test_verify_tls_identity_checks_the_chain_against_the_key_hash_and_the_signed_key():
+    from router.protocol.crypto import verify_tls_identity
+    from router.server.edge.identity import generate_identity
+
+    identity, other = generate_identity(), generate_identity()
+    signed_key = identity.connection_key().signed_key
+    assert verify_tls_identity(identity.chain, signed_key, identity.key_hash)
+    assert verify_tls_identity(identity.chain, None, identity.key_hash)
+    assert not verify_tls_identity(identity.chain, signed_key, other.key_hash)
+    # an online certificate the identity did not issue
+    mixed = (other.online_certificate, identity.certificate)
+    assert not verify_tls_identity(mixed, None, identity.key_hash)
+    # a connection key signed by another router's online key
+    assert not verify_tls_identity(
+        identity.chain, other.connection_key().signed_key, identity.key_hash
+    )
+    assert not verify_tls_identity(identity.chain[:1], None, identity.key_hash)

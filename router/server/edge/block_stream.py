@@ -5,7 +5,8 @@ transport (`BlockStream`), and how a transport says the connection is over
 One binary WebSocket message is one 16384-byte block (docs/protocol.md#websocket); a
 message of any other size, or a text message, ends the connection. The router
 serves connections through this one interface: its own listener gives a
-`websocket.WebSocketTransport`, and `transports.py` has the other two. Library
+`websocket.WebSocketTransport` or a `native_tls.TlsBlockTransport` (SMP over TLS),
+and `transports.py` has the other two. Library
 exceptions become `TransportClosed` in the transport, once, so nothing above it
 catches them.
 """

@@ -61,30 +61,37 @@ async def server_handshake(
     timeout: float,
     identity: RouterIdentity | None = None,
     web_challenge: bytes | None = None,
+    *,
+    session_id: bytes | None = None,
+    legacy: bool = False,
 ) -> Handshake:
     """Run the router side of the handshake; TransportClosed if the client fails it.
 
     With `identity` the hello carries the certificate chain and the connection's
     signed key, so the client can check the router's identity before it answers;
-    with a `web_challenge` too, the signature over it (v19).
+    with a `web_challenge` too, the signature over it (v19). Over native TLS the
+    session id is the connection's `tls-unique` binding, and a client that agreed
+    no ALPN is offered the legacy range only (docs/protocol.md#native-tls).
     """
-    session_id = secrets.token_bytes(SESSION_ID_SIZE)
+    if session_id is None:
+        session_id = secrets.token_bytes(SESSION_ID_SIZE)
+    version_max = versions.LEGACY_TLS_VERSION_MAX if legacy else SMP_VERSION_MAX
     connection_key = None
     chain: tuple[bytes, ...] = ()
     signed_key = proof = None
     if identity is not None:
         connection_key = identity.connection_key()
         chain, signed_key = identity.chain, connection_key.signed_key
-        if web_challenge is not None and versions.has_web_identity_proof(SMP_VERSION_MAX):
+        if web_challenge is not None and versions.has_web_identity_proof(version_max):
             proof = identity.web_proof(web_challenge, session_id)
-    hello = ServerHello(SMP_VERSION_MIN, SMP_VERSION_MAX, session_id, chain, signed_key, proof)
+    hello = ServerHello(SMP_VERSION_MIN, version_max, session_id, chain, signed_key, proof)
     await transport.send_block(pad_block(encode_server_hello(hello)))
     with trio.move_on_after(timeout) as scope:
         block = await transport.receive_block()
     if scope.cancelled_caught:
         raise TransportClosed("no client hello in time")
     client = _parse_client_hello(block)
-    if not SMP_VERSION_MIN <= client.version <= SMP_VERSION_MAX:
+    if not SMP_VERSION_MIN <= client.version <= version_max:
         raise TransportClosed(f"client asked for version {client.version}")
     if client.key_hash != key_hash:
         raise TransportClosed("client hello names another router identity")

@@ -10,15 +10,19 @@ fixed deadline (a trickle of bytes cannot extend it, EOF ends it at once),
 asks the request hook what to do (`http.py`), and either answers plain HTTP and
 closes, or completes the WebSocket upgrade and runs the connection handler with
 a `WebSocketTransport` (`websocket.py`: blocks in and out, docs/protocol.md
-"Transport").
+"Transport"). With the router's identity the same port also serves SMP straight
+over TLS (`native_tls.py` tells the two apart before the request head); such a
+connection is admitted, counted and capped exactly as a WebSocket one, and is
+pending until its SMP handshake is through.
 
 The limits are set in `EdgeLimits` (settings):
 
 - connections still in the upgrade or the SMP handshake ("pending") are capped
   per remote address and in total, and a full pool drops the oldest pending
   connection of the most represented address for a newcomer from a less
-  represented one (`admission.py`); the handler calls
-  `WebSocketTransport.established()` once its handshake is through;
+  represented one (`admission.py`); the handler calls the transport's
+  `established()` (`WebSocketTransport`, `TlsBlockTransport`) once its handshake
+  is through;
 - all connections are capped per remote address (an IPv6 client by its /64)
   and in total, below the process's file-descriptor limit with headroom; above
   a cap a client gets `503` before the upgrade;
@@ -35,7 +39,6 @@ import resource
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import trio
 from websockets.http11 import Request
@@ -45,7 +48,7 @@ from router.protocol.handshake import web_challenge
 
 from ..settings.edge_limits import EdgeLimits
 from .admission import Admission, AdmissionLimits, Refused, address_key
-from .block_stream import STREAM_GONE
+from .block_stream import STREAM_GONE, BlockStream
 from .http import (
     ACCEPT_WEBSOCKET,
     BadRequest,
@@ -57,6 +60,7 @@ from .http import (
     request_for_hook,
     serialize_response,
 )
+from .native_tls import NativeEdge, TlsBlockTransport
 from .websocket import WebSocketTransport, framing
 
 log = logging.getLogger(__name__)
@@ -84,18 +88,12 @@ def connection_cap(limits: EdgeLimits) -> int:
     return max(1, min(limits.max_connections, soft - limits.fd_headroom))
 
 
-def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server TLS context from a PEM certificate chain and its private key."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    return context
-
 
 
 # --- the listener ------------------------------------------------------------------------
 
 
-ConnectionHandler = Callable[[WebSocketTransport], Awaitable[None]]
+ConnectionHandler = Callable[[BlockStream], Awaitable[None]]
 
 
 class EdgeListener:
@@ -108,12 +106,15 @@ class EdgeListener:
         hook: RequestHook,
         limits: EdgeLimits,
         tls: ssl.SSLContext | None,
+        identity_tls: ssl.SSLContext | None = None,
     ) -> None:
         self._listener = listener
         self._handler = handler
         self._hook = hook
         self.limits = limits
         self._tls = tls
+        # Native SMP over TLS beside HTTP (native_tls.py), when the router has an identity.
+        self._native = None if identity_tls is None else NativeEdge(identity_tls, tls, limits)
         self.max_connections = connection_cap(limits)
         self.admission = Admission(AdmissionLimits(
             limits.max_pending, limits.max_pending_per_address, self.max_connections,
@@ -266,13 +267,19 @@ class EdgeListener:
     async def _upgrade(
         self, raw: trio.SocketStream, protocol: ServerProtocol, remote: str,
         on_established: Callable[[], None],
-    ) -> WebSocketTransport | None:
-        """Read the request and answer it; the transport if it became a WebSocket."""
+    ) -> WebSocketTransport | TlsBlockTransport | None:
+        """Read the request and answer it; the transport if it became a WebSocket, or
+        the native SMP transport if the client speaks SMP over TLS."""
         stream: trio.abc.Stream = raw
-        if self._tls is not None:
+        if self._tls is not None and self._native is None:
             stream = trio.SSLStream(raw, self._tls, server_side=True)
         with trio.move_on_after(self.limits.upgrade_timeout):
             try:
+                if self._native is not None:
+                    opened = await self._native.open(raw, remote, on_established)
+                    if opened is None or isinstance(opened, TlsBlockTransport):
+                        return opened
+                    stream = opened
                 request, events = await read_request_head(
                     stream, protocol, self.limits.max_request_bytes
                 )
@@ -345,10 +352,12 @@ async def serve_edge(
     hook: RequestHook = accept_every_upgrade,
     limits: EdgeLimits = DEFAULT_LIMITS,
     tls: ssl.SSLContext | None = None,
+    identity_tls: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[EdgeListener] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on `host:port` (0: a free port) until cancelled; reports the `EdgeListener`
-    (its `port`, `suspend()`, `resume()`) through `task_status`."""
+    (its `port`, `suspend()`, `resume()`) through `task_status`. With `identity_tls`
+    the port serves native SMP over TLS too (native_tls.py)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     for extra in listeners[1:]:
         await extra.aclose()
@@ -356,7 +365,7 @@ async def serve_edge(
     # Trio's own accept always makes: it gets the plain socket.
     listener = socket.socket(fileno=listeners[0].socket.detach())
     listener.setblocking(False)
-    edge = EdgeListener(listener, handler, hook, limits, tls)
+    edge = EdgeListener(listener, handler, hook, limits, tls, identity_tls)
     with listener:
         task_status.started(edge)
         await edge.serve()

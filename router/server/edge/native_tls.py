@@ -1,0 +1,389 @@
+"""Native SMP over TLS beside WebSocket on the router's one port
+(docs/protocol.md#native-tls).
+
+SimpleX apps speak SMP blocks straight over TLS (ALPN `smp/1`); browsers speak
+HTTP and WebSocket. One listener serves both, and tells them apart before the
+request head is read:
+
+1. The first byte of a connection: a TLS handshake record (0x16) is TLS; on a
+   listener without a configured certificate anything else is plain HTTP
+   (ws://). A listener with a configured certificate is TLS only.
+2. The client hello's ALPN extension, read before OpenSSL sees it: a client
+   offering `smp/1` gets the router's identity chain as its TLS certificate
+   (the online certificate, then the identity certificate whose SHA-256 is the
+   key hash in the address); any other gets the configured web certificate if
+   there is one, else the identity chain too. (The reference chooses by the
+   server name instead; browsers and the project's wss:// clients to an IP
+   address send none, so the ALPN offer is what tells them apart here.)
+3. The ALPN agreed in the TLS handshake: `smp/1` is SMP with every version the
+   router serves; `http/1.1` is HTTP. A client that agreed none is SMP with the
+   legacy range (as the reference offers a client without ALPN only its oldest
+   version), unless it speaks first: an SMP client waits for the router's hello,
+   an HTTP client sends its request at once.
+
+`TlsBlockTransport` carries 16384-byte blocks with no framing. The session id
+of the SMP handshake is the TLS `tls-unique` channel binding, which both ends
+read from their own TLS state. A silent client is found by TCP keepalive with
+the listener's keepalive interval and timeout, since SMP over TLS has no ping
+frame of its own (clients send PING commands).
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import socket
+import ssl
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from router.protocol.block import BLOCK_SIZE
+
+from ..settings.edge_limits import EdgeLimits
+from .block_stream import RECEIVE_BUFFER_SIZE, STREAM_GONE, TransportClosed
+from .identity import RouterIdentity
+
+SMP_ALPN = "smp/1"
+HTTP_ALPN = "http/1.1"
+TLS_HANDSHAKE_RECORD = 0x16
+_RECORD_HEADER = 5
+# A client hello bigger than this (one record, with room for large key shares) is
+# not read for its extensions; it gets the default certificate.
+MAX_CLIENT_HELLO_RECORD = 16384 + 256
+# How long a TLS client that agreed no ALPN has to speak first before it is taken
+# for an SMP client waiting for the router's hello.
+NO_ALPN_WAIT = 0.5
+_PEEK_INTERVAL = 0.01  # seconds between two looks at a client hello still arriving
+_EXT_SERVER_NAME = 0
+_EXT_ALPN = 16
+_KEEPALIVE_PROBES = 3
+# PKCS#8 wrapping of a 32-byte Ed25519 private seed (RFC 8410 §7).
+_ED25519_PKCS8_PREFIX = bytes.fromhex("302e020100300506032b657004220420")
+
+
+# --- the client hello, read for the certificate choice --------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHelloOffer:
+    """What a TLS client hello offers that decides the certificate."""
+
+    alpn: tuple[str, ...]
+    server_name: bool  # a server name (SNI) was sent
+
+
+def read_client_hello_offer(record: bytes) -> ClientHelloOffer | None:
+    """The ALPN names and whether a server name is sent, from the first TLS record
+    (RFC 8446 §4.1.2); None if the record is not a whole client hello."""
+    try:
+        if record[0] != TLS_HANDSHAKE_RECORD or record[_RECORD_HEADER] != 1:  # client_hello
+            return None
+        body_length = int.from_bytes(record[_RECORD_HEADER + 1:_RECORD_HEADER + 4], "big")
+        at = _RECORD_HEADER + 4 + 2 + 32  # legacy_version, random
+        end = _RECORD_HEADER + 4 + body_length
+        if end > len(record):
+            return None
+        at += 1 + record[at]  # legacy_session_id
+        at += 2 + int.from_bytes(record[at:at + 2], "big")  # cipher_suites
+        at += 1 + record[at]  # legacy_compression_methods
+        if at == end:
+            return ClientHelloOffer((), False)
+        extensions_end = at + 2 + int.from_bytes(record[at:at + 2], "big")
+        at += 2
+        alpn: tuple[str, ...] = ()
+        server_name = False
+        while at + 4 <= extensions_end:
+            kind = int.from_bytes(record[at:at + 2], "big")
+            length = int.from_bytes(record[at + 2:at + 4], "big")
+            data = record[at + 4:at + 4 + length]
+            at += 4 + length
+            if kind == _EXT_SERVER_NAME:
+                server_name = True
+            elif kind == _EXT_ALPN:
+                alpn = _alpn_names(data)
+        return ClientHelloOffer(alpn, server_name)
+    except IndexError:
+        return None
+
+
+def _alpn_names(data: bytes) -> tuple[str, ...]:
+    names = []
+    at = 2
+    while at < len(data):
+        length = data[at]
+        names.append(data[at + 1:at + 1 + length].decode("latin-1"))
+        at += 1 + length
+    return tuple(names)
+
+
+# --- the TLS contexts --------------------------------------------------------------------
+
+
+def _server_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_RENEGOTIATION | ssl.OP_NO_TICKET
+    context.num_tickets = 0  # no resumption: every session id is a fresh tls-unique
+    return context
+
+
+def identity_tls_context(identity: RouterIdentity) -> ssl.SSLContext:
+    """The TLS context whose certificate chain is the router's identity chain: the
+    online certificate (its key signs the handshake) and the identity certificate."""
+    context = _server_context()
+    pem_chain = "".join(ssl.DER_cert_to_PEM_cert(cert) for cert in identity.chain)
+    der_key = _ED25519_PKCS8_PREFIX + identity.online_seed
+    pem_key = ssl.DER_cert_to_PEM_cert(der_key).replace("CERTIFICATE", "PRIVATE KEY")
+    # The ssl module loads keys from files only: a private directory, gone at once.
+    with tempfile.TemporaryDirectory(prefix="smp-router-tls-") as folder:
+        chain_path, key_path = Path(folder) / "chain.pem", Path(folder) / "key.pem"
+        chain_path.write_text(pem_chain)
+        key_path.touch(mode=0o600)
+        key_path.write_text(pem_key)
+        context.load_cert_chain(chain_path, key_path)
+    context.set_alpn_protocols([SMP_ALPN, HTTP_ALPN])
+    return context
+
+
+def web_tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """The TLS context of the configured (web) certificate chain and its key."""
+    context = _server_context()
+    context.load_cert_chain(cert, key)
+    context.set_alpn_protocols([HTTP_ALPN])
+    return context
+
+
+# --- telling the two apart -------------------------------------------------------------
+
+
+class ReplayedStream(trio.abc.Stream):
+    """A stream that gives back the bytes read ahead of it before reading on (the
+    request a TLS client without ALPN sent while the router waited to see)."""
+
+    def __init__(self, inner: trio.abc.Stream, head: bytes) -> None:
+        self.inner = inner
+        self._head = head
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._head:
+            size = len(self._head) if max_bytes is None else max_bytes
+            data, self._head = self._head[:size], self._head[size:]
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self.inner.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class NativeEdge:
+    """Decides what a connection on the router's port is: HTTP (plain or TLS), or
+    SMP over TLS (a `TlsBlockTransport`)."""
+
+    def __init__(
+        self, identity_context: ssl.SSLContext, web_context: ssl.SSLContext | None,
+        limits: EdgeLimits,
+    ) -> None:
+        self._identity = identity_context
+        self._web = web_context
+        self._limits = limits
+
+    async def open(
+        self, raw: trio.SocketStream, remote: str, on_established: Callable[[], None],
+    ) -> trio.abc.Stream | TlsBlockTransport | None:
+        """The HTTP stream, the SMP transport, or None for a client that left or
+        failed TLS. Runs within the caller's upgrade deadline."""
+        head = await _peek_first_record(raw)
+        if not head:
+            return None
+        if head[0] != TLS_HANDSHAKE_RECORD:
+            return raw if self._web is None else None
+        context = self._context_for(read_client_hello_offer(head))
+        tls = trio.SSLStream(raw, context, server_side=True)
+        try:
+            await tls.do_handshake()
+        except (*STREAM_GONE, ssl.SSLError):
+            return None
+        agreed = tls.selected_alpn_protocol()
+        if agreed == HTTP_ALPN:
+            return tls
+        if agreed is None and context is not self._web:
+            with trio.move_on_after(NO_ALPN_WAIT):
+                try:
+                    early = await tls.receive_some(RECEIVE_BUFFER_SIZE)
+                except (*STREAM_GONE, ssl.SSLError):
+                    return None
+                return ReplayedStream(tls, early) if early else None
+        elif agreed is None:
+            return tls
+        session_id = tls.get_channel_binding("tls-unique")
+        if session_id is None:
+            return None
+        _keep_alive(raw, self._limits)
+        return TlsBlockTransport(
+            tls, remote, self._limits, session_id, legacy=agreed is None,
+            on_established=on_established,
+        )
+
+    def _context_for(self, offer: ClientHelloOffer | None) -> ssl.SSLContext:
+        if self._web is None:
+            return self._identity
+        if offer is not None and SMP_ALPN in offer.alpn:
+            return self._identity
+        return self._web
+
+
+async def _peek_first_record(raw: trio.SocketStream) -> bytes:
+    """The first bytes of the connection, left in the socket: the whole first TLS
+    record (up to `MAX_CLIENT_HELLO_RECORD`) if they begin one, else what came first;
+    b"" if the peer left. Peeking keeps the socket as it was for whoever reads it."""
+    sock = raw.socket
+    wanted = _RECORD_HEADER
+    while True:
+        try:
+            head = await sock.recv(wanted, socket.MSG_PEEK)
+        except OSError:
+            return b""
+        if not head or head[0] != TLS_HANDSHAKE_RECORD:
+            return head
+        if len(head) >= _RECORD_HEADER:
+            wanted = min(_RECORD_HEADER + int.from_bytes(head[3:5], "big"),
+                         MAX_CLIENT_HELLO_RECORD)
+            if len(head) >= wanted:
+                return head
+        # The rest of the record is on its way: peeking again at once would spin, and
+        # a peek cannot see the end of the stream behind the bytes it shows.
+        if _peer_has_left(sock.fileno()):
+            return b""
+        await trio.sleep(_PEEK_INTERVAL)
+
+
+def _peer_has_left(fd: int) -> bool:
+    """Whether the peer shut its side (Linux's POLLRDHUP, seen with data still unread)."""
+    rdhup = getattr(select, "POLLRDHUP", 0)
+    if not rdhup:
+        return False
+    poller = select.poll()
+    poller.register(fd, rdhup)
+    return any(events & (rdhup | select.POLLHUP | select.POLLERR)
+               for _, events in poller.poll(0))
+
+
+def _keep_alive(raw: trio.SocketStream, limits: EdgeLimits) -> None:
+    """TCP keepalive: silent for `keepalive_interval`, then probes for `keepalive_timeout`."""
+    sock = raw.socket
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE,
+                            max(1, int(limits.keepalive_interval)))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL,
+                            max(1, int(limits.keepalive_timeout / _KEEPALIVE_PROBES)))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, _KEEPALIVE_PROBES)
+    except OSError:
+        pass  # the peer is already gone: the first read says so
+
+
+# --- the transport ----------------------------------------------------------------------
+
+
+class TlsBlockTransport:
+    """Blocks in and out of one TLS connection, no framing (docs/protocol.md#native-tls).
+
+    A block's bytes, once they begin, must all arrive within `message_timeout`;
+    a peer that does not take a write within `stalled_timeout` is dropped.
+    """
+
+    __slots__ = (
+        "_stream", "_limits", "_on_established", "_buffer", "_send_lock",
+        "remote", "stalled", "web_challenge", "session_id", "legacy",
+    )
+
+    def __init__(
+        self,
+        stream: trio.SSLStream,
+        remote: str,
+        limits: EdgeLimits,
+        session_id: bytes,
+        *,
+        legacy: bool,
+        on_established: Callable[[], None] | None = None,
+    ) -> None:
+        self._stream = stream
+        self._limits = limits
+        self._on_established = on_established
+        self._buffer = b""
+        self._send_lock = trio.Lock()
+        self.remote = remote
+        self.stalled = False
+        self.web_challenge: bytes | None = None
+        self.session_id = session_id  # tls-unique
+        self.legacy = legacy  # no ALPN agreed: the legacy version range
+
+    def established(self) -> None:
+        if self._on_established is not None:
+            self._on_established()
+            self._on_established = None
+
+    async def receive_block(self) -> bytes:
+        buffer = self._buffer
+        timeout = self._limits.message_timeout
+        # Waiting for a block is unbounded (TCP keepalive finds a dead peer); once its
+        # first bytes are in, the rest has `message_timeout`.
+        deadline = trio.current_time() + timeout if buffer else math.inf
+        while len(buffer) < BLOCK_SIZE:
+            with trio.move_on_at(deadline) as scope:
+                data = await self._receive()
+            if scope.cancelled_caught:
+                raise TransportClosed(f"block not complete in {timeout} s")
+            if deadline == math.inf:
+                deadline = trio.current_time() + timeout
+            buffer += data
+        self._buffer = buffer[BLOCK_SIZE:]
+        return buffer[:BLOCK_SIZE]
+
+    async def _receive(self) -> bytes:
+        try:
+            data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+        except (*STREAM_GONE, ssl.SSLError) as e:
+            raise TransportClosed("peer closed the connection") from e
+        if not data:
+            raise TransportClosed("peer closed the connection")
+        return data
+
+    async def send_block(self, block: bytes) -> None:
+        await self.send_blocks([block])
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        """Send blocks in one write; a peer that does not take them in time is dropped."""
+        data = blocks[0] if len(blocks) == 1 else b"".join(blocks)
+        async with self._send_lock:
+            with trio.move_on_after(self._limits.stalled_timeout) as scope:
+                try:
+                    await self._stream.send_all(data)
+                except (*STREAM_GONE, ssl.SSLError) as e:
+                    raise TransportClosed("peer closed the connection") from e
+        if scope.cancelled_caught:
+            self.stalled = True
+            raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
+
+    async def aclose(self, timeout: float) -> None:
+        """Send TLS close_notify within `timeout` (none if zero), then close the socket."""
+        if timeout > 0 and not self.stalled:
+            with trio.move_on_after(timeout):
+                try:
+                    await self._stream.aclose()
+                    return
+                except (*STREAM_GONE, ssl.SSLError):
+                    pass
+        await trio.aclose_forcefully(self._stream)
