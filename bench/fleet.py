@@ -62,8 +62,8 @@ from router.protocol.handshake import (
     negotiate_version,
 )
 from router.protocol.transmission import decode_transmission, encode_transmission
-from router.protocol.versions import LEGACY_VERSION
 from router.protocol.types import ACK, END, ERR, MSG, OK, SEND, SUB, Transmission
+from router.protocol.versions import LEGACY_VERSION
 
 from . import identities
 from .looplag import LoopLag
