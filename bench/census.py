@@ -1,5 +1,5 @@
 """Where a running router's memory is, for the benchmarks: the router's own census
-(router/server/memory.py: by component, by type within each, by allocator) in the
+(router/server/ops/memory.py: by component, by type within each, by allocator) in the
 form the benchmarks record, and a census of every object in the process by type.
 
 `type_census()` counts every object the collector knows, the frozen ones included

@@ -193,10 +193,10 @@ def breakdown(mode: str = SINGLE_TASK) -> dict[str, Any]:
         with WorkerGroup(router.address, WORKERS) as workers:
             per_worker = connect(workers, c)
             router.call("full_collection")
-            connection_sites = router.call("sites", limit=40)["sites"]
+            connected = router.call("sites", limit=40)
             subscribe(workers, per_worker, 0, n)
             router.call("full_collection")
-            subscription_sites = router.call("sites", limit=40)["sites"]
+            subscribed = router.call("sites", limit=40)
             workers.call_all({"op": "websocket_ping"})
             router.call("full_collection")
             ping_sites = router.call("sites", limit=500)["sites"]
@@ -208,15 +208,17 @@ def breakdown(mode: str = SINGLE_TASK) -> dict[str, Any]:
         loaded = first["all_types"]
         with WorkerGroup(router.address, WORKERS) as workers:
             per_worker = connect(workers, c)
-            connected = router.call("types", top=0)
+            census_connected = router.call("types", top=0)
             subscribe(workers, per_worker, 0, n)
-            subscribed = router.call("types", top=0)["all_types"]
+            census_subscribed = router.call("types", top=0)["all_types"]
     result["frozen_objects"] = first["frozen_before"]  # what `serve` froze once loaded
-    for name, sites, before, after, count in (
-            ("connection", connection_sites, loaded, connected["all_types"], c),
-            ("subscription", subscription_sites, connected["all_types"], subscribed, n)):
+    for name, grown, before, after, count in (
+            ("connection", connected, loaded, census_connected["all_types"], c),
+            ("subscription", subscribed, census_connected["all_types"], census_subscribed, n)):
+        sites = grown["sites"]
         result[name] = {
-            "total_bytes": sum(t["size_diff"] for t in sites) / count,
+            "total_bytes": grown["size_diff"] / count,
+            "top_sites_bytes": sum(t["size_diff"] for t in sites) / count,
             "sites": [{**t, "bytes": t["size_diff"] / count, "objects": t["count_diff"] / count}
                       for t in sites[:15]],
             "by_router_line": _by_router_line(sites, count),
@@ -255,9 +257,13 @@ def breakdown_table(result: dict[str, Any]) -> str:
            f"{result['frozen_objects']:,}.", ""]
     for name in ("connection", "subscription"):
         r = result[name]
-        out += [f"### Per idle {name}: {r['total_bytes']:,.0f} B live ({result['mode']}, "
-                f"{result['connections']} connections, {result['subscriptions']:,} "
-                "subscriptions)", "",
+        total = r.get("total_bytes") if "top_sites_bytes" in r else None
+        top = r.get("top_sites_bytes", r["total_bytes"])
+        out += [f"### Per idle {name} ({result['mode']}, {result['connections']} "
+                f"connections, {result['subscriptions']:,} subscriptions)", "",
+                f"Live bytes: {'not recorded' if total is None else f'{total:,.0f} B'}; "
+                f"the {len(r['sites'])} largest sites below and the others up to 40: "
+                f"{top:,.0f} B.", "",
                 md_table(["the router's own line", "bytes"], r["by_router_line"]), "",
                 md_table(["allocated at", "the router's own line", "bytes", "objects"],
                          [[t["allocated_at"], t["router_line"], t["bytes"], t["objects"]]

@@ -361,7 +361,7 @@ class Control:
             entry[0] += stat.size_diff
             entry[1] += stat.count_diff
         ranked = sorted(grouped.items(), key=lambda kv: -abs(kv[1][0]))
-        return {"ok": True, "sites": [
+        return {"ok": True, "size_diff": sum(size for size, _ in grouped.values()), "sites": [
             {"router_line": rl, "allocated_at": at, "size_diff": size, "count_diff": count}
             for (rl, at), (size, count) in ranked[: req.get("limit", 30)]]}
 
