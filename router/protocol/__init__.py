@@ -50,7 +50,15 @@ from .crypto import (
     x25519_public,
 )
 from .encoding import Parser, bool_, encode_key, int64, large, maybe, ss, word16
-from .errors import decode_error, encode_error
+from .errors import (
+    ProxyErrorParts,
+    decode_error,
+    encode_error,
+    proxy_broker_error,
+    proxy_error_parts,
+    proxy_protocol_error,
+    proxy_transport_error,
+)
 from .handshake import (
     SERVICE_MARKER,
     SMP_VERSION_MAX,
@@ -120,13 +128,17 @@ from .types import (
     OK,
     PFWD,
     PING,
+    PKEY,
     PONG,
+    PRES,
     PROXY_BASIC_AUTH,
     PROXY_NO_SESSION,
     PRXY,
     QUE,
     QUOTA,
+    RFWD,
     RKEY,
+    RRES,
     SEND,
     SERVICE,
     SESSION,
@@ -153,8 +165,9 @@ __all__ = [
     "ERR", "EXPIRED", "GET", "HANDSHAKE", "IDS", "INFO", "INTERNAL", "KEY", "LARGE_MSG",
     "LDEL", "LGET", "LKEY", "LNK", "LSET",
     "MSG", "NDEL", "NEW", "NID", "NKEY", "NMSG", "NO_MSG", "NSUB", "NSUBS", "OFF", "OK",
-    "PFWD", "PING", "PONG", "PROXY_BASIC_AUTH", "PROXY_NO_SESSION", "PRXY", "QUE", "QUOTA",
-    "RKEY", "SEND", "SERVICE", "SESSION", "SKEY", "SOK", "SOKS", "SUB", "SUBS", "CmdErr",
+    "PFWD", "PING", "PKEY", "PONG", "PRES", "PROXY_BASIC_AUTH", "PROXY_NO_SESSION",
+    "PRXY", "QUE", "QUOTA", "RFWD", "RKEY", "RRES", "SEND", "SERVICE", "SESSION", "SKEY",
+    "SOK", "SOKS", "SUB", "SUBS", "CmdErr",
     "Command", "ErrorType", "NewNotifier", "ProtocolError", "QueueLink", "Response",
     "Transmission", "store_error",
     # versions and block encryption
@@ -172,7 +185,8 @@ __all__ = [
     # commands, responses, errors
     "MAX_MESSAGE_LENGTH", "check_credentials", "decode_command", "decode_error",
     "decode_response", "encode_command", "encode_error", "encode_response",
-    "encode_response_transmission",
+    "encode_response_transmission", "ProxyErrorParts", "proxy_broker_error",
+    "proxy_error_parts", "proxy_protocol_error", "proxy_transport_error",
     # handshake
     "SERVICE_MARKER", "SMP_VERSION_MAX", "SMP_VERSION_MIN", "ClientHello", "ClientServiceCert",
     "ServerHello", "ServiceProof", "decode_client_hello", "decode_server_hello",

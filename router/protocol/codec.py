@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import versions
-from .encoding import Parser, encode_key, int64, large, maybe, ss, ss_len, utf8
+from .encoding import Parser, encode_key, int64, large, maybe, ss, ss_len, utf8, word16
 from .errors import decode_error, encode_error
 from .types import (
     ACK,
@@ -53,10 +53,14 @@ from .types import (
     OK,
     PFWD,
     PING,
+    PKEY,
     PONG,
+    PRES,
     PRXY,
     QUE,
+    RFWD,
     RKEY,
+    RRES,
     SEND,
     SKEY,
     SOK,
@@ -103,14 +107,6 @@ def _no_params(value: object) -> Parse:
         return value
 
     return parse
-
-
-def _raw_params(data: bytes, space_at: int) -> bytes:
-    return b"" if space_at < 0 else data[space_at + 1 :]
-
-
-def _with_raw(tag: bytes, raw: bytes) -> bytes:
-    return tag + b" " + raw if raw else tag
 
 
 # Password characters the reference accepts (printable, not space, '@', ':', '/'),
@@ -242,8 +238,62 @@ def _parse_lset(data: bytes, i: int, v: int) -> LSET:
     return LSET(link_id, fixed, user)
 
 
-def _raw(cls: type) -> Parse:
-    return lambda data, i, v: cls(_raw_params(data, i))
+# --- private message routing (docs/protocol.md#private-message-routing) -----------
+
+MAX_PROXY_HOSTS = 255  # the host list's count is one byte
+
+
+def _host(p: Parser) -> str:
+    """One host of a router address: printable ASCII without spaces, as the reference's
+    host names, IP addresses and onion names all are."""
+    raw = p.short_string()
+    if not raw or not all(0x21 <= b <= 0x7E for b in raw):
+        raise p.fail("bad host")
+    return raw.decode()
+
+
+def _port(p: Parser) -> str:
+    raw = p.short_string()
+    if not raw.isdigit() and raw:
+        raise p.fail("bad port")
+    return raw.decode()
+
+
+def _parse_prxy(data: bytes, i: int, v: int) -> PRXY:
+    p = _params(data, i)
+    n = p.byte()
+    if n == 0:
+        raise p.fail("PRXY needs at least one host")
+    hosts = tuple(_host(p) for _ in range(n))
+    port = _port(p)
+    key_hash = p.short_string()
+    basic_auth = p.maybe(lambda: _password(p))
+    p.end()
+    return PRXY(hosts, port, key_hash, basic_auth)
+
+
+def _parse_pfwd(data: bytes, i: int, v: int) -> PFWD:
+    p = _params(data, i)
+    version = p.word16()
+    client_key = p.dh_key()
+    return PFWD(version, client_key, p.rest())
+
+
+def _parse_rfwd(data: bytes, i: int, v: int) -> RFWD:
+    return RFWD(_params(data, i).rest())
+
+
+def _encode_prxy(c: PRXY, v: int) -> bytes:
+    if not 1 <= len(c.hosts) <= MAX_PROXY_HOSTS:
+        raise ValueError("PRXY needs 1 to 255 hosts")
+    return b"".join((
+        b"PRXY ", bytes((len(c.hosts),)), *(ss(h.encode()) for h in c.hosts),
+        ss(c.port.encode()), ss(c.key_hash), maybe(c.basic_auth, ss),
+    ))
+
+
+def _encode_pfwd(c: PFWD, v: int) -> bytes:
+    return b"".join((b"PFWD ", word16(c.version), encode_key(c.client_key), c.enc_transmission))
 
 
 # Tags are known at every version, as the reference parses them: a command a version
@@ -270,8 +320,9 @@ _COMMAND_PARSERS: dict[bytes, Parse] = {
     b"LDEL": _no_params(_LDEL),
     b"LKEY": _parse_key_cmd(LKEY),
     b"LGET": _no_params(_LGET),
-    b"PRXY": _raw(PRXY),
-    b"PFWD": _raw(PFWD),
+    b"PRXY": _parse_prxy,
+    b"PFWD": _parse_pfwd,
+    b"RFWD": _parse_rfwd,
 }
 
 
@@ -343,8 +394,9 @@ _COMMAND_ENCODERS: dict[type, Callable[[object, int], bytes]] = {
     NSUB: lambda c, v: b"NSUB",
     SUBS: lambda c, v: b"SUBS",
     NSUBS: lambda c, v: b"NSUBS",
-    PRXY: lambda c, v: _with_raw(b"PRXY", c.raw),  # type: ignore[attr-defined]
-    PFWD: lambda c, v: _with_raw(b"PFWD", c.raw),  # type: ignore[attr-defined]
+    PRXY: _encode_prxy,  # type: ignore[dict-item]
+    PFWD: _encode_pfwd,  # type: ignore[dict-item]
+    RFWD: lambda c, v: b"RFWD " + c.enc_fwd_transmission,  # type: ignore[attr-defined]
     RKEY: lambda c, v: (  # type: ignore[attr-defined]
         b"RKEY " + bytes((len(c.rcv_keys),)) + b"".join(encode_key(k) for k in c.rcv_keys)
     ),
@@ -445,6 +497,32 @@ def _parse_sok(data: bytes, i: int, v: int) -> SOK:
     return SOK(service_id)
 
 
+def _parse_pkey(data: bytes, i: int, v: int) -> PKEY:
+    p = _params(data, i)
+    session_id = p.short_string()
+    min_version, max_version = p.word16(), p.word16()
+    n = p.byte()
+    if n == 0:
+        raise p.fail("PKEY needs a certificate")
+    chain = tuple(p.large() for _ in range(n))
+    signed_key = p.large()
+    p.end()
+    return PKEY(session_id, min_version, max_version, chain, signed_key)
+
+
+def _encode_pkey(r: PKEY, v: int) -> bytes:
+    if not 1 <= len(r.cert_chain) <= 255:
+        raise ValueError("PKEY needs 1 to 255 certificates")
+    return b"".join((
+        b"PKEY ", ss(r.session_id), word16(r.min_version), word16(r.max_version),
+        bytes((len(r.cert_chain),)), *(large(c) for c in r.cert_chain), large(r.signed_key),
+    ))
+
+
+def _parse_tail(cls: type) -> Parse:
+    return lambda data, i, v: cls(_params(data, i).rest())
+
+
 _RESPONSE_PARSERS: dict[bytes, Parse] = {
     b"IDS": _parse_ids,
     b"MSG": _parse_msg,
@@ -461,6 +539,9 @@ _RESPONSE_PARSERS: dict[bytes, Parse] = {
     b"ALLS": _no_params(_ALLS),
     b"LNK": _parse_lnk,
     b"SOK": _parse_sok,
+    b"PKEY": _parse_pkey,
+    b"RRES": _parse_tail(RRES),
+    b"PRES": _parse_tail(PRES),
 }
 
 
@@ -522,6 +603,9 @@ _RESPONSE_ENCODERS: dict[type, Callable[[object, int], bytes]] = {
         b"LNK " + ss(r.sender_id) + large(r.fixed_data) + large(r.user_data)
     ),
     SOK: _encode_sok,  # type: ignore[dict-item]
+    PKEY: _encode_pkey,  # type: ignore[dict-item]
+    RRES: lambda r, v: b"RRES " + r.enc_fwd_response,  # type: ignore[attr-defined]
+    PRES: lambda r, v: b"PRES " + r.enc_response,  # type: ignore[attr-defined]
 }
 
 
@@ -561,9 +645,9 @@ def encode_response_transmission(
 def check_credentials(cmd: Command, t: Transmission) -> ErrorType | None:
     """The `CMD` error for a command whose entity id / authorization presence is wrong.
 
-    Checked before any queue lookup. PRXY must carry neither; PFWD and LGET must carry
-    an entity (the proxy session, the link id) and no authorization, as the reference
-    checks them.
+    Checked before any queue lookup. PRXY and RFWD must carry neither; PFWD and LGET
+    must carry an entity (the proxy session, the link id) and no authorization, as the
+    reference checks them (docs/protocol.md#private-message-routing).
     """
     has_auth = bool(t.authorization)
     has_entity = bool(t.entity_id)
@@ -574,7 +658,7 @@ def check_credentials(cmd: Command, t: Transmission) -> ErrorType | None:
         if not has_auth:
             return CMD_NO_AUTH
         return CMD_HAS_AUTH if has_entity else None
-    if kind is PING or kind is PRXY:
+    if kind is PING or kind is PRXY or kind is RFWD:
         return CMD_HAS_AUTH if has_auth or has_entity else None
     if kind is PFWD or kind is LGET:
         if not has_entity:

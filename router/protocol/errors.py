@@ -2,12 +2,15 @@
 
 ``errorType = BLOCK | SESSION | CMD SP cmdErr | PROXY SP proxyErr | AUTH | QUOTA
 | NO_MSG | LARGE_MSG | INTERNAL | CRYPTO | SERVICE | EXPIRED | STORE SP text
-| BLOCKED SP blockInfo``. A proxy error is checked against its grammar and then
-kept encoded (`ErrorType("PROXY", bytes)`): this router never proxies, it only
-has to answer and relay them.
+| BLOCKED SP blockInfo``. A proxy error (docs/protocol.md#private-message-routing) is
+checked against its grammar and then kept encoded (`ErrorType("PROXY", bytes)`), so a
+proxy relays what it got without re-encoding it; `proxy_error_parts` reads it and
+`proxy_protocol_error` / `proxy_broker_error` build one.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from . import versions
 from .encoding import utf8
@@ -172,3 +175,78 @@ def _check_network_error(data: bytes) -> None:
         _exact_ss(data, j + 1)
         return
     raise ProtocolError(CMD_SYNTAX, "bad network error")
+
+
+# --- building and reading proxy errors (docs/protocol.md#private-message-routing) ----
+
+# BrokerErrorType's arguments without text, as the proxy sends them.
+BROKER_TIMEOUT = b"TIMEOUT"
+BROKER_HOST = b"HOST"
+BROKER_NO_SERVICE = b"NO_SERVICE"
+BROKER_NETWORK = b"NETWORK"  # the reference sends NETWORK without its detail
+# TransportError arguments of `BROKER TRANSPORT`.
+TRANSPORT_VERSION = b"VERSION"
+TRANSPORT_NO_AUTH = b"NO_AUTH"
+TRANSPORT_BLOCK = b"BLOCK"
+TRANSPORT_LARGE_MSG = b"LARGE_MSG"
+TRANSPORT_SESSION = b"SESSION"
+
+
+def proxy_protocol_error(e: ErrorType) -> ErrorType:
+    """``PROXY PROTOCOL e``: the destination answered RFWD (or the proxy's own request)
+    with the error `e`."""
+    return ErrorType("PROXY", b"PROTOCOL " + encode_error(e))
+
+
+def _short_text(text: str) -> bytes:
+    b = text.encode()[:255]
+    return bytes((len(b),)) + b
+
+
+def proxy_broker_error(kind: bytes, text: str | None = None) -> ErrorType:
+    """``PROXY BROKER kind``: the proxy's connection to the destination failed.
+
+    `kind` is TIMEOUT, HOST, NO_SERVICE or NETWORK without text; RESPONSE or
+    UNEXPECTED with `text` (a short string, cut at 255 bytes); or TRANSPORT with
+    `text` one of the TransportError words (VERSION, NO_AUTH, BLOCK, ...).
+    """
+    if kind in (b"RESPONSE", b"UNEXPECTED"):
+        arg = b"BROKER " + kind + b" " + _short_text(text or "")
+    elif kind == b"TRANSPORT":
+        arg = b"BROKER TRANSPORT " + (text or "").encode()
+    else:
+        if text is not None:
+            raise ValueError(f"BROKER {kind!r} carries no text")
+        arg = b"BROKER " + kind
+    _check_proxy_error(arg)
+    return ErrorType("PROXY", arg)
+
+
+def proxy_transport_error(word: bytes) -> ErrorType:
+    """``PROXY BROKER TRANSPORT word`` (VERSION, NO_AUTH, ...)."""
+    return proxy_broker_error(b"TRANSPORT", word.decode())
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyErrorParts:
+    """A `PROXY` error read apart: `kind` is PROTOCOL, BROKER, BASIC_AUTH or NO_SESSION;
+    `protocol_error` the nested error of PROTOCOL; `broker` what follows BROKER (e.g.
+    b"TIMEOUT", b"TRANSPORT VERSION", b"RESPONSE" + ss(text))."""
+
+    kind: str
+    protocol_error: ErrorType | None = None
+    broker: bytes | None = None
+
+
+def proxy_error_parts(e: ErrorType) -> ProxyErrorParts | None:
+    """The parts of a PROXY error; None for any other error."""
+    if e.tag != "PROXY" or not isinstance(e.arg, bytes):
+        return None
+    data = e.arg
+    tag, j = _token(data, 0)
+    rest = data[j + 1 :]
+    if tag == b"PROTOCOL":
+        return ProxyErrorParts("PROTOCOL", protocol_error=decode_error(rest))
+    if tag == b"BROKER":
+        return ProxyErrorParts("BROKER", broker=rest)
+    return ProxyErrorParts(tag.decode("latin-1"))

@@ -63,7 +63,8 @@ CMD_PROHIBITED = ErrorType("CMD", CmdErr.PROHIBITED)
 CMD_NO_AUTH = ErrorType("CMD", CmdErr.NO_AUTH)
 CMD_HAS_AUTH = ErrorType("CMD", CmdErr.HAS_AUTH)
 CMD_NO_ENTITY = ErrorType("CMD", CmdErr.NO_ENTITY)
-# What the reference router answers to proxy commands when it does not proxy.
+# The proxy errors without arguments (docs/protocol.md#private-message-routing); the
+# others are built by `errors.proxy_protocol_error` and `errors.proxy_broker_error`.
 PROXY_BASIC_AUTH = ErrorType("PROXY", b"BASIC_AUTH")
 PROXY_NO_SESSION = ErrorType("PROXY", b"NO_SESSION")
 
@@ -240,21 +241,42 @@ class LGET:
     """Read a contact queue's link data (v15); entityId = linkId, not signed."""
 
 
+# --- private message routing (docs/protocol.md#private-message-routing) ---------------
+
+
 @dataclass(frozen=True, slots=True)
 class PRXY:
-    """Proxy commands are out of scope at v9; kept so the router can answer them."""
+    """Client to proxy: open (or reuse) a session with the destination router named by
+    its hosts, port and identity key hash; no entity id, no authorization."""
 
-    raw: bytes
+    hosts: tuple[str, ...]  # at least one; as written in the smp:// address
+    port: str  # "" for the default port
+    key_hash: bytes  # SHA-256 of the destination's identity certificate
+    basic_auth: bytes | None = None  # the proxy's password, if it asks for one
 
 
 @dataclass(frozen=True, slots=True)
 class PFWD:
-    raw: bytes
+    """Client to proxy: one transmission for the destination, encrypted to the
+    destination's session key; entity id = the session id from PKEY, corrId = nonce."""
+
+    version: int  # the version the inner transmission is encoded at
+    client_key: bytes  # X25519 SPKI, fresh for this transmission
+    enc_transmission: bytes  # `proxying.PROXIED_ENC_SIZE` bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RFWD:
+    """Proxy to destination: a forwarded transmission boxed with the proxy's session
+    secret; no entity id, no authorization, corrId = nonce."""
+
+    enc_fwd_transmission: bytes
 
 
 Command = (
     PING | NEW | SUB | KEY | SKEY | SEND | ACK | GET | OFF | DEL | QUE
     | NKEY | NDEL | NSUB | SUBS | NSUBS | RKEY | LSET | LDEL | LKEY | LGET | PRXY | PFWD
+    | RFWD
 )
 
 # --- router responses and pushes --------------------------------------------
@@ -357,9 +379,39 @@ class ALLS:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class PKEY:
+    """Proxy to client, the answer to PRXY: the proxy's session with the destination
+    (its TLS session id), the version range the proxy allows for it, and the
+    destination's certificate chain with its X25519 session key signed by the chain's
+    first (online) certificate; no entity id."""
+
+    session_id: bytes
+    min_version: int
+    max_version: int
+    cert_chain: tuple[bytes, ...]  # DER certificates, online first, at least one
+    signed_key: bytes  # DER X.509 SignedExact of the X25519 SubjectPublicKeyInfo
+
+
+@dataclass(frozen=True, slots=True)
+class RRES:
+    """Destination to proxy, the answer to RFWD: the boxed forwarded response; no
+    entity id."""
+
+    enc_fwd_response: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PRES:
+    """Proxy to client, the answer to PFWD: the destination's response, still
+    encrypted for the client; entity id = the session id."""
+
+    enc_response: bytes
+
+
 Response = (
     IDS | MSG | NID | NMSG | END | DELD | OK | PONG | INFO | ERR | SOKS | ENDS | ALLS
-    | LNK | SOK
+    | LNK | SOK | PKEY | RRES | PRES
 )
 
 # --- transmissions (docs/protocol.md#transmissions) ---------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 # --- what each version adds (docs/protocol.md#version-table) ---------------------
 
 AUTH_COMMANDS = 7  # hello keys; X25519 authenticators; session id signed, not sent
-SENDING_PROXY = 8  # PRXY / PFWD (answered, not served: docs/protocol.md#reference-differences)
+SENDING_PROXY = 8  # PRXY PKEY, PFWD PRES, RFWD RRES (docs/protocol.md#private-message-routing)
 SENDER_AUTH_KEY = 9  # SKEY; NEW and IDS carry sndSecure
 DELETED_EVENT = 10  # DELD to other subscribers of a deleted queue
 ENCRYPTED_BLOCK = 11  # block encryption with chain keys from the session DH secret
@@ -47,6 +47,7 @@ LEGACY_VERSION = DELETED_EVENT
 LEGACY_TLS_VERSION_MAX = SMP_VERSION_MIN
 
 VERSION_ADDITIONS: dict[int, str] = {
+    SENDING_PROXY: "private message routing: PRXY PKEY, PFWD PRES, RFWD RRES",
     SENDER_AUTH_KEY: "SKEY, sndSecure in NEW and IDS (the oldest version served)",
     DELETED_EVENT: "DELD to the other subscribers of a deleted queue",
     ENCRYPTED_BLOCK: "block encryption (chain keys from the session DH secret)",

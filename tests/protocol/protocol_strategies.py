@@ -33,10 +33,14 @@ from router.protocol import (
     OK,
     PFWD,
     PING,
+    PKEY,
     PONG,
+    PRES,
     PRXY,
     QUE,
+    RFWD,
     RKEY,
+    RRES,
     SEND,
     SKEY,
     SOK,
@@ -71,6 +75,13 @@ send_flags = st.builds(
     st.sampled_from([b"T", b"F"]),
     st.binary(max_size=6).map(lambda b: b.replace(b" ", b"x")),
 )
+# Printable ASCII hosts without spaces, as router addresses are written.
+proxy_hosts = st.lists(
+    st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=60),
+    min_size=1, max_size=4,
+).map(tuple)
+ports = st.one_of(st.just(""), st.integers(1, 65535).map(str))
+cert_chains = st.lists(st.binary(max_size=300), min_size=1, max_size=4).map(tuple)
 bodies = st.one_of(st.binary(max_size=300), st.integers(0, 16064).map(lambda n: b"\x00" * n))
 
 commands = st.one_of(
@@ -81,8 +92,9 @@ commands = st.one_of(
     st.builds(SEND, send_flags, bodies),
     st.builds(ACK, short),
     st.builds(NKEY, auth_keys, x25519_keys),
-    st.builds(PRXY, st.binary(max_size=100)),
-    st.builds(PFWD, st.binary(max_size=100)),
+    st.builds(PRXY, proxy_hosts, ports, short, st.none() | passwords),
+    st.builds(PFWD, st.integers(0, 0xFFFF), x25519_keys, st.binary(max_size=300)),
+    st.builds(RFWD, st.binary(max_size=300)),
 )
 
 _token_ss = st.builds(lambda b: bytes((len(b),)) + b, short)
@@ -147,6 +159,12 @@ responses = st.one_of(
     st.builds(ERR, errors),
     st.builds(SOKS, int64s),
     st.builds(ENDS, int64s),
+    st.builds(
+        PKEY, short, st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), cert_chains,
+        st.binary(max_size=300),
+    ),
+    st.builds(RRES, st.binary(max_size=300)),
+    st.builds(PRES, st.binary(max_size=300)),
 )
 
 transmissions = st.builds(Transmission, short, short, short, st.binary(max_size=200))

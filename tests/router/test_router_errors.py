@@ -11,6 +11,7 @@ from smp_session import connect, raw_block
 from router.protocol import crypto
 from router.protocol.block import BLOCK_SIZE, pad_block
 from router.protocol.codec import encode_command
+from router.protocol.keys import x25519_spki
 from router.protocol.types import (
     AUTH,
     BLOCK,
@@ -21,10 +22,12 @@ from router.protocol.types import (
     CMD_UNKNOWN,
     ERR,
     NEW,
+    PFWD,
     PING,
     PONG,
     PROXY_BASIC_AUTH,
     PROXY_NO_SESSION,
+    PRXY,
     SUB,
     Transmission,
 )
@@ -123,8 +126,11 @@ async def test_an_80_byte_authenticator_is_auth_since_the_router_sends_no_sessio
 async def test_proxy_commands_get_the_answers_of_a_router_that_does_not_proxy(router):
     with trio.fail_after(10):
         async with connect(router) as client:
-            assert await client.command(b"", b"PRXY x") == ERR(PROXY_BASIC_AUTH)
-            assert await client.command(b"s" * 24, b"PFWD x") == ERR(PROXY_NO_SESSION)
+            prxy = encode_command(PRXY(("127.0.0.1",), "5223", b"k" * 32))
+            assert await client.command(b"", prxy) == ERR(PROXY_BASIC_AUTH)
+            pfwd = encode_command(PFWD(10, x25519_spki(b"\x09" * 32), b"e" * 16242))
+            assert await client.command(b"s" * 24, pfwd) == ERR(PROXY_NO_SESSION)
+            assert await client.command(b"", b"PRXY x") == ERR(CMD_SYNTAX)
 
 
 async def test_random_transmissions_only_ever_get_err_responses_and_break_nothing(router):

@@ -61,6 +61,7 @@ from router.protocol.types import (
     PFWD,
     PING,
     PRXY,
+    RFWD,
     SEND,
     SERVICE,
     SKEY,
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Commands that touch no queue, so there is nothing to verify them against.
-_UNVERIFIED = (PING, PRXY, PFWD)
+_UNVERIFIED = (PING, PRXY, PFWD, RFWD)
 # Commands of the service extension: verified against the service key of the hello.
 _SERVICE = (SUBS, NSUBS)
 # Commands whose answer a push for the same queue may follow (`_may_be_overtaken`).
