@@ -53,7 +53,7 @@ from router.protocol.types import (
 from ._address import RouterAddress, parse_address
 from ._connection import Connection, Request, Result
 from ._errors import BadResponse, ConnectionClosed, SMPError
-from ._handshake import client_handshake, new_challenge
+from ._handshake import Session, client_handshake, new_challenge
 from ._transport import connect_transport
 from ._types import (
     ClientStatistics,
@@ -79,6 +79,7 @@ async def open_client(
     versions: tuple[int, int] = (SMP_VERSION_MIN, SMP_VERSION_MAX),
     service_seed: bytes | None = None,
     event_buffer: float = DEFAULT_EVENT_BUFFER,
+    proxy_server: bool = False,
 ) -> AsyncIterator[SMPClient]:
     """Connect, handshake, and yield a ready `SMPClient`; closed on exit.
 
@@ -89,7 +90,9 @@ async def open_client(
     acts for that service (docs/protocol.md#service-extension). `event_buffer` bounds the events
     waiting to be read; when it is full the reader waits, so a client that
     subscribes more queues than that with messages waiting must read events
-    while it subscribes.
+    while it subscribes. `proxy_server` is for a router connecting as a proxy
+    (docs/protocol.md#private-message-routing): the hello says so, blocks are not
+    encrypted, and `SMPClient.session` keeps what forwarding needs.
     """
     address = parse_address(url_or_address, key_hash, secure=ssl_context is not None)
     try:
@@ -99,7 +102,8 @@ async def open_client(
             transport = await connect_transport(nursery, address, ssl_context, challenge)
             try:
                 session = await client_handshake(
-                    transport, address.key_hash, versions, service_seed, challenge
+                    transport, address.key_hash, versions, service_seed, challenge,
+                    proxy_server,
                 )
             except BaseException:
                 await transport.aclose()
@@ -108,6 +112,7 @@ async def open_client(
                 transport, session.version, session.session_id, event_buffer, session.cipher
             )
             client = SMPClient(conn, address, service_seed)
+            client.session = session
             await nursery.start(conn.run)
             try:
                 yield client
@@ -131,6 +136,7 @@ class SMPClient:
         self.address = address
         self._service_seed = service_seed
         self.service_id: bytes | None = None
+        self.session: Session | None = None  # the handshake's outcome, set by open_client
         if service_seed is not None:
             self.service_id = service_id(crypto.ed25519_public(service_seed))
 
@@ -175,10 +181,14 @@ class SMPClient:
     # --- low level -------------------------------------------------------------
 
     async def command(
-        self, entity_id: bytes, cmd: Command | bytes, key_seed: bytes | None = None
+        self, entity_id: bytes, cmd: Command | bytes, key_seed: bytes | None = None,
+        *, corr_id: bytes | None = None,
     ) -> Response:
-        """Send one command (bytes are sent as they are), signed when `key_seed` is given."""
-        return _unwrap((await self._conn.request([(entity_id, cmd, key_seed)]))[0])
+        """Send one command (bytes are sent as they are), signed when `key_seed` is given.
+        `corr_id` is for commands whose corrId is also a nonce (RFWD); unique on this
+        connection, else a fresh one is made."""
+        return _unwrap((await self._conn.request([(entity_id, cmd, key_seed)],
+                                                 corr_id=corr_id))[0])
 
     async def commands(self, requests: Iterable[Request]) -> list[Response]:
         """Send `(entity_id, cmd, key_seed)` requests packed into as few blocks as fit."""

@@ -187,10 +187,16 @@ class Connection:
 
     # --- requests ------------------------------------------------------------
 
-    async def request(self, requests: Sequence[Request], route_msg: bool = False) -> list[Result]:
-        """Send `requests` (packed with whatever else is waiting) and return their results."""
+    async def request(
+        self, requests: Sequence[Request], route_msg: bool = False,
+        corr_id: bytes | None = None,
+    ) -> list[Result]:
+        """Send `requests` (packed with whatever else is waiting) and return their results;
+        `corr_id`, for one request, is the corrId it goes with (one not pending already)."""
         if self._closed is not None:
             raise self._closed
+        if corr_id is not None and (len(requests) != 1 or corr_id in self._pending):
+            raise ValueError("a chosen corrId is for one request, not one pending already")
         waiter = _Waiter(len(requests))
         if not requests:
             return []
@@ -201,19 +207,20 @@ class Connection:
                 await trio.lowlevel.checkpoint()
                 if self._closed is not None:
                     raise self._closed
-            self._submit(waiter, requests, start, route_msg)
+            self._submit(waiter, requests, start, route_msg, corr_id)
         await waiter.done.wait()
         if waiter.error is not None:
             raise waiter.error
         return waiter.results  # type: ignore[return-value]  # all filled once done
 
     def _submit(
-        self, waiter: _Waiter, requests: Sequence[Request], start: int, route_msg: bool
+        self, waiter: _Waiter, requests: Sequence[Request], start: int, route_msg: bool,
+        chosen_corr_id: bytes | None = None,
     ) -> None:
         pending, outbox = self._pending, self._outbox
         for index in range(start, min(start + SUBMIT_CHUNK, len(requests))):
             entity_id, cmd, seed = requests[index]
-            corr_id = self._new_corr_id()
+            corr_id = chosen_corr_id or self._new_corr_id()
             data = self._encode(corr_id, entity_id, cmd, seed)
             if len(data) > MAX_TRANSMISSION_SIZE:
                 # The reference sender's rule (docs/protocol.md#blocks): never sent, reported

@@ -45,6 +45,9 @@ class Session:
     server_hello: ServerHello
     cipher: BlockCipher | None = None  # block encryption, from v11
     router_dh_key: bytes | None = None  # raw X25519: the router's key of this connection
+    # Kept only by a router connecting as a proxy: with the router's key it makes the
+    # session secret of forwarded commands (docs/protocol.md#private-message-routing).
+    client_private: bytes | None = None
 
 
 def new_challenge() -> bytes:
@@ -58,12 +61,18 @@ async def client_handshake(
     versions_range: tuple[int, int] = (SMP_VERSION_MIN, SMP_VERSION_MAX),
     service_seed: bytes | None = None,
     challenge: bytes | None = None,
+    proxy_server: bool = False,
 ) -> Session:
     """Receive the server hello, answer it, and return the negotiated session.
 
     `challenge` is the one the client put in the URL; from v19 the router must have
-    signed it."""
+    signed it. `proxy_server` is a router connecting as a proxy: its hello says so
+    (from v14), its blocks are not encrypted, and a router older than v14 is spoken to
+    at v10 at most, where nothing is encrypted either (docs/protocol.md, client hello)."""
     hello = _parse_server_hello(await transport.receive_block())
+    if proxy_server and hello.max_version < versions.PROXY_SERVER_HANDSHAKE:
+        low, high = versions_range
+        versions_range = (low, max(low, min(high, versions.DELETED_EVENT)))
     version = negotiate_version(hello.min_version, hello.max_version, *versions_range)
     if version is None:
         raise HandshakeError(
@@ -75,9 +84,10 @@ async def client_handshake(
         _check_tls(hello, key_hash, transport.tls_unique, transport.tls_certificate)
     client_priv, client_key = crypto.new_x25519()
     # Before v11 nothing uses the router's key of the connection: not read, not checked.
-    router_dh_key = _router_dh_key(hello) if versions.has_block_encryption(version) else None
+    router_dh_key = (_router_dh_key(hello)
+                     if proxy_server or versions.has_block_encryption(version) else None)
     cipher = None
-    if router_dh_key is not None:
+    if router_dh_key is not None and not proxy_server:
         try:
             secret = dh_secret(client_priv, router_dh_key)
         except ProtocolError as e:
@@ -86,9 +96,11 @@ async def client_handshake(
     service = None
     if service_seed is not None:
         service = crypto.prove_service(service_seed, hello.session_id, key_hash)
-    reply = ClientHello(version, key_hash, client_key, service)
+    flag = proxy_server and versions.has_proxy_server_flag(version)
+    reply = ClientHello(version, key_hash, client_key, service, flag)
     await transport.send_block(pad_block(encode_client_hello(reply)))
-    return Session(version, hello.session_id, hello, cipher, router_dh_key)
+    return Session(version, hello.session_id, hello, cipher, router_dh_key,
+                   client_priv if proxy_server else None)
 
 
 def _parse_server_hello(block: bytes) -> ServerHello:

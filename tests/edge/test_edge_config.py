@@ -45,7 +45,7 @@ def test_without_flags_the_defaults_hold():
         store="memory", new_queue_rate=DEFAULT_NEW_QUEUE_RATE,
         new_queue_address_rate=DEFAULT_NEW_QUEUE_ADDRESS_RATE,
         new_queue_total_rate=DEFAULT_NEW_QUEUE_TOTAL_RATE,
-        memory_store_max_bytes=DEFAULT_MEMORY_STORE_MAX_BYTES,
+        memory_store_max_bytes=DEFAULT_MEMORY_STORE_MAX_BYTES, allow_proxy=True,
     )
     assert RouterConfig().idle_timeout is None
 

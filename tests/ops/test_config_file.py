@@ -78,6 +78,16 @@ NON_DEFAULT = {
     ("LIMITS", "control_max_sessions"): ("4", 4),
     ("LIMITS", "metrics_max_connections"): ("5", 5),
     ("LIMITS", "memory_store_max_bytes"): ("512M", 512 << 20),
+    ("PROXY", "enable"): ("off", False),
+    ("PROXY", "password"): ("relay#pass", "relay#pass"),
+    ("PROXY", "max_connections"): ("21", 21),
+    ("PROXY", "connect_timeout"): ("2.5", 2.5),
+    ("PROXY", "answer_timeout"): ("3.5", 3.5),
+    ("PROXY", "idle_timeout"): ("45", 45.0),
+    ("PROXY", "error_hold"): ("0", 0.0),
+    ("PROXY", "client_concurrency"): ("4", 4),
+    ("PROXY", "own_server_domains"): ("Example.net, smp.example.org",
+                                      ("example.net", "smp.example.org")),
     ("INACTIVE_CLIENTS", "disconnect"): ("on", True),
     ("INACTIVE_CLIENTS", "ttl"): ("60", 60.0),
     ("LOG", "level"): ("debug", "debug"),
@@ -141,6 +151,22 @@ def test_every_key_reaches_the_router_configuration(tmp_path):
             config.keepalive_interval, config.keepalive_timeout) == (
         3.0, 11, 12, 13, 14, 15.0, 16.0, 17.0)
     assert dict(config.information) == {n: f"the {n}" for n in INFORMATION_KEYS}
+    assert not config.allow_proxy and config.proxy_password == b"relay#pass"
+    assert (config.proxy_max_connections, config.proxy_connect_timeout,
+            config.proxy_answer_timeout, config.proxy_idle_timeout, config.proxy_error_hold,
+            config.proxy_client_concurrency) == (21, 2.5, 3.5, 45.0, 0.0, 4)
+    assert config.proxy_own_domains == ("example.net", "smp.example.org")
+
+
+def test_serve_proxies_by_default_and_no_proxy_turns_it_off(tmp_path):
+    args = ["serve", "--data-dir", str(tmp_path), "--store", "memory"]
+    assert config_from_args(build_parser().parse_args(args)).allow_proxy
+    assert not config_from_args(build_parser().parse_args([*args, "--no-proxy"])).allow_proxy
+    config = config_from_args(build_parser().parse_args(
+        [*args, "--proxy-connect-timeout", "3", "--proxy-max-connections", "2"]))
+    assert (config.proxy_connect_timeout, config.proxy_max_connections) == (3.0, 2)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*args, "--proxy-max-connections", "0"])
 
 
 def test_a_flag_overrides_the_file_and_the_file_overrides_the_default(tmp_path):

@@ -33,7 +33,8 @@ from ..settings.config_file import (
 from ..settings.store_key import check_store_key
 
 # Settings `config check` shows as "(set)", never in clear.
-SECRET_SETTINGS = ("password", "control_admin_password", "control_user_password")
+SECRET_SETTINGS = ("password", "control_admin_password", "control_user_password",
+                   "proxy_password")
 # The kind a fresh data directory gets without --store: with fsync batch it needs
 # one sync per group of writes where the journal syncs every queue file written,
 # and it opens without reading every queue (docs/stores.md, bench/RESULTS-stores.md).
@@ -82,6 +83,8 @@ TOPICS = {
             "are set only in the file)",
     "TRANSPORT": "network, listener limits, TLS, operation ports (file section [TRANSPORT])",
     "LIMITS": "limits against abuse (file section [LIMITS])",
+    "PROXY": "forwarding for clients: private message routing (file section [PROXY]; its "
+             "password is set only in the file)",
     "INACTIVE_CLIENTS": "inactive clients (file section [INACTIVE_CLIENTS])",
     "LOG": "log (file section [LOG])",
 }
@@ -123,6 +126,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
 _METAVARS = {"new_queues": "on|off", "new_queues_per_second": "N|off", "tls_cert": "PEM",
              "tls_key": "PEM", "stats_log": "PATH", "file": "PATH",
              "memory_store_max_bytes": "SIZE|off", "create_password": "PASSWORD",
+             "own_server_domains": "NAMES",
              "new_queues_per_second_per_address": "N|off", "new_queues_per_second_total": "N|off",
              "new_queues_burst_per_address": "N", "new_queues_burst_total": "N",
              "control_lockout_after": "N", "control_max_sessions": "N",
@@ -214,7 +218,7 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
     information = tuple(
         (name, str(s[f"info_{name}"])) for name in INFORMATION_KEYS if s.get(f"info_{name}")
     )
-    password = s["password"]
+    password, proxy_password = s["password"], s["proxy_password"]
     return RouterConfig(
         host=s["host"], port=s["port"], public_host=s["public_host"],
         store=store, data_dir=data_dir, fsync=s["fsync"],
@@ -246,6 +250,15 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         memory_store_max_bytes=s["memory_store_max_bytes"],
         idle_timeout=_idle_timeout(s),
         drain_period=s["drain_period"],
+        allow_proxy=s["allow_proxy"],
+        proxy_password=None if proxy_password is None else str(proxy_password).encode(),
+        proxy_max_connections=s["proxy_max_connections"],
+        proxy_connect_timeout=s["proxy_connect_timeout"],
+        proxy_answer_timeout=s["proxy_answer_timeout"],
+        proxy_idle_timeout=s["proxy_idle_timeout"],
+        proxy_error_hold=s["proxy_error_hold"],
+        proxy_client_concurrency=s["proxy_client_concurrency"],
+        proxy_own_domains=s["proxy_own_domains"] or (),
         **{name: s[name] for name in LISTENER_SETTINGS},
         information=information,
     )  # type: ignore[arg-type]

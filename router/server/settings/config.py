@@ -42,6 +42,15 @@ DEFAULT_CONTROL_MAX_SESSIONS = 16
 DEFAULT_METRICS_MAX_CONNECTIONS = 8
 DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
 DEFAULT_DRAIN_PERIOD = 30.0  # seconds over which a drain closes the connected clients
+# The proxy (docs/protocol.md#private-message-routing): its connections to destination
+# routers and the proxied commands it works on for one client at a time (the reference's
+# client_concurrency).
+DEFAULT_PROXY_MAX_CONNECTIONS = 1000
+DEFAULT_PROXY_CONNECT_TIMEOUT = 20.0
+DEFAULT_PROXY_ANSWER_TIMEOUT = 15.0
+DEFAULT_PROXY_IDLE_TIMEOUT = 600.0
+DEFAULT_PROXY_ERROR_HOLD = 30.0  # the reference's persistErrorInterval
+DEFAULT_PROXY_CLIENT_CONCURRENCY = 32
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # Basic-auth passwords: printable, no space, '@', ':' or '/' (docs/protocol.md#command-table).
@@ -103,6 +112,19 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
     new_queue_total_burst: int = DEFAULT_NEW_QUEUE_TOTAL_BURST
     memory_store_max_bytes: int | None = None  # message body bytes the memory store holds
     information: tuple[tuple[str, str], ...] = ()  # [INFORMATION] fields for the info page
+    # --- proxying (docs/protocol.md#private-message-routing; README "Private routing") ---
+    # Off here, for embedding programs and tests; `smp-router serve` turns it on.
+    allow_proxy: bool = False
+    # The basic auth PRXY must carry; None: the create password (`password`) if set, as
+    # the reference asks for its newQueueBasicAuth.
+    proxy_password: bytes | None = None
+    proxy_max_connections: int = DEFAULT_PROXY_MAX_CONNECTIONS  # destinations at once
+    proxy_connect_timeout: float = DEFAULT_PROXY_CONNECT_TIMEOUT  # TCP, TLS and handshake
+    proxy_answer_timeout: float = DEFAULT_PROXY_ANSWER_TIMEOUT  # a forwarded command's answer
+    proxy_idle_timeout: float = DEFAULT_PROXY_IDLE_TIMEOUT  # an unused connection is closed
+    proxy_error_hold: float = DEFAULT_PROXY_ERROR_HOLD  # a failed connect is not retried so soon
+    proxy_client_concurrency: int = DEFAULT_PROXY_CLIENT_CONCURRENCY  # per client connection
+    proxy_own_domains: tuple[str, ...] = ()  # destinations counted as "own" in the statistics
 
     def __post_init__(self) -> None:
         if isinstance(self.data_dir, str):
@@ -112,8 +134,9 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
         for name in ("tls_cert", "tls_key"):
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, Path(getattr(self, name)))
-        if isinstance(self.password, str):
-            object.__setattr__(self, "password", self.password.encode())
+        for name in ("password", "proxy_password"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, getattr(self, name).encode())
         _check_choice("store", self.store, STORE_KINDS)
         _check_choice("delivery", self.delivery, DELIVERY_MODES)
         _check_choice("fsync", self.fsync, FSYNC_POLICIES)
@@ -137,8 +160,9 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
             check(bound.name, getattr(self, bound.name))
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("TLS needs both a certificate and a key file")
-        if self.password is not None:
-            check_password(self.password)
+        for secret in (self.password, self.proxy_password):
+            if secret is not None:
+                check_password(secret)
         if not isinstance(self.stats_interval, int) or self.stats_interval < 1 or (
             86400 % self.stats_interval
         ):
@@ -173,6 +197,19 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
             _check_count(name, getattr(self, name))
         if self.memory_store_max_bytes is not None and self.memory_store_max_bytes < 1:
             raise ConfigError("memory store max bytes must be at least 1")
+        self._check_proxy()
+
+    def _check_proxy(self) -> None:
+        for name in ("proxy_connect_timeout", "proxy_answer_timeout", "proxy_idle_timeout"):
+            _check_duration(name, getattr(self, name))
+        error_hold = self.proxy_error_hold
+        if not (isinstance(error_hold, int | float) and error_hold >= 0
+                and math.isfinite(error_hold)):
+            raise ConfigError("proxy error hold must be a number, at least 0")
+        for name in ("proxy_max_connections", "proxy_client_concurrency"):
+            _check_count(name, getattr(self, name))
+        if isinstance(self.proxy_own_domains, str):
+            raise ConfigError("proxy own domains must be a list of names")
 
     def edge_limits(self) -> EdgeLimits:
         return EdgeLimits(  # type: ignore[no-any-return]

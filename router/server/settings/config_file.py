@@ -43,6 +43,12 @@ from .config import (
     DEFAULT_NEW_QUEUE_RATE,
     DEFAULT_NEW_QUEUE_TOTAL_BURST,
     DEFAULT_NEW_QUEUE_TOTAL_RATE,
+    DEFAULT_PROXY_ANSWER_TIMEOUT,
+    DEFAULT_PROXY_CLIENT_CONCURRENCY,
+    DEFAULT_PROXY_CONNECT_TIMEOUT,
+    DEFAULT_PROXY_ERROR_HOLD,
+    DEFAULT_PROXY_IDLE_TIMEOUT,
+    DEFAULT_PROXY_MAX_CONNECTIONS,
     DEFAULT_STATS_INTERVAL,
     DELIVERY_MODES,
     FSYNC_POLICIES,
@@ -148,6 +154,14 @@ def _password(value: str) -> str | None:
     if value:
         check_password(value.encode())
     return value or None
+
+
+def _domains(value: str) -> tuple[str, ...]:
+    """`example.net, example.org`: destinations on these hosts or under them."""
+    names = tuple(name.strip().lower() for name in value.split(",") if name.strip())
+    if any(" " in name or "/" in name for name in names):
+        raise ValueError(f"must be host names separated by commas, not {value!r}")
+    return names
 
 
 def _optional_number(value: str) -> float | None:
@@ -316,6 +330,39 @@ KEYS: tuple[Key, ...] = (
     Key("LIMITS", "memory_store_max_bytes", "memory_store_max_bytes", _size,
         DEFAULT_MEMORY_STORE_MAX_BYTES,
         "message bytes the memory store holds at most (e.g. 512M, 2G); off: no cap"),
+    Key("PROXY", "enable", "allow_proxy", _bool, True,
+        "off: refuse to forward for clients (PRXY is answered ERR PROXY BASIC_AUTH)",
+        flag="--no-proxy", switch=False,
+        flag_help="refuse to forward for clients (private message routing)"),
+    Key("PROXY", "password", "proxy_password", _password, None,
+        "basic-auth password PRXY must carry; default: create_password, if set (as the "
+        "reference router asks)", flag=None),
+    Key("PROXY", "max_connections", "proxy_max_connections", parse_count,
+        DEFAULT_PROXY_MAX_CONNECTIONS,
+        "connections to destination routers at once (one per destination)",
+        flag="--proxy-max-connections"),
+    Key("PROXY", "connect_timeout", "proxy_connect_timeout", parse_number,
+        DEFAULT_PROXY_CONNECT_TIMEOUT,
+        "seconds to connect to a destination router (TCP, TLS and the SMP handshake)",
+        flag="--proxy-connect-timeout"),
+    Key("PROXY", "answer_timeout", "proxy_answer_timeout", parse_number,
+        DEFAULT_PROXY_ANSWER_TIMEOUT,
+        "seconds a destination router has to answer a forwarded command",
+        flag="--proxy-answer-timeout"),
+    Key("PROXY", "idle_timeout", "proxy_idle_timeout", parse_number,
+        DEFAULT_PROXY_IDLE_TIMEOUT,
+        "seconds an unused connection to a destination router stays open",
+        flag="--proxy-idle-timeout"),
+    Key("PROXY", "error_hold", "proxy_error_hold", _non_negative, DEFAULT_PROXY_ERROR_HOLD,
+        "seconds a failed connection attempt's error is given without trying again",
+        flag="--proxy-error-hold"),
+    Key("PROXY", "client_concurrency", "proxy_client_concurrency", parse_count,
+        DEFAULT_PROXY_CLIENT_CONCURRENCY,
+        "proxied commands one client connection may have waiting for a destination",
+        flag="--proxy-client-concurrency"),
+    Key("PROXY", "own_server_domains", "proxy_own_domains", _domains, None,
+        "host names (and names under them) of the operator's own routers, counted apart "
+        "in the proxy statistics; comma-separated", flag="--proxy-own-domains"),
     Key("INACTIVE_CLIENTS", "disconnect", "inactive_disconnect", _bool, False,
         "on: disconnect clients without subscriptions that sent nothing for ttl seconds "
         "(the --idle-timeout flag sets the same)", flag=None),
@@ -440,6 +487,8 @@ def display(key: Key, value: object) -> str:
         value = value / key.scale
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, tuple):  # a list of names
+        return ", ".join(value)
     return str(value)
 
 

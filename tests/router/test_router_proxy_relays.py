@@ -1,0 +1,198 @@
+"""The proxy's pool of connections to destination routers (router/server/core/relays.py),
+against real routers listening on 127.0.0.1: reuse, identity, a destination that stops
+and comes back, the bound on connections, a requester that goes away mid-connect.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from router.server import RouterConfig
+from router.server.core.relays import (
+    HOST,
+    NETWORK,
+    Destination,
+    RelayError,
+    RelayLimits,
+    Relays,
+    destination,
+)
+from router.server.edge.encrypted import EncryptedTransport
+from router.server.edge.gate import GatedTransport
+from router.server.router import RouterInfo, serve_router
+
+QUICK = RelayLimits(max_relays=8, connect_timeout=5.0, answer_timeout=5.0,
+                    idle_timeout=30.0, error_hold=0.0)
+
+
+@asynccontextmanager
+async def running_router(port: int = 0, data_dir: Path | None = None) -> AsyncIterator[RouterInfo]:
+    config = RouterConfig(host="127.0.0.1", port=port, store="memory", data_dir=data_dir)
+    async with trio.open_nursery() as nursery:
+        info: RouterInfo = await nursery.start(serve_router, config)
+        try:
+            yield info
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def running_pool(limits: RelayLimits = QUICK, **options) -> AsyncIterator[Relays]:
+    pool = Relays(limits, **options)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        try:
+            yield pool
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def dest_of(info: RouterInfo) -> Destination:
+    return Destination("127.0.0.1", info.port, info.key_hash)
+
+
+async def wait_until(predicate, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.02)
+
+
+def test_a_destination_takes_the_first_host_reachable_without_tor() -> None:
+    key = bytes(32)
+    assert destination(("abc.onion", "smp.example.net"), "", key) == Destination(
+        "smp.example.net", 5223, key)
+    assert destination(("127.0.0.1",), "5224", key).port == 5224
+    with pytest.raises(RelayError) as onion_only:
+        destination(("abc.onion",), "", key)
+    assert onion_only.value.kind == HOST
+    with pytest.raises(RelayError) as bad_port:
+        destination(("h",), "99999", key)
+    assert bad_port.value.kind == NETWORK
+
+
+async def test_one_connection_per_destination_reused_by_every_request() -> None:
+    async with running_router() as b, running_pool() as pool:
+        relays = await _gather([lambda: pool.relay(dest_of(b)) for _ in range(5)])
+        assert len({id(r) for r in relays}) == 1
+        relay = relays[0]
+        assert relay.alive and relay.version >= 14
+        assert pool.by_session(relay.session_id) is relay
+        assert await pool.relay(dest_of(b)) is relay
+        assert b.router.counters.connections_total == 1
+        assert pool.connects == 1 and len(pool) == 1
+
+
+async def test_the_proxy_hello_says_proxy_server_and_blocks_are_not_encrypted() -> None:
+    async with running_router() as b, running_pool() as pool:
+        relay = await pool.relay(dest_of(b))
+        session = relay.client.session
+        assert session is not None and session.cipher is None
+        assert session.client_private is not None and session.router_dh_key is not None
+        (conn,) = b.router.connections.values()
+        # The destination reads the proxy's blocks as they come: no block encryption.
+        assert isinstance(conn.transport, GatedTransport)
+        assert not isinstance(conn.transport.inner, EncryptedTransport)
+
+
+async def test_a_wrong_key_hash_is_a_network_error_and_no_connection() -> None:
+    async with running_router() as b, running_pool() as pool:
+        wrong = Destination("127.0.0.1", b.port, os.urandom(32))
+        with pytest.raises(RelayError) as caught:
+            await pool.relay(wrong)
+        assert caught.value.kind == NETWORK
+        assert len(pool) == 0 and pool.connect_failures == 1
+
+
+async def test_a_stopped_destination_fails_fast_and_a_restarted_one_is_reconnected(
+    tmp_path: Path,
+) -> None:
+    async with running_pool() as pool:
+        async with running_router(data_dir=tmp_path) as b:
+            port, dest = b.port, dest_of(b)
+            first = await pool.relay(dest)
+        await wait_until(lambda: not first.alive)
+        assert pool.by_session(first.session_id) is None
+        with trio.fail_after(QUICK.connect_timeout):
+            with pytest.raises(RelayError) as down:
+                await pool.relay(dest)
+        assert down.value.kind == NETWORK
+        async with running_router(port=port, data_dir=tmp_path) as b_again:
+            assert b_again.key_hash == dest.key_hash
+            second = await pool.relay(dest)
+            assert second is not first and second.alive
+            assert pool.by_session(second.session_id) is second
+
+
+async def test_a_failure_is_held_for_error_hold_then_tried_again(tmp_path: Path) -> None:
+    limits = RelayLimits(connect_timeout=5.0, error_hold=0.5)
+    async with running_pool(limits) as pool:
+        async with running_router(data_dir=tmp_path) as b:
+            port, dest = b.port, dest_of(b)
+        with pytest.raises(RelayError):
+            await pool.relay(dest)
+        async with running_router(port=port, data_dir=tmp_path):
+            with pytest.raises(RelayError):  # held: not tried again yet
+                await pool.relay(dest)
+            assert pool.connect_failures == 1
+            await trio.sleep(0.6)
+            assert (await pool.relay(dest)).alive
+
+
+async def test_the_pool_bound_closes_the_least_recently_used_idle_connection() -> None:
+    limits = RelayLimits(max_relays=2, connect_timeout=5.0, error_hold=0.0)
+    async with running_router() as b, running_router() as c, running_router() as d, \
+            running_pool(limits) as pool:
+        rb = await pool.relay(dest_of(b))
+        await trio.sleep(0.01)
+        rc = await pool.relay(dest_of(c))
+        rd = await pool.relay(dest_of(d))
+        assert len(pool) == 2
+        await wait_until(lambda: not rb.alive)
+        assert rc.alive and rd.alive
+        assert pool.by_session(rb.session_id) is None
+        await wait_until(lambda: len(b.router.connections) == 0)
+
+
+async def test_a_full_pool_of_busy_connections_refuses_another_destination() -> None:
+    limits = RelayLimits(max_relays=1, connect_timeout=5.0, error_hold=0.0)
+    async with running_router() as b, running_router() as c, running_pool(limits) as pool:
+        rb = await pool.relay(dest_of(b))
+        rb.in_flight += 1  # a forwarded command waits for its answer
+        with pytest.raises(RelayError) as caught:
+            await pool.relay(dest_of(c))
+        assert caught.value.kind == NETWORK and "busy" in caught.value.detail
+        assert rb.alive and c.router.counters.connections_total == 0
+
+
+async def test_idle_connections_are_closed() -> None:
+    limits = RelayLimits(idle_timeout=0.2, connect_timeout=5.0)
+    async with running_router() as b, running_pool(limits) as pool:
+        relay = await pool.relay(dest_of(b))
+        await wait_until(lambda: not relay.alive and len(pool) == 0)
+        await wait_until(lambda: len(b.router.connections) == 0)
+
+
+async def test_a_requester_cancelled_mid_connect_does_not_spoil_the_destination() -> None:
+    async with running_router() as b, running_pool() as pool:
+        with trio.move_on_after(0.0005):
+            await pool.relay(dest_of(b))
+        relay = await pool.relay(dest_of(b))
+        assert relay.alive and b.router.counters.connections_total == 1
+
+
+async def _gather(calls) -> list:
+    results: list = [None] * len(calls)
+
+    async def one(i: int) -> None:
+        results[i] = await calls[i]()
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(calls)):
+            nursery.start_soon(one, i)
+    return results
