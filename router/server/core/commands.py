@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from .delivery import Deliverer
     from .latency import Latencies
     from .notifications import Notifications
+    from .proxy import Proxy
     from .services import Services
 
 ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
@@ -126,6 +127,7 @@ class CommandContext:
     blocked: BlockedQueues
     queue_active: Callable[[bytes], None]  # the queue was used (the stats log counts it)
     expire_before_send: Callable[[bytes], Awaitable[None]]  # with expire_on_send
+    proxy: Proxy | None = None  # PRXY and PFWD (proxy.py); None: this router does not proxy
 
 
 def not_logged(recipient_id: bytes) -> None:
@@ -186,10 +188,14 @@ class Commands:
         return _reply(verified, _PONG)
 
     async def _prxy(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        return _reply(verified, PROXY_BASIC_AUTH)  # what the reference says when it does not proxy
+        if self._context.proxy is None:  # the reference's answer when it does not proxy
+            return _reply(verified, PROXY_BASIC_AUTH)
+        return await self._context.proxy.prxy(client, verified)
 
     async def _pfwd(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        return _reply(verified, PROXY_NO_SESSION)
+        if self._context.proxy is None:
+            return _reply(verified, PROXY_NO_SESSION)
+        return await self._context.proxy.pfwd(client, verified)
 
     async def _rfwd(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         # Not a destination of forwarded transmissions: the reference's answer when it
