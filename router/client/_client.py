@@ -109,7 +109,8 @@ async def open_client(
         async with trio.open_nursery() as nursery:
             # The web identity proof is for WebSocket; over TLS the TLS chain proves it.
             challenge = None if address.native else new_challenge()
-            transport = await connect_transport(nursery, address, ssl_context, challenge)
+            transport = await connect_transport(nursery, address, ssl_context, challenge,
+                                                short_session_id=proxy_server)
             try:
                 session = await client_handshake(
                     transport, address.key_hash, versions, service_seed, challenge,

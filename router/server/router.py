@@ -42,6 +42,8 @@ from .core.dispatch import Dispatcher
 from .core.expiry import Expirer
 from .core.latency import Latencies
 from .core.notifications import Notifications
+from .core.proxy import Proxy
+from .core.relays import Destination, RelayLimits, Relays
 from .core.services import Services
 from .core.serving import ClientServing
 from .core.subscriptions import ClientSubscriptions, Event, Subscriptions
@@ -75,7 +77,7 @@ LIVE_SETTINGS = frozenset({
     "control_user_password", "new_queue_rate", "new_queue_burst", "new_queue_address_rate",
     "new_queue_address_burst", "new_queue_total_rate", "new_queue_total_burst",
     "memory_store_max_bytes",
-    "information", "tls_cert", "tls_key", "drain_period",
+    "information", "tls_cert", "tls_key", "drain_period", "allow_proxy", "proxy_password",
 })
 
 
@@ -113,6 +115,14 @@ class Router:
         self.drained = trio.Event()  # set when a drain is done: whoever runs the router stops it
         self._background: trio.Nursery | None = None
         self.stats_log: StatsLog | None = None
+        # The proxy's connections to destination routers (docs/protocol.md#private-message-routing).
+        self.relays = Relays(RelayLimits(
+            max_relays=config.proxy_max_connections,
+            connect_timeout=config.proxy_connect_timeout,
+            answer_timeout=config.proxy_answer_timeout,
+            idle_timeout=config.proxy_idle_timeout,
+            error_hold=config.proxy_error_hold,
+        ), is_own=self._is_own_destination)
         if config.stats_log is not None:
             self.stats_log = StatsLog(
                 config.stats_log, self.statistics, interval=config.stats_interval
@@ -133,6 +143,7 @@ class Router:
         self.services = Services(
             self.queues, self.messages, self.subscriptions, self.deliverer, self.notifications
         )
+        self.proxy = Proxy(self.relays, counters, lambda: self.config)
         self.commands = commands = Commands(CommandContext(
             config, self.queues, self.messages, counters, self.latencies, self.subscriptions,
             self.deliverer,
@@ -142,8 +153,10 @@ class Router:
                           else not_logged),
             expire_before_send=(self.expirer.expire_queue if config.expire_on_send
                                 else nothing_to_expire),
+            proxy=self.proxy,
         ))
-        self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies)
+        self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies,
+                                     counters=counters)
         self._serving = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )
@@ -151,6 +164,14 @@ class Router:
     @property
     def key_hash(self) -> bytes:
         return self.identity.key_hash
+
+    def _is_own_destination(self, dest: Destination) -> bool:
+        """This router itself, or a host of the operator's own domains (the reference's
+        own_server_domains): counted apart in the proxy statistics."""
+        if dest.key_hash == self.identity.key_hash:
+            return True
+        host = dest.host.lower()
+        return any(host == d or host.endswith("." + d) for d in self.config.proxy_own_domains)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The router's own background work: flushing END/DELD batches, expiring old
@@ -160,6 +181,7 @@ class Router:
             if self.stats_log is not None:
                 await nursery.start(self.stats_log.run)
             await nursery.start(self.expirer.run)
+            await nursery.start(self.relays.run)
             nursery.start_soon(self.subscriptions.events.run)
             nursery.start_soon(self.notifications.run)
             if self.config.idle_timeout is not None:
@@ -212,6 +234,8 @@ class Router:
                 legacy=native is not None and native.legacy,
             )
             transport.established()
+            if handshake.proxy_server:
+                log.info("proxy %s connected (v%d)", transport.remote, handshake.version)
             blocks: BlockStream = transport
             if handshake.cipher is not None:
                 blocks = EncryptedTransport(transport, handshake.cipher)
@@ -242,6 +266,7 @@ class Router:
     def _cleanup(self, client: ClientSubscriptions) -> None:
         """Forget the connection and every subscription it still holds."""
         self.subscriptions.forget(client)
+        self.proxy.forget(client.conn.id)
         self.connections.pop(client.conn.id, None)
         client.conn.close()
 
@@ -354,6 +379,7 @@ class Router:
             connections=len(self.connections),
             subscriptions=len(self.subscriptions),
             pending_deliveries=self.subscriptions.pending_deliveries(),
+            proxy_connections=len(self.relays),
         )
 
     def connection_task_counts(self) -> dict[int, int]:

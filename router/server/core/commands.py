@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, TypeVar
 from router.protocol import versions
 from router.protocol.codec import encode_response_transmission
 from router.protocol.crypto import box_key, new_x25519
-from router.protocol.errors import TRANSPORT_NO_AUTH, proxy_transport_error
 from router.protocol.types import (
     ACK,
     AUTH,
@@ -63,7 +62,6 @@ from router.protocol.types import (
     PRXY,
     QUE,
     QUOTA,
-    RFWD,
     RKEY,
     SEND,
     SKEY,
@@ -99,12 +97,12 @@ if TYPE_CHECKING:
     from .delivery import Deliverer
     from .latency import Latencies
     from .notifications import Notifications
+    from .proxy import Proxy
     from .services import Services
 
 ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
 _ID_ATTEMPTS = 3  # fresh ids after a DUPLICATE before giving up with INTERNAL
 _OK, _PONG = OK(), PONG()
-_NO_FORWARDING = proxy_transport_error(TRANSPORT_NO_AUTH)
 
 T = TypeVar("T")
 Handler = Callable[[ClientSubscriptions, Verified], Awaitable[list[bytes]]]
@@ -126,6 +124,7 @@ class CommandContext:
     blocked: BlockedQueues
     queue_active: Callable[[bytes], None]  # the queue was used (the stats log counts it)
     expire_before_send: Callable[[bytes], Awaitable[None]]  # with expire_on_send
+    proxy: Proxy | None = None  # PRXY and PFWD (proxy.py); None: this router does not proxy
 
 
 def not_logged(recipient_id: bytes) -> None:
@@ -158,7 +157,7 @@ class Commands:
             SKEY: self._skey, SEND: self._send, ACK: self._ack, GET: self._get,
             OFF: self._off, DEL: self._del, QUE: self._que, NKEY: self._nkey,
             NDEL: self._ndel, NSUB: self._nsub, SUBS: self._subs, NSUBS: self._nsubs,
-            PRXY: self._prxy, PFWD: self._pfwd, RFWD: self._rfwd,
+            PRXY: self._prxy, PFWD: self._pfwd,  # RFWD: the dispatcher's (forwarded.py)
             LSET: self._links, LDEL: self._links, LKEY: self._links, LGET: self._links,
             RKEY: self._rkey,
         }
@@ -186,15 +185,14 @@ class Commands:
         return _reply(verified, _PONG)
 
     async def _prxy(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        return _reply(verified, PROXY_BASIC_AUTH)  # what the reference says when it does not proxy
+        if self._context.proxy is None:  # the reference's answer when it does not proxy
+            return _reply(verified, PROXY_BASIC_AUTH)
+        return await self._context.proxy.prxy(client, verified)
 
     async def _pfwd(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        return _reply(verified, PROXY_NO_SESSION)
-
-    async def _rfwd(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        # Not a destination of forwarded transmissions: the reference's answer when it
-        # has no session secret for the proxy (docs/protocol.md#private-message-routing).
-        return _reply(verified, _NO_FORWARDING)
+        if self._context.proxy is None:
+            return _reply(verified, PROXY_NO_SESSION)
+        return await self._context.proxy.pfwd(client, verified)
 
     # --- short links (docs/protocol.md#short-links) ------------------------------------
 

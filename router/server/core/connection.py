@@ -74,6 +74,7 @@ class Connection:
         self.session_id = handshake.session_id
         # X25519 authenticators are checked with it (docs/protocol.md#x25519-authenticator).
         self.router_dh_private = handshake.router_dh_private
+        self.client_key = handshake.client_key  # with it, RFWD's box key (forwarded.py)
         # proven in the client hello (docs/protocol.md#service-extension)
         self.service = handshake.service
         self.service_id = None if self.service is None else service_id(self.service.service_key)

@@ -10,6 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The proxy's counters (docs/protocol.md#private-message-routing), the reference's proxy
+# statistics: for PRXY (sessions) and PFWD (messages), requests and their outcomes
+# (successes include the destination's ERR answers, which are forwarded), each also
+# counted apart when the destination is "own" (the reference's pRelays, pRelaysOwn,
+# pMsgFwds, pMsgFwdsOwn); and RFWDs this router executed as a destination (pMsgFwdsRecv).
+PROXY_OUTCOMES = ("requests", "successes", "errors_connect", "errors_compat", "errors_other")
+PROXY_COUNTERS = (
+    *(f"proxy_{what}_{outcome}{own}" for what in ("sessions", "messages")
+      for own in ("", "_own") for outcome in PROXY_OUTCOMES),
+    "proxy_messages_received",
+)
+
 
 class Counters:
     """Monotonic totals, changed only by the router's own tasks."""
@@ -21,6 +33,7 @@ class Counters:
         "new_queues_rate_limited", "messages_store_full", "subscriptions_ok", "queues_blocked",
         "messages_large_refused", "notifiers_created", "notifiers_deleted",
         "notifier_subscriptions_ok",
+        *PROXY_COUNTERS,
     )
 
     def __init__(self) -> None:
@@ -28,14 +41,23 @@ class Counters:
             setattr(self, name, 0)
 
     def snapshot(
-        self, *, connections: int, subscriptions: int, pending_deliveries: int
+        self, *, connections: int, subscriptions: int, pending_deliveries: int,
+        proxy_connections: int = 0,
     ) -> RouterStatistics:
         """The totals now, with the gauges only the router can read."""
         totals = {name: getattr(self, name) for name in self.__slots__}
         return RouterStatistics(
             connections=connections, subscriptions=subscriptions,
-            pending_deliveries=pending_deliveries, **totals,
+            pending_deliveries=pending_deliveries, proxy_connections=proxy_connections,
+            **totals,
         )
+
+    def count_proxy(self, what: str, outcome: str, own: bool) -> None:
+        """One PRXY ("sessions") or PFWD ("messages") outcome, also as own if `own`."""
+        name = f"proxy_{what}_{outcome}"
+        setattr(self, name, getattr(self, name) + 1)
+        if own:
+            setattr(self, name + "_own", getattr(self, name + "_own") + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +85,27 @@ class RouterStatistics:
     notifiers_created: int = 0  # NKEYs answered NID
     notifiers_deleted: int = 0  # NDELs that removed a notifier
     notifier_subscriptions_ok: int = 0  # NSUBs answered OK
+    # The proxy (PROXY_COUNTERS): PRXY ("sessions") and PFWD ("messages"), then the
+    # same for own destinations only.
+    proxy_sessions_requests: int = 0
+    proxy_sessions_successes: int = 0
+    proxy_sessions_errors_connect: int = 0
+    proxy_sessions_errors_compat: int = 0
+    proxy_sessions_errors_other: int = 0
+    proxy_sessions_requests_own: int = 0
+    proxy_sessions_successes_own: int = 0
+    proxy_sessions_errors_connect_own: int = 0
+    proxy_sessions_errors_compat_own: int = 0
+    proxy_sessions_errors_other_own: int = 0
+    proxy_messages_requests: int = 0
+    proxy_messages_successes: int = 0
+    proxy_messages_errors_connect: int = 0
+    proxy_messages_errors_compat: int = 0
+    proxy_messages_errors_other: int = 0
+    proxy_messages_requests_own: int = 0
+    proxy_messages_successes_own: int = 0
+    proxy_messages_errors_connect_own: int = 0
+    proxy_messages_errors_compat_own: int = 0
+    proxy_messages_errors_other_own: int = 0
+    proxy_messages_received: int = 0  # RFWDs executed here as the destination
+    proxy_connections: int = 0  # open now: this router's connections to destinations

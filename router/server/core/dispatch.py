@@ -51,6 +51,7 @@ from router.protocol.types import (
     ACK,
     AUTH,
     BLOCK,
+    CMD_PROHIBITED,
     GET,
     INTERNAL,
     LGET,
@@ -74,6 +75,8 @@ from router.protocol.types import (
 )
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 
+from .counters import Counters
+from .forwarded import Forwarded
 from .turns import FREE_COST, Turn, Turns, block_cost, execution_cost, verification_cost
 from .verified import Verified, error_transmission
 
@@ -86,6 +89,8 @@ log = logging.getLogger(__name__)
 
 # Commands that touch no queue, so there is nothing to verify them against.
 _UNVERIFIED = (PING, PRXY, PFWD, RFWD)
+# What a proxy may forward: a sender's commands (docs/protocol.md#private-message-routing).
+_FORWARDABLE = (SEND, SKEY, LKEY, LGET)
 # Commands of the service extension: verified against the service key of the hello.
 _SERVICE = (SUBS, NSUBS)
 # Commands whose answer a push for the same queue may follow (`_may_be_overtaken`).
@@ -98,16 +103,19 @@ Execute = Callable[["ClientSubscriptions", Verified], Awaitable[list[bytes]]]
 _BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
 
 class Dispatcher:
-    __slots__ = ("_queues", "_execute_command", "turns", "_latencies")
+    __slots__ = ("_queues", "_execute_command", "turns", "_latencies", "_forwarded")
 
     def __init__(
         self, queues: QueueStore, execute: Execute, latencies: Latencies,
-        turns: Turns | None = None,
+        turns: Turns | None = None, counters: Counters | None = None,
     ) -> None:
         self._queues = queues
         self._execute_command = execute
         self._latencies = latencies
         self.turns = turns or Turns()
+        # RFWD: a transmission inside a command, verified and run as this block's are.
+        self._forwarded = Forwarded(counters or Counters(), self.verify_forwarded,
+                                    self._execute)
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
         try:
@@ -175,6 +183,8 @@ class Dispatcher:
     async def _execute(self, client: ClientSubscriptions, v: Verified) -> list[bytes]:
         conn = client.conn
         try:
+            if type(v.command) is RFWD:
+                return await self._forwarded.answer(client, v)
             return await self._execute_command(client, v)
         except ProtocolError as e:
             return [error_transmission(v.corr_id, v.entity_id, e.error, v.version)]
@@ -185,8 +195,22 @@ class Dispatcher:
             log.exception("%s from %r failed", type(v.command).__name__, conn)
             return [error_transmission(v.corr_id, v.entity_id, INTERNAL)]
 
-    async def _verify(self, conn: Connection, raw: bytes) -> Verified | bytes:
-        version = conn.version
+    async def verify_forwarded(self, conn: Connection, raw: bytes, version: int
+                               ) -> Verified | bytes:
+        """A transmission a proxy forwarded on `conn` (forwarded.py), at the version its
+        client encoded it at; only a sender's commands pass."""
+        try:
+            return await self._verify(conn, raw, version, _FORWARDABLE)
+        except StoreError as e:
+            log.warning("queue lookup for a transmission forwarded by %r failed: %s", conn, e)
+            return error_transmission(b"", b"", e.error, version)
+
+    async def _verify(
+        self, conn: Connection, raw: bytes, version: int | None = None,
+        allowed: tuple[type, ...] | None = None,
+    ) -> Verified | bytes:
+        if version is None:
+            version = conn.version
         try:
             t = decode_transmission(raw, version)
         except ProtocolError as e:
@@ -194,17 +218,19 @@ class Dispatcher:
         cmd = _parse(t, version)
         if isinstance(cmd, ErrorType):
             return error_transmission(t.corr_id, t.entity_id, cmd, version)
+        if allowed is not None and type(cmd) not in allowed:
+            return error_transmission(t.corr_id, t.entity_id, CMD_PROHIBITED, version)
         if t.service_sig is not None:
             # The reference's service signatures need its client services, which this
             # router does not accept (docs/protocol.md#service-signature).
             return error_transmission(t.corr_id, t.entity_id, SERVICE, version)
-        result = await self._authorize(conn, t, cmd)
+        result = await self._authorize(conn, t, cmd, version)
         if isinstance(result, ErrorType):
             return error_transmission(t.corr_id, t.entity_id, result, version)
         return result
 
     async def _authorize(
-        self, conn: Connection, t: Transmission, cmd: Command
+        self, conn: Connection, t: Transmission, cmd: Command, version: int
     ) -> Verified | ErrorType:
         """Look the queue up by the party the command speaks for and check the signature.
 
@@ -213,7 +239,6 @@ class Dispatcher:
         not reveal which queues or keys exist (docs/protocol.md#behaviour).
         """
         kind = type(cmd)
-        version = conn.version
         if kind in _UNVERIFIED:
             return Verified(t.corr_id, t.entity_id, cmd, None, version)
         queues = self._queues

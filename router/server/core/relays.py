@@ -107,6 +107,7 @@ class Relay:
     own: bool  # the destination is this router or one of its operator's
     last_used: float = 0.0
     in_flight: int = 0
+    forward_secret: bytes | None = None  # RFWD's box key, made at the first PRXY (proxy.py)
     _scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
     @property
@@ -203,6 +204,20 @@ class Relays:
         relay.close()
 
     # --- PRXY ----------------------------------------------------------------------------
+
+    def is_own(self, dest: Destination) -> bool:
+        return self._is_own(dest)
+
+    def connected(self, dest: Destination) -> Relay | None:
+        """The open connection to `dest`, if there is one (no waiting)."""
+        relay = self._relays.get(dest)
+        if relay is None:
+            return None
+        if not relay.alive:
+            self._drop(relay, "closed by the destination")
+            return None
+        relay.last_used = trio.current_time()
+        return relay
 
     async def relay(self, dest: Destination) -> Relay:
         """The open connection to `dest`, made now if there is none; `RelayError` if it

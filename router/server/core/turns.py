@@ -68,8 +68,10 @@ AT_ONCE = 2  # costly blocks worked on at a time, router-wide
 
 _AUTHORIZATION_COST = {64: ED25519, 114: ED25519, 80: X25519_AUTHENTICATOR}
 # By the command's tag (docs/protocol.md#command-table), which is its type's name.
+# RFWD opens two boxes keyed by X25519 (the proxy's, the client's) and verifies the
+# transmission inside, whose signature its own bytes do not show.
 _COMMAND_COST = {"NEW": 2 * KEYS, "NKEY": KEYS, "SUB": MESSAGE, "ACK": MESSAGE,
-                 "GET": MESSAGE}
+                 "GET": MESSAGE, "RFWD": 2 * X25519_AUTHENTICATOR + ED25519 + MESSAGE}
 
 
 def verification_cost(raw: bytes) -> int:

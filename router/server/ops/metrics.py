@@ -171,6 +171,7 @@ class RouterCollector(Collector):
         )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=value)
+        yield from _relays(s)
         info = GaugeMetricFamily("simplex_smp_info", "Server information", labels=["version"])
         info.add_metric([router_version()], 1)
         yield info
@@ -194,6 +195,9 @@ class RouterCollector(Collector):
         yield GaugeMetricFamily("smp_router_connection_tasks",
                                 "Tasks serving connections (receive, send, delivery)",
                                 value=tasks)
+        yield GaugeMetricFamily("smp_router_proxy_connections",
+                                "Connections open now from this router, as a proxy, to "
+                                "destination routers", value=s.proxy_connections)
         yield GaugeMetricFamily("smp_router_suspended", "1 while suspended by the control port",
                                 value=int(self._router.gate.suspended))
         yield GaugeMetricFamily("smp_router_draining",
@@ -251,6 +255,35 @@ def _memory(census: Census) -> Iterator[Metric]:
     yield GaugeMetricFamily("smp_router_memory_census_complete",
                             "1 if the latest census walked everything, 0 if it stopped "
                             "at its bound", value=int(census.complete))
+
+# The reference's proxy counters (docs/protocol.md#private-message-routing): PRXY
+# ("sessions") and PFWD ("messages"); source "own" counts the destinations that are
+# this router or the operator's own (also in "all").
+_RELAY_METRICS = (
+    ("sessions", "Session requests through relay.", "Successful session events through relay.",
+     "Error session events through relay."),
+    ("messages", "Message requests sent through relay.",
+     "Successful messages sent through relay.", "Error events with messages sent through relay."),
+)
+
+
+def _relays(s: RouterStatistics) -> Iterator[Metric]:
+    for what, requests, successes, errors in _RELAY_METRICS:
+        def count(outcome: str, own: str, what: str = what) -> int:
+            return getattr(s, f"proxy_{what}_{outcome}{own}")  # type: ignore[no-any-return]
+
+        sources = (("all", ""), ("own", "_own"))
+        yield _counter(f"simplex_smp_relay_{what}_requests", requests,
+                       [({"source": source}, count("requests", own)) for source, own in sources])
+        yield _counter(f"simplex_smp_relay_{what}_successes", successes,
+                       [({"source": source}, count("successes", own))
+                        for source, own in sources])
+        yield _counter(f"simplex_smp_relay_{what}_errors", errors,
+                       [({"source": source, "type": kind}, count(f"errors_{kind}", own))
+                        for source, own in sources for kind in ("connect", "compat", "other")])
+    yield _counter("simplex_smp_relay_messages_received", "Relay messages statistics.",
+                   [({}, s.proxy_messages_received)])
+
 
 def _counter(name: str, doc: str, values: Iterable[tuple[dict[str, str], float]]) -> Metric:
     """A counter named exactly `name` (the reference's have no `_total`)."""

@@ -1,0 +1,307 @@
+"""Private message routing through real routers on 127.0.0.1
+(docs/protocol.md#private-message-routing): a client of router A sends through A
+(PRXY, PFWD) to a queue on router B; A forwards (RFWD) on its one connection to B.
+
+The client's side is written here from the protocol's pure functions
+(router/protocol/proxying.py), so that what is checked is the routers' part: A's
+answers (PKEY, PRES, the PROXY errors) and B's (RRES, the message delivered).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trio
+
+from router.client import MessageEvent, SMPClient, open_client
+from router.protocol import proxying
+from router.protocol.codec import decode_response, encode_command
+from router.protocol.errors import proxy_error_parts
+from router.protocol.transmission import decode_transmission, encode_transmission
+from router.protocol.types import (
+    AUTH,
+    CMD_NO_AUTH,
+    CMD_PROHIBITED,
+    ERR,
+    OK,
+    PFWD,
+    PING,
+    PKEY,
+    PRES,
+    PROXY_BASIC_AUTH,
+    PROXY_NO_SESSION,
+    PRXY,
+    SEND,
+    SUB,
+    Command,
+    Response,
+    Transmission,
+)
+from router.server import RouterConfig
+from router.server.router import RouterInfo, serve_router
+
+# A short hold of a failed connection, so that a restarted destination is tried again soon.
+PROXY_SETTINGS: dict[str, object] = {
+    "allow_proxy": True, "proxy_error_hold": 0.2, "proxy_connect_timeout": 5.0,
+    "proxy_answer_timeout": 5.0,
+}
+
+
+@asynccontextmanager
+async def running_router(port: int = 0, data_dir: Path | None = None,
+                         **settings: object) -> AsyncIterator[RouterInfo]:
+    store = "journal" if data_dir is not None else "memory"
+    config = RouterConfig(host="127.0.0.1", port=port, store=store, data_dir=data_dir,
+                          **{**PROXY_SETTINGS, **settings})
+    async with trio.open_nursery() as nursery:
+        info: RouterInfo = await nursery.start(serve_router, config)
+        try:
+            yield info
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def address(info: RouterInfo) -> str:
+    return info.address
+
+
+def prxy_for(info: RouterInfo, basic_auth: bytes | None = None,
+             key_hash: bytes | None = None) -> PRXY:
+    return PRXY(("127.0.0.1",), str(info.port), key_hash or info.key_hash, basic_auth)
+
+
+@dataclass
+class ProxiedSession:
+    """What a client keeps of a PKEY."""
+
+    session_id: bytes
+    version: int
+    destination_key: bytes
+
+
+async def open_session(client: SMPClient, dest: RouterInfo) -> ProxiedSession:
+    answer = await client.command(b"", prxy_for(dest))
+    assert isinstance(answer, PKEY), answer
+    key = proxying.verify_relay_key(answer.cert_chain, answer.signed_key, dest.key_hash)
+    assert key is not None
+    version = min(answer.max_version, client.version)
+    assert answer.min_version <= version
+    return ProxiedSession(answer.session_id, version, key)
+
+
+async def proxied(client: SMPClient, session: ProxiedSession, entity_id: bytes,
+                  command: Command) -> Response:
+    """One unsigned command forwarded through the proxy; the destination's answer."""
+    corr_id = os.urandom(24)
+    inner = encode_transmission(
+        Transmission(b"", corr_id, entity_id, encode_command(command, session.version)),
+        session.version)
+    request = proxying.encrypt_transmission(session.destination_key, corr_id, inner)
+    answer = await client.command(
+        session.session_id, PFWD(session.version, request.client_key, request.enc_transmission),
+        corr_id=corr_id)
+    if not isinstance(answer, PRES):
+        return answer
+    t = decode_transmission(proxying.decrypt_response(request, answer.enc_response),
+                            session.version)
+    assert t.corr_id == corr_id and t.entity_id == entity_id
+    return decode_response(t.command, session.version)
+
+
+def broker_error(answer: Response) -> bytes | None:
+    """What follows `PROXY BROKER` in an `ERR`, if it is one."""
+    if not isinstance(answer, ERR):
+        return None
+    parts = proxy_error_parts(answer.error)
+    return None if parts is None or parts.kind != "BROKER" else parts.broker
+
+
+async def wait_until(predicate, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.02)
+
+
+async def receive(recipient: SMPClient, timeout: float = 5.0) -> MessageEvent:
+    with trio.fail_after(timeout):
+        event = await recipient.next_event()
+    assert isinstance(event, MessageEvent), event
+    return event
+
+
+# --- the scenario -------------------------------------------------------------------------
+
+
+async def test_a_message_sent_through_a_reaches_the_recipient_on_b_and_b_sees_only_a() -> None:
+    async with running_router() as a, running_router() as b:
+        async with open_client(address(b)) as recipient:
+            queue = await recipient.create_queue()
+            await recipient.subscribe(queue)
+            bodies = []
+            # Two senders, each its own connection to A: B sees A's one connection.
+            for n in range(2):
+                async with open_client(address(a)) as sender:
+                    session = await open_session(sender, b)
+                    for i in range(3):
+                        body = f"through A, sender {n}, message {i}".encode()
+                        assert await proxied(sender, session, queue.sender_id,
+                                             SEND(b"F", body)) == OK()
+                        event = await receive(recipient)
+                        assert event.body == body
+                        await recipient.ack(queue, event.msg_id)
+                        bodies.append(body)
+            assert len(bodies) == 6
+            br, ar = b.router.statistics(), a.router.statistics()
+            # B: the recipient's connection and A's, nothing of the senders.
+            assert br.connections_total == 2
+            assert br.proxy_messages_received == 6 and br.messages_sent == 6
+            assert ar.proxy_sessions_requests == ar.proxy_sessions_successes == 2
+            assert ar.proxy_messages_requests == ar.proxy_messages_successes == 6
+            assert ar.proxy_sessions_requests_own == 0 and ar.proxy_connections == 1
+            assert ar.messages_sent == 0  # A stored nothing
+
+
+async def test_b_stopped_gives_the_proxy_error_in_bounded_time_and_a_restart_recovers(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "b"
+    async with running_router() as a:
+        async with running_router(data_dir=data_dir) as b:
+            port, b_info = b.port, b
+            async with open_client(address(b)) as recipient:
+                queue = await recipient.create_queue()
+        async with open_client(address(a)) as sender:
+            # B is down: PRXY is answered PROXY BROKER NETWORK, within the connect timeout.
+            with trio.fail_after(PROXY_SETTINGS["proxy_connect_timeout"] + 1):  # type: ignore[operator]
+                down = await sender.command(b"", prxy_for(b_info))
+            assert broker_error(down) == b"NETWORK", down
+            assert a.router.statistics().proxy_sessions_errors_connect == 1
+            async with running_router(port=port, data_dir=data_dir) as b_again:
+                await trio.sleep(PROXY_SETTINGS["proxy_error_hold"])  # type: ignore[arg-type]
+                session = await open_session(sender, b_again)
+                assert await proxied(sender, session, queue.sender_id,
+                                     SEND(b"F", b"after the restart")) == OK()
+                async with open_client(address(b_again)) as recipient:
+                    recipient.add_queue(queue)
+                    await recipient.subscribe(queue)
+                    assert (await receive(recipient)).body == b"after the restart"
+
+
+async def test_a_session_whose_destination_went_away_is_no_session_then_network(
+    tmp_path: Path,
+) -> None:
+    async with running_router() as a:
+        async with running_router(data_dir=tmp_path / "b") as b:
+            async with open_client(address(b)) as recipient:
+                queue = await recipient.create_queue()
+            async with open_client(address(a)) as sender:
+                session = await open_session(sender, b)
+                assert await proxied(sender, session, queue.sender_id, SEND(b"F", b"1")) == OK()
+                b_info = b
+        # B stopped: the session is gone, and a new one cannot be had.
+        async with open_client(address(a)) as sender:
+            await wait_until(lambda: a.router.statistics().proxy_connections == 0)
+            with trio.fail_after(10):
+                gone = await proxied(sender, session, queue.sender_id, SEND(b"F", b"2"))
+            assert gone == ERR(PROXY_NO_SESSION)
+            with trio.fail_after(10):
+                assert broker_error(await sender.command(b"", prxy_for(b_info))) == b"NETWORK"
+
+
+async def test_the_destinations_errors_come_back_inside_the_proxy_answer() -> None:
+    async with running_router() as a, running_router() as b:
+        async with open_client(address(b)) as recipient, open_client(address(a)) as sender:
+            queue = await recipient.create_queue()
+            session = await open_session(sender, b)
+            # No such queue: B's AUTH, for the client only (inside PRES).
+            assert await proxied(sender, session, os.urandom(24), SEND(b"F", b"x")) == ERR(AUTH)
+            # Only a sender's commands may be forwarded; an unsigned SUB fails its
+            # credentials first, as at the reference.
+            assert await proxied(sender, session, b"", PING()) == ERR(CMD_PROHIBITED)
+            assert await proxied(sender, session, queue.recipient_id, SUB()) == ERR(
+                CMD_NO_AUTH)
+            assert b.router.statistics().proxy_messages_received == 3
+            assert a.router.statistics().proxy_messages_successes == 3
+
+
+async def test_a_wrong_key_hash_is_a_network_error() -> None:
+    async with running_router() as a, running_router() as b:
+        async with open_client(address(a)) as sender:
+            answer = await sender.command(b"", prxy_for(b, key_hash=os.urandom(32)))
+            assert broker_error(answer) == b"NETWORK", answer
+            assert b.router.statistics().connections_total == 0
+
+
+async def test_a_pfwd_without_a_session_is_no_session() -> None:
+    async with running_router() as a, open_client(address(a)) as sender:
+        session = ProxiedSession(os.urandom(32), sender.version, os.urandom(32))
+        assert await proxied(sender, session, os.urandom(24), SEND(b"F", b"x")) == ERR(
+            PROXY_NO_SESSION)
+        s = a.router.statistics()
+        assert (s.proxy_messages_requests, s.proxy_messages_errors_connect) == (1, 1)
+
+
+@pytest.mark.parametrize(("settings", "basic_auth", "allowed"), [
+    ({"allow_proxy": False}, None, False),
+    ({"proxy_password": b"relay-pass"}, None, False),
+    ({"proxy_password": b"relay-pass"}, b"wrong", False),
+    ({"proxy_password": b"relay-pass"}, b"relay-pass", True),
+    ({"password": b"create-pass"}, b"wrong", False),  # the create password, as the reference
+    ({"password": b"create-pass"}, b"create-pass", True),
+])
+async def test_proxying_off_and_basic_auth(settings, basic_auth, allowed) -> None:
+    async with running_router(**settings) as a, running_router() as b:
+        async with open_client(address(a)) as sender:
+            answer = await sender.command(b"", prxy_for(b, basic_auth=basic_auth))
+            if allowed:
+                assert isinstance(answer, PKEY)
+            else:
+                assert answer == ERR(PROXY_BASIC_AUTH)
+                assert b.router.statistics().connections_total == 0
+
+
+async def test_the_own_case_a_router_that_is_its_own_destination() -> None:
+    async with running_router() as a:
+        async with open_client(address(a)) as recipient, open_client(address(a)) as sender:
+            queue = await recipient.create_queue()
+            await recipient.subscribe(queue)
+            session = await open_session(sender, a)
+            assert await proxied(sender, session, queue.sender_id, SEND(b"F", b"own")) == OK()
+            assert (await receive(recipient)).body == b"own"
+            s = a.router.statistics()
+            assert s.proxy_sessions_requests_own == s.proxy_sessions_requests == 1
+            assert s.proxy_messages_successes_own == 1 and s.proxy_messages_received == 1
+
+
+async def test_the_pool_bound_holds_and_a_destination_closed_to_make_room_is_reopened() -> None:
+    async with running_router(proxy_max_connections=1) as a, running_router() as b, \
+            running_router() as c:
+        async with open_client(address(a)) as sender:
+            await open_session(sender, b)
+            await open_session(sender, c)  # B's connection, idle, makes room for C's
+            await wait_until(lambda: b.router.statistics().connections == 0)
+            assert a.router.statistics().proxy_connections == 1
+            await open_session(sender, b)
+            await wait_until(lambda: c.router.statistics().connections == 0)
+            assert b.router.statistics().connections_total == 2
+
+
+async def test_a_proxied_answer_that_does_not_come_in_time_is_broker_timeout() -> None:
+    async with running_router(proxy_answer_timeout=0.3) as a, running_router() as b:
+        async with open_client(address(b)) as recipient, open_client(address(a)) as sender:
+            queue = await recipient.create_queue()
+            session = await open_session(sender, b)
+            b.router.suspend()  # B reads nothing more: the RFWD waits
+            try:
+                with trio.fail_after(5):
+                    answer = await proxied(sender, session, queue.sender_id, SEND(b"F", b"x"))
+            finally:
+                b.router.resume()
+            assert broker_error(answer) == b"TIMEOUT", answer
+            assert a.router.statistics().proxy_messages_errors_other == 1
+
