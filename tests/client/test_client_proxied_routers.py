@@ -4,6 +4,7 @@ for a queue on router B, then `proxied_send` / `proxied_command` through it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,7 +19,7 @@ from router.client import (
     open_client,
     parse_address,
 )
-from router.protocol import AUTH, OK, PROXY_BASIC_AUTH, SKEY, crypto, versions
+from router.protocol import AUTH, LARGE_MSG, OK, PROXY_BASIC_AUTH, SKEY, crypto, versions
 from router.server import RouterConfig
 from router.server.router import RouterInfo, serve_router
 
@@ -111,3 +112,25 @@ async def test_a_router_proxying_to_itself():
                 session = await sender.open_proxied_session(a.address)
                 await sender.proxied_send(session, queue.sender_id, b"to myself", notify=True)
                 assert (await next_message(recipient)).body == b"to myself"
+
+
+async def test_the_longest_message_goes_through_signed_and_a_second_prxy_gets_the_same_session():
+    """simplexmq SMPProxyTests "max message size, Ed25519 keys"."""
+    with trio.fail_after(30):
+        async with router() as a, router() as b:
+            async with open_client(b.address) as recipient, open_client(a.address) as sender:
+                queue = await recipient.create_queue(subscribe=True)
+                session = await sender.open_proxied_session(b.address)
+                assert (await sender.open_proxied_session(b.address)).session_id == (
+                    session.session_id
+                )
+                seed, key = crypto.new_ed25519()
+                await recipient.secure_queue(queue, key)
+                longest = os.urandom(versions.max_message_length(session.version))
+                await sender.proxied_send(session, queue.sender_id, longest, sender_seed=seed)
+                assert (await next_message(recipient)).body == longest
+                with pytest.raises(SMPError) as info:
+                    await sender.proxied_send(session, queue.sender_id, longest + b"x",
+                                              sender_seed=seed)
+                # the destination's refusal, not the proxy's
+                assert info.value.error == LARGE_MSG and not isinstance(info.value, ProxyError)
