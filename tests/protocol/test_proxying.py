@@ -411,3 +411,12 @@ def test_any_transmission_and_answer_cross_both_layers_unchanged(
     assert back_corr_id == corr_id
     assert px.decrypt_response(request, enc_response) == answer
 
+
+
+def test_a_key_that_is_not_x25519_is_crypto():
+    private = os.urandom(32)
+    assert _error(px.shared_secret, private, new_ed25519()[1]) == CRYPTO
+    assert _error(px.shared_secret, private, b"\x00" * 44) == CRYPTO
+    assert _error(px.shared_secret, private, b"\x00" * 32) == CRYPTO  # a low-order point
+    _, spki = new_x25519()
+    assert px.shared_secret(private, spki) == px.shared_secret(private, raw_key(spki))
