@@ -49,7 +49,8 @@ from router.protocol.types import Command, Response
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SMP_PORT = 5223  # a destination address without a port (docs/protocol.md#router-address)
+# The port of a destination address without one (docs/protocol.md#private-message-routing).
+DEFAULT_SMP_PORT = 5223
 
 # What went wrong, in the words of the reference's client errors
 # (docs/protocol.md#private-message-routing, "proxy errors"):
