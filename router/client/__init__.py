@@ -19,6 +19,7 @@ from ._errors import (
     SMPError,
     UpgradeRejected,
 )
+from ._proxied import ProxiedSession, ProxyError
 from ._types import (
     AllReceivedEvent,
     ClientStatistics,
@@ -48,6 +49,8 @@ __all__ = [
     "MessageEvent",
     "NotificationEvent",
     "NotifierCredentials",
+    "ProxiedSession",
+    "ProxyError",
     "RawResponse",
     "RecipientQueue",
     "RouterAddress",

@@ -36,7 +36,9 @@ from router.protocol.types import (
     OFF,
     OK,
     PING,
+    PKEY,
     PONG,
+    PRES,
     QUE,
     SEND,
     SKEY,
@@ -54,6 +56,14 @@ from ._address import RouterAddress, parse_address
 from ._connection import Connection, Request, Result
 from ._errors import BadResponse, ConnectionClosed, SMPError
 from ._handshake import Session, client_handshake, new_challenge
+from ._proxied import (
+    ProxiedSession,
+    ProxyError,
+    accept_pkey,
+    forward_request,
+    open_pres,
+    prxy_command,
+)
 from ._transport import connect_transport
 from ._types import (
     ClientStatistics,
@@ -333,6 +343,51 @@ class SMPClient:
         """A WebSocket-level ping (a few bytes, not a 16 KB block), answered by the
         router's WebSocket layer: a cheap keepalive for an idle connection."""
         await self._conn.websocket_ping()
+
+    # --- through this router as a proxy (docs/protocol.md#private-message-routing) ----------
+
+    async def open_proxied_session(
+        self, destination: str | RouterAddress, basic_auth: bytes | None = None
+    ) -> ProxiedSession:
+        """PRXY: ask this router for a route to `destination` (an smp:// address) and
+        check the destination's keys it answers with. `ProxyError` if the router
+        refuses (``PROXY BASIC_AUTH``, ``PROXY BROKER ...``) or its PKEY does not prove
+        the destination's identity."""
+        address = destination if isinstance(destination, RouterAddress) else (
+            parse_address(destination)
+        )
+        resp = await self.command(b"", prxy_command(address, basic_auth))
+        if type(resp) is ERR:
+            raise ProxyError(resp.error)
+        return accept_pkey(address, _expect(resp, PKEY), basic_auth)
+
+    async def proxied_command(
+        self, session: ProxiedSession, entity_id: bytes, cmd: Command | bytes,
+        key_seed: bytes | None = None,
+    ) -> Response:
+        """PFWD: `cmd` for `entity_id` on the destination of `session`, signed with
+        `key_seed`; the destination's answer as it came (its ERR included). An error
+        of the proxy itself raises `ProxyError` (``PROXY NO_SESSION`` when the route is
+        gone: open a new session)."""
+        forward = forward_request(session, entity_id, cmd, key_seed)
+        resp = await self.command(session.session_id, forward.pfwd, corr_id=forward.corr_id)
+        if type(resp) is ERR:
+            raise ProxyError(resp.error)
+        return open_pres(session, forward, _expect(resp, PRES).enc_response)
+
+    async def proxied_send(
+        self,
+        session: ProxiedSession,
+        sender_id: bytes,
+        body: bytes,
+        *,
+        sender_seed: bytes | None = None,
+        notify: bool = False,
+    ) -> None:
+        """SEND `body` to a queue on the destination through this router: the
+        destination's ERR raises `SMPError`, the proxy's raises `ProxyError`."""
+        cmd = SEND(b"T" if notify else b"F", body)
+        _expect(await self.proxied_command(session, sender_id, cmd, sender_seed), OK)
 
     # --- notifications -----------------------------------------------------------------
 

@@ -79,10 +79,11 @@ def shared_secret(own_private32: bytes, peer_public: bytes) -> bytes:
     32 bytes or SPKI); `ProtocolError(CRYPTO)` for a key that is not a usable X25519 key."""
     if len(peer_public) != 32:
         try:
-            if key_type(peer_public) is not KeyType.X25519:
-                raise ProtocolError(CRYPTO, "not an X25519 key")
+            kind = key_type(peer_public)
         except ProtocolError:
-            raise ProtocolError(CRYPTO, "not an X25519 key") from None
+            kind = None
+        if kind is not KeyType.X25519:
+            raise ProtocolError(CRYPTO, "not an X25519 key")
         peer_public = raw_key(peer_public)
     try:
         return bindings.crypto_box_beforenm(peer_public, own_private32)

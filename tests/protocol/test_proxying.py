@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nacl.bindings import crypto_scalarmult_base
 from nacl.public import Box, PrivateKey, PublicKey
 
@@ -382,3 +384,39 @@ def test_verify_relay_key_checks_the_chain_the_key_hash_and_the_signed_key():
     assert px.verify_relay_key(identity.chain * 3, key.signed_key, identity.key_hash) is None
     # garbage
     assert px.verify_relay_key((b"x", identity.certificate), b"y", identity.key_hash) is None
+
+
+SIDES = Sides()  # fixed keys for the property below: only the data varies
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    transmission=st.binary(max_size=2000),
+    answer=st.binary(max_size=2000),
+    corr_id=st.binary(min_size=1, max_size=32),
+    rfwd_corr_id=st.binary(min_size=1, max_size=32),
+    version=st.integers(0, 0xFFFF),
+)
+def test_any_transmission_and_answer_cross_both_layers_unchanged(
+    transmission, answer, corr_id, rfwd_corr_id, version
+):
+    s = SIDES
+    request = px.encrypt_transmission(s.dest_spki, corr_id, transmission)
+    body = px.wrap_forward(s.proxy_secret, rfwd_corr_id, corr_id, version, request.client_key,
+                           request.enc_transmission)
+    fwd = px.unwrap_forward(s.dest_secret, rfwd_corr_id, body, s.dest_private)
+    assert (fwd.transmission, fwd.version, fwd.corr_id) == (transmission, version, corr_id)
+    rres = px.encrypt_forwarded_response(fwd, answer, s.dest_secret, rfwd_corr_id)
+    back_corr_id, enc_response = px.unwrap_forward_response(s.proxy_secret, rfwd_corr_id, rres)
+    assert back_corr_id == corr_id
+    assert px.decrypt_response(request, enc_response) == answer
+
+
+
+def test_a_key_that_is_not_x25519_is_crypto():
+    private = os.urandom(32)
+    assert _error(px.shared_secret, private, new_ed25519()[1]) == CRYPTO
+    assert _error(px.shared_secret, private, b"\x00" * 44) == CRYPTO
+    assert _error(px.shared_secret, private, b"\x00" * 32) == CRYPTO  # a low-order point
+    _, spki = new_x25519()
+    assert px.shared_secret(private, spki) == px.shared_secret(private, raw_key(spki))
