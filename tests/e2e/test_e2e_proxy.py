@@ -19,13 +19,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import trio
 
-from router.client import MessageEvent, open_client, parse_address
-from router.protocol.types import OK, SEND
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))
-from proxied import broker_error, open_session, proxied, prxy_for  # noqa: E402
+from router.client import MessageEvent, ProxyError, open_client, parse_address
+from router.protocol.errors import proxy_error_parts
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 STARTED = re.compile(rb"(smp://([A-Za-z0-9_=-]{44})@127\.0\.0\.1:(\d+))")
@@ -118,10 +116,9 @@ async def test_two_routers_a_proxies_to_b_b_sees_only_a_b_stops_and_comes_back(
                     await recipient.subscribe(queue)
                     for n in range(3):  # three senders, each its own connection to A
                         async with open_client(a.address) as sender:
-                            session = await open_session(sender, b)
+                            session = await sender.open_proxied_session(b.address)
                             body = f"via A, sender {n}".encode()
-                            assert await proxied(sender, session, queue.sender_id,
-                                                 SEND(b"F", body)) == OK()
+                            await sender.proxied_send(session, queue.sender_id, body)
                             event = await recipient.next_event()
                             assert isinstance(event, MessageEvent) and event.body == body
                             await recipient.ack(queue, event.msg_id)
@@ -135,20 +132,20 @@ async def test_two_routers_a_proxies_to_b_b_sees_only_a_b_stops_and_comes_back(
                 assert a_metrics['simplex_smp_relay_sessions_requests{source="all"}'] == 3
                 assert a_metrics['simplex_smp_relay_messages_successes{source="all"}'] == 3
                 assert a_metrics["smp_router_proxy_connections"] == 1
-                b_port, b_key = b.port, b.key_hash
+                b_port, b_key, b_address = b.port, b.key_hash, b.address
             # B stopped: the proxy's error, within the connect timeout.
             async with open_client(a.address) as sender:
-                with trio.fail_after(CONNECT_TIMEOUT + 2):
-                    down = await sender.command(b"", prxy_for(b))
-                assert broker_error(down) == b"NETWORK", down
+                with trio.fail_after(CONNECT_TIMEOUT + 2), pytest.raises(ProxyError) as down:
+                    await sender.open_proxied_session(b_address)
+                parts = proxy_error_parts(down.value.error)
+                assert parts is not None and (parts.kind, parts.broker) == ("BROKER", b"NETWORK")
                 assert "proxy cannot connect to 127.0.0.1" in a.log_text()
                 # B again, on its port, with its identity and its queue.
                 async with serving(tmp_path / "b", b_port) as b_again:
                     assert (b_again.port, b_again.key_hash) == (b_port, b_key)
                     await trio.sleep(0.3)  # past the proxy's error hold
-                    session = await open_session(sender, b_again)
-                    assert await proxied(sender, session, queue.sender_id,
-                                         SEND(b"F", b"after the restart")) == OK()
+                    session = await sender.open_proxied_session(b_again.address)
+                    await sender.proxied_send(session, queue.sender_id, b"after the restart")
                     async with open_client(b_again.address) as recipient:
                         recipient.add_queue(queue)
                         await recipient.subscribe(queue)
