@@ -244,3 +244,18 @@ async def test_a_proxied_answer_that_does_not_come_in_time_is_broker_timeout() -
             assert broker_error(answer) == b"TIMEOUT", answer
             assert a.router.statistics().proxy_messages_errors_other == 1
 
+
+
+async def test_pkey_names_the_proxys_session_with_b_and_the_versions_both_allow() -> None:
+    async with running_router() as a, running_router() as b:
+        async with open_client(address(a)) as sender:
+            answer = await sender.command(b"", prxy_for(b))
+            assert isinstance(answer, PKEY)
+            # B offers 9..19; the proxy allows 8..19.
+            assert (answer.min_version, answer.max_version) == (9, 19)
+            (b_side,) = b.router.connections.values()  # A's connection, the proxy's
+            assert answer.session_id == b_side.session_id
+            assert len(answer.session_id) == 12  # TLS 1.2 tls-unique, short enough for PFWD
+            assert a.router.relays.by_session(answer.session_id) is not None
+            again = await sender.command(b"", prxy_for(b))
+            assert isinstance(again, PKEY) and again.session_id == answer.session_id
