@@ -243,3 +243,34 @@ async def test_smp_router_serve_exposes_metrics_health_and_clients(tmp_path):
                 status, _, body = await http_get(metrics_port, "/connz",
                                                  {"Authorization": f"Bearer {ADMIN}"})
                 assert status == 200 and json.loads(body)["total"] == 1
+
+
+async def test_the_proxy_counters_are_the_reference_families_with_their_labels(start_router):
+    """A proxies one message to itself (own) and one to B: A's relay families count
+    them by source; B counts the RFWD it executed."""
+    a = await start_router(metrics_port=0, allow_proxy=True)
+    b = await start_router(metrics_port=0)
+    with trio.fail_after(30):
+        async with open_client(a.address) as client:
+            for destination in (a, b):
+                queue = await client.create_queue() if destination is a else None
+                async with open_client(destination.address) as owner:
+                    queue = queue or await owner.create_queue()
+                    session = await client.open_proxied_session(destination.address)
+                    await client.proxied_send(session, queue.sender_id, b"through A")
+            page = await scrape_text(a.metrics_port)
+    got, kinds = samples(page), types(page)
+    for what in ("sessions", "messages"):
+        assert got[(f"simplex_smp_relay_{what}_requests", (("source", "all"),))] == 2
+        assert got[(f"simplex_smp_relay_{what}_requests", (("source", "own"),))] == 1
+        assert got[(f"simplex_smp_relay_{what}_successes", (("source", "all"),))] == 2
+        for source in ("all", "own"):
+            for kind in ("connect", "compat", "other"):
+                labels = (("source", source), ("type", kind))
+                assert got[(f"simplex_smp_relay_{what}_errors", labels)] == 0
+        assert kinds[f"simplex_smp_relay_{what}_requests"] == "counter"
+    assert got[("simplex_smp_relay_messages_received", ())] == 1  # its own one
+    assert got[("smp_router_proxy_connections", ())] == 2
+    b_page = samples(await scrape_text(b.metrics_port))
+    assert b_page[("simplex_smp_relay_messages_received", ())] == 1
+    assert b_page[("simplex_smp_relay_sessions_requests", (("source", "all"),))] == 0

@@ -2,8 +2,8 @@
 (docs/protocol.md#private-message-routing): a client of router A sends through A
 (PRXY, PFWD) to a queue on router B; A forwards (RFWD) on its one connection to B.
 
-The client's side is written here from the protocol's pure functions
-(router/protocol/proxying.py), so that what is checked is the routers' part: A's
+The client's side is written from the protocol's pure functions (proxied.py, with
+router/protocol/proxying.py), so that what is checked is the routers' part: A's
 answers (PKEY, PRES, the PROXY errors) and B's (RRES, the message delivered).
 """
 
@@ -12,35 +12,25 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import trio
+from proxied import ProxiedSession, broker_error, open_session, proxied, prxy_for
 
 from router.client import MessageEvent, SMPClient, open_client
-from router.protocol import proxying
-from router.protocol.codec import decode_response, encode_command
-from router.protocol.errors import proxy_error_parts
-from router.protocol.transmission import decode_transmission, encode_transmission
 from router.protocol.types import (
     AUTH,
     CMD_NO_AUTH,
     CMD_PROHIBITED,
     ERR,
     OK,
-    PFWD,
     PING,
     PKEY,
-    PRES,
     PROXY_BASIC_AUTH,
     PROXY_NO_SESSION,
-    PRXY,
     SEND,
     SUB,
-    Command,
-    Response,
-    Transmission,
 )
 from router.server import RouterConfig
 from router.server.router import RouterInfo, serve_router
@@ -68,57 +58,6 @@ async def running_router(port: int = 0, data_dir: Path | None = None,
 
 def address(info: RouterInfo) -> str:
     return info.address
-
-
-def prxy_for(info: RouterInfo, basic_auth: bytes | None = None,
-             key_hash: bytes | None = None) -> PRXY:
-    return PRXY(("127.0.0.1",), str(info.port), key_hash or info.key_hash, basic_auth)
-
-
-@dataclass
-class ProxiedSession:
-    """What a client keeps of a PKEY."""
-
-    session_id: bytes
-    version: int
-    destination_key: bytes
-
-
-async def open_session(client: SMPClient, dest: RouterInfo) -> ProxiedSession:
-    answer = await client.command(b"", prxy_for(dest))
-    assert isinstance(answer, PKEY), answer
-    key = proxying.verify_relay_key(answer.cert_chain, answer.signed_key, dest.key_hash)
-    assert key is not None
-    version = min(answer.max_version, client.version)
-    assert answer.min_version <= version
-    return ProxiedSession(answer.session_id, version, key)
-
-
-async def proxied(client: SMPClient, session: ProxiedSession, entity_id: bytes,
-                  command: Command) -> Response:
-    """One unsigned command forwarded through the proxy; the destination's answer."""
-    corr_id = os.urandom(24)
-    inner = encode_transmission(
-        Transmission(b"", corr_id, entity_id, encode_command(command, session.version)),
-        session.version)
-    request = proxying.encrypt_transmission(session.destination_key, corr_id, inner)
-    answer = await client.command(
-        session.session_id, PFWD(session.version, request.client_key, request.enc_transmission),
-        corr_id=corr_id)
-    if not isinstance(answer, PRES):
-        return answer
-    t = decode_transmission(proxying.decrypt_response(request, answer.enc_response),
-                            session.version)
-    assert t.corr_id == corr_id and t.entity_id == entity_id
-    return decode_response(t.command, session.version)
-
-
-def broker_error(answer: Response) -> bytes | None:
-    """What follows `PROXY BROKER` in an `ERR`, if it is one."""
-    if not isinstance(answer, ERR):
-        return None
-    parts = proxy_error_parts(answer.error)
-    return None if parts is None or parts.kind != "BROKER" else parts.broker
 
 
 async def wait_until(predicate, timeout: float = 5.0) -> None:
@@ -305,3 +244,18 @@ async def test_a_proxied_answer_that_does_not_come_in_time_is_broker_timeout() -
             assert broker_error(answer) == b"TIMEOUT", answer
             assert a.router.statistics().proxy_messages_errors_other == 1
 
+
+
+async def test_pkey_names_the_proxys_session_with_b_and_the_versions_both_allow() -> None:
+    async with running_router() as a, running_router() as b:
+        async with open_client(address(a)) as sender:
+            answer = await sender.command(b"", prxy_for(b))
+            assert isinstance(answer, PKEY)
+            # B offers 9..19; the proxy allows 8..19.
+            assert (answer.min_version, answer.max_version) == (9, 19)
+            (b_side,) = b.router.connections.values()  # A's connection, the proxy's
+            assert answer.session_id == b_side.session_id
+            assert len(answer.session_id) == 12  # TLS 1.2 tls-unique, short enough for PFWD
+            assert a.router.relays.by_session(answer.session_id) is not None
+            again = await sender.command(b"", prxy_for(b))
+            assert isinstance(again, PKEY) and again.session_id == answer.session_id

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 import trio
 
+from router.protocol.types import PING, PONG
 from router.server import RouterConfig
 from router.server.core.relays import (
     HOST,
     NETWORK,
+    TIMEOUT,
+    TIMEOUTS_BEFORE_CLOSING,
     Destination,
     RelayError,
     RelayLimits,
@@ -196,3 +199,24 @@ async def _gather(calls) -> list:
         for i in range(len(calls)):
             nursery.start_soon(one, i)
     return results
+
+
+async def test_a_destination_that_stops_answering_times_out_and_is_dropped_after_three() -> None:
+    limits = RelayLimits(connect_timeout=5.0, answer_timeout=0.2, error_hold=0.0)
+    async with running_router() as b, running_pool(limits) as pool:
+        relay = await pool.relay(dest_of(b))
+        b.router.suspend()  # B reads no more blocks
+        try:
+            for n in range(TIMEOUTS_BEFORE_CLOSING):
+                assert relay.alive
+                with pytest.raises(RelayError) as caught:
+                    await pool.request(relay, PING(), os.urandom(24))
+                assert caught.value.kind == TIMEOUT
+                assert relay.timeouts == n + 1 or not relay.alive
+        finally:
+            b.router.resume()
+        await wait_until(lambda: not relay.alive)
+        assert pool.by_session(relay.session_id) is None
+        again = await pool.relay(dest_of(b))
+        assert again is not relay and isinstance(
+            await pool.request(again, PING(), os.urandom(24)), PONG)

@@ -46,6 +46,7 @@ from router.protocol.errors import (
     proxy_protocol_error,
     proxy_transport_error,
 )
+from router.protocol.handshake import SMP_VERSION_MAX
 from router.protocol.types import (
     ERR,
     INTERNAL,
@@ -73,9 +74,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RFWD_CORR_ID_SIZE = 24  # the RFWD's corrId is its box nonce
-# The versions a client may speak to a destination through this proxy: the reference
-# caps them so that a client's version does not tell it apart (proxiedSMPRelayVRange).
-PROXIED_VERSIONS = (versions.SENDING_PROXY, 20)
+# The versions a client may speak to a destination through this proxy: from 8 to this
+# router's current one, as the reference caps them (proxiedSMPRelayVRange) so that a
+# client's version does not tell it apart.
+PROXIED_VERSIONS = (versions.SENDING_PROXY, SMP_VERSION_MAX)
 # Outcomes of a failed connection: temporary ones are counted as connect errors.
 _BROKER = {NETWORK: BROKER_NETWORK, CLOSED: BROKER_NETWORK, TIMEOUT: BROKER_TIMEOUT,
            HOST: BROKER_HOST}

@@ -49,7 +49,8 @@ from router.protocol.types import Command, Response
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SMP_PORT = 5223  # a destination address without a port (docs/protocol.md#router-address)
+# The port of a destination address without one (docs/protocol.md#private-message-routing).
+DEFAULT_SMP_PORT = 5223
 
 # What went wrong, in the words of the reference's client errors
 # (docs/protocol.md#private-message-routing, "proxy errors"):
@@ -58,6 +59,9 @@ HOST = "host"  # no host the proxy may connect to (onion only)
 TIMEOUT = "timeout"  # connected, but no answer in time
 VERSION = "version"  # no version both speak
 CLOSED = "closed"  # the connection ended while the command waited
+
+
+TIMEOUTS_BEFORE_CLOSING = 3
 
 
 class RelayError(Exception):
@@ -107,6 +111,7 @@ class Relay:
     own: bool  # the destination is this router or one of its operator's
     last_used: float = 0.0
     in_flight: int = 0
+    timeouts: int = 0  # answers missed in a row
     forward_secret: bytes | None = None  # RFWD's box key, made at the first PRXY (proxy.py)
     _scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
@@ -291,6 +296,10 @@ class Relays:
         except (ConnectionClosed, OSError) as e:
             if relay is None:
                 self._fail(dest, attempt, RelayError(NETWORK, str(e)))
+        except Exception as e:  # a bug here must not stop the pool, let alone the router
+            log.exception("the proxy's connection to %s:%d failed", dest.host, dest.port)
+            if relay is None:
+                self._fail(dest, attempt, RelayError(NETWORK, type(e).__name__))
         finally:
             if relay is not None:
                 self._drop(relay, "closed")
@@ -330,7 +339,14 @@ class Relays:
         relay.last_used = trio.current_time()
         try:
             with trio.move_on_after(self.limits.answer_timeout):
-                return await relay.client.command(b"", command, corr_id=corr_id)
+                answer = await relay.client.command(b"", command, corr_id=corr_id)
+                relay.timeouts = 0
+                return answer
+            relay.timeouts += 1
+            if relay.timeouts >= TIMEOUTS_BEFORE_CLOSING:
+                # A destination that stopped answering: a new connection may do better,
+                # and the commands left waiting on this one are let go.
+                self._drop(relay, f"{relay.timeouts} answers missed in a row")
             raise RelayError(TIMEOUT, f"no answer in {self.limits.answer_timeout:g} s")
         except ConnectionClosed as e:
             self._drop(relay, str(e))
