@@ -204,6 +204,10 @@ async def _control(counter: TaskSteps, preload: Any) -> None:
                     t = os.times()
                     reply = {"cpu": t.user + t.system, "steps": counter.steps,
                              "at": time.monotonic()}
+                elif op == "where":  # which source tree this process runs
+                    import router
+
+                    reply = {"router": str(Path(router.__file__).resolve().parent.parent)}
                 elif op == "preload" and preload is not None:
                     for i in range(request["start"], request["start"] + request["count"]):
                         preload(i, request.get("secured", True))
@@ -247,6 +251,7 @@ class Server:
             self.close()
             raise BenchError(f"{kind} did not start (from {tree})")
         self.url, self.address = match.group(1), match.group(2)
+        self.tree = self.call("where")["router"]
 
     def call(self, op: str, **args: Any) -> dict:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -299,6 +304,8 @@ def _sampled(server: Server, window: dict[str, float], delivered: Any) -> dict[s
         "cpu_cores": (last["cpu"] - first["cpu"]) / interval,
         "cpu_us_per_msg": (last["cpu"] - first["cpu"]) / messages * 1e6 if messages else None,
         "steps_per_msg": (last["steps"] - first["steps"]) / messages if messages else None,
+        "tree": server.tree,
+        "load_average": os.getloadavg()[0],
     })
     return result
 

@@ -75,6 +75,8 @@ def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
         if name != "echo":
             assert row["cpu_ratio_to_echo"] > 0, name
             assert row["blocks_in_per_msg"] > 0, name
+    run = data["runs"][0]
+    assert {run[name]["tree"] for name in rows} == {str(hotpath.HERE)}
     light = data["summary"]["light"]
     assert list(light) == ["echo", "minimal", "router"]
     for name, row in light.items():
