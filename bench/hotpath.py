@@ -451,7 +451,7 @@ def summarize(runs: list[dict[str, Any]], light: dict[str, Any]) -> dict[str, An
         light_rows[name] = {"msgs_per_s": x["msgs_per_s"], **{
             k: x["latency_ms"][k] for k in ("p50", "p99", "p999", "max", "samples")},
             "cpu_us_per_msg": x["cpu_us_per_msg"], "steps_per_msg": x["steps_per_msg"],
-            "subscribe_seconds": x.get("subscribe_seconds")}
+            "subscribe_seconds": x.get("subscribe_seconds"), "refused": x.get("send_errors")}
     return {"saturated": rows, "light": light_rows, "targets": targets(rows, light_rows)}
 
 
@@ -487,9 +487,9 @@ def table(summary: dict[str, Any], p: dict[str, Any]) -> str:
           r["blocks_out_per_msg"]] for name, r in rows.items()])
     light = md_table(
         ["server", "msg/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "samples",
-         "CPU µs / msg", "task steps / msg", "subscribing took s"],
+         "SENDs refused (QUOTA)", "CPU µs / msg", "task steps / msg", "subscribing took s"],
         [[name, x["msgs_per_s"], x["p50"], x["p99"], x["p999"], x["max"], x["samples"],
-          x["cpu_us_per_msg"], x["steps_per_msg"], x["subscribe_seconds"]]
+          x["refused"], x["cpu_us_per_msg"], x["steps_per_msg"], x["subscribe_seconds"]]
          for name, x in summary["light"].items()])
     goals = md_table(["target", "measured", "met?"],
                      [[t["target"], t["measured"], "yes" if t["met"] else "no"]
