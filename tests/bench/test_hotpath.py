@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from functools import partial
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import trio
 from bench import harness, hotpath
 from bench.__main__ import main
 from bench.minimal_router import MinimalRouter
-from router.client import MessageEvent, open_client
+from router.client import MessageEvent, SMPError, open_client
 from router.protocol import crypto
 from router.server.edge.identity import generate_identity
 from router.server.edge.listener import serve_edge
@@ -44,7 +45,7 @@ async def test_the_minimal_router_creates_secures_delivers_and_takes_acks(versio
                 second = await recipient.next_event()
                 assert isinstance(second, MessageEvent) and second.body == b"second"
                 await recipient.ack(queue, second.msg_id)
-                with pytest.raises(Exception, match="AUTH"):  # unsigned: refused
+                with pytest.raises(SMPError, match="AUTH"):  # unsigned: refused
                     await sender.send(queue.sender_id, b"third")
         nursery.cancel_scope.cancel()
 
@@ -84,3 +85,14 @@ def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
     assert len(data["summary"]["targets"]) == 6
     table = (directory / "hotpath.md").read_text()
     assert "router v19" in table and "### Targets" in table
+
+
+def test_a_server_of_another_tree_runs_that_trees_router(tmp_path: Path):
+    tree = tmp_path / "tree"
+    for package in ("router", "store"):
+        shutil.copytree(hotpath.HERE / package, tree / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for kind in hotpath.KINDS:
+        with hotpath.Server(kind, tree) as server:
+            assert server.tree == str(tree.resolve())
+            assert server.call("sample")["steps"] > 0  # its loop ran, counted
