@@ -36,6 +36,7 @@ this checkout.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -213,6 +214,10 @@ async def _control(counter: TaskSteps, preload: Any) -> None:
                         preload(i, request.get("secured", True))
                         if i % 5000 == 0:
                             await trio.lowlevel.checkpoint()
+                    # Out of the collector's full passes, as `smp-router serve` freezes
+                    # the queues it loads at start (cli/serve.py).
+                    gc.collect()
+                    gc.freeze()
                     reply = {"ok": True}
                 else:
                     reply = {"error": f"{op} is not served here"}
