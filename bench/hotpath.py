@@ -79,6 +79,10 @@ QUICK_BACKGROUND = 2_000
 BACKGROUND_CONNECTIONS = 10
 LIGHT_RATE = 200.0  # messages per second, one sender to one recipient
 LIGHT_DURATION = 10.0
+# Light-load windows one after the other on the same subscriptions: each window's
+# percentiles, then their median, so that one burst of the machine's other work does
+# not decide the figure (a backlog on the one queue lasts the rest of its window).
+LIGHT_WINDOWS = 3
 QUICK_LIGHT_DURATION = 1.0
 ECHO_WINDOW = 1  # blocks in flight per echo connection, as `throughput`
 
@@ -117,6 +121,26 @@ class TaskSteps(trio.abc.Instrument):
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         if task is not self.control:
             self.steps += 1
+
+
+class GcPauses:
+    """The collector's passes and the longest one (ms) since the last `take`."""
+
+    def __init__(self) -> None:
+        self.count, self.longest_ms, self._started = 0, 0.0, 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.count += 1
+        self.longest_ms = max(self.longest_ms, (time.perf_counter() - self._started) * 1000)
+
+    def take(self) -> dict[str, Any]:
+        taken = {"gc_passes": self.count, "gc_longest_ms": self.longest_ms}
+        self.count, self.longest_ms = 0, 0.0
+        return taken
 
 
 async def _serve(kind: str, counter: TaskSteps) -> None:
@@ -186,6 +210,7 @@ def _as_serve_does(nursery: trio.Nursery, router: Any) -> None:
 
 
 async def _control(counter: TaskSteps, preload: Any) -> None:
+    gc_pauses = GcPauses()
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     buffer = b""
     while True:
@@ -204,7 +229,7 @@ async def _control(counter: TaskSteps, preload: Any) -> None:
                 if op == "sample":
                     t = os.times()
                     reply = {"cpu": t.user + t.system, "steps": counter.steps,
-                             "at": time.monotonic()}
+                             "at": time.monotonic(), **gc_pauses.take()}
                 elif op == "where":  # which source tree this process runs
                     import router
 
@@ -309,33 +334,39 @@ def _sampled(server: Server, window: dict[str, float], delivered: Any) -> dict[s
         "cpu_cores": (last["cpu"] - first["cpu"]) / interval,
         "cpu_us_per_msg": (last["cpu"] - first["cpu"]) / messages * 1e6 if messages else None,
         "steps_per_msg": (last["steps"] - first["steps"]) / messages if messages else None,
+        "gc_passes": last["gc_passes"],  # during the window
+        "gc_longest_ms": last["gc_longest_ms"],
         "tree": server.tree,
         "load_average": os.getloadavg()[0],
     })
     return result
 
 
-def echo_point(clients: int, duration: float, rate: float | None = None) -> dict[str, Any]:
+def echo_point(clients: int, duration: float, rate: float | None = None,
+               windows: int = 1) -> list[dict[str, Any]]:
     """The echo under `clients` connections with `ECHO_WINDOW` blocks in flight each (or
-    `rate` blocks per second each, open loop)."""
+    `rate` blocks per second each, open loop): one result per window."""
     from .throughput import WORKERS, _window
 
     with Server("echo", HERE) as server, WorkerGroup(server.url, WORKERS) as workers:
         per_worker = split(clients, WORKERS)
         workers.call([{"op": "echo_connect", "url": server.url, "count": n} if n else None
                       for n in per_worker])
-        window = _window(duration)
-        workers.call([{"op": "echo_start", "window": ECHO_WINDOW, "rate": rate, **window}
-                      if n else None for n in per_worker])
 
         def finish() -> dict[str, Any]:
             replies = [r for r in workers.call([{"op": "wait", "job": "echo"} if n else None
                                                 for n in per_worker]) if r]
-            workers.call([{"op": "echo_close"} if n else None for n in per_worker])
             return {"received": sum(r["received"] for r in replies),
                     "latency_ms": percentiles_ms([x for r in replies for x in r["latencies"]])}
 
-        return _sampled(server, window, finish)
+        results = []
+        for _ in range(windows):
+            window = _window(duration)
+            workers.call([{"op": "echo_start", "window": ECHO_WINDOW, "rate": rate, **window}
+                          if n else None for n in per_worker])
+            results.append(_sampled(server, window, finish))
+        workers.call([{"op": "echo_close"} if n else None for n in per_worker])
+        return results
 
 
 def load_point(kind: str, tree: Path, version: int, clients: int,
@@ -362,8 +393,9 @@ def _load_result(load: Any, duration: float) -> dict[str, Any]:
 
 
 def light_point(kind: str, tree: Path, background: int, connections: int,
-                duration: float) -> dict[str, Any]:
-    """One sender at `LIGHT_RATE` to one recipient, `background` idle subscriptions held."""
+                duration: float, windows: int) -> dict[str, Any]:
+    """One sender at `LIGHT_RATE` to one recipient, `background` idle subscriptions held;
+    `windows` windows one after the other."""
     from .throughput import WORKERS, RouterLoad, _window
 
     with Server(kind, tree) as server, WorkerGroup(server.address, WORKERS) as workers:
@@ -373,11 +405,12 @@ def light_point(kind: str, tree: Path, background: int, connections: int,
         before = [r + s for r, s in zip(load.recipients, load.senders, strict=True)]
         per_worker = connect(workers, connections)
         seconds, _ = subscribe(workers, per_worker, 1, background, first=before)
-        window = _window(duration)
-        load.start(window, LIGHT_RATE)
-        result = _sampled(server, window, lambda: _load_result(load, duration))
-        result["subscribe_seconds"] = seconds
-        return result
+        results = []
+        for _ in range(windows):
+            window = _window(duration)
+            load.start(window, LIGHT_RATE)
+            results.append(_sampled(server, window, lambda: _load_result(load, duration)))
+        return {"subscribe_seconds": seconds, "windows": results}
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -385,7 +418,8 @@ def light_point(kind: str, tree: Path, background: int, connections: int,
 
 def run(out: Path, *, quick: bool = False, repeats: int | None = None,
         duration: float | None = None, clients: int | None = None, tree: Path | None = None,
-        background: int | None = None, light_duration: float | None = None) -> dict[str, Any]:
+        background: int | None = None, light_duration: float | None = None,
+        light_windows: int | None = None) -> dict[str, Any]:
     tree = (tree or HERE).resolve()
     repeats = repeats or (1 if quick else REPEATS)
     duration = duration or (QUICK_DURATION if quick else DURATION)
@@ -393,10 +427,11 @@ def run(out: Path, *, quick: bool = False, repeats: int | None = None,
     background = background if background is not None else (
         QUICK_BACKGROUND if quick else BACKGROUND)
     light_duration = light_duration or (QUICK_LIGHT_DURATION if quick else LIGHT_DURATION)
+    light_windows = light_windows or (1 if quick else LIGHT_WINDOWS)
     runs: list[dict[str, Any]] = []
     for rep in range(repeats):
         log(f"hotpath: echo, {clients} clients, run {rep + 1}/{repeats}")
-        point: dict[str, Any] = {"echo": echo_point(clients, duration)}
+        point: dict[str, Any] = {"echo": echo_point(clients, duration)[0]}
         for version in VERSIONS:
             for kind in KINDS:
                 log(f"hotpath: {kind} v{version}, {clients} clients, run {rep + 1}/{repeats}")
@@ -410,15 +445,17 @@ def run(out: Path, *, quick: bool = False, repeats: int | None = None,
         runs.append(point)
     light: dict[str, Any] = {}
     log(f"hotpath: echo round trip at {LIGHT_RATE:.0f}/s")
-    light["echo"] = echo_point(1, light_duration, rate=LIGHT_RATE)
+    light["echo"] = {"windows": echo_point(1, light_duration, rate=LIGHT_RATE,
+                                           windows=light_windows)}
     for kind in KINDS:
         log(f"hotpath: {kind}, light load, {background} idle subscriptions")
         light[kind] = light_point(kind, tree, background, BACKGROUND_CONNECTIONS,
-                                  light_duration)
+                                  light_duration, light_windows)
     parameters = {
         "clients": clients, "repeats": repeats, "duration": duration, "versions": VERSIONS,
         "background_subscriptions": background, "background_connections": BACKGROUND_CONNECTIONS,
-        "light_rate": LIGHT_RATE, "light_duration": light_duration, "tree": str(tree),
+        "light_rate": LIGHT_RATE, "light_duration": light_duration,
+        "light_windows": light_windows, "tree": str(tree),
         "tree_commit": _commit(tree), "bench_commit": _commit(HERE),
         "command": "python -m bench hotpath" + ("" if tree == HERE else f" --tree {tree}"),
     }
@@ -453,10 +490,20 @@ def summarize(runs: list[dict[str, Any]], light: dict[str, Any]) -> dict[str, An
             r[f"router / minimal v{v}"] for r in runs)
     light_rows = {}
     for name, x in light.items():
-        light_rows[name] = {"msgs_per_s": x["msgs_per_s"], **{
-            k: x["latency_ms"][k] for k in ("p50", "p99", "p999", "max", "samples")},
-            "cpu_us_per_msg": x["cpu_us_per_msg"], "steps_per_msg": x["steps_per_msg"],
-            "subscribe_seconds": x.get("subscribe_seconds"), "refused": x.get("send_errors")}
+        ws = x["windows"]
+        light_rows[name] = {
+            "msgs_per_s": median(w["msgs_per_s"] for w in ws),
+            **{k: median(w["latency_ms"][k] for w in ws) for k in ("p50", "p99", "p999")},
+            "max": max((w["latency_ms"]["max"] or 0) for w in ws),
+            "p50_by_window": [w["latency_ms"]["p50"] for w in ws],
+            "p99_by_window": [w["latency_ms"]["p99"] for w in ws],
+            "samples": sum(w["latency_ms"]["samples"] for w in ws),
+            "cpu_us_per_msg": median(w["cpu_us_per_msg"] for w in ws),
+            "steps_per_msg": median(w["steps_per_msg"] for w in ws),
+            "refused": sum(w.get("send_errors", 0) for w in ws) if name != "echo" else None,
+            "gc_longest_ms": max(w["gc_longest_ms"] for w in ws),
+            "subscribe_seconds": x.get("subscribe_seconds"),
+        }
     return {"saturated": rows, "light": light_rows, "targets": targets(rows, light_rows)}
 
 
@@ -491,10 +538,14 @@ def table(summary: dict[str, Any], p: dict[str, Any]) -> str:
           r.get("router_to_minimal"), r["steps_per_msg"], r["blocks_in_per_msg"],
           r["blocks_out_per_msg"]] for name, r in rows.items()])
     light = md_table(
-        ["server", "msg/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "samples",
-         "SENDs refused (QUOTA)", "CPU µs / msg", "task steps / msg", "subscribing took s"],
-        [[name, x["msgs_per_s"], x["p50"], x["p99"], x["p999"], x["max"], x["samples"],
-          x["refused"], x["cpu_us_per_msg"], x["steps_per_msg"], x["subscribe_seconds"]]
+        ["server", "msg/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "p50 / p99 by window",
+         "samples", "SENDs refused (QUOTA)", "CPU µs / msg", "task steps / msg",
+         "longest gc pass ms", "subscribing took s"],
+        [[name, x["msgs_per_s"], x["p50"], x["p99"], x["p999"], x["max"],
+          ", ".join(f"{_ms(a)} / {_ms(b)}" for a, b in zip(x["p50_by_window"],
+                                                           x["p99_by_window"], strict=True)),
+          x["samples"], x["refused"], x["cpu_us_per_msg"], x["steps_per_msg"],
+          x["gc_longest_ms"], x["subscribe_seconds"]]
          for name, x in summary["light"].items()])
     goals = md_table(["target", "measured", "met?"],
                      [[t["target"], t["measured"], "yes" if t["met"] else "no"]
@@ -503,9 +554,14 @@ def table(summary: dict[str, Any], p: dict[str, Any]) -> str:
         head, "", "### Saturated: per delivered message (echo: per echoed block)", "", sat, "",
         f"### Light load: {p['light_rate']:g} msg/s from one sender to one recipient, "
         f"{p['background_subscriptions']:,} idle subscriptions held over "
-        f"{p['background_connections']} connections ({p['light_duration']:g} s; echo: its "
-        f"round trip at the same rate, no subscriptions)", "", light, "",
+        f"{p['background_connections']} connections ({p['light_windows']} windows of "
+        f"{p['light_duration']:g} s, medians across them; echo: its round trip at the same "
+        f"rate, no subscriptions)", "", light, "",
         "### Targets", "", goals])
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
 
 
 def main(argv: list[str]) -> int:
@@ -521,6 +577,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--clients", type=int)
     parser.add_argument("--background", type=int, help="idle subscriptions under light load")
     parser.add_argument("--light-duration", type=float)
+    parser.add_argument("--light-windows", type=int)
     parser.add_argument("--tree", type=Path,
                         help="the source tree whose router and minimal router run "
                              "(default: this checkout)")
@@ -537,7 +594,7 @@ def main(argv: list[str]) -> int:
     try:
         run(out, quick=args.quick, repeats=args.repeats, duration=args.duration,
             clients=args.clients, tree=args.tree, background=args.background,
-            light_duration=args.light_duration)
+            light_duration=args.light_duration, light_windows=args.light_windows)
     except BenchError as exc:
         print(f"python -m bench hotpath: error: {exc}", file=sys.stderr)
         return 1

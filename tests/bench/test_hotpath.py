@@ -59,7 +59,7 @@ def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
 ):
     committed = {name: _digest(COMMITTED / name) for name in ("hotpath.json", "hotpath.md")}
     code = main(["hotpath", "--quick", "--clients", "2", "--duration", "0.5",
-                 "--background", "200", "--light-duration", "0.5"])
+                 "--background", "200", "--light-duration", "0.5", "--light-windows", "2"])
     assert code == 0
     out = capsys.readouterr().out
     directory = Path(out.splitlines()[0].removeprefix("results: "))
@@ -82,6 +82,7 @@ def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
     assert list(light) == ["echo", "minimal", "router"]
     for name, row in light.items():
         assert row["samples"] > 0 and row["p50"] is not None, name
+        assert len(row["p50_by_window"]) == 2, name
     assert len(data["summary"]["targets"]) == 6
     table = (directory / "hotpath.md").read_text()
     assert "router v19" in table and "### Targets" in table
