@@ -470,11 +470,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _commit(tree: Path) -> str | None:
+    """The tree's commit, marked when its router or store has uncommitted changes."""
     try:
-        return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--",
+                                  "router", "store"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+    return f"{head} with uncommitted changes" if changed else head
 
 
 ROW_KEYS = ("msgs_per_s", "cpu_cores", "cpu_us_per_msg", "cpu_ratio_to_echo", "steps_per_msg",
