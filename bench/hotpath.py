@@ -2,6 +2,8 @@
 against a minimal router on the same codec, side by side in one run.
 
     python -m bench hotpath [--quick] [--repeats N] [--duration S] [--tree DIR] [--out DIR]
+                            [--clients C] [--background N] [--light-duration S]
+                            [--light-windows N]
 
 One repetition, under the same load (`CLIENTS` connections: half senders, half
 recipients with `QUEUES_PER_RECIPIENT` queues each, as `throughput` does, every
@@ -24,8 +26,10 @@ delivered message: server CPU µs, its ratio to the echo's per echoed block
 
 Then light load: the same two routers hold `BACKGROUND` idle subscriptions
 (opened over `BACKGROUND_CONNECTIONS` connections), while one sender sends
-`LIGHT_RATE` messages per second to one recipient: SEND -> MSG latency (p50, p99),
-with the echo's round trip at the same rate beside it.
+`LIGHT_RATE` messages per second to one recipient, in `LIGHT_WINDOWS` windows one
+after the other: SEND -> MSG latency (p50, p99) per window and their medians, with
+the echo's round trip at the same rate beside it. The preloaded queues are frozen
+out of the collector's full passes, as `smp-router serve` freezes what it loads.
 
 `--tree DIR` runs the router and the minimal router of another checkout (its
 router/ and store/ packages, this checkout's bench/), so that two trees are
