@@ -48,20 +48,24 @@ async def _echo_blocks(transport: WebSocketTransport) -> None:
         await transport.aclose(0)
 
 
+async def start_echo(nursery: trio.Nursery, host: str, port: int, kind: str) -> int:
+    """The echo server of `kind` listening in `nursery`; its port."""
+    if kind == "edge":
+        listener = await nursery.start(partial(serve_edge, _echo_blocks, host, port))
+        return int(listener.port)
+    server = await nursery.start(partial(
+        serve_websocket, _echo, host, port, None,
+        message_queue_size=MESSAGE_QUEUE_SIZE,
+        max_message_size=BLOCK_SIZE,
+        receive_buffer_size=RECEIVE_BUFFER_SIZE,
+    ))
+    return int(server.port)
+
+
 async def _main(host: str, port: int, kind: str) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            if kind == "edge":
-                listener = await nursery.start(partial(serve_edge, _echo_blocks, host, port))
-                port = listener.port
-            else:
-                server = await nursery.start(partial(
-                    serve_websocket, _echo, host, port, None,
-                    message_queue_size=MESSAGE_QUEUE_SIZE,
-                    max_message_size=BLOCK_SIZE,
-                    receive_buffer_size=RECEIVE_BUFFER_SIZE,
-                ))
-                port = server.port
+            port = await start_echo(nursery, host, port, kind)
             print(f"echo listening on ws://{host}:{port}", flush=True)
             async for _ in signals:
                 break
