@@ -19,11 +19,12 @@
     python -m bench block-encryption  CPU per message and idle-connection memory, v10 vs v19
     python -m bench fairness     another client's PING during a flood of signed DEL/KEY/NEW blocks
     python -m bench transports   idle-connection memory, WebSocket vs native TLS
+    python -m bench proxy        sending through a proxy router vs straight (its own options)
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
 writes anywhere. Each run prints its table, the text of its `.md` file.
-`relay`, `storelog_start`, `framing`, `compaction`, `charts` and `fairness` take their own
+`relay`, `storelog_start`, `framing`, `compaction`, `charts`, `fairness` and `proxy` take their own
 options (`python -m bench relay --help`).
 """
 
@@ -40,7 +41,8 @@ from . import harness
 NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores", "compare",
          "block-encryption", "transports")
 # benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
-OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts", "fairness")
+OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts", "fairness",
+               "proxy")
 
 
 def _sizes(text: str) -> tuple[int, ...]:
