@@ -6,6 +6,13 @@
         await client.subscribe(q)
         event = await client.next_event()
         await client.ack(q, event.msg_id)
+
+Through a router acting as a proxy, so that the destination never sees this client's
+address (docs/protocol.md#private-message-routing):
+
+    async with open_client("smp://<keyHashA>@a.example:5223") as client:
+        session = await client.open_proxied_session("smp://<keyHashB>@b.example:5223")
+        await client.proxied_send(session, sender_id_on_b, b"hello")
 """
 
 from ._address import RouterAddress, format_address, parse_address

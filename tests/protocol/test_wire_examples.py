@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from nacl.bindings import crypto_box_easy_afternm, crypto_box_open_easy_afternm
 
 from router.protocol import (
     ALLS,
@@ -58,6 +59,7 @@ from router.protocol import (
     encrypt_msg_body,
     pad_block,
     prove_service,
+    proxying,
     service_id,
     service_signed_bytes,
     sign,
@@ -231,7 +233,30 @@ COMPUTED = {
     "soks-3": lambda: encode_response(SOKS(3)),
     "ends-2": lambda: encode_response(ENDS(2)),
     "alls": lambda: encode_response(ALLS()),
+    "prxy-command": lambda: encode_command(t.PRXY(("relay.example.com",), "", bytes(range(1, 33)))),
+    "proxied-padded-head": lambda: _proxied_padded()[: len(EX["proxied-padded-head"])],
+    "proxied-enc-head": lambda: _proxied_request().enc_transmission[:32],
+    "proxied-enc-sha256": lambda: hashlib.sha256(_proxied_request().enc_transmission).digest(),
 }
+
+
+def _proxied_transmission() -> bytes:
+    send = encode_command(t.SEND(b"F", b"hi"))
+    return encode_transmission(Transmission(b"", EX["corr-id"], SND_ID, send))
+
+
+def _proxied_request() -> proxying.ProxiedRequest:
+    return proxying.encrypt_transmission(
+        EX["router-x25519-spki"], EX["corr-id"], _proxied_transmission(),
+        EX["client-x25519-private"],
+    )
+
+
+def _proxied_padded() -> bytes:
+    """Layer 1's plaintext, opened with the box key of the MSG example."""
+    return crypto_box_open_easy_afternm(
+        _proxied_request().enc_transmission, EX["corr-id"], EX["msg-box-key"]
+    )
 
 
 # Private keys on the page: inputs, checked through the public keys derived from them.
@@ -288,6 +313,17 @@ def test_the_examples_decode_back_to_what_they_show():
         EX["sub-signature"], EX["ed25519-spki"], EX["sub-authorized"]
     )
     assert pad_block(EX["router-hello"])[:2] == b"\x00\x25"
+
+
+def test_the_private_routing_example_pads_to_the_stated_size_and_answers_reversed():
+    padded = _proxied_padded()
+    assert len(padded) == 16226 and len(_proxied_request().enc_transmission) == 16242
+    assert set(padded[len(EX["proxied-padded-head"]):]) == {ord("#")}
+    assert _proxied_request().client_key == EX["client-x25519-spki"]
+    content = b"\x01\x00\x02OK"  # a batch of one 2-byte transmission, for the check
+    answer_plain = len(content).to_bytes(2, "big") + content + b"#" * (16226 - 2 - len(content))
+    answer = crypto_box_easy_afternm(answer_plain, EX["corr-id"][::-1], EX["msg-box-key"])
+    assert proxying.decrypt_response(_proxied_request(), answer) == b"OK"
 
 
 def test_the_signed_service_context_has_no_length_byte():
