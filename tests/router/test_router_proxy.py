@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,52 @@ async def test_pkey_names_the_proxys_session_with_b_and_the_versions_both_allow(
             assert a.router.relays.by_session(answer.session_id) is not None
             again = await sender.command(b"", prxy_for(b))
             assert isinstance(again, PKEY) and again.session_id == answer.session_id
+
+
+async def test_proxying_turned_off_and_on_while_running() -> None:
+    async with running_router() as a, running_router() as b:
+        async with open_client(address(a)) as sender:
+            assert isinstance(await sender.command(b"", prxy_for(b)), PKEY)
+            a.router.reconfigure(replace(a.router.config, allow_proxy=False))
+            assert await sender.command(b"", prxy_for(b)) == ERR(PROXY_BASIC_AUTH)
+            a.router.reconfigure(replace(a.router.config, allow_proxy=True,
+                                         proxy_password=b"now-one"))
+            assert await sender.command(b"", prxy_for(b)) == ERR(PROXY_BASIC_AUTH)
+            assert isinstance(await sender.command(b"", prxy_for(b, b"now-one")), PKEY)
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+async def test_one_clients_proxied_commands_beyond_its_concurrency_wait_their_turn(
+    concurrency: int,
+) -> None:
+    async with running_router(proxy_client_concurrency=concurrency) as a, \
+            running_router() as b:
+        async with open_client(address(b)) as recipient, open_client(address(a)) as sender:
+            queue = await recipient.create_queue()
+            session = await open_session(sender, b)
+            answers: list = []
+            relays = a.router.relays
+            forward, waiting, most = relays.request, [0], [0]
+
+            async def counted(*args):
+                waiting[0] += 1
+                most[0] = max(most[0], waiting[0])
+                try:
+                    await trio.sleep(0.05)  # a slow destination: the commands pile up
+                    return await forward(*args)
+                finally:
+                    waiting[0] -= 1
+
+            relays.request = counted
+
+            async def send(n: int) -> None:
+                answers.append(await proxied(sender, session, queue.sender_id,
+                                             SEND(b"F", b"m%d" % n)))
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    for n in range(6):
+                        nursery.start_soon(send, n)
+            assert answers == [OK()] * 6
+            assert b.router.statistics().messages_sent == 6
+            assert most[0] == concurrency

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 from router.protocol import proxying
 from router.protocol.codec import encode_response_transmission
@@ -47,6 +48,9 @@ class Forwarded:
         self._counters = counters
         self._verify = verify
         self._execute = execute
+        # A proxy connection's session secret, made at its first RFWD (one X25519 less per
+        # forwarded command); forgotten with the connection.
+        self._secrets: WeakKeyDictionary[Connection, bytes] = WeakKeyDictionary()
 
     async def answer(self, client: ClientSubscriptions, rfwd: Verified) -> list[bytes]:
         conn = client.conn
@@ -55,7 +59,9 @@ class Forwarded:
         if private is None or proxy_key is None:
             return _refuse(rfwd, proxy_transport_error(TRANSPORT_NO_AUTH))
         try:
-            secret = proxying.session_secret(private, proxy_key)
+            secret = self._secrets.get(conn)
+            if secret is None:
+                secret = self._secrets[conn] = proxying.session_secret(private, proxy_key)
             forwarded = proxying.unwrap_forward(secret, rfwd.corr_id, cmd.enc_fwd_transmission,
                                                 private)
         except ProtocolError as e:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -63,7 +63,18 @@ from router.protocol.types import (
     Response,
 )
 
-from .relays import CLOSED, HOST, NETWORK, TIMEOUT, VERSION, Relay, RelayError, Relays, destination
+from .relays import (
+    CLOSED,
+    HOST,
+    NETWORK,
+    TIMEOUT,
+    VERSION,
+    Destination,
+    Relay,
+    RelayError,
+    Relays,
+    destination,
+)
 from .verified import Verified, error_transmission
 
 if TYPE_CHECKING:
@@ -78,7 +89,8 @@ RFWD_CORR_ID_SIZE = 24  # the RFWD's corrId is its box nonce
 # router's current one, as the reference caps them (proxiedSMPRelayVRange) so that a
 # client's version does not tell it apart.
 PROXIED_VERSIONS = (versions.SENDING_PROXY, SMP_VERSION_MAX)
-# Outcomes of a failed connection: temporary ones are counted as connect errors.
+# What the client is told of a destination the proxy could not use (`PROXY BROKER ...`);
+# the temporary failures are the statistics' connect errors, the others "other".
 _BROKER = {NETWORK: BROKER_NETWORK, CLOSED: BROKER_NETWORK, TIMEOUT: BROKER_TIMEOUT,
            HOST: BROKER_HOST}
 _TEMPORARY = (NETWORK, CLOSED, TIMEOUT)
@@ -132,7 +144,7 @@ class Proxy:
             basic_auth is not None and hmac.compare_digest(password, basic_auth)
         )
 
-    async def _connect_and_answer(self, verified: Verified, dest) -> bytes:
+    async def _connect_and_answer(self, verified: Verified, dest: Destination) -> bytes:
         try:
             relay = await self.relays.relay(dest)
         except RelayError as e:
@@ -205,7 +217,10 @@ class Proxy:
 
     # --- forks ---------------------------------------------------------------------------
 
-    async def _fork(self, client: ClientSubscriptions, verified: Verified, work, *args) -> None:
+    async def _fork(
+        self, client: ClientSubscriptions, verified: Verified,
+        work: Callable[..., Awaitable[bytes]], *args: object,
+    ) -> None:
         """Run `work` in a task of the client's connection; its answer goes to the outbox.
         Waits (holding up the connection's next block) while it has as many running as
         `proxy_client_concurrency`."""
