@@ -163,7 +163,14 @@ class Deliverer:
         pending list full, deferred pushes (single-task mode) and service catch-ups.
         Returns once there is none (`Connection.wake_delivery` starts it again)."""
         conn = client.conn
+        first = True
         while conn.overflow_events or client.deliveries or client.catch_up:
+            if not first:
+                # A write that the socket takes at once does not yield, nor does a
+                # memory store's peek: one pass of the scheduler per batch keeps a
+                # long burst from holding the others up.
+                await trio.lowlevel.checkpoint()
+            first = False
             if conn.overflow_events:
                 events, conn.overflow_events = conn.overflow_events, []
                 await conn.push(events)
