@@ -85,6 +85,7 @@ class Connection:
         "service_id", "overflow_events", "closed", "close_reason", "last_activity",
         "nursery", "_closed_event", "_receiving", "_delivering", "_handler", "_client",
         "_pending", "_pending_batches", "_max_pending", "_writing", "_room",
+        "__weakref__",  # per-connection limits are kept weakly (limits.py)
     )
 
     def __init__(
@@ -135,10 +136,25 @@ class Connection:
             return
         if self._pending_batches >= self._max_pending:
             raise trio.WouldBlock
+        self.leave(transmissions)
+
+    def leave(self, transmissions: list[bytes]) -> None:
+        """Leave a batch to the writing task, or else to the delivery task, whether or
+        not the pending list has room: for a task that must not write itself (one a
+        cancel scope of its own may stop mid-write, which would cut a block in two)."""
+        if self.closed:
+            return
         self._pending.extend(transmissions)
         self._pending_batches += 1
         if not self._writing:
             self.wake_delivery()
+
+    async def wait_for_room(self) -> None:
+        """Return once the pending list has room."""
+        while self._pending_batches >= self._max_pending and not self.closed:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
 
     async def push(self, transmissions: list[bytes]) -> None:
         """Write a batch from this task, or leave it to the task that is writing

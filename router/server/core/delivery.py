@@ -205,9 +205,14 @@ class Deliverer:
         return self.message_transmission(b"", recipient_id, sub, msg)
 
     async def _deliver_head(self, client: ClientSubscriptions, recipient_id: bytes) -> None:
+        """Per-queue-task mode: the head, left to the connection's writer. The queue's
+        task does not write itself: its scope is cancelled when the queue leaves, and a
+        write cut short would cut a block in two."""
+        conn = client.conn
+        await conn.wait_for_room()  # before the MSG is made: nothing is lost if cancelled
         transmission = await self._head_transmission(client, recipient_id)
         if transmission is not None:
-            await client.conn.push([transmission])
+            conn.leave([transmission])
 
     async def _queue_task(self, client: ClientSubscriptions, sub: Sub) -> None:
         assert sub.scope is not None
