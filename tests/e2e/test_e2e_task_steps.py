@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import Counter
 
 import trio
+from e2e_helpers import create_queues
 
 from router.client import open_client
 from router.server import SINGLE_TASK, RouterConfig, serve_router
-from e2e_helpers import create_queues
 
 WARM_UP = 20
 MESSAGES = 200

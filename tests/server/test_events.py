@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import trio
 from memory_connections import connection
 
 from router.protocol.codec import decode_response

@@ -123,14 +123,29 @@ class WebSocketTransport:
             await self._read(message_deadline)
 
     async def _read(self, message_deadline: float) -> None:
-        """Read once and parse; pings a silent peer, drops it if the ping goes unanswered."""
+        """Read once and parse; pings a silent peer, drops it if the ping goes unanswered.
+
+        The socket is read here, not in a helper: an idle connection waits in this
+        frame, and every coroutine frame it waits in is memory it keeps."""
         limits = self._limits
+        sock = self._socket
         ping_sent = False
+        waited = False
         while True:
             wait = limits.keepalive_timeout if ping_sent else limits.keepalive_interval
             keepalive_deadline = trio.current_time() + wait
             with trio.move_on_at(min(keepalive_deadline, message_deadline)):
-                data = await self._receive_some()
+                try:
+                    if sock is None:
+                        data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+                        break
+                    while (data := _recv_nowait(sock)) is None:
+                        # Not inside an `except`: the caught error, its traceback and
+                        # their frames would stay alive as long as the wait.
+                        await trio.lowlevel.wait_readable(sock)
+                        waited = True
+                except STREAM_GONE as e:
+                    raise TransportClosed("peer closed the connection") from e
                 break
             if trio.current_time() >= message_deadline:
                 await self._fail(1008, f"message not complete in {limits.message_timeout} s")
@@ -138,37 +153,15 @@ class WebSocketTransport:
                 raise TransportClosed(f"no answer to a ping in {limits.keepalive_timeout} s")
             await self._ping()
             ping_sent = True
+        if sock is not None and not waited:
+            # Read without waiting: still one pass of the scheduler per read, so that
+            # a client that keeps the socket full does not hold up the others.
+            await trio.lowlevel.cancel_shielded_checkpoint()
         protocol = self._protocol
         if not data:
             protocol.receive_eof()
             raise TransportClosed("peer closed the connection")
         await self._parse(data)
-
-    async def _receive_some(self) -> bytes:
-        sock = self._socket
-        if sock is None:
-            try:
-                return await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
-            except STREAM_GONE as e:
-                raise TransportClosed("peer closed the connection") from e
-        waited = False
-        while True:
-            try:
-                data = sock.recv(RECEIVE_BUFFER_SIZE)
-            except BlockingIOError:
-                try:
-                    await trio.lowlevel.wait_readable(sock)
-                except STREAM_GONE as e:  # closed under the reader
-                    raise TransportClosed("connection closed") from e
-                waited = True
-                continue
-            except OSError as e:
-                raise TransportClosed("peer closed the connection") from e
-            if not waited:
-                # Read without waiting: still one pass of the scheduler per read, so
-                # that a client that keeps the socket full does not hold up others.
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            return data
 
     async def _parse(self, data: bytes) -> None:
         """Feed what was read to the protocol a block's worth at a time, so that a read
@@ -304,6 +297,16 @@ def _plain_socket(stream: trio.abc.Stream) -> socket.socket | None:
         return None
     sock = getattr(stream.socket, "_sock", None)
     return sock if isinstance(sock, socket.socket) else None
+
+
+def _recv_nowait(sock: socket.socket) -> bytes | None:
+    """What the socket has (b"" at its end), or None if it has nothing yet."""
+    try:
+        return sock.recv(RECEIVE_BUFFER_SIZE)
+    except BlockingIOError:
+        return None
+    except OSError as e:
+        raise TransportClosed("peer closed the connection") from e
 
 
 def _one_block(parts: list[bytes]) -> bytes:
