@@ -265,8 +265,19 @@ class Connection:
             self.nursery = nursery
             self._handler, self._client = handler, client
             self._receiving = True
+            receive_block = self.transport.receive_block
+            # The receive loop, here rather than in a method of its own: an idle
+            # connection waits in it, and each frame it waits in is memory it keeps.
             try:
-                await self._receive_loop(handler, client)
+                while True:
+                    block = await receive_block()
+                    self.last_activity = trio.current_time()
+                    responses = await handler.process_block(client, block)
+                    del block  # an idle connection keeps nothing of its last block alive
+                    if responses:
+                        await self.push(responses)
+                    del responses
+                    handler.answered(client)
             except TransportClosed as e:
                 self.close_reason = self.close_reason or str(e)
             finally:
@@ -320,15 +331,3 @@ class Connection:
             self.close_reason = self.close_reason or str(e)
             assert self.nursery is not None
             self.nursery.cancel_scope.cancel()
-
-    async def _receive_loop(self, handler: ClientHandler[Client], client: Client) -> None:
-        receive_block = self.transport.receive_block
-        while True:
-            block = await receive_block()
-            self.last_activity = trio.current_time()
-            responses = await handler.process_block(client, block)
-            del block  # an idle connection keeps nothing of its last block alive
-            if responses:
-                await self.push(responses)
-            del responses
-            handler.answered(client)
