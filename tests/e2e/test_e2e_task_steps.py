@@ -6,31 +6,41 @@ writes it, and the recipient's receive loop reads the ACK and answers it.
 Counted with a trio instrument over a fixed, serial load (one message at a time,
 so nothing is batched), on a real router on 127.0.0.1 with the memory store,
 over WebSocket (ws://, where the router does the socket I/O itself). Only the
-router's own tasks are counted, not the test's clients."""
+tasks serving the two connections are counted, not the router's timers nor the
+test's clients."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 import trio
-from e2e_helpers import create_queues
+from e2e_helpers import create_queues, router_connection
 
 from router.client import open_client
 from router.server import SINGLE_TASK, RouterConfig, serve_router
+from router.server.core.connection import Connection
 
 WARM_UP = 20
 MESSAGES = 200
 STEPS_PER_MESSAGE = 3
 
 
-class RouterTaskSteps(trio.abc.Instrument):
-    """Steps taken by the router's tasks (named after the router's functions)."""
+class ConnectionTaskSteps(trio.abc.Instrument):
+    """Steps taken by the tasks serving the given connections: the task that runs
+    each one (its receive loop) and every task started in its nursery. The router's
+    timers and the test's clients are not counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, connections: list[Connection]) -> None:
+        self._nurseries = set()
+        self._receivers = set()
+        for conn in connections:
+            assert conn.nursery is not None
+            self._nurseries.add(conn.nursery)
+            self._receivers.add(conn.nursery.parent_task)
         self.by_task: Counter[str] = Counter()
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name.startswith("router.server."):
+        if task in self._receivers or task.parent_nursery in self._nurseries:
             self.by_task[task.name] += 1
 
     @property
@@ -55,7 +65,9 @@ async def test_a_delivered_message_costs_the_router_three_task_steps(nursery):
         ):
             [queue] = await create_queues(recipient, 1, subscribe=True)
             await deliver(sender, recipient, queue, WARM_UP)
-            counter = RouterTaskSteps()
+            counter = ConnectionTaskSteps(
+                [router_connection(info, recipient), router_connection(info, sender)]
+            )
             trio.lowlevel.add_instrument(counter)
             try:
                 await deliver(sender, recipient, queue, MESSAGES)
