@@ -80,7 +80,8 @@ async def test_scraped_values_match_the_router_statistics_under_load(start_route
     assert value("smp_router_connections_total") == stats.connections_total == 2
     assert value("simplex_smp_subscribtion_total") == stats.subscriptions == 3
     assert value("smp_router_deliveries_waiting") == stats.pending_deliveries
-    assert value("smp_router_connection_tasks") >= 6  # receive, send, delivery per client
+    # the receive loop of each client; a delivery task only while it has work
+    assert value("smp_router_connection_tasks") >= 2
     assert value("smp_router_store_lookup_seconds_count") == 1
     assert sum(v for (name, _), v in got.items()
                if name == "smp_router_gc_pause_seconds_count") >= 1

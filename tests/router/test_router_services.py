@@ -29,7 +29,8 @@ from router.protocol.types import (
 )
 from router.server import SINGLE_TASK, Router
 
-CONNECTION_TASKS = 3  # receive, send, delivery
+# The receive loop; and the delivery task, only while it has work (a catch-up walk).
+IDLE_CONNECTION_TASKS, BUSY_CONNECTION_TASKS = 1, 2
 
 
 def body(i: int) -> bytes:
@@ -85,9 +86,11 @@ async def check_catch_up_and_takeover(
             body(i) for i in range(n_full)
         )
         if delivery == SINGLE_TASK:
-            assert task_counts == {CONNECTION_TASKS}  # the catch-up added no task
-        else:
-            assert max(task_counts) == CONNECTION_TASKS + n_queues  # one per queue
+            # the catch-up added no task of its own: it runs in the delivery task
+            assert max(task_counts) <= BUSY_CONNECTION_TASKS
+        else:  # one per queue
+            assert IDLE_CONNECTION_TASKS + n_queues <= max(task_counts)
+            assert max(task_counts) <= BUSY_CONNECTION_TASKS + n_queues
         assert await first.no_more_events()
 
         # The first connection acknowledges half; the rest stays in flight there.

@@ -151,6 +151,6 @@ def test_a_service_takeover_ends_only_what_the_service_subscription_held():
     assert QUEUES[0] not in first.queues and model.subs.subscriber_of(QUEUES[0]) is None
     assert model.subs.subscriber_of(QUEUES[1]) is first
     assert model.subs.service_held(first, Party.RECIPIENT) is None
-    [ends] = first.conn._outbox_out.receive_nowait()  # pushed at once, not batched
+    [ends] = first.conn.take_pending()  # pushed at once, not batched
     t = decode_transmission(ends)
     assert t.entity_id == first.conn.service_id and decode_response(t.command) == ENDS(1)

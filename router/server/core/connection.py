@@ -1,22 +1,36 @@
-"""One client connection: its I/O and the small group of tasks serving it.
+"""One client connection: its I/O and the tasks serving it.
 
-Theory of operation (DESIGN.md, STYLE.md principle 7): after the handshake a
-connection runs three tasks (the receive loop in the connection's own task,
-the other two in its nursery) joined by a bounded memory channel (the outbox):
+Theory of operation (DESIGN.md, STYLE.md principle 7). An idle connection is
+one task, the receive loop (the task that called `run`), waiting for a block.
+Nothing sits between the task that makes a transmission and the socket:
 
-- receive: reads a block, has the dispatcher verify and execute it, and puts
-  the responses into the outbox as one batch (blocking only itself when the
-  outbox is full, which is the back-pressure a fast sender gets);
-- send: takes whatever batches are queued, packs them into as few blocks as
-  fit and writes them; a peer that does not take a block within the
-  configured deadline is dropped (the transport's `send_blocks`);
-- delivery: the one task that waits for this client's pushes that could not
-  go straight into the outbox: END/DELD events the router's event task could
-  not hand over without waiting, and the work its `ClientSubscriptions` has
-  (subscriptions.py): queues in the `deliveries` map and the catch-up walk
-  of a service subscription (`services.py`), which starts once the SUBS
-  answer is in the outbox (`ClientHandler.answered`), so `SOKS` precedes its
-  messages.
+- receive: reads a block, has the dispatcher verify and execute it, and writes
+  the answers itself (`push`), packed into as few blocks as fit, in one write
+  where the transport can;
+- writing: one task at a time writes (`_writing`). A task that has something
+  to send while another is mid-write (blocked on a peer that reads slowly)
+  appends it to the pending list and goes on; the writing task sends whatever
+  is pending, packed, before it returns. The pending list holds at most
+  `send_queue_size` batches: a producer that finds it full waits for room
+  (the back-pressure a fast sender gets, since its receive loop then reads
+  nothing); a peer that does not take a write within the configured deadline
+  is dropped (the transport's `send_blocks`);
+- pushes made in another task without waiting (`push_nowait`: a MSG from the
+  SEND of another client, END/DELD/NMSG from the router's event tasks) are
+  appended to the pending list, and the connection's delivery task writes
+  them;
+- delivery: the one task that does this client's waiting work: the pending
+  list when nobody is writing, END/DELD events that found the pending list
+  full, the queues in its `deliveries` map (subscriptions.py) and the
+  catch-up walk of a service subscription (`services.py`), which starts once
+  the SUBS answer has been written or is pending (`ClientHandler.answered`),
+  so `SOKS` precedes its messages. It is started on demand (`wake_delivery`)
+  and ends as soon as it has nothing to do, so an idle connection has none.
+
+A delivered message therefore costs three task steps: the sender's receive
+loop reads the SEND and leaves the MSG in the recipient's pending list, the
+recipient's delivery task writes it, and the recipient's receive loop reads
+the ACK (and answers it in the same step).
 
 What the client is subscribed to is not kept here: a connection only does
 I/O. `run` is given a `ClientHandler` (the router's, shared by every
@@ -24,22 +38,23 @@ connection) and the client's own state, which it hands back to the handler
 untouched: no object is made per connection to join the two.
 
 In per-queue-task mode each subscribed queue also has a task of its own in
-the same nursery. When one of the three tasks ends, for any reason, the
-nursery is cancelled and the router's cleanup runs in `finally`.
+the connection's nursery. When the receive loop or the delivery task ends for
+any reason, the nursery is cancelled and the router's cleanup runs in
+`finally`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import trio
 
 from router.protocol.block import BatchPacker
 from router.protocol.handshake import service_id
 
-from ..edge.block_stream import STREAM_GONE, BlockStream, TransportClosed
+from ..edge.block_stream import BlockStream, TransportClosed
 from ..edge.handshake import Handshake
 from .tasks import count_tasks
 
@@ -56,15 +71,23 @@ class ClientHandler(Protocol[Client]):
         ...
 
     def delivery_loop(self, client: Client) -> Awaitable[None]:
-        """The client's delivery task; `Connection.wait_wakeup` waits for work."""
+        """The client's delivery work; returns once there is none left."""
         ...
 
     def answered(self, client: Client) -> None:
-        """A block's answers are in the outbox."""
+        """A block's answers are written or pending."""
         ...
 
 
 class Connection:
+    __slots__ = (
+        "id", "transport", "version", "session_id", "router_dh_private", "service",
+        "service_id", "overflow_events", "closed", "close_reason", "last_activity",
+        "nursery", "_closed_event", "_receiving", "_delivering", "_handler", "_client",
+        "_pending", "_pending_batches", "_max_pending", "_writing", "_room",
+        "__weakref__",  # per-connection limits are kept weakly (limits.py)
+    )
+
     def __init__(
         self, conn_id: int, transport: BlockStream, handshake: Handshake, send_queue_size: int
     ) -> None:
@@ -78,45 +101,119 @@ class Connection:
         # proven in the client hello (docs/protocol.md#service-extension)
         self.service = handshake.service
         self.service_id = None if self.service is None else service_id(self.service.service_key)
-        self.overflow_events: list[bytes] = []  # END/DELD/ENDS waiting for outbox room
+        self.overflow_events: list[bytes] = []  # END/DELD/ENDS waiting for pending room
         self.closed = False
         self.close_reason = ""
         self.last_activity = 0.0  # trio time the client last sent a block (set by run())
-        self._closed_event = trio.Event()
         self.nursery: trio.Nursery | None = None
+        # Made only when someone waits: most connections never do.
+        self._closed_event: trio.Event | None = None
+        self._room: trio.Event | None = None  # set when the pending list is written
         self._receiving = False  # the receive loop runs (in the task that called run())
-        self._wakeup = trio.Event()
-        self._outbox, self._outbox_out = trio.open_memory_channel[list[bytes]](send_queue_size)
+        self._delivering = False  # the delivery task runs
+        self._handler: ClientHandler[Any] | None = None
+        self._client: object = None
+        self._pending: list[bytes] = []  # transmissions waiting for the writing task
+        self._pending_batches = 0
+        self._max_pending = send_queue_size
+        self._writing = False  # a task is in `_write`
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.transport.remote} v{self.version}>"
 
-    # --- outbox ---------------------------------------------------------------
+    # --- writing ----------------------------------------------------------------
 
     def outbox_full(self) -> bool:
-        stats = self._outbox.statistics()
-        return (
-            stats.current_buffer_used >= stats.max_buffer_size
-            and stats.tasks_waiting_receive == 0
-        )
+        """Whether a batch pushed now would have to wait for room."""
+        return self._pending_batches >= self._max_pending
 
     def push_nowait(self, transmissions: list[bytes]) -> None:
-        """Queue a batch without waiting; `trio.WouldBlock` if the outbox is full.
+        """Leave a batch to be written without waiting (by whoever is writing, else
+        by the delivery task); `trio.WouldBlock` if the pending list is full.
 
         A closed connection swallows the batch: its client will never read it.
         """
         if self.closed:
             return
-        try:
-            self._outbox.send_nowait(transmissions)
-        except STREAM_GONE:
-            pass
+        if self._pending_batches >= self._max_pending:
+            raise trio.WouldBlock
+        self.leave(transmissions)
+
+    def leave(self, transmissions: list[bytes]) -> None:
+        """Leave a batch to the writing task, or else to the delivery task, whether or
+        not the pending list has room: for a task that must not write itself (one a
+        cancel scope of its own may stop mid-write, which would cut a block in two)."""
+        if self.closed:
+            return
+        self._pending.extend(transmissions)
+        self._pending_batches += 1
+        if not self._writing:
+            self.wake_delivery()
+
+    async def wait_for_room(self) -> None:
+        """Return once the pending list has room."""
+        while self._pending_batches >= self._max_pending and not self.closed:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
 
     async def push(self, transmissions: list[bytes]) -> None:
+        """Write a batch from this task, or leave it to the task that is writing
+        (waiting for room if the pending list is full)."""
+        if self.closed:
+            raise TransportClosed("connection closed")
+        if self._writing:
+            while self._pending_batches >= self._max_pending and self._writing:
+                if self._room is None:
+                    self._room = trio.Event()
+                await self._room.wait()
+                if self.closed:
+                    raise TransportClosed("connection closed")
+            if self._writing:
+                self._pending.extend(transmissions)
+                self._pending_batches += 1
+                return
+        await self._write(transmissions)
+
+    async def _write(self, transmissions: list[bytes]) -> None:
+        """Write what is pending, then `transmissions`, then whatever was left
+        pending meanwhile, packed into as few blocks as fit."""
+        self._writing = True
         try:
-            await self._outbox.send(transmissions)
-        except STREAM_GONE as e:
-            raise TransportClosed("connection closed") from e
+            if self._pending:
+                batch = self._take_pending()
+                batch.extend(transmissions)
+            else:
+                batch = transmissions
+            packer = BatchPacker()
+            send_blocks = self.transport.send_blocks
+            while batch:
+                blocks = []
+                for t in batch:
+                    if (full := packer.pack(t)) is not None:
+                        blocks.append(full)
+                del batch
+                if len(packer):
+                    blocks.append(packer.take_block())
+                await send_blocks(blocks)  # one write for all of them, where it can
+                del blocks
+                batch = self._take_pending()
+        finally:
+            self._writing = False
+
+    def _take_pending(self) -> list[bytes]:
+        pending, self._pending = self._pending, []
+        if self._pending_batches:
+            self._pending_batches = 0
+            if self._room is not None:
+                self._room.set()
+                self._room = None
+        return pending
+
+    def take_pending(self) -> list[bytes]:
+        """What is waiting to be written, taken out (a connection that is not running
+        keeps what it would send here)."""
+        return self._take_pending()
 
     def push_events(self, transmissions: list[bytes]) -> None:
         """Hand over END/DELD/NMSG pushes without waiting, keeping their order."""
@@ -129,31 +226,66 @@ class Connection:
         self.overflow_events.extend(transmissions)
         self.wake_delivery()
 
-    # --- delivery task's wake-up ------------------------------------------------
+    # --- the delivery task ----------------------------------------------------------
 
     def wake_delivery(self) -> None:
-        self._wakeup.set()
+        """There is delivery work: start the delivery task unless it runs already
+        (it looks for work again before it ends, so nothing is missed)."""
+        if self._delivering or self.closed or self._handler is None:
+            return
+        assert self.nursery is not None
+        self._delivering = True
+        self.nursery.start_soon(self._deliver, self._handler, self._client)
 
-    async def wait_wakeup(self) -> None:
-        """Return once `wake_delivery` was called (at once if it was since the last time)."""
-        await self._wakeup.wait()
-        self._wakeup = trio.Event()
+    async def _deliver(self, handler: ClientHandler[Client], client: Client) -> None:
+        """The delivery task: until there is no work left. Its end for a transport's
+        fault ends the connection; so does any other error (through the nursery)."""
+        try:
+            while True:
+                if self._pending and not self._writing:
+                    await self._write([])
+                await handler.delivery_loop(client)
+                # No checkpoint since delivery_loop found no work: only what was left
+                # pending meanwhile can be there, and a task that writes takes it.
+                if not self._pending or self._writing:
+                    return
+        except TransportClosed as e:
+            self.close_reason = self.close_reason or str(e)
+            assert self.nursery is not None
+            self.nursery.cancel_scope.cancel()
+        finally:
+            self._delivering = False
 
     # --- tasks ------------------------------------------------------------------
 
     async def run(self, handler: ClientHandler[Client], client: Client) -> None:
-        """Serve the client until one of its tasks ends. The receive loop runs in the
-        calling task itself: one task fewer per connection than a child of its own."""
+        """Serve the client until it leaves. The receive loop runs in the calling task
+        itself; the delivery task is started only when there is work for it."""
         self.last_activity = trio.current_time()
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
-            nursery.start_soon(self._until_done, self._send_loop)
-            nursery.start_soon(self._until_done, handler.delivery_loop, client)
+            self._handler, self._client = handler, client
             self._receiving = True
+            receive_block = self.transport.receive_block
+            # The receive loop, here rather than in a method of its own: an idle
+            # connection waits in it, and each frame it waits in is memory it keeps.
             try:
-                await self._until_done(self._receive_loop, handler, client)
+                while True:
+                    block = await receive_block()
+                    self.last_activity = trio.current_time()
+                    responses = await handler.process_block(client, block)
+                    del block  # an idle connection keeps nothing of its last block alive
+                    if responses:
+                        await self.push(responses)
+                    del responses
+                    handler.answered(client)
+            except TransportClosed as e:
+                self.close_reason = self.close_reason or str(e)
             finally:
                 self._receiving = False
+                # Nothing more is started once the receive loop is gone.
+                self._handler = None
+                nursery.cancel_scope.cancel()
 
     def spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
         """Start a helper task (a per-queue delivery task) in this connection's nursery."""
@@ -169,13 +301,20 @@ class Connection:
     def close(self) -> None:
         """Stop accepting pushes; called once the tasks are gone."""
         self.closed = True
-        self._outbox.close()
-        self._outbox_out.close()
-        self._closed_event.set()
+        self._pending = []
+        self._pending_batches = 0
+        self.overflow_events = []
+        self._handler = self._client = None  # the client state refers back to us
+        for event in (self._room, self._closed_event):
+            if event is not None:
+                event.set()
 
     async def wait_closed(self) -> None:
         """Return once the connection's tasks are gone and the router has forgotten it."""
-        await self._closed_event.wait()
+        if not self.closed:
+            if self._closed_event is None:
+                self._closed_event = trio.Event()
+            await self._closed_event.wait()
 
     def task_count(self) -> int:
         """Tasks serving this connection: the receiving one and those in its nursery,
@@ -183,15 +322,6 @@ class Connection:
         if self.nursery is None:
             return 0
         return int(self._receiving) + count_tasks(self.nursery)
-
-    async def _until_done(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
-        try:
-            await fn(*args)
-        except TransportClosed as e:
-            self.close_reason = self.close_reason or str(e)
-        finally:
-            assert self.nursery is not None
-            self.nursery.cancel_scope.cancel()
 
     async def _closing_on_transport_error(
         self, fn: Callable[..., Awaitable[None]], *args: object
@@ -202,38 +332,3 @@ class Connection:
             self.close_reason = self.close_reason or str(e)
             assert self.nursery is not None
             self.nursery.cancel_scope.cancel()
-
-    async def _receive_loop(self, handler: ClientHandler[Client], client: Client) -> None:
-        while True:
-            block = await self.transport.receive_block()
-            self.last_activity = trio.current_time()
-            responses = await handler.process_block(client, block)
-            del block  # an idle connection keeps nothing of its last block alive
-            if responses:
-                await self.push(responses)
-            del responses
-            handler.answered(client)
-
-    async def _send_loop(self) -> None:
-        packer = BatchPacker()
-        outbox = self._outbox_out
-        send_blocks = self.transport.send_blocks
-        while True:
-            batch = await outbox.receive()
-            # One pass of the scheduler first: responses that other tasks are about to
-            # queue (the next block of the same client, a push) share this block.
-            await trio.lowlevel.checkpoint()
-            blocks = []
-            while True:  # drain what is queued now into as few blocks as fit
-                for t in batch:
-                    if (full := packer.pack(t)) is not None:
-                        blocks.append(full)
-                try:
-                    batch = outbox.receive_nowait()
-                except trio.WouldBlock:
-                    break
-            del batch  # nor of its last responses
-            if len(packer):
-                blocks.append(packer.take_block())
-            await send_blocks(blocks)  # one write for all of them, where the transport can
-            del blocks

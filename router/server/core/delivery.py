@@ -24,13 +24,15 @@ before their commit instead would push messages that are not durable yet,
 whose sender may still be told the write failed.
 
 single-task (default): when the write was into an empty queue, the message is
-the head, and the SEND's own task writes the MSG straight into the
-subscriber's outbox with `send_nowait` when the subscriber is idle (nothing
-in flight) and the outbox has room. Otherwise (outbox full, or an idle
-subscriber of a queue that already held messages) the queue goes into the
-subscriber's `deliveries` map and the subscriber's one delivery task pushes
-its head later, oldest message first, blocking only itself. A client with
-10,000 subscriptions therefore costs three tasks, not 10,000.
+the head, and the SEND's own task makes the MSG and leaves it in the
+subscriber's pending list (`Connection.push_nowait`) when the subscriber is
+idle (nothing in flight) and the list has room; the subscriber's delivery
+task (or the task writing to it at that moment) writes it. Otherwise (list
+full, or an idle subscriber of a queue that already held messages) the queue
+goes into the subscriber's `deliveries` map and the subscriber's one delivery
+task pushes its head later, oldest message first, blocking only itself. A
+client with 10,000 subscriptions therefore costs at most two tasks (its
+receive loop and, while it has work, its delivery task), not 10,000.
 
 per-queue-task: every subscribed queue has a task of its own that waits on
 the queue's `trio.Event`; a SEND that finds the subscriber idle sets the
@@ -61,9 +63,9 @@ from store.interfaces import Message, MessageStore
 
 from .subscriptions import ClientSubscriptions, QueueTaskSub, Sub, Subscriptions
 
-# MSGs the delivery task hands to the writer at once. Each is a block of its own
-# on the wire; the outbox holds `send_queue_size` batches, so this also bounds
-# what a reader that stopped reading can have waiting (64 x 4 x 16 KB = 4 MB).
+# MSGs the delivery task writes at once. Each is a block of its own on the wire;
+# a connection's pending list holds `send_queue_size` batches, so this also
+# bounds what a reader that stopped reading can have waiting (64 x 4 x 16 KB = 4 MB).
 DELIVERY_BATCH = 4
 
 if TYPE_CHECKING:
@@ -133,7 +135,7 @@ class Deliverer:
         elif recipient_id in client.deliveries:
             return  # already waiting; the older entry stands
         elif not conn.outbox_full():
-            # No checkpoint since outbox_full(): send_nowait cannot fail here.
+            # No checkpoint since outbox_full(): push_nowait cannot refuse it here.
             conn.push_nowait([self.message_transmission(b"", recipient_id, sub, msg)])
         else:
             self.push_later(client, sub, msg.ts)
@@ -157,12 +159,18 @@ class Deliverer:
         self.stored(recipient_id, msg, into_empty=True)
 
     async def delivery_loop(self, client: ClientSubscriptions, walker: CatchUpWalker) -> None:
-        """The connection's one delivery task, in both modes: events that found the
-        outbox full, deferred pushes (single-task mode) and service catch-ups."""
+        """The connection's delivery work, in both modes: events that found the
+        pending list full, deferred pushes (single-task mode) and service catch-ups.
+        Returns once there is none (`Connection.wake_delivery` starts it again)."""
         conn = client.conn
-        while True:
-            while not (conn.overflow_events or client.deliveries or client.catch_up):
-                await conn.wait_wakeup()
+        first = True
+        while conn.overflow_events or client.deliveries or client.catch_up:
+            if not first:
+                # A write that the socket takes at once does not yield, nor does a
+                # memory store's peek: one pass of the scheduler per batch keeps a
+                # long burst from holding the others up.
+                await trio.lowlevel.checkpoint()
+            first = False
             if conn.overflow_events:
                 events, conn.overflow_events = conn.overflow_events, []
                 await conn.push(events)
@@ -175,7 +183,7 @@ class Deliverer:
 
     async def _take_heads(self, client: ClientSubscriptions) -> list[bytes]:
         """MSGs for the oldest waiting queues, up to `DELIVERY_BATCH` of them as one
-        outbox batch: a burst costs one hand-over to the writer per batch, not per MSG."""
+        batch: a burst costs one write per batch, not per MSG."""
         batch: list[bytes] = []
         deliveries = client.deliveries
         while deliveries and len(batch) < DELIVERY_BATCH:
@@ -197,9 +205,14 @@ class Deliverer:
         return self.message_transmission(b"", recipient_id, sub, msg)
 
     async def _deliver_head(self, client: ClientSubscriptions, recipient_id: bytes) -> None:
+        """Per-queue-task mode: the head, left to the connection's writer. The queue's
+        task does not write itself: its scope is cancelled when the queue leaves, and a
+        write cut short would cut a block in two."""
+        conn = client.conn
+        await conn.wait_for_room()  # before the MSG is made: nothing is lost if cancelled
         transmission = await self._head_transmission(client, recipient_id)
         if transmission is not None:
-            await client.conn.push([transmission])
+            conn.leave([transmission])
 
     async def _queue_task(self, client: ClientSubscriptions, sub: Sub) -> None:
         assert sub.scope is not None

@@ -11,18 +11,18 @@ router does:
 2. the verified commands run in order, each producing its responses.
 
 The block's answer is the pass-1 errors followed by the pass-2 responses, in
-order, handed to the connection's outbox as one batch (a costly block's in
-parts, below).
+order, written by the connection as one batch (a costly block's in parts,
+below).
 
 Work on a block yields by its cost, not by its command (turns.py): a block
 costing more than `FREE_COST` waits for one of the router's places for costly
 blocks before any signature is checked (holding only its bytes), and, in
 either pass, pauses between two transmissions once it has spent a turn's
 budget, letting the other blocks waiting and the scheduler's other tasks run.
-The answers keep their order across the pauses: a pause in pass 2 first puts
-the answers made so far into the outbox, if one of them is an answer a push
-could overtake (SUB, NSUB, NEW with subMode S, ACK, GET; without holding a
-place while the outbox is full), so that a push the pause lets in (a MSG for a
+The answers keep their order across the pauses: a pause in pass 2 first writes
+the answers made so far (or leaves them pending), if one of them is an answer a
+push could overtake (SUB, NSUB, NEW with subMode S, ACK, GET; without holding a
+place while the connection's pending list is full), so that a push the pause lets in (a MSG for a
 queue the block has just subscribed) follows them; the rest are returned at
 the end. The
 block's END/DELD events still wait for all of them (serving.py).

@@ -23,9 +23,10 @@ class ClientServing:
 
     The order it keeps: the END/DELD events for a client wait while one of its
     blocks is being answered and go after the answers (`in_block`, released in
-    `answered`), and a SUBS walk starts only once its SOKS is in the outbox. A
-    costly block that pauses for its turn (dispatch.py, turns.py) puts its
-    answers so far into the outbox itself; its events still wait for the rest."""
+    `answered`), and a SUBS walk starts only once its SOKS is written or
+    pending (the walk's MSGs are written after it). A costly block that pauses
+    for its turn (dispatch.py, turns.py) writes its answers so far itself; its
+    events still wait for the rest."""
 
     dispatcher: Dispatcher
     deliverer: Deliverer

@@ -3,8 +3,9 @@
 
 The connection code above it keeps sending and receiving plain padded blocks; this
 wrapper replaces each by its box, in order (each direction's chain advances once per
-block, so the send task, the only sender, fixes the order). A block that does not
-open ends the connection: the two chains can no longer agree.
+block, so the order is fixed by the connection's one writing task at a time, which
+seals a write's blocks together and in order). A block that does not open ends the
+connection: the two chains can no longer agree.
 """
 
 from __future__ import annotations

@@ -338,28 +338,28 @@ class TlsBlockTransport:
     async def receive_block(self) -> bytes:
         buffer = self._buffer
         timeout = self._limits.message_timeout
-        # Waiting for a block is unbounded (TCP keepalive finds a dead peer); once its
-        # first bytes are in, the rest has `message_timeout`.
+        # Waiting for a block is unbounded (TCP keepalive finds a dead peer): an idle
+        # connection waits with no cancel scope, and in this frame, not a helper's
+        # (each is memory it keeps). Once a block's first bytes are in, the rest has
+        # `message_timeout`.
         deadline = trio.current_time() + timeout if buffer else math.inf
         while len(buffer) < BLOCK_SIZE:
-            with trio.move_on_at(deadline) as scope:
-                data = await self._receive()
-            if scope.cancelled_caught:
-                raise TransportClosed(f"block not complete in {timeout} s")
-            if deadline == math.inf:
-                deadline = trio.current_time() + timeout
+            try:
+                if deadline == math.inf:
+                    data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+                    deadline = trio.current_time() + timeout
+                else:
+                    with trio.move_on_at(deadline) as scope:
+                        data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+                    if scope.cancelled_caught:
+                        raise TransportClosed(f"block not complete in {timeout} s")
+            except (*STREAM_GONE, ssl.SSLError) as e:
+                raise TransportClosed("peer closed the connection") from e
+            if not data:
+                raise TransportClosed("peer closed the connection")
             buffer += data
         self._buffer = buffer[BLOCK_SIZE:]
         return buffer[:BLOCK_SIZE]
-
-    async def _receive(self) -> bytes:
-        try:
-            data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
-        except (*STREAM_GONE, ssl.SSLError) as e:
-            raise TransportClosed("peer closed the connection") from e
-        if not data:
-            raise TransportClosed("peer closed the connection")
-        return data
 
     async def send_block(self, block: bytes) -> None:
         await self.send_blocks([block])

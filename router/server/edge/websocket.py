@@ -5,14 +5,22 @@ own tasks: no reader task of a library, nothing buffered between reads. A
 message (one block) may take at most `max_message_frames` frames and
 `message_timeout` seconds from its first frame to its last (`EdgeLimits`); a
 silent peer is pinged, and dropped if the ping goes unanswered.
+
+Over plain TCP the socket is read and written directly, without trio's
+stream wrapper: a read is one pass of the scheduler (the wake-up when the
+socket became readable, or one pass when data was there already), and a
+write that the socket takes at once costs none; only a write the peer is
+slow to take waits (for `stalled_timeout` at most). Over TLS the
+`trio.SSLStream` does the I/O.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import trio
 from websockets.frames import Frame, Opcode
@@ -40,14 +48,15 @@ class WebSocketTransport:
     """Blocks in and out of one upgraded connection (the router's block transport).
 
     `receive_block` runs in the connection's receive task and does the reading,
-    the keepalive pings and the per-message bounds itself; `send_block` runs in
-    its send task. Writes are serialized by a lock, since the receive task also
-    writes (pongs, pings, the close frame).
+    the keepalive pings and the per-message bounds itself; `send_blocks` runs in
+    whichever of the connection's tasks writes. One task writes at a time: what
+    another queues meanwhile in the protocol (a pong, a ping, the close frame)
+    is sent by the writing task before it returns (`_write_pending`).
     """
 
     __slots__ = (
-        "_stream", "_protocol", "_limits", "_events", "_send_lock", "_on_established",
-        "_control_frames", "remote", "stalled", "web_challenge",
+        "_stream", "_socket", "_protocol", "_limits", "_events", "_writing",
+        "_on_established", "_control_frames", "remote", "stalled", "web_challenge",
     )
 
     def __init__(
@@ -62,27 +71,14 @@ class WebSocketTransport:
         self._stream = stream
         self._protocol = protocol
         self._limits = limits
+        self._socket = _plain_socket(stream)  # None over TLS
         self._events: list[object] = []  # frames read but not yet taken
-        self._send_lock = trio.Lock()
+        self._writing = False  # a task is in `_write_pending`
         self._on_established = on_established
         self._control_frames = 0  # pings, pongs since the last block
         self.remote = remote
         self.stalled = False
         self.web_challenge = web_challenge
-
-    @asynccontextmanager
-    async def _sending(self) -> AsyncIterator[None]:
-        """The write lock, taken without a pass through the scheduler when it is free
-        (the usual case: trio.Lock's `acquire` always yields, once per block sent)."""
-        lock = self._send_lock
-        try:
-            lock.acquire_nowait()
-        except trio.WouldBlock:
-            await lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
 
     def established(self) -> None:
         """The SMP handshake is done: the connection no longer counts as pending."""
@@ -127,15 +123,27 @@ class WebSocketTransport:
             await self._read(message_deadline)
 
     async def _read(self, message_deadline: float) -> None:
-        """Read once and parse; pings a silent peer, drops it if the ping goes unanswered."""
+        """Read once and parse; pings a silent peer, drops it if the ping goes unanswered.
+
+        The socket is read here, not in a helper: an idle connection waits in this
+        frame, and every coroutine frame it waits in is memory it keeps."""
         limits = self._limits
+        sock = self._socket
         ping_sent = False
+        waited = False
         while True:
             wait = limits.keepalive_timeout if ping_sent else limits.keepalive_interval
             keepalive_deadline = trio.current_time() + wait
             with trio.move_on_at(min(keepalive_deadline, message_deadline)):
                 try:
-                    data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+                    if sock is None:
+                        data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+                        break
+                    while (data := _recv_nowait(sock)) is None:
+                        # Not inside an `except`: the caught error, its traceback and
+                        # their frames would stay alive as long as the wait.
+                        await trio.lowlevel.wait_readable(sock)
+                        waited = True
                 except STREAM_GONE as e:
                     raise TransportClosed("peer closed the connection") from e
                 break
@@ -145,6 +153,10 @@ class WebSocketTransport:
                 raise TransportClosed(f"no answer to a ping in {limits.keepalive_timeout} s")
             await self._ping()
             ping_sent = True
+        if sock is not None and not waited:
+            # Read without waiting: still one pass of the scheduler per read, so that
+            # a client that keeps the socket full does not hold up the others.
+            await trio.lowlevel.cancel_shielded_checkpoint()
         protocol = self._protocol
         if not data:
             protocol.receive_eof()
@@ -167,37 +179,68 @@ class WebSocketTransport:
                 await self._fail(1008, "too many frames at once")
 
     async def _ping(self) -> None:
-        async with self._sending():
-            self._protocol.send_ping(b"")
-            await self._write_pending()
+        self._protocol.send_ping(b"")
+        await self._write_pending()
 
     async def _fail(self, code: int, reason: str) -> None:
-        async with self._sending():
-            if self._protocol.state is OPEN:
-                self._protocol.fail(code, reason)
-            await self._write_pending()
+        if self._protocol.state is OPEN:
+            self._protocol.fail(code, reason)
+        await self._write_pending()
         raise TransportClosed(reason)
 
     async def _flush(self) -> None:
-        async with self._sending():
-            await self._write_pending()
+        await self._write_pending()
 
     async def _write_pending(self) -> None:
-        writes = self._protocol.data_to_send()
-        data = b"".join(writes) if len(writes) != 1 else writes[0]
-        del writes
-        if not data:  # nothing, or only the end-of-stream mark: the stream is closed later
+        """Send what the protocol has queued; if another task is writing, it does
+        (it looks again before it returns)."""
+        if self._writing:
             return
+        self._writing = True
+        try:
+            while True:
+                writes = self._protocol.data_to_send()
+                data = b"".join(writes) if len(writes) != 1 else writes[0]
+                del writes
+                if not data:  # nothing, or only the end-of-stream mark: closed later
+                    return
+                await self._send_all(data)
+                del data
+        finally:
+            self._writing = False
+
+    async def _send_all(self, data: bytes) -> None:
+        """Write `data`; a peer that does not take it within `stalled_timeout` is dropped."""
+        sock = self._socket
+        if sock is not None:
+            try:
+                sent = sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as e:
+                raise TransportClosed("peer closed the connection") from e
+            if sent == len(data):
+                return  # the usual case: no pass through the scheduler, no deadline
+            data = memoryview(data)[sent:]
         with trio.move_on_after(self._limits.stalled_timeout) as scope:
-            await self._send_all(data)
+            await self._send_rest(sock, data)
         if scope.cancelled_caught:
             self.stalled = True
             raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
 
-    async def _send_all(self, data: bytes) -> None:
+    async def _send_rest(self, sock: socket.socket | None, data: bytes | memoryview) -> None:
         try:
-            await self._stream.send_all(data)
-        except STREAM_GONE as e:
+            if sock is None:
+                await self._stream.send_all(data)
+                return
+            view = memoryview(data)
+            while view:
+                await trio.lowlevel.wait_writable(sock)
+                try:
+                    view = view[sock.send(view):]
+                except BlockingIOError:
+                    pass
+        except (*STREAM_GONE, OSError) as e:
             raise TransportClosed("peer closed the connection") from e
 
     async def send_block(self, block: bytes) -> None:
@@ -206,22 +249,20 @@ class WebSocketTransport:
 
     async def send_blocks(self, blocks: list[bytes]) -> None:
         """Send blocks in one write; a peer that does not take them in time is dropped."""
-        async with self._sending():
-            protocol = self._protocol
-            if protocol.state is not OPEN:
-                raise TransportClosed("connection closing")
-            for block in blocks:
-                protocol.send_binary(block)
-            await self._write_pending()
+        protocol = self._protocol
+        if protocol.state is not OPEN:
+            raise TransportClosed("connection closing")
+        for block in blocks:
+            protocol.send_binary(block)
+        await self._write_pending()
 
     async def aclose(self, timeout: float) -> None:
         """Send a close frame within `timeout` (none if zero), then close the TCP stream."""
         if timeout > 0 and self._protocol.state is OPEN:
             with trio.move_on_after(timeout):
                 try:
-                    async with self._sending():
-                        self._protocol.send_close(1000)
-                        await self._write_pending()
+                    self._protocol.send_close(1000)
+                    await self._write_pending()
                 except TransportClosed:
                     pass
         self._events = []
@@ -246,6 +287,26 @@ def framing() -> Iterator[ServerProtocol]:
     finally:
         protocol.parser.close()
         protocol.parser_exc = None
+
+
+def _plain_socket(stream: trio.abc.Stream) -> socket.socket | None:
+    """The non-blocking socket under a plain TCP stream, None for any other stream.
+    trio's socket wrapper keeps it as `_sock`; without it the stream's own methods
+    do the I/O, one scheduler pass more per read and per write."""
+    if type(stream) is not trio.SocketStream:
+        return None
+    sock = getattr(stream.socket, "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def _recv_nowait(sock: socket.socket) -> bytes | None:
+    """What the socket has (b"" at its end), or None if it has nothing yet."""
+    try:
+        return sock.recv(RECEIVE_BUFFER_SIZE)
+    except BlockingIOError:
+        return None
+    except OSError as e:
+        raise TransportClosed("peer closed the connection") from e
 
 
 def _one_block(parts: list[bytes]) -> bytes:

@@ -1,0 +1,79 @@
+"""The data path's hand-offs: a delivered message costs the router three task
+steps (docs/architecture.md, "The data path"): the sender's receive loop reads
+the SEND and leaves the MSG for the recipient, the recipient's delivery task
+writes it, and the recipient's receive loop reads the ACK and answers it.
+
+Counted with a trio instrument over a fixed, serial load (one message at a time,
+so nothing is batched), on a real router on 127.0.0.1 with the memory store,
+over WebSocket (ws://, where the router does the socket I/O itself). Only the
+tasks serving the two connections are counted, not the router's timers nor the
+test's clients."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import trio
+from e2e_helpers import create_queues, router_connection
+
+from router.client import open_client
+from router.server import SINGLE_TASK, RouterConfig, serve_router
+from router.server.core.connection import Connection
+
+WARM_UP = 20
+MESSAGES = 200
+STEPS_PER_MESSAGE = 3
+
+
+class ConnectionTaskSteps(trio.abc.Instrument):
+    """Steps taken by the tasks serving the given connections: the task that runs
+    each one (its receive loop) and every task started in its nursery. The router's
+    timers and the test's clients are not counted."""
+
+    def __init__(self, connections: list[Connection]) -> None:
+        self._nurseries = set()
+        self._receivers = set()
+        for conn in connections:
+            assert conn.nursery is not None
+            self._nurseries.add(conn.nursery)
+            self._receivers.add(conn.nursery.parent_task)
+        self.by_task: Counter[str] = Counter()
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task in self._receivers or task.parent_nursery in self._nurseries:
+            self.by_task[task.name] += 1
+
+    @property
+    def steps(self) -> int:
+        return sum(self.by_task.values())
+
+
+async def deliver(sender, recipient, queue, n: int) -> None:
+    for i in range(n):
+        await sender.send(queue.sender_id, b"message %d" % i)
+        event = await recipient.next_event()
+        await recipient.ack(queue, event.msg_id)
+
+
+async def test_a_delivered_message_costs_the_router_three_task_steps(nursery):
+    config = RouterConfig(host="127.0.0.1", port=0, store="memory", delivery=SINGLE_TASK)
+    info = await nursery.start(serve_router, config)
+    with trio.fail_after(60):
+        async with (
+            open_client(info.url, info.key_hash) as recipient,
+            open_client(info.url, info.key_hash) as sender,
+        ):
+            [queue] = await create_queues(recipient, 1, subscribe=True)
+            await deliver(sender, recipient, queue, WARM_UP)
+            counter = ConnectionTaskSteps(
+                [router_connection(info, recipient), router_connection(info, sender)]
+            )
+            trio.lowlevel.add_instrument(counter)
+            try:
+                await deliver(sender, recipient, queue, MESSAGES)
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+    assert info.router.statistics().messages_delivered == WARM_UP + MESSAGES
+    print(f"router task steps per delivered message: {counter.steps / MESSAGES:.2f}",
+          dict(counter.by_task))
+    assert counter.steps <= STEPS_PER_MESSAGE * MESSAGES, dict(counter.by_task)
