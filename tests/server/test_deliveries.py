@@ -109,3 +109,16 @@ def test_the_map_behaves_like_a_list_of_first_insertions_sorted_by_time(ops):
             with pytest.raises(KeyError):
                 d.pop_oldest()
         assert len(d) == len(model)
+
+
+def test_an_empty_map_holds_no_collection_and_gives_them_back_once_emptied():
+    d = Deliveries()
+    assert d._order is None and d._entries is None and not d and len(d) == 0
+    assert rid(1) not in d and not d.discard(rid(1)) and d.timestamp(rid(1)) is None
+    d.add(rid(1), 10)
+    d.add(rid(2), 20)
+    assert d._order is not None and len(d) == 2
+    assert d.pop_oldest() == rid(1) and d.discard(rid(2))
+    assert d._order is None and d._entries is None and not d
+    with pytest.raises(KeyError):
+        d.pop_oldest()

@@ -154,3 +154,42 @@ def test_a_service_takeover_ends_only_what_the_service_subscription_held():
     [ends] = first.conn.take_pending()  # pushed at once, not batched
     t = decode_transmission(ends)
     assert t.entity_id == first.conn.service_id and decode_response(t.command) == ENDS(1)
+
+
+def test_an_idle_connection_holds_no_collection_until_it_subscribes():
+    model = Model()
+    client = model.subscriber(0)
+    assert client._held is None and client._get_subs is None and client._notifiers is None
+    assert client.deliveries._order is None and client.deliveries._entries is None
+    assert len(client.queues) == 0 and not client.notifiers
+    model.subs.subscribe(client, QUEUES[0], b"k")
+    model.subs.subscribe_notifier(client, NOTIFIERS[0])
+    model.subs.subscribe_for_get(client, QUEUES[1], b"k")
+    assert list(client.queues) == [QUEUES[0], QUEUES[1]] and client.notifiers == {NOTIFIERS[0]}
+    model.subs.forget(client)
+    assert client._held is None and client._get_subs is None and client._notifiers is None
+
+
+def test_a_connection_keeps_few_ids_of_queues_it_lost_however_often_it_loses_them():
+    model = Model()
+    first, second = model.subscriber(0), model.subscriber(2)
+    model.subs.subscribe(first, QUEUES[3], b"k")  # held throughout
+    for round_ in range(500):
+        rid = QUEUES[round_ % 3]
+        model.subs.subscribe(first, rid, b"k")
+        model.subs.subscribe(second, rid, b"k")  # displaces the first
+        assert first._held is not None and len(first._held) <= 2 * 1 + 16 + 1
+    assert list(first.queues) == [QUEUES[3]] and len(first.queues) == 1
+    assert sorted(second.queues) == QUEUES[:3]
+    model.check()
+
+
+def test_the_map_holds_one_sub_per_queue_which_names_its_subscriber():
+    model = Model()
+    first, second = model.subscriber(0), model.subscriber(2)
+    old = model.subs.subscribe(first, QUEUES[0], b"k")
+    assert old.client is first and first.queues[QUEUES[0]] is old
+    new = model.subs.subscribe(second, QUEUES[0], b"k")
+    assert old.client is None and new.client is second
+    assert first.queues.get(QUEUES[0]) is None and QUEUES[0] not in first.queues
+    assert not model.subs.can_push(first, old) and model.subs.can_push(second, new)

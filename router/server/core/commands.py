@@ -434,8 +434,10 @@ class Commands:
 
     async def _get(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         rid = verified.entity_id
-        secret = _queue(verified).rcv_dh_secret
-        sub = self._context.subscriptions.subscribe_for_get(client, rid, secret)
+        queue = _queue(verified)
+        # The store's id object, as for SUB: the GET-mode `Sub` holds no copy of its own.
+        sub = self._context.subscriptions.subscribe_for_get(
+            client, queue.recipient_id, queue.rcv_dh_secret)
         if sub is None:
             return _reply(verified, CMD_PROHIBITED)
         msg = await self._context.messages.peek_message(rid)

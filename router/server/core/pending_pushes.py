@@ -12,63 +12,75 @@ client's single delivery task works through the map, oldest message first.
 - Adding a queue that is already present keeps the older entry: the waiting
   message it stands for is still the queue's head.
 - `pop_oldest()` is O(log n) on a `SortedList`.
+- Nothing is allocated while it is empty.
 
 Pure data structure: no trio, so it is unit-tested on its own.
 """
 
 from __future__ import annotations
 
-from itertools import count
-
 from sortedcontainers import SortedList
 
 
 class Deliveries:
+    """Empty, it holds no collection: a connection with nothing waiting (nearly
+    all of them, nearly always) pays for none, and one that was busy gives
+    them back once it has caught up."""
+
     __slots__ = ("_order", "_entries", "_seq")
 
     def __init__(self) -> None:
-        self._order: SortedList = SortedList()  # (ts, seq, recipient_id)
-        self._entries: dict[bytes, tuple[int, int]] = {}  # recipient_id -> (ts, seq)
-        self._seq = count()
+        self._order: SortedList | None = None  # (ts, seq, recipient_id)
+        self._entries: dict[bytes, tuple[int, int]] | None = None  # recipient_id -> (ts, seq)
+        self._seq = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return 0 if self._entries is None else len(self._entries)
 
     def __bool__(self) -> bool:
-        return bool(self._entries)
+        return self._entries is not None
 
     def __contains__(self, recipient_id: object) -> bool:
-        return recipient_id in self._entries
+        return self._entries is not None and recipient_id in self._entries
 
     def add(self, recipient_id: bytes, ts: int) -> bool:
         """Record a waiting message; False (and no change) if the queue is already here."""
-        if recipient_id in self._entries:
+        entries, order = self._entries, self._order
+        if entries is None or order is None:
+            entries, order = self._entries, self._order = {}, SortedList()
+        elif recipient_id in entries:
             return False
-        key = (ts, next(self._seq))
-        self._entries[recipient_id] = key
-        self._order.add((*key, recipient_id))
+        self._seq += 1
+        key = (ts, self._seq)
+        entries[recipient_id] = key
+        order.add((*key, recipient_id))
         return True
 
     def pop_oldest(self) -> bytes:
         """Remove and return the queue whose waiting message is oldest; KeyError if empty."""
-        if not self._entries:
+        if self._entries is None or self._order is None:
             raise KeyError("no deliveries pending")
         _, _, recipient_id = self._order.pop(0)
         del self._entries[recipient_id]
+        if not self._entries:
+            self.clear()
         return recipient_id
 
     def discard(self, recipient_id: bytes) -> bool:
         """Forget a queue (unsubscribed, displaced, deleted); False if it was not here."""
+        if self._entries is None or self._order is None:
+            return False
         key = self._entries.pop(recipient_id, None)
         if key is None:
             return False
         self._order.remove((*key, recipient_id))
+        if not self._entries:
+            self.clear()
         return True
 
     def timestamp(self, recipient_id: bytes) -> int | None:
-        key = self._entries.get(recipient_id)
+        key = None if self._entries is None else self._entries.get(recipient_id)
         return None if key is None else key[0]
 
     def clear(self) -> None:
-        self._order.clear()
-        self._entries.clear()
+        self._order = self._entries = None

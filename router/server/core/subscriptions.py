@@ -2,19 +2,23 @@
 
 Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 
-- Each connection has a `ClientSubscriptions`: the `Sub` of every queue it used SUB or
-  GET on, the notifier ids it NSUBed, its `deliveries` map (pending_pushes.py)
+- Each connection has a `ClientSubscriptions`: the queues it used SUB or GET
+  on, the notifier ids it NSUBed, its `deliveries` map (pending_pushes.py)
   and the SUBS walk its delivery task does (`CatchUp`). The `Connection`
   itself only does I/O.
-- Router-wide, each queue (or notifier) id names the one `ClientSubscriptions` that
-  holds it. A SUB from another connection replaces the entry; the displaced
-  one forgets its `Sub` at once and is told with an END event. GET never
-  enters the registry.
-- The invariant: a subscriber holds a queue's (non-GET) `Sub` exactly when
-  the registry names it for that queue. Only `_attach` and `_detach` (and
-  their notifier twins) change either side, so it is kept in this one place
-  whatever the operation: subscribe, end a queue, take a service over, forget
-  a connection.
+- Router-wide, each recipient id maps to the one `Sub` that holds the queue,
+  and the `Sub` names its subscriber (`Sub.client`); each notifier id names
+  its subscriber. A SUB from another connection replaces the entry; the
+  displaced one loses its `Sub` at once and is told with an END event. GET
+  never enters the registry: its `GetSub` stays with its connection.
+- One map entry per subscription: a connection finds its queues through the
+  router-wide map, and keeps only their ids (to let them go when it closes),
+  so an idle subscription is one `Sub` block, one entry of that map and an
+  id pointer (bench/RESULTS.md, "Where the memory goes").
+- The invariant: a `Sub` names its subscriber exactly while the registry holds
+  it. Only `_attach` and `_detach` (and their notifier twins) change either
+  side, so it is kept in this one place whatever the operation: subscribe,
+  end a queue, take a service over, forget a connection.
 - `delivered` is the gate of delivery: while it holds a message id, nothing
   more is pushed for that queue until the ACK (`can_push`, `may_push`,
   `acknowledging`). While a SUB reads the head to answer with it, it holds
@@ -36,7 +40,7 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -65,17 +69,29 @@ ANSWERING = (b"", -1)
 class Sub:
     """One queue on one connection.
 
-    Four fields: with the collector's header that is one 64-byte block, the size
-    class below the 80 bytes the per-queue-task fields would take in every mode
-    (bench/RESULTS.md, "Memory").
+    Four fields: with the collector's header that is one 64-byte block
+    (bench/RESULTS.md, "Where the memory goes"). The router-wide map holds it
+    by its recipient id, and `client` names its holder there, so a
+    subscription costs this block and one entry of that map; its connection
+    keeps only the id (`ClientSubscriptions`). `client` is None once nobody
+    holds it any more (displaced, ended, connection closed), and for the
+    GET-mode `GetSub`, which is not in the router-wide map.
     """
 
     recipient_id: bytes
     box_key: bytes  # the queue's rcv_dh_secret, encrypts MSG bodies (docs/protocol.md#encryption)
-    get_mode: bool = False  # GET was used here: SUB is prohibited, nothing is pushed
     delivered: tuple[bytes, int] | None = None  # (msg id, ts) in flight, awaiting ACK
+    client: ClientSubscriptions | None = None
+    get_mode: ClassVar[bool] = False  # GET was used here: SUB is prohibited, nothing is pushed
     wake: ClassVar[trio.Event | None] = None  # per-queue-task mode only (QueueTaskSub)
     scope: ClassVar[trio.CancelScope | None] = None
+
+
+@dataclass(slots=True, eq=False)
+class GetSub(Sub):
+    """A queue GET was used on: kept by its connection only, never pushed to."""
+
+    get_mode: ClassVar[bool] = True
 
 
 @dataclass(slots=True, eq=False)
@@ -104,21 +120,30 @@ class CatchUp:
 class ClientSubscriptions:
     """One connection's subscriptions.
 
-    `queues` and `notifiers` mirror the router-wide registries and change only
-    through `Subscriptions`. `deliveries` gets an entry from delivery.py for a
-    queue `can_push` allows, and loses it when the queue leaves `queues`; the
-    delivery task works through it, and the SUBS walk (services.py) through
-    `catch_up`.
+    What it holds changes only through `Subscriptions`. Its queues are found
+    through the router-wide map (recipient id -> `Sub`, whose `client` is the
+    holder): the connection keeps just the ids it subscribed (`_held`, a list
+    that may also name queues it no longer holds; `queue` and `queues` skip
+    those, and it is compacted as it grows), and its GET-mode queues in a map
+    of their own. `deliveries` gets an entry from delivery.py for a queue
+    `can_push` allows, and loses it when the queue goes; the delivery task
+    works through it, and the SUBS walk (services.py) through `catch_up`.
+    An idle connection that never subscribed holds none of these
+    collections: each is made on first use.
     """
 
-    __slots__ = ("conn", "queues", "notifiers", "deliveries", "catch_up", "next_catch_up",
-                 "in_block")
+    __slots__ = ("conn", "_registry", "_held", "_held_count", "_get_subs", "_notifiers",
+                 "deliveries", "catch_up", "next_catch_up", "in_block")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, registry: dict[bytes, Sub] | None = None) -> None:
         self.conn = conn
         self.in_block = False  # a block of its commands is being answered (PendingEvents)
-        self.queues: dict[bytes, Sub] = {}
-        self.notifiers: set[bytes] = set()  # notifier ids this connection NSUBed
+        # The router-wide map recipient id -> Sub (`Subscriptions`), shared.
+        self._registry: dict[bytes, Sub] = {} if registry is None else registry
+        self._held: list[bytes] | None = None  # ids it subscribed, maybe no longer held
+        self._held_count = 0  # how many of them it holds (the map names it)
+        self._get_subs: dict[bytes, Sub] | None = None  # GET-mode queues here
+        self._notifiers: set[bytes] | None = None  # notifier ids this connection NSUBed
         self.deliveries = Deliveries()
         self.catch_up: CatchUp | None = None  # a SUBS walk the delivery task is doing
         self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
@@ -126,11 +151,35 @@ class ClientSubscriptions:
     def __repr__(self) -> str:
         return f"<Subscriber {self.conn!r} {len(self.queues)} queues>"
 
+    @property
+    def queues(self) -> HeldQueues:
+        """Its queues, SUB and GET mode: recipient id -> `Sub` (read-only)."""
+        return HeldQueues(self)
+
+    @property
+    def notifiers(self) -> set[bytes] | frozenset[bytes]:
+        """The notifier ids it holds (read-only)."""
+        return _NONE if self._notifiers is None else self._notifiers
+
+    def queue(self, recipient_id: bytes) -> Sub | None:
+        """Its `Sub` of the queue (SUB or GET mode), None if it holds none."""
+        sub = self._registry.get(recipient_id)
+        if sub is not None and sub.client is self:
+            return sub
+        get_subs = self._get_subs
+        return None if get_subs is None else get_subs.get(recipient_id)
+
+    def held_ids(self) -> list[bytes]:
+        """The ids of the queues it holds by SUB (not GET), each once."""
+        registry = self._registry
+        return [rid for rid in dict.fromkeys(self._held or ())
+                if (sub := registry.get(rid)) is not None and sub.client is self]
+
     def is_subscribed(self, entity_id: bytes, notifier: bool) -> bool:
         if notifier:
             return entity_id in self.notifiers
-        sub = self.queues.get(entity_id)
-        return sub is not None and not sub.get_mode
+        sub = self._registry.get(entity_id)
+        return sub is not None and sub.client is self
 
     def start_catch_up(self) -> None:
         """Called once a block's answers are in the outbox: a SUBS among them may
@@ -138,6 +187,84 @@ class ClientSubscriptions:
         if self.next_catch_up is not None:
             self.catch_up, self.next_catch_up = self.next_catch_up, None
             self.conn.wake_delivery()
+
+    # --- changed by `Subscriptions` only ----------------------------------------------
+
+    def _hold(self, recipient_id: bytes) -> None:
+        """The map now names this connection for the queue: keep its id."""
+        held = self._held
+        if held is None:
+            held = self._held = []
+        elif len(held) >= 2 * self._held_count + 16:
+            # Ids of queues it no longer holds: at most as many as it holds, plus a few.
+            held = self._held = self.held_ids()
+        held.append(recipient_id)
+        self._held_count += 1
+
+    def _release(self) -> None:
+        """One of the queues it held is gone (its id stays in `_held` until compacted)."""
+        self._held_count -= 1
+        if not self._held_count:
+            self._held = None
+
+    def _add_get_sub(self, sub: Sub) -> None:
+        if self._get_subs is None:
+            self._get_subs = {}
+        self._get_subs[sub.recipient_id] = sub
+
+    def _pop_get_sub(self, recipient_id: bytes) -> Sub | None:
+        get_subs = self._get_subs
+        if get_subs is None:
+            return None
+        sub = get_subs.pop(recipient_id, None)
+        if not get_subs:
+            self._get_subs = None
+        return sub
+
+    def _add_notifier(self, notifier_id: bytes) -> None:
+        if self._notifiers is None:
+            self._notifiers = set()
+        self._notifiers.add(notifier_id)
+
+    def _discard_notifier(self, notifier_id: bytes) -> None:
+        notifiers = self._notifiers
+        if notifiers is not None:
+            notifiers.discard(notifier_id)
+            if not notifiers:
+                self._notifiers = None
+
+
+_NONE: frozenset[bytes] = frozenset()
+
+
+class HeldQueues(Mapping[bytes, Sub]):
+    """A connection's queues as a read-only map, made on demand (`ClientSubscriptions.queues`)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: ClientSubscriptions) -> None:
+        self._client = client
+
+    def get(self, recipient_id: bytes, default: Sub | None = None) -> Sub | None:  # type: ignore[override]
+        sub = self._client.queue(recipient_id)
+        return default if sub is None else sub
+
+    def __getitem__(self, recipient_id: bytes) -> Sub:
+        sub = self._client.queue(recipient_id)
+        if sub is None:
+            raise KeyError(recipient_id)
+        return sub
+
+    def __contains__(self, recipient_id: object) -> bool:
+        return isinstance(recipient_id, bytes) and self._client.queue(recipient_id) is not None
+
+    def __len__(self) -> int:
+        client = self._client
+        return client._held_count + len(client._get_subs or ())
+
+    def __iter__(self) -> Iterator[bytes]:
+        client = self._client
+        return iter([*client.held_ids(), *(client._get_subs or ())])
 
 
 class SubscriberRegistry:
@@ -235,7 +362,8 @@ class Subscriptions:
 
     def __init__(self, counters: Counters, end_batch_interval: float) -> None:
         self._counters = counters
-        self._queues = SubscriberRegistry()  # recipient id -> subscriber
+        # recipient id -> the `Sub` of its one holder (`Sub.client`), GET mode never
+        self._queues: dict[bytes, Sub] = {}
         self._notifiers = SubscriberRegistry()  # notifier id -> subscriber
         self._subscribers: dict[Connection, ClientSubscriptions] = {}
         self._services = {Party.RECIPIENT: _ServiceRegistry(), Party.NOTIFIER: _ServiceRegistry()}
@@ -257,7 +385,8 @@ class Subscriptions:
         return len(self._queues)
 
     def subscriber_of(self, recipient_id: bytes) -> ClientSubscriptions | None:
-        return self._queues.get(recipient_id)
+        sub = self._queues.get(recipient_id)
+        return None if sub is None else sub.client
 
     def notifier_connection(self, notifier_id: bytes) -> Connection | None:
         client = self._notifiers.get(notifier_id)
@@ -289,12 +418,12 @@ class Subscriptions:
     # --- connections ------------------------------------------------------------------
 
     def open(self, conn: Connection) -> ClientSubscriptions:
-        client = self._subscribers[conn] = ClientSubscriptions(conn)
+        client = self._subscribers[conn] = ClientSubscriptions(conn, self._queues)
         return client
 
     def forget(self, client: ClientSubscriptions) -> None:
         """The connection closed: registry entries go where it is still the holder."""
-        for rid in list(client.queues):
+        for rid in [*client.held_ids(), *(client._get_subs or ())]:
             self._detach(client, rid)
         for nid in list(client.notifiers):
             self._detach_notifier(client, nid)
@@ -309,10 +438,9 @@ class Subscriptions:
 
     def subscribe(self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes) -> Sub:
         """Make `client` the queue's one holder; the one it displaces gets END."""
-        sub = self.sub_type(recipient_id, box_key)
+        sub = self.sub_type(recipient_id, box_key, None, client)
         previous = self._attach(client, sub)
         if previous is not None:
-            self._detach(previous, recipient_id)
             self.events.add(previous, recipient_id, Event.END)
             self._counters.subscriptions_displaced += 1
         if self.on_subscribed is not None:
@@ -322,10 +450,11 @@ class Subscriptions:
     def subscribe_for_get(self, client: ClientSubscriptions, recipient_id: bytes,
                           box_key: bytes) -> Sub | None:
         """The queue's GET-mode `Sub` here (made on first use); None if SUB holds it."""
-        sub = client.queues.get(recipient_id)
+        sub = client.queue(recipient_id)
         if sub is None:
             # GET mode: not registered router-wide, never pushed to, SUB prohibited here.
-            sub = client.queues[recipient_id] = Sub(recipient_id, box_key, get_mode=True)
+            sub = GetSub(recipient_id, box_key)
+            client._add_get_sub(sub)
         return sub if sub.get_mode else None
 
     def send_again(self, client: ClientSubscriptions, sub: Sub) -> None:
@@ -339,25 +468,46 @@ class Subscriptions:
         """Nobody holds the queue any more; its holder other than `by` gets `event`."""
         if by is not None:
             self._detach(by, recipient_id)
-        holder = self._queues.remove(recipient_id)
-        if holder is not None:
+        held = self._queues.get(recipient_id)
+        if held is not None:
+            holder = held.client
+            assert holder is not None  # the map holds only held `Sub`s
             self._detach(holder, recipient_id)
             self.events.add(holder, recipient_id, event)
 
     def _attach(self, client: ClientSubscriptions, sub: Sub) -> ClientSubscriptions | None:
-        client.queues[sub.recipient_id] = sub
-        return self._queues.subscribe(sub.recipient_id, client)
+        """Make `sub` (of `client`) the queue's one; returns the other holder it displaced."""
+        rid = sub.recipient_id
+        client._hold(rid)
+        previous = self._queues.get(rid)
+        self._queues[rid] = sub
+        if previous is None:
+            return None
+        holder = previous.client
+        assert holder is not None
+        self._let_go(holder, previous)
+        if holder is client:
+            return None  # subscribed again here: the new `Sub` stands for the old one
+        holder.deliveries.discard(rid)
+        return holder
 
     def _detach(self, client: ClientSubscriptions, recipient_id: bytes) -> Sub | None:
         """Forget the queue there: no more deliveries, its own task (if any) ends."""
-        sub = client.queues.pop(recipient_id, None)
         client.deliveries.discard(recipient_id)
-        if sub is not None:
-            if not sub.get_mode:
-                self._queues.unsubscribe(recipient_id, client)
-            if sub.scope is not None:
-                sub.scope.cancel()
-        return sub
+        sub = self._queues.get(recipient_id)
+        if sub is not None and sub.client is client:
+            del self._queues[recipient_id]
+            self._let_go(client, sub)
+            return sub
+        return client._pop_get_sub(recipient_id)
+
+    @staticmethod
+    def _let_go(client: ClientSubscriptions, sub: Sub) -> None:
+        """`sub` is no longer `client`'s (the map no longer holds it)."""
+        sub.client = None
+        client._release()
+        if sub.scope is not None:
+            sub.scope.cancel()
 
     # --- the delivery gate --------------------------------------------------------------
 
@@ -367,8 +517,8 @@ class Subscriptions:
             sub is not None
             and not sub.get_mode
             and sub.delivered is None
-            and client.queues.get(sub.recipient_id) is sub
-            and self._queues.get(sub.recipient_id) is client
+            and sub.client is client
+            and self._queues.get(sub.recipient_id) is sub
         )
 
     def may_push(self, client: ClientSubscriptions, sub: Sub | None, head: Message) -> bool:
@@ -415,7 +565,7 @@ class Subscriptions:
         try:
             yield delivered[0]
         except StoreError:
-            if sub.delivered is None and client.queues.get(sub.recipient_id) is sub:
+            if sub.delivered is None and client.queue(sub.recipient_id) is sub:
                 sub.delivered = delivered
             raise
         finally:
@@ -438,11 +588,11 @@ class Subscriptions:
     def _attach_notifier(
         self, client: ClientSubscriptions, notifier_id: bytes
     ) -> ClientSubscriptions | None:
-        client.notifiers.add(notifier_id)
+        client._add_notifier(notifier_id)
         return self._notifiers.subscribe(notifier_id, client)
 
     def _detach_notifier(self, client: ClientSubscriptions, notifier_id: bytes) -> None:
-        client.notifiers.discard(notifier_id)
+        client._discard_notifier(notifier_id)
         self._notifiers.unsubscribe(notifier_id, client)
 
     # --- services (docs/protocol.md#services) -----------------------------------------
@@ -469,7 +619,7 @@ class Subscriptions:
         if party is Party.RECIPIENT:
             client.catch_up = client.next_catch_up = None
         for sub in previous.subs:
-            if client.queues.get(sub.recipient_id) is sub:
+            if client.queue(sub.recipient_id) is sub:
                 self._detach(client, sub.recipient_id)
         for nid in previous.notifier_ids:
             self._detach_notifier(client, nid)
