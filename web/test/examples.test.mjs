@@ -147,10 +147,12 @@ const COMPUTED = {
 // Examples that are inputs (keys, ids) or plain text of a box, checked by what uses them.
 // sub-authenticator is an X25519 authenticator this client does not make (it signs with
 // Ed25519); sub-content-19 checks how it is carried. The block's SHA-256 is checked by
-// the Python tests, its first 48 bytes here.
+// the Python tests, its first 48 bytes here. This client does not route privately
+// (PRXY/PFWD): the private routing examples are checked by the Python tests only.
 const INPUTS = new Set([
   "corr-id", "ed25519-seed", "service-seed", "client-x25519-private", "router-x25519-private", "msg-plain",
   "sub-authenticator", "encrypted-block-sha256",
+  "prxy-command", "proxied-padded-head", "proxied-enc-head", "proxied-enc-sha256",
 ]);
 
 const onPage = [...EX.keys()];
