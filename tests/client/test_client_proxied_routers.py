@@ -5,11 +5,11 @@ for a queue on router B, then `proxied_send` / `proxied_command` through it."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 import trio
+from loopback_router import running_router
 
 from router.client import (
     MessageEvent,
@@ -20,21 +20,13 @@ from router.client import (
     parse_address,
 )
 from router.protocol import AUTH, LARGE_MSG, OK, PROXY_BASIC_AUTH, SKEY, crypto, versions
-from router.server import RouterConfig
-from router.server.router import RouterInfo, serve_router
+from router.server.router import RouterInfo
 
 PROXY = {"allow_proxy": True, "proxy_connect_timeout": 5.0, "proxy_answer_timeout": 5.0}
 
 
-@asynccontextmanager
-async def router(**settings: object) -> AsyncIterator[RouterInfo]:
-    config = RouterConfig(host="127.0.0.1", port=0, store="memory", **{**PROXY, **settings})
-    async with trio.open_nursery() as nursery:
-        info: RouterInfo = await nursery.start(serve_router, config)
-        try:
-            yield info
-        finally:
-            nursery.cancel_scope.cancel()
+def router(**settings: object) -> AbstractAsyncContextManager[RouterInfo]:
+    return running_router(store="memory", **{**PROXY, **settings})
 
 
 async def next_message(client: SMPClient) -> MessageEvent:

@@ -6,28 +6,16 @@ from __future__ import annotations
 import base64
 import os
 import struct
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import trio
+from loopback_router import running_router as running_router  # the tests' one way
 
 from router.client import SMPClient, open_client
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterInfo
 from router.server.edge.listener import EdgeListener
 
 OP_CONT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x2, 0x8, 0x9, 0xA
 SERVED_WITHIN = 10.0  # seconds a well-behaved client may need on a loaded 2-core machine
-
-
-@asynccontextmanager
-async def running_router(**options: object) -> AsyncIterator[RouterInfo]:
-    config = RouterConfig(host="127.0.0.1", port=0, **options)  # type: ignore[arg-type]
-    async with trio.open_nursery() as nursery:
-        info: RouterInfo = await nursery.start(serve_router, config)
-        try:
-            yield info
-        finally:
-            nursery.cancel_scope.cancel()
 
 
 def listener(info: RouterInfo) -> EdgeListener:

@@ -10,11 +10,11 @@ answers (PKEY, PRES, the PROXY errors) and B's (RRES, the message delivered).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
 
+import loopback_router
 import pytest
 import trio
 from proxied import ProxiedSession, broker_error, open_session, proxied, prxy_for
@@ -33,8 +33,7 @@ from router.protocol.types import (
     SEND,
     SUB,
 )
-from router.server import RouterConfig
-from router.server.router import RouterInfo, serve_router
+from router.server.router import RouterInfo
 
 # A short hold of a failed connection, so that a restarted destination is tried again soon.
 PROXY_SETTINGS: dict[str, object] = {
@@ -43,18 +42,11 @@ PROXY_SETTINGS: dict[str, object] = {
 }
 
 
-@asynccontextmanager
-async def running_router(port: int = 0, data_dir: Path | None = None,
-                         **settings: object) -> AsyncIterator[RouterInfo]:
+def running_router(port: int = 0, data_dir: Path | None = None,
+                   **settings: object) -> AbstractAsyncContextManager[RouterInfo]:
     store = "journal" if data_dir is not None else "memory"
-    config = RouterConfig(host="127.0.0.1", port=port, store=store, data_dir=data_dir,
-                          **{**PROXY_SETTINGS, **settings})
-    async with trio.open_nursery() as nursery:
-        info: RouterInfo = await nursery.start(serve_router, config)
-        try:
-            yield info
-        finally:
-            nursery.cancel_scope.cancel()
+    return loopback_router.running_router(port=port, store=store, data_dir=data_dir,
+                                          **{**PROXY_SETTINGS, **settings})
 
 
 def address(info: RouterInfo) -> str:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
+import loopback_router
 import pytest
 import trio
 
 from router.protocol.types import PING, PONG
-from router.server import RouterConfig
 from router.server.core.relays import (
     HOST,
     NETWORK,
@@ -28,21 +28,15 @@ from router.server.core.relays import (
 )
 from router.server.edge.encrypted import EncryptedTransport
 from router.server.edge.gate import GatedTransport
-from router.server.router import RouterInfo, serve_router
+from router.server.router import RouterInfo
 
 QUICK = RelayLimits(max_relays=8, connect_timeout=5.0, answer_timeout=5.0,
                     idle_timeout=30.0, error_hold=0.0)
 
 
-@asynccontextmanager
-async def running_router(port: int = 0, data_dir: Path | None = None) -> AsyncIterator[RouterInfo]:
-    config = RouterConfig(host="127.0.0.1", port=port, store="memory", data_dir=data_dir)
-    async with trio.open_nursery() as nursery:
-        info: RouterInfo = await nursery.start(serve_router, config)
-        try:
-            yield info
-        finally:
-            nursery.cancel_scope.cancel()
+def running_router(port: int = 0,
+                   data_dir: Path | None = None) -> AbstractAsyncContextManager[RouterInfo]:
+    return loopback_router.running_router(port=port, store="memory", data_dir=data_dir)
 
 
 @asynccontextmanager

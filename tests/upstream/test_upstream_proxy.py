@@ -11,30 +11,22 @@ reaches over SMP over TLS; its PFWD is forwarded as RFWD and the message lands o
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import trio
+from loopback_router import running_router
 from nacl import bindings
 from upstream_helpers import UpstreamRepl, upstream_repl
 
 from router.client import MessageEvent, SMPClient, open_client
 from router.protocol import x25519_spki
-from router.server import RouterConfig
-from router.server.router import RouterInfo, serve_router
+from router.server.router import RouterInfo
 
 PROXY = {"allow_proxy": True, "proxy_connect_timeout": 10.0, "proxy_answer_timeout": 10.0}
 
 
-@asynccontextmanager
-async def router(**settings: object) -> AsyncIterator[RouterInfo]:
-    config = RouterConfig(host="127.0.0.1", port=0, store="memory", **{**PROXY, **settings})
-    async with trio.open_nursery() as nursery:
-        info: RouterInfo = await nursery.start(serve_router, config)
-        try:
-            yield info
-        finally:
-            nursery.cancel_scope.cancel()
+def router(**settings: object) -> AbstractAsyncContextManager[RouterInfo]:
+    return running_router(store="memory", **{**PROXY, **settings})
 
 
 async def connect(repl: UpstreamRepl, info: RouterInfo) -> None:
