@@ -138,7 +138,8 @@ async def test_the_router_hello_carries_its_certificate_chain_and_a_key_it_signe
             url = server.ws_url(with_key_hash=False)
             async with trio_websocket.open_websocket_url(url) as ws:
                 hello = decode_server_hello(unpad_block(await ws.get_message()))
-    # The online certificate, then the identity certificate (docs/protocol.md#server-hello-identity).
+    # The online certificate, then the identity certificate
+    # (docs/protocol.md#server-hello-identity).
     online, identity = hello.cert_chain
     assert hashlib.sha256(identity).digest() == server.key_hash
     # signed key = SEQUENCE { X25519 SPKI (44 bytes), Ed25519 algorithm, BIT STRING sig }

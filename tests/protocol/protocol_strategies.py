@@ -209,7 +209,8 @@ def _ids_at(v: int) -> st.SearchStrategy[IDS]:
     if not versions.has_short_links(v):
         return st.builds(IDS, *head, st.booleans())
     service = st.none() | short if versions.has_service_field(v) else st.none()
-    notifier = st.none() | st.builds(NID, short, x25519_keys) if versions.has_new_notifier(v) else st.none()
+    notifier = (st.none() | st.builds(NID, short, x25519_keys)
+                if versions.has_new_notifier(v) else st.none())
     return st.builds(IDS, *head, st.none() | st.booleans(), st.none() | short, service, notifier)
 
 
@@ -230,5 +231,6 @@ def transmissions_at(v: int) -> st.SearchStrategy[Transmission]:
         return transmissions
     return st.one_of(
         st.builds(Transmission, st.just(b""), short, short, st.binary(max_size=200)),
-        st.builds(Transmission, short.filter(bool), short, short, st.binary(max_size=200), service_sigs),
+        st.builds(Transmission, short.filter(bool), short, short, st.binary(max_size=200),
+                  service_sigs),
     )

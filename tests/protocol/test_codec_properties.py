@@ -230,7 +230,8 @@ def test_decrypting_arbitrary_bytes_raises_only_protocol_error(key, nonce, enc):
 @given(st.binary(max_size=130), st.none() | st.binary(max_size=80), st.binary(max_size=100))
 def test_verifying_arbitrary_bytes_returns_false(auth, key, data):
     assert verify_authorization(auth, key, data) is False
-    assert verify_authorization(auth, key, data, corr_id=data[:24], router_dh_private=b"\x07" * 32) is False
+    assert verify_authorization(auth, key, data, corr_id=data[:24],
+                                router_dh_private=b"\x07" * 32) is False
 
 
 # --- block packing ------------------------------------------------------------------------

@@ -41,7 +41,8 @@ def test_hkdf_sha512_matches_rfc5869_shape():
 
 def test_both_ends_chains_agree_block_after_block_and_never_repeat():
     session, secret = os.urandom(32), os.urandom(32)
-    router, client = BlockCipher.for_router(session, secret), BlockCipher.for_client(session, secret)
+    router = BlockCipher.for_router(session, secret)
+    client = BlockCipher.for_client(session, secret)
     sent = []
     for i in range(5):
         block = router.seal(b"r%d" % i)
@@ -54,7 +55,8 @@ def test_both_ends_chains_agree_block_after_block_and_never_repeat():
 
 def test_a_replayed_tampered_or_foreign_block_does_not_open():
     session, secret = os.urandom(32), os.urandom(32)
-    router, client = BlockCipher.for_router(session, secret), BlockCipher.for_client(session, secret)
+    router = BlockCipher.for_router(session, secret)
+    client = BlockCipher.for_client(session, secret)
     first = router.seal(b"one")
     assert client.open(first) == b"one"
     with pytest.raises(ProtocolError):

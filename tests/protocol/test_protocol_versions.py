@@ -118,7 +118,8 @@ def samples(v: int) -> dict[str, bytes]:
         "client-hello": encode_client_hello(ClientHello(v, KEY_HASH, X)),
         "client-hello-no-key": encode_client_hello(ClientHello(v, KEY_HASH)),
         "transmission-signed": encode_transmission(Transmission(SIG, b"c" * 24, RID, b"SUB"), v),
-        "transmission-unsigned": encode_transmission(Transmission(b"", b"c" * 24, SID, b"SEND F hi"), v),
+        "transmission-unsigned": encode_transmission(
+            Transmission(b"", b"c" * 24, SID, b"SEND F hi"), v),
     }
     commands = [
         PING(), _new(v), SUB(), KEY(ED), SKEY(ED), SEND(b"T", b"body"), ACK(b"m" * 24), GET(),
@@ -187,7 +188,8 @@ def test_what_the_versions_change_shows_in_the_golden_bytes():
     assert g[15]["answer 15 SOK"] == b"OK" and g[16]["answer 15 SOK"] == b"SOK 0"
     # v15, v17: the NEW tail
     assert g[14]["command NEW"].endswith(b"CT")
-    assert g[15]["command NEW"].endswith(b"C1" + b"\x18" + LID + b"\x18" + SID + b"\x00\x05fixed\x00\x04user")
+    assert g[15]["command NEW"].endswith(
+        b"C1" + b"\x18" + LID + b"\x18" + SID + b"\x00\x05fixed\x00\x04user")
     assert g[17]["command NEW"].endswith(b"user1\x2c" + ED + b"\x2c" + X2)
     # v19: the web proof
     assert g[18]["server-hello"].endswith(SIGNED_KEY)

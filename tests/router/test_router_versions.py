@@ -65,7 +65,8 @@ async def test_a_client_at_each_version_creates_sends_receives_and_acknowledges(
 
 async def test_old_and_new_clients_share_a_queue():
     async with running_router() as info:
-        async with open_client(info.address, versions=(9, 10)) as old, open_client(info.address) as new:
+        async with open_client(info.address, versions=(9, 10)) as old, \
+                open_client(info.address) as new:
             assert (old.version, new.version) == (10, 19)
             queue = await old.create_queue(subscribe=True)
             await new.send(queue.sender_id, b"from v19 to v10")
@@ -82,7 +83,8 @@ async def test_blocks_are_encrypted_from_v11_and_plain_for_a_proxy_or_a_client_w
     """The second block the router sends answers a PING: sealed with the chain at v11
     with a client key, plain for a proxyServer client or one that sent no key."""
     async with running_router() as info:
-        for proxy, with_key, sealed in ((False, True, True), (True, True, False), (False, False, False)):
+        cases = ((False, True, True), (True, True, False), (False, False, False))
+        for proxy, with_key, sealed in cases:
             async with await raw_ws(info) as ws:
                 hello = decode_server_hello(unpad_block(await ws.get_message()))
                 priv, spki = crypto.new_x25519()

@@ -82,7 +82,9 @@ async def test_connects_with_the_challenge_verifies_the_identity_and_pings(
         assert await repl.command("PING") == "ok"
 
 
-async def test_a_wrong_key_hash_fails_the_identity_check(router: RouterInfo, upstream_client) -> None:
+async def test_a_wrong_key_hash_fails_the_identity_check(
+    router: RouterInfo, upstream_client
+) -> None:
     async with upstream_repl(upstream_client) as repl:
         answer = await connect(repl, router, key_hash=bytes(32))
         assert answer == "error: Server identity verification failed"

@@ -47,7 +47,9 @@ console.log(JSON.stringify(out))
 """
 
 
-async def test_the_upstream_examples_are_what_upstreams_client_computes(upstream_client, monkeypatch):
+async def test_the_upstream_examples_are_what_upstreams_client_computes(
+    upstream_client, monkeypatch
+):
     inputs = {
         "session": SESSION_ID.hex(), "corr": EX["corr-id"].hex(), "rcv": RCV_ID.hex(),
         "routerPub": EX["router-x25519-spki"][12:].hex(),
