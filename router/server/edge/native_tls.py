@@ -358,7 +358,7 @@ class TlsBlockTransport:
         # (each is memory it keeps). Once a block's first bytes are in, the rest has
         # `message_timeout`.
         deadline = trio.current_time() + timeout if buffer else math.inf
-        waited = False
+        read_socket = waited = False
         while len(buffer) < BLOCK_SIZE:
             data = _read_nowait(tls)
             if self._outgoing.pending:  # the read made records to send (a key update's)
@@ -366,7 +366,9 @@ class TlsBlockTransport:
             if data is None:  # the TLS layer needs more bytes from the socket
                 # Not inside an `except`: the caught error, its traceback and their
                 # frames would stay alive as long as the wait.
+                read_socket = True
                 while (raw := _recv_nowait(sock)) is None:
+                    waited = True
                     if deadline == math.inf:
                         await trio.lowlevel.wait_readable(sock)
                     else:
@@ -374,7 +376,6 @@ class TlsBlockTransport:
                             await trio.lowlevel.wait_readable(sock)
                         if scope.cancelled_caught:
                             raise TransportClosed(f"block not complete in {timeout} s")
-                    waited = True
                 if deadline == math.inf:
                     deadline = trio.current_time() + timeout
                 if raw:
@@ -385,12 +386,32 @@ class TlsBlockTransport:
             if not data:
                 raise TransportClosed("peer closed the connection")
             buffer += data
-        if not waited:
-            # Read without waiting: still one pass of the scheduler per block, so that
-            # a client that keeps the socket full does not hold up the others.
+        if read_socket and not waited:
+            # Read without waiting: still one pass of the scheduler per read, so that
+            # a client that keeps the socket full does not hold up the others. (A block
+            # that was in already, as a second block of one read, costs none.)
             await trio.lowlevel.cancel_shielded_checkpoint()
         self._buffer = buffer[BLOCK_SIZE:]
         return buffer[:BLOCK_SIZE]
+
+    def block_ready(self) -> bool:
+        """Whether a whole block is in already (decrypting what the socket gave, no
+        I/O): `receive_block` then returns it without waiting."""
+        buffer = self._buffer
+        if len(buffer) >= BLOCK_SIZE:
+            return True
+        if self._tls is None:
+            return False
+        while len(buffer) < BLOCK_SIZE:
+            try:
+                data = self._tls.read(RECEIVE_BUFFER_SIZE)
+            except ssl.SSLError:  # more is needed, or the next read says what went wrong
+                break
+            if not data:
+                break
+            buffer += data
+        self._buffer = buffer
+        return len(buffer) >= BLOCK_SIZE
 
     async def _receive_block_from_stream(self) -> bytes:
         buffer = self._buffer
