@@ -6,7 +6,9 @@ Nothing sits between the task that makes a transmission and the socket:
 
 - receive: reads a block, has the dispatcher verify and execute it, and writes
   the answers itself (`push`), packed into as few blocks as fit, in one write
-  where the transport can;
+  where the transport can. When the next block is in already (the transport's
+  `block_ready`), the answers are left pending instead and go out with that
+  block's answers: a client that pipelines gets one write for both;
 - writing: one task at a time writes (`_writing`). A task that has something
   to send while another is mid-write (blocked on a peer that reads slowly)
   appends it to the pending list and goes on; the writing task sends whatever
