@@ -5,14 +5,15 @@ writes it, and the recipient's receive loop reads the ACK and answers it.
 
 Counted with a trio instrument over a fixed, serial load (one message at a time,
 so nothing is batched), on a real router on 127.0.0.1 with the memory store,
-over WebSocket (ws://, where the router does the socket I/O itself). Only the
-tasks serving the two connections are counted, not the router's timers nor the
-test's clients."""
+over WebSocket (ws://) and over native TLS (smp://), where the router does the
+socket I/O itself. Only the tasks serving the two connections are counted, not
+the router's timers nor the test's clients."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import trio
 from e2e_helpers import create_queues, router_connection
 
@@ -55,13 +56,17 @@ async def deliver(sender, recipient, queue, n: int) -> None:
         await recipient.ack(queue, event.msg_id)
 
 
-async def test_a_delivered_message_costs_the_router_three_task_steps(nursery):
+@pytest.mark.parametrize("transport", ["ws", "smp"])
+async def test_a_delivered_message_costs_the_router_three_task_steps(nursery, transport):
     config = RouterConfig(host="127.0.0.1", port=0, store="memory", delivery=SINGLE_TASK)
     info = await nursery.start(serve_router, config)
+    # ws:// (WebSocket) or smp:// (native TLS, docs/protocol.md#native-tls) on the one port
+    url = info.url if transport == "ws" else info.address
+    assert url.startswith(f"{transport}://")
     with trio.fail_after(60):
         async with (
-            open_client(info.url, info.key_hash) as recipient,
-            open_client(info.url, info.key_hash) as sender,
+            open_client(url, info.key_hash) as recipient,
+            open_client(url, info.key_hash) as sender,
         ):
             [queue] = await create_queues(recipient, 1, subscribe=True)
             await deliver(sender, recipient, queue, WARM_UP)
@@ -74,6 +79,7 @@ async def test_a_delivered_message_costs_the_router_three_task_steps(nursery):
             finally:
                 trio.lowlevel.remove_instrument(counter)
     assert info.router.statistics().messages_delivered == WARM_UP + MESSAGES
-    print(f"router task steps per delivered message: {counter.steps / MESSAGES:.2f}",
+    print(f"router task steps per delivered message over {transport}://: "
+          f"{counter.steps / MESSAGES:.2f}",
           dict(counter.by_task))
     assert counter.steps <= STEPS_PER_MESSAGE * MESSAGES, dict(counter.by_task)

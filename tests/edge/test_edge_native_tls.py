@@ -9,9 +9,13 @@ import ssl
 
 import pytest
 import trio
-from edge_helpers import assert_served, running_router
+from edge_helpers import assert_served, exchange, running_router
 from tls_smp_client import IdentityMismatch, check_chain, client_context, tls_connect
 
+from router.client import open_client
+from router.protocol.block import BatchPacker
+from router.protocol.transmission import encode_transmission
+from router.protocol.types import Transmission
 from router.protocol.versions import LEGACY_TLS_VERSION_MAX, SMP_VERSION_MAX, SMP_VERSION_MIN
 from router.server.edge.native_tls import read_client_hello_offer
 
@@ -109,3 +113,32 @@ def test_a_truncated_or_foreign_first_record_is_no_offer():
     hello = _client_hello(["smp/1"], None)
     assert read_client_hello_offer(hello[:60]) is None
     assert read_client_hello_offer(b"GET / HTTP/1.1\r\n\r\n") is None
+
+
+async def test_a_tls_client_that_stops_reading_is_dropped_and_others_keep_working():
+    """The stalled-writer deadline over TLS, where the router writes the socket itself."""
+    async with running_router(stalled_writer_timeout=0.5, send_queue_size=2) as info:
+        packer = BatchPacker()
+        assert packer.add(encode_transmission(Transmission(b"", b"c", b"", b"PING")))
+        ping_block = packer.take_block()
+        dropped = trio.Event()
+
+        async def flood_without_reading(connection) -> None:
+            # Every PING block is answered by a 16 KB block that this client never reads.
+            try:
+                while True:
+                    await connection.send_block(ping_block)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                dropped.set()
+
+        with trio.fail_after(30):
+            connection = await tls_connect(info.port, info.key_hash)
+            await connection.hello(SMP_VERSION_MIN, info.key_hash)
+            async with open_client(info.address) as bystander, trio.open_nursery() as nursery:
+                nursery.start_soon(flood_without_reading, connection)
+                await exchange(bystander)
+                await dropped.wait()
+                await exchange(bystander)
+                stats = info.router.statistics()
+                assert stats.writers_stalled == 1 and stats.connections == 1
+            await connection.aclose()

@@ -6,7 +6,9 @@ Nothing sits between the task that makes a transmission and the socket:
 
 - receive: reads a block, has the dispatcher verify and execute it, and writes
   the answers itself (`push`), packed into as few blocks as fit, in one write
-  where the transport can;
+  where the transport can. When the next block is in already (the transport's
+  `block_ready`), the answers are left pending instead and go out with that
+  block's answers: a client that pipelines gets one write for both;
 - writing: one task at a time writes (`_writing`). A task that has something
   to send while another is mid-write (blocked on a peer that reads slowly)
   appends it to the pending list and goes on; the writing task sends whatever
@@ -54,7 +56,7 @@ import trio
 from router.protocol.block import BatchPacker
 from router.protocol.handshake import service_id
 
-from ..edge.block_stream import BlockStream, TransportClosed
+from ..edge.block_stream import BlockStream, TransportClosed, block_ready_check
 from ..edge.handshake import Handshake
 from .tasks import count_tasks
 
@@ -84,7 +86,7 @@ class Connection:
         "id", "transport", "version", "session_id", "router_dh_private", "client_key", "service",
         "service_id", "overflow_events", "closed", "close_reason", "last_activity",
         "nursery", "_closed_event", "_receiving", "_delivering", "_handler", "_client",
-        "_pending", "_pending_batches", "_max_pending", "_writing", "_room",
+        "_pending", "_pending_batches", "_max_pending", "_writing", "_room", "_block_ready",
         "__weakref__",  # per-connection limits are kept weakly (limits.py)
     )
 
@@ -117,6 +119,7 @@ class Connection:
         self._pending_batches = 0
         self._max_pending = send_queue_size
         self._writing = False  # a task is in `_write`
+        self._block_ready = block_ready_check(transport)
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.transport.remote} v{self.version}>"
@@ -159,9 +162,15 @@ class Connection:
 
     async def push(self, transmissions: list[bytes]) -> None:
         """Write a batch from this task, or leave it to the task that is writing
-        (waiting for room if the pending list is full)."""
+        (waiting for room if the pending list is full).
+
+        The receive loop's answers wait instead while the client's next block is in
+        already (`_answers_wait`): they go out with that block's answers, and with
+        whatever was left pending meanwhile, in one write."""
         if self.closed:
             raise TransportClosed("connection closed")
+        if self._answers_wait(transmissions):
+            return
         if self._writing:
             while self._pending_batches >= self._max_pending and self._writing:
                 if self._room is None:
@@ -174,6 +183,25 @@ class Connection:
                 self._pending_batches += 1
                 return
         await self._write(transmissions)
+
+    def _answers_wait(self, transmissions: list[bytes]) -> bool:
+        """Leave the receive loop's answers pending, unwritten, if its next block is in
+        already and the pending list has room: so it answers that one in this same task
+        step and writes both blocks' answers together (a client that pipelines gets
+        a block per step, not per command). The order is the pending list's, as if
+        they were written now. The delivery task is woken all the same: should the
+        next block take a while (a store's commit) or have no answers, it writes them."""
+        if self._pending_batches >= self._max_pending or self.nursery is None:
+            return False
+        if trio.lowlevel.current_task() is not self.nursery.parent_task:
+            return False  # not the receive loop: it may not read again soon
+        if not self._block_ready():
+            return False
+        self._pending.extend(transmissions)
+        self._pending_batches += 1
+        if not self._writing:
+            self.wake_delivery()
+        return True
 
     async def _write(self, transmissions: list[bytes]) -> None:
         """Write what is pending, then `transmissions`, then whatever was left

@@ -13,6 +13,7 @@ catches them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -27,6 +28,17 @@ MESSAGE_QUEUE_SIZE = 4
 
 # What trio raises when the peer left or the stream was closed under the caller.
 STREAM_GONE = (trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+def block_ready_check(transport: object) -> Callable[[], bool]:
+    """The transport's `block_ready`, or one that always says no (a transport that
+    cannot tell)."""
+    check = getattr(transport, "block_ready", None)
+    return check if callable(check) else _never
+
+
+def _never() -> bool:
+    return False
 
 
 class TransportClosed(Exception):
@@ -51,5 +63,8 @@ class BlockStream(Protocol):
 
     def established(self) -> None:
         """The SMP handshake is through (the listener stops counting it as pending)."""
+
+    # A transport may also have `block_ready() -> bool`: whether a whole block is in
+    # already, so that `receive_block` returns it without waiting (`answers_ready`).
 
     async def aclose(self, timeout: float) -> None: ...

@@ -14,7 +14,7 @@ from router.protocol.block import pad_block, unpad_block
 from router.protocol.block_encryption import BlockCipher
 from router.protocol.types import ProtocolError
 
-from .block_stream import BlockStream, TransportClosed
+from .block_stream import BlockStream, TransportClosed, block_ready_check
 
 
 class EncryptedTransport:
@@ -44,6 +44,9 @@ class EncryptedTransport:
 
     async def send_blocks(self, blocks: list[bytes]) -> None:
         await self.inner.send_blocks([self._seal(block) for block in blocks])
+
+    def block_ready(self) -> bool:
+        return block_ready_check(self.inner)()
 
     def _seal(self, block: bytes) -> bytes:
         return self._cipher.seal(unpad_block(block))

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import trio
 
-from .block_stream import BlockStream
+from .block_stream import BlockStream, block_ready_check
 
 
 class SuspendGate:
@@ -67,6 +67,9 @@ class GatedTransport:
         if self._gate.suspended:
             await self._gate.wait_resumed()
         await self.inner.send_blocks(blocks)
+
+    def block_ready(self) -> bool:
+        return not self._gate.suspended and block_ready_check(self.inner)()
 
     def established(self) -> None:
         self.inner.established()

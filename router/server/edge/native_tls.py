@@ -302,10 +302,21 @@ class TlsBlockTransport:
 
     A block's bytes, once they begin, must all arrive within `message_timeout`;
     a peer that does not take a write within `stalled_timeout` is dropped.
+
+    Over a plain TCP socket (the listener's case) the TLS state that
+    `trio.SSLStream` made in the handshake is driven here, as the WebSocket
+    transport drives its framing: a read is one pass of the scheduler (the
+    wake-up when the socket became readable, or one pass when the bytes were
+    there already), and a write the socket takes at once costs none; only a
+    write the peer is slow to take waits, for `stalled_timeout` at most. No lock:
+    the connection's writer sends one write at a time, and TLS records that a
+    read makes (a TLS 1.3 key update's answer) are sent by whoever is writing
+    (`_write_pending`). On any other stream the `SSLStream` does the I/O.
     """
 
     __slots__ = (
-        "_stream", "_limits", "_on_established", "_buffer", "_send_lock",
+        "_stream", "_tls", "_incoming", "_outgoing", "_socket", "_limits",
+        "_on_established", "_buffer", "_writing",
         "remote", "stalled", "web_challenge", "session_id", "legacy",
     )
 
@@ -323,7 +334,8 @@ class TlsBlockTransport:
         self._limits = limits
         self._on_established = on_established
         self._buffer = b""
-        self._send_lock = trio.Lock()
+        self._writing = False  # a task is in `_write_pending`
+        self._tls, self._incoming, self._outgoing, self._socket = _tls_state(stream)
         self.remote = remote
         self.stalled = False
         self.web_challenge: bytes | None = None
@@ -336,12 +348,74 @@ class TlsBlockTransport:
             self._on_established = None
 
     async def receive_block(self) -> bytes:
+        if self._socket is None:
+            return await self._receive_block_from_stream()
         buffer = self._buffer
         timeout = self._limits.message_timeout
+        tls, incoming, sock = self._tls, self._incoming, self._socket
         # Waiting for a block is unbounded (TCP keepalive finds a dead peer): an idle
         # connection waits with no cancel scope, and in this frame, not a helper's
         # (each is memory it keeps). Once a block's first bytes are in, the rest has
         # `message_timeout`.
+        deadline = trio.current_time() + timeout if buffer else math.inf
+        read_socket = waited = False
+        while len(buffer) < BLOCK_SIZE:
+            data = _read_nowait(tls)
+            if self._outgoing.pending:  # the read made records to send (a key update's)
+                await self._write_pending()
+            if data is None:  # the TLS layer needs more bytes from the socket
+                # Not inside an `except`: the caught error, its traceback and their
+                # frames would stay alive as long as the wait.
+                read_socket = True
+                while (raw := _recv_nowait(sock)) is None:
+                    waited = True
+                    if deadline == math.inf:
+                        await trio.lowlevel.wait_readable(sock)
+                    else:
+                        with trio.move_on_at(deadline) as scope:
+                            await trio.lowlevel.wait_readable(sock)
+                        if scope.cancelled_caught:
+                            raise TransportClosed(f"block not complete in {timeout} s")
+                if deadline == math.inf:
+                    deadline = trio.current_time() + timeout
+                if raw:
+                    incoming.write(raw)
+                else:
+                    incoming.write_eof()  # the next read says how the peer left
+                continue
+            if not data:
+                raise TransportClosed("peer closed the connection")
+            buffer += data
+        if read_socket and not waited:
+            # Read without waiting: still one pass of the scheduler per read, so that
+            # a client that keeps the socket full does not hold up the others. (A block
+            # that was in already, as a second block of one read, costs none.)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        self._buffer = buffer[BLOCK_SIZE:]
+        return buffer[:BLOCK_SIZE]
+
+    def block_ready(self) -> bool:
+        """Whether a whole block is in already (decrypting what the socket gave, no
+        I/O): `receive_block` then returns it without waiting."""
+        buffer = self._buffer
+        if len(buffer) >= BLOCK_SIZE:
+            return True
+        if self._tls is None:
+            return False
+        while len(buffer) < BLOCK_SIZE:
+            try:
+                data = self._tls.read(RECEIVE_BUFFER_SIZE)
+            except ssl.SSLError:  # more is needed, or the next read says what went wrong
+                break
+            if not data:
+                break
+            buffer += data
+        self._buffer = buffer
+        return len(buffer) >= BLOCK_SIZE
+
+    async def _receive_block_from_stream(self) -> bytes:
+        buffer = self._buffer
+        timeout = self._limits.message_timeout
         deadline = trio.current_time() + timeout if buffer else math.inf
         while len(buffer) < BLOCK_SIZE:
             try:
@@ -367,23 +441,137 @@ class TlsBlockTransport:
     async def send_blocks(self, blocks: list[bytes]) -> None:
         """Send blocks in one write; a peer that does not take them in time is dropped."""
         data = blocks[0] if len(blocks) == 1 else b"".join(blocks)
-        async with self._send_lock:
+        if self._socket is None:
             with trio.move_on_after(self._limits.stalled_timeout) as scope:
                 try:
                     await self._stream.send_all(data)
                 except (*STREAM_GONE, ssl.SSLError) as e:
                     raise TransportClosed("peer closed the connection") from e
+            if scope.cancelled_caught:
+                self.stalled = True
+                raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
+            return
+        assert self._tls is not None
+        try:
+            self._tls.write(data)  # into the outgoing memory buffer: always whole
+        except ssl.SSLError as e:
+            raise TransportClosed("the TLS connection failed") from e
+        del data
+        await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        """Send the TLS records waiting in the outgoing buffer; if another task is
+        writing, it does (it looks again before it returns)."""
+        if self._writing:
+            return
+        assert self._outgoing is not None
+        self._writing = True
+        try:
+            while data := self._outgoing.read():
+                await self._send_all(data)
+                del data
+        finally:
+            self._writing = False
+
+    async def _send_all(self, data: bytes) -> None:
+        """Write `data`; a peer that does not take it within `stalled_timeout` is dropped."""
+        sock = self._socket
+        assert sock is not None
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as e:
+            raise TransportClosed("peer closed the connection") from e
+        if sent == len(data):
+            return  # the usual case: no pass through the scheduler, no deadline
+        view = memoryview(data)[sent:]
+        with trio.move_on_after(self._limits.stalled_timeout) as scope:
+            try:
+                while view:
+                    await trio.lowlevel.wait_writable(sock)
+                    try:
+                        view = view[sock.send(view):]
+                    except BlockingIOError:
+                        pass
+            except OSError as e:
+                raise TransportClosed("peer closed the connection") from e
         if scope.cancelled_caught:
             self.stalled = True
             raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
 
     async def aclose(self, timeout: float) -> None:
         """Send TLS close_notify within `timeout` (none if zero), then close the socket."""
-        if timeout > 0 and not self.stalled:
+        if self._socket is None:
+            if timeout > 0 and not self.stalled:
+                with trio.move_on_after(timeout):
+                    try:
+                        await self._stream.aclose()
+                        return
+                    except (*STREAM_GONE, ssl.SSLError):
+                        pass
+            await trio.aclose_forcefully(self._stream)
+            return
+        if timeout > 0 and not self.stalled and not self._writing:
+            assert self._tls is not None
             with trio.move_on_after(timeout):
                 try:
-                    await self._stream.aclose()
-                    return
-                except (*STREAM_GONE, ssl.SSLError):
+                    self._tls.unwrap()  # puts close_notify in the outgoing buffer
+                except ssl.SSLWantReadError:
+                    pass  # the peer's close_notify is not waited for
+                except ssl.SSLError:
                     pass
-        await trio.aclose_forcefully(self._stream)
+                try:
+                    await self._write_pending()
+                except TransportClosed:
+                    pass
+        await trio.aclose_forcefully(self._stream.transport_stream)
+
+
+def _tls_state(
+    stream: trio.SSLStream,
+) -> tuple[ssl.SSLObject | None, ssl.MemoryBIO | None, ssl.MemoryBIO | None, socket.socket | None]:
+    """The TLS object, its two memory buffers and the non-blocking socket under a
+    `trio.SSLStream` over plain TCP, taken over after the handshake; Nones for any
+    other stream. trio keeps them as private attributes; without them the stream's
+    own methods do the I/O, a few scheduler passes more per read and per write."""
+    none = (None, None, None, None)
+    raw = stream.transport_stream
+    if type(raw) is not trio.SocketStream:
+        return none
+    sock = getattr(raw.socket, "_sock", None)
+    tls = getattr(stream, "_ssl_object", None)
+    incoming = getattr(stream, "_incoming", None)
+    outgoing = getattr(stream, "_outgoing", None)
+    if not (isinstance(sock, socket.socket) and isinstance(tls, ssl.SSLObject)
+            and isinstance(incoming, ssl.MemoryBIO) and isinstance(outgoing, ssl.MemoryBIO)):
+        return none
+    # Records the handshake held back (trio's TLS 1.3 session-ticket workaround) go
+    # first; the router sends no tickets, so there are normally none.
+    delayed = getattr(stream, "_delayed_outgoing", None)
+    if delayed:
+        outgoing.write(delayed)
+        stream._delayed_outgoing = None  # type: ignore[attr-defined]
+    return tls, incoming, outgoing, sock
+
+
+def _read_nowait(tls: ssl.SSLObject | None) -> bytes | None:
+    """Decrypted bytes the TLS layer has (b"" once the peer closed), None if it needs
+    more from the socket."""
+    assert tls is not None
+    try:
+        return tls.read(RECEIVE_BUFFER_SIZE)
+    except ssl.SSLWantReadError:
+        return None
+    except ssl.SSLError as e:  # close_notify, a cut connection, a bad record
+        raise TransportClosed("peer closed the connection") from e
+
+
+def _recv_nowait(sock: socket.socket) -> bytes | None:
+    """What the socket has (b"" at its end), or None if it has nothing yet."""
+    try:
+        return sock.recv(RECEIVE_BUFFER_SIZE)
+    except BlockingIOError:
+        return None
+    except OSError as e:
+        raise TransportClosed("peer closed the connection") from e

@@ -256,6 +256,15 @@ class WebSocketTransport:
             protocol.send_binary(block)
         await self._write_pending()
 
+    def block_ready(self) -> bool:
+        """Whether a whole block is parsed already: `receive_block` returns it without
+        reading (the frames before it, pings and pongs, need no wait either)."""
+        for event in self._events:
+            if (type(event) is Frame and event.fin
+                    and (event.opcode is Opcode.BINARY or event.opcode is Opcode.CONT)):
+                return True
+        return False
+
     async def aclose(self, timeout: float) -> None:
         """Send a close frame within `timeout` (none if zero), then close the TCP stream."""
         if timeout > 0 and self._protocol.state is OPEN:

@@ -1,0 +1,112 @@
+"""The receive loop's writes (core/connection.py): answers to a block whose next block is
+in already wait for that block's answers and leave in one write; without a next block,
+or when the next block has no answers, they are written all the same."""
+
+from __future__ import annotations
+
+import trio
+
+from router.protocol.block import BLOCK_SIZE, decode_batch
+from router.server.core.connection import Connection
+from router.server.edge.block_stream import TransportClosed
+from router.server.edge.handshake import Handshake
+
+
+class ScriptedTransport:
+    """Blocks the client has sent, all in already (`block_ready` says so while one is
+    left); after the last, the client is silent (or leaves, with `leave_after`)."""
+
+    def __init__(self, blocks: list[bytes], *, tells_ready: bool = True,
+                 leave_after: bool = True) -> None:
+        self.incoming = list(blocks)
+        self.tells_ready = tells_ready
+        self.leave_after = leave_after
+        self.writes: list[list[bytes]] = []  # each write: its blocks
+        self.written = trio.Event()
+        self.remote = "scripted"
+        self.stalled = False
+        self.web_challenge = None
+
+    def block_ready(self) -> bool:
+        return self.tells_ready and bool(self.incoming)
+
+    async def receive_block(self) -> bytes:
+        if self.incoming:  # in already: no wait (as the WebSocket and TLS transports)
+            return self.incoming.pop(0)
+        await trio.lowlevel.checkpoint()
+        if self.leave_after:
+            raise TransportClosed("peer closed the connection")
+        await trio.sleep_forever()
+        raise AssertionError
+
+    async def send_block(self, block: bytes) -> None:
+        await self.send_blocks([block])
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        assert all(len(block) == BLOCK_SIZE for block in blocks)
+        self.writes.append(blocks)
+        self.written.set()
+
+    def established(self) -> None:
+        pass
+
+    async def aclose(self, timeout: float) -> None:
+        pass
+
+
+class AnswerEach:
+    """Each block is answered with its first byte, as a transmission of its own, unless
+    it is in `silent`; at once, as the memory store's SEND and ACK are (a pause in
+    between would let the delivery task write the answers left waiting)."""
+
+    def __init__(self, silent: tuple[bytes, ...] = ()) -> None:
+        self.silent = silent
+
+    async def process_block(self, client: object, block: bytes) -> list[bytes]:
+        key = block[:1]
+        return [] if key in self.silent else [b"answer " + key]
+
+    async def delivery_loop(self, client: object) -> None:
+        pass
+
+    def answered(self, client: object) -> None:
+        pass
+
+
+def block(key: bytes) -> bytes:
+    return key.ljust(BLOCK_SIZE, b"#")
+
+
+def connection(transport: ScriptedTransport) -> Connection:
+    handshake = Handshake(10, b"s" * 32, None, None)
+    return Connection(1, transport, handshake, send_queue_size=4)  # type: ignore[arg-type]
+
+
+def transmissions(writes: list[list[bytes]]) -> list[list[bytes]]:
+    return [[t for b in blocks for t in decode_batch(b)] for blocks in writes]
+
+
+async def test_answers_to_blocks_read_together_leave_in_one_write():
+    transport = ScriptedTransport([block(b"a"), block(b"b"), block(b"c")])
+    with trio.fail_after(10):
+        await connection(transport).run(AnswerEach(), None)
+    assert transmissions(transport.writes) == [[b"answer a", b"answer b", b"answer c"]]
+    assert len(transport.writes[0]) == 1  # packed into one block
+
+
+async def test_a_transport_that_cannot_tell_gets_a_write_per_block():
+    transport = ScriptedTransport([block(b"a"), block(b"b")], tells_ready=False)
+    with trio.fail_after(10):
+        await connection(transport).run(AnswerEach(), None)
+    assert transmissions(transport.writes) == [[b"answer a"], [b"answer b"]]
+
+
+async def test_answers_left_waiting_are_written_when_the_next_block_has_none():
+    transport = ScriptedTransport([block(b"a"), block(b"b")], leave_after=False)
+    conn = connection(transport)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.run, AnswerEach(silent=(b"b",)), None)
+            await transport.written.wait()
+            nursery.cancel_scope.cancel()
+    assert transmissions(transport.writes) == [[b"answer a"]]
