@@ -81,7 +81,7 @@ class ClientHandler(Protocol[Client]):
 
 class Connection:
     __slots__ = (
-        "id", "transport", "version", "session_id", "router_dh_private", "service",
+        "id", "transport", "version", "session_id", "router_dh_private", "client_key", "service",
         "service_id", "overflow_events", "closed", "close_reason", "last_activity",
         "nursery", "_closed_event", "_receiving", "_delivering", "_handler", "_client",
         "_pending", "_pending_batches", "_max_pending", "_writing", "_room",
