@@ -61,7 +61,7 @@ from .http import (
     serialize_response,
 )
 from .native_tls import NativeEdge, TlsBlockTransport
-from .websocket import WebSocketTransport, framing
+from .websocket import Keepalive, WebSocketTransport, end_framing, framing, new_framing
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,7 @@ class EdgeListener:
         self._last_fd_log = -math.inf
         self.fd_exhaustions = 0  # accepts that failed for lack of descriptors
         self._closed_one = trio.Event()  # set (and renewed) whenever a connection ends
+        self.keepalive = Keepalive(limits)  # pings silent WebSocket peers, drops dead ones
 
     @property
     def open_connections(self) -> int:
@@ -172,6 +173,7 @@ class EdgeListener:
 
     async def serve(self) -> None:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.keepalive.run)
             while True:
                 if self._suspended:
                     await self._resumed.wait()
@@ -224,13 +226,19 @@ class EdgeListener:
             return
         if self.admission.evicted != evicted:
             self._log_eviction()
+        # Not `with framing()`: the context manager would be one more object kept for
+        # the connection's life.
+        protocol = new_framing()
+        transport = None
         try:
             with ticket.scope:  # cancelled if a full pool drops this one while pending
-                with framing() as protocol:
-                    transport = await self._upgrade(stream, protocol, remote, ticket.established)
-                    if transport is not None:
-                        await self._handler(transport)
+                transport = await self._upgrade(stream, protocol, remote, ticket.established)
+                if transport is not None:
+                    await self._handler(transport)
         finally:
+            if transport is not None:
+                self.keepalive.discard(transport)
+            end_framing(protocol)
             ticket.close()
             await trio.aclose_forcefully(stream)
             self._closed_one.set()
@@ -322,6 +330,7 @@ class EdgeListener:
             stream, protocol, remote, self.limits, on_established,
             web_challenge(request.path.encode("latin-1", "replace")),
         )
+        self.keepalive.add(transport)  # until the connection ends (_serve_socket)
         transport._events.extend(events)
         return transport
 
