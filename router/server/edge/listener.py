@@ -93,7 +93,8 @@ def connection_cap(limits: EdgeLimits) -> int:
 # --- the listener ------------------------------------------------------------------------
 
 
-ConnectionHandler = Callable[[BlockStream], Awaitable[None]]
+# Given the transport and the cancel scope the connection's task runs in, for its life.
+ConnectionHandler = Callable[[BlockStream, trio.CancelScope], Awaitable[None]]
 
 
 class EdgeListener:
@@ -231,10 +232,12 @@ class EdgeListener:
         protocol = new_framing()
         transport = None
         try:
-            with ticket.scope:  # cancelled if a full pool drops this one while pending
+            # The connection's one cancel scope: a full pool cancels it to drop this one
+            # while pending, the handler to end it once established.
+            with ticket.scope:
                 transport = await self._upgrade(stream, protocol, remote, ticket.established)
                 if transport is not None:
-                    await self._handler(transport)
+                    await self._handler(transport, ticket.scope)
         finally:
             if transport is not None:
                 self.keepalive.discard(transport)
