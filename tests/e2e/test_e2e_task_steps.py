@@ -39,10 +39,15 @@ class ConnectionTaskSteps(trio.abc.Instrument):
         self.by_task: Counter[str] = Counter()
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task in self._receivers or any(
-            task in conn.helper_tasks() for conn in self._connections
-        ):
+        if task in self._receivers or self._is_helper(task):
             self.by_task[task.name] += 1
+
+    def _is_helper(self, task: trio.lowlevel.Task) -> bool:
+        """A helper task of one of the connections (run in the router's nursery), from
+        its very first step: before that step it has not yet registered itself."""
+        frame = getattr(task.coro, "cr_frame", None)
+        return (frame is not None and frame.f_code is Connection._helper.__code__
+                and any(frame.f_locals.get("self") is conn for conn in self._connections))
 
     @property
     def steps(self) -> int:

@@ -380,11 +380,11 @@ class Connection:
         return [task for task in (self._helpers or {}).values() if task is not None]
 
     def task_count(self) -> int:
-        """Tasks serving this connection: the receiving one and its helpers, with the
-        tasks of their nurseries."""
-        count = int(self._receiving is not None)
-        for task in self.helper_tasks():
-            count += 1 + sum(count_tasks(nursery) for nursery in task.child_nurseries)
+        """Tasks serving this connection: the receiving one and its helpers (started
+        or about to be), with the tasks of their nurseries."""
+        count = int(self._receiving is not None) + len(self._helpers or ())
+        for task in self.helper_tasks():  # those started, with tasks of their own
+            count += sum(count_tasks(nursery) for nursery in task.child_nurseries)
         return count
 
     async def _closing_on_transport_error(
