@@ -250,8 +250,19 @@ class Router:
                 blocks = EncryptedTransport(transport, handshake.cipher)
             gated = GatedTransport(blocks, self.gate)
             conn = Connection(next(self._ids), gated, handshake, self.config.send_queue_size)
-            del handshake, blocks, gated, native
-            await self._run_connection(conn, scope)
+            del handshake, blocks, gated, native  # nothing of the handshake is kept
+            # Served here, not in a method of its own: an idle connection waits in
+            # this frame, and each frame it waits in is memory it keeps.
+            assert self._background is not None, "connections are served while it runs"
+            self.connections[conn.id] = conn
+            client = self.subscriptions.open(conn)
+            self.counters.connections_total += 1
+            log.debug("%r connected", conn)
+            try:
+                await conn.run(self._serving, client, scope, self._background)
+            finally:
+                self._cleanup(client)
+            log.debug("%r closed: %s", conn, conn.close_reason or "done")
         except TransportClosed as e:
             log.debug("connection from %s closed: %s", transport.remote, e)
         except Exception:
@@ -264,18 +275,6 @@ class Router:
             # within close_timeout.
             with trio.CancelScope(shield=scope.cancel_called):
                 await transport.aclose(0 if transport.stalled else self.config.close_timeout)
-
-    async def _run_connection(self, conn: Connection, scope: trio.CancelScope) -> None:
-        assert self._background is not None, "connections are served while the router runs"
-        self.connections[conn.id] = conn
-        client = self.subscriptions.open(conn)
-        self.counters.connections_total += 1
-        log.debug("%r connected", conn)
-        try:
-            await conn.run(self._serving, client, scope, self._background)
-        finally:
-            self._cleanup(client)
-        log.debug("%r closed: %s", conn, conn.close_reason or "done")
 
     def _cleanup(self, client: ClientSubscriptions) -> None:
         """Forget the connection and every subscription it still holds."""
