@@ -37,10 +37,16 @@ I/O. `run` is given a `ClientHandler` (the router's, shared by every
 connection) and the client's own state, which it hands back to the handler
 untouched: no object is made per connection to join the two.
 
-In per-queue-task mode each subscribed queue also has a task of its own in
-the connection's nursery. When the receive loop or the delivery task ends for
-any reason, the nursery is cancelled and the router's cleanup runs in
-`finally`.
+A connection has no nursery of its own (a nursery is memory every idle
+connection would keep). Its receive loop runs in the task that called `run`,
+inside the cancel scope it is given (the listener's for that connection):
+`close_now` cancels it. The tasks it needs beside (the delivery task, in
+per-queue-task mode a task per subscribed queue, proxied commands: `spawn`)
+run in a nursery shared by the connections (the router's), each under a
+cancel scope of its own, registered when the task is started. When the
+receive loop ends for any reason, it cancels those scopes and waits, shielded,
+until the tasks are gone; then the router's cleanup runs. An error in one of
+them is logged and ends its connection, not the shared nursery.
 """
 
 from __future__ import annotations

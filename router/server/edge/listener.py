@@ -4,14 +4,20 @@ Theory of operation: one accept loop takes sockets off the listening socket and
 starts one task per connection. Each time the socket is readable it takes every
 connection waiting in the backlog (up to `ACCEPT_BATCH`), not one: a pass of
 Trio's scheduler over thousands of busy connections can take a second, and at
-one accept per pass a router busy with a reconnecting crowd would let the
-rest of the crowd wait in the kernel, retrying. That task reads the HTTP request head under a
-fixed deadline (a trickle of bytes cannot extend it, EOF ends it at once),
-asks the request hook what to do (`http.py`), and either answers plain HTTP and
-closes, or completes the WebSocket upgrade and runs the connection handler with
-a `WebSocketTransport` (`websocket.py`: blocks in and out, docs/protocol.md
-"Transport"). With the router's identity the same port also serves SMP straight
-over TLS (`native_tls.py` tells the two apart before the request head); such a
+one accept per pass a router busy with a reconnecting crowd would let the rest
+of the crowd wait in the kernel, retrying.
+
+A connection's task is its own for its whole life: it reads the HTTP request
+head under a fixed deadline (a trickle of bytes cannot extend it, EOF ends it
+at once), asks the request hook what to do (`http.py`), and either answers
+plain HTTP and closes, or completes the WebSocket upgrade and runs the
+connection handler with a `WebSocketTransport` (`websocket.py`: blocks in and
+out, docs/protocol.md "Transport") and the connection's one cancel scope (the
+admission ticket's), which the handler keeps for ending the connection: no
+wrapper task, and no scope left behind by the upgrade. The listener's
+`Keepalive` sweep pings silent WebSocket peers and drops dead ones. With the
+router's identity the same port also serves SMP straight over TLS
+(`native_tls.py` tells the two apart before the request head); such a
 connection is admitted, counted and capped exactly as a WebSocket one, and is
 pending until its SMP handshake is through.
 

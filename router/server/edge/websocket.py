@@ -113,8 +113,8 @@ class Keepalive:
 class WebSocketTransport:
     """Blocks in and out of one upgraded connection (the router's block transport).
 
-    `receive_block` runs in the connection's receive task and does the reading,
-    the keepalive pings and the per-message bounds itself; `send_blocks` runs in
+    `receive_block` runs in the connection's receive task and does the reading
+    and the per-message bounds itself (the pings are the `Keepalive` sweep's); `send_blocks` runs in
     whichever of the connection's tasks writes. One task writes at a time: what
     another queues meanwhile in the protocol (a pong, a ping, the close frame)
     is sent by the writing task before it returns (`_write_pending`).
