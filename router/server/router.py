@@ -396,7 +396,8 @@ class Router:
         )
 
     def connection_task_counts(self) -> dict[int, int]:
-        """Connection id -> tasks in its nursery (receive, send, delivery, per-queue tasks)."""
+        """Connection id -> tasks serving it (its receiving task and its helpers: the
+        delivery task, per-queue tasks, proxied commands)."""
         return {cid: conn.task_count() for cid, conn in self.connections.items()}
 
     def connection_for_session(self, session_id: bytes) -> Connection | None:
