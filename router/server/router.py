@@ -223,8 +223,17 @@ class Router:
         transport = BlockTransport(ws, stalled_timeout=self.config.stalled_writer_timeout)
         await self.serve_transport(transport)
 
-    async def serve_transport(self, transport: BlockStream) -> None:
-        """Handshake, then serve one client until it leaves; never raises for its faults."""
+    async def serve_transport(
+        self, transport: BlockStream, scope: trio.CancelScope | None = None
+    ) -> None:
+        """Handshake, then serve one client until it leaves; never raises for its faults.
+        `scope` is the cancel scope the caller runs this in (the listener's, for the
+        connection's whole life): the router ends the connection by cancelling it.
+        Without one, a scope is made here."""
+        if scope is None:
+            with trio.CancelScope() as scope:
+                await self.serve_transport(transport, scope)
+            return
         try:
             native = transport if isinstance(transport, TlsBlockTransport) else None
             handshake = await server_handshake(
@@ -241,7 +250,19 @@ class Router:
                 blocks = EncryptedTransport(transport, handshake.cipher)
             gated = GatedTransport(blocks, self.gate)
             conn = Connection(next(self._ids), gated, handshake, self.config.send_queue_size)
-            await self._run_connection(conn)
+            del handshake, blocks, gated, native  # nothing of the handshake is kept
+            # Served here, not in a method of its own: an idle connection waits in
+            # this frame, and each frame it waits in is memory it keeps.
+            assert self._background is not None, "connections are served while it runs"
+            self.connections[conn.id] = conn
+            client = self.subscriptions.open(conn)
+            self.counters.connections_total += 1
+            log.debug("%r connected", conn)
+            try:
+                await conn.run(self._serving, client, scope, self._background)
+            finally:
+                self._cleanup(client)
+            log.debug("%r closed: %s", conn, conn.close_reason or "done")
         except TransportClosed as e:
             log.debug("connection from %s closed: %s", transport.remote, e)
         except Exception:
@@ -250,18 +271,10 @@ class Router:
             if transport.stalled:
                 self.counters.writers_stalled += 1
                 log.info("dropped %s: it stopped reading", transport.remote)
-            await transport.aclose(0 if transport.stalled else self.config.close_timeout)
-
-    async def _run_connection(self, conn: Connection) -> None:
-        self.connections[conn.id] = conn
-        client = self.subscriptions.open(conn)
-        self.counters.connections_total += 1
-        log.debug("%r connected", conn)
-        try:
-            await conn.run(self._serving, client)
-        finally:
-            self._cleanup(client)
-        log.debug("%r closed: %s", conn, conn.close_reason or "done")
+            # A connection the router ended (its scope cancelled) still says goodbye,
+            # within close_timeout.
+            with trio.CancelScope(shield=scope.cancel_called):
+                await transport.aclose(0 if transport.stalled else self.config.close_timeout)
 
     def _cleanup(self, client: ClientSubscriptions) -> None:
         """Forget the connection and every subscription it still holds."""
@@ -383,7 +396,8 @@ class Router:
         )
 
     def connection_task_counts(self) -> dict[int, int]:
-        """Connection id -> tasks in its nursery (receive, send, delivery, per-queue tasks)."""
+        """Connection id -> tasks serving it (its receiving task and its helpers: the
+        delivery task, per-queue tasks, proxied commands)."""
         return {cid: conn.task_count() for cid, conn in self.connections.items()}
 
     def connection_for_session(self, session_id: bytes) -> Connection | None:

@@ -28,21 +28,27 @@ STEPS_PER_MESSAGE = 3
 
 class ConnectionTaskSteps(trio.abc.Instrument):
     """Steps taken by the tasks serving the given connections: the task that runs
-    each one (its receive loop) and every task started in its nursery. The router's
-    timers and the test's clients are not counted."""
+    each one (its receive loop) and its helper tasks (the delivery task). The
+    router's timers and the test's clients are not counted."""
 
     def __init__(self, connections: list[Connection]) -> None:
-        self._nurseries = set()
+        self._connections = connections
         self._receivers = set()
         for conn in connections:
-            assert conn.nursery is not None
-            self._nurseries.add(conn.nursery)
-            self._receivers.add(conn.nursery.parent_task)
+            assert conn.task_count() == 1  # idle: only its receive loop
+            self._receivers.add(conn.receiving_task)
         self.by_task: Counter[str] = Counter()
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task in self._receivers or task.parent_nursery in self._nurseries:
+        if task in self._receivers or self._is_helper(task):
             self.by_task[task.name] += 1
+
+    def _is_helper(self, task: trio.lowlevel.Task) -> bool:
+        """A helper task of one of the connections (run in the router's nursery), from
+        its very first step: before that step it has not yet registered itself."""
+        frame = getattr(task.coro, "cr_frame", None)
+        return (frame is not None and frame.f_code is Connection._helper.__code__
+                and any(frame.f_locals.get("self") is conn for conn in self._connections))
 
     @property
     def steps(self) -> int:

@@ -39,10 +39,16 @@ I/O. `run` is given a `ClientHandler` (the router's, shared by every
 connection) and the client's own state, which it hands back to the handler
 untouched: no object is made per connection to join the two.
 
-In per-queue-task mode each subscribed queue also has a task of its own in
-the connection's nursery. When the receive loop or the delivery task ends for
-any reason, the nursery is cancelled and the router's cleanup runs in
-`finally`.
+A connection has no nursery of its own (a nursery is memory every idle
+connection would keep). Its receive loop runs in the task that called `run`,
+inside the cancel scope it is given (the listener's for that connection):
+`close_now` cancels it. The tasks it needs beside (the delivery task, in
+per-queue-task mode a task per subscribed queue, proxied commands: `spawn`)
+run in a nursery shared by the connections (the router's), each under a
+cancel scope of its own, registered when the task is started. When the
+receive loop ends for any reason, it cancels those scopes and waits, shielded,
+until the tasks are gone; then the router's cleanup runs. An error in one of
+them is logged and ends its connection, not the shared nursery.
 """
 
 from __future__ import annotations
@@ -85,7 +91,8 @@ class Connection:
     __slots__ = (
         "id", "transport", "version", "session_id", "router_dh_private", "client_key", "service",
         "service_id", "overflow_events", "closed", "close_reason", "last_activity",
-        "nursery", "_closed_event", "_receiving", "_delivering", "_handler", "_client",
+        "_scope", "_helper_nursery", "_helpers", "_helpers_gone",
+        "_closed_event", "_receiving", "_delivering", "_handler", "_client",
         "_pending", "_pending_batches", "_max_pending", "_writing", "_room", "_block_ready",
         "__weakref__",  # per-connection limits are kept weakly (limits.py)
     )
@@ -107,11 +114,18 @@ class Connection:
         self.closed = False
         self.close_reason = ""
         self.last_activity = 0.0  # trio time the client last sent a block (set by run())
-        self.nursery: trio.Nursery | None = None
+        # Set by run(): the cancel scope the connection's task runs in, the nursery its
+        # helper tasks run in (shared with other connections), and those tasks, each
+        # under a cancel scope of its own (made on the first: most connections have none).
+        self._scope: trio.CancelScope | None = None
+        self._helper_nursery: trio.Nursery | None = None
+        self._helpers: dict[trio.CancelScope, trio.lowlevel.Task | None] | None = None
+        self._helpers_gone: trio.Event | None = None
         # Made only when someone waits: most connections never do.
         self._closed_event: trio.Event | None = None
         self._room: trio.Event | None = None  # set when the pending list is written
-        self._receiving = False  # the receive loop runs (in the task that called run())
+        # The task that called run(), while its receive loop runs.
+        self._receiving: trio.lowlevel.Task | None = None
         self._delivering = False  # the delivery task runs
         self._handler: ClientHandler[Any] | None = None
         self._client: object = None
@@ -191,9 +205,9 @@ class Connection:
         a block per step, not per command). The order is the pending list's, as if
         they were written now. The delivery task is woken all the same: should the
         next block take a while (a store's commit) or have no answers, it writes them."""
-        if self._pending_batches >= self._max_pending or self.nursery is None:
+        if self._pending_batches >= self._max_pending:
             return False
-        if trio.lowlevel.current_task() is not self.nursery.parent_task:
+        if trio.lowlevel.current_task() is not self._receiving:
             return False  # not the receive loop: it may not read again soon
         if not self._block_ready():
             return False
@@ -261,13 +275,12 @@ class Connection:
         (it looks for work again before it ends, so nothing is missed)."""
         if self._delivering or self.closed or self._handler is None:
             return
-        assert self.nursery is not None
         self._delivering = True
-        self.nursery.start_soon(self._deliver, self._handler, self._client)
+        self._start_helper(self._deliver, self._handler, self._client)
 
     async def _deliver(self, handler: ClientHandler[Client], client: Client) -> None:
         """The delivery task: until there is no work left. Its end for a transport's
-        fault ends the connection; so does any other error (through the nursery)."""
+        fault ends the connection; so does any other error (`_helper`)."""
         try:
             while True:
                 if self._pending and not self._writing:
@@ -278,53 +291,99 @@ class Connection:
                 if not self._pending or self._writing:
                     return
         except TransportClosed as e:
-            self.close_reason = self.close_reason or str(e)
-            assert self.nursery is not None
-            self.nursery.cancel_scope.cancel()
+            self.close_now(str(e))
         finally:
             self._delivering = False
 
     # --- tasks ------------------------------------------------------------------
 
-    async def run(self, handler: ClientHandler[Client], client: Client) -> None:
+    async def run(
+        self, handler: ClientHandler[Client], client: Client, scope: trio.CancelScope,
+        helpers: trio.Nursery,
+    ) -> None:
         """Serve the client until it leaves. The receive loop runs in the calling task
-        itself; the delivery task is started only when there is work for it."""
+        itself, inside `scope`: cancelling it ends the connection (`close_now`). Any
+        other task the connection needs (the delivery task, when there is work for it;
+        per-queue tasks; proxied commands) runs in `helpers`, a nursery shared by the
+        connections, under a cancel scope of its own that the connection cancels, and
+        waits for, when it ends: no task of a connection outlives it."""
         self.last_activity = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            self.nursery = nursery
-            self._handler, self._client = handler, client
-            self._receiving = True
-            receive_block = self.transport.receive_block
-            # The receive loop, here rather than in a method of its own: an idle
-            # connection waits in it, and each frame it waits in is memory it keeps.
-            try:
-                while True:
-                    block = await receive_block()
-                    self.last_activity = trio.current_time()
-                    responses = await handler.process_block(client, block)
-                    del block  # an idle connection keeps nothing of its last block alive
-                    if responses:
-                        await self.push(responses)
-                    del responses
-                    handler.answered(client)
-            except TransportClosed as e:
-                self.close_reason = self.close_reason or str(e)
-            finally:
-                self._receiving = False
-                # Nothing more is started once the receive loop is gone.
-                self._handler = None
-                nursery.cancel_scope.cancel()
+        self._scope, self._helper_nursery = scope, helpers
+        self._handler, self._client = handler, client
+        self._receiving = trio.lowlevel.current_task()
+        receive_block = self.transport.receive_block
+        # The receive loop, here rather than in a method of its own: an idle
+        # connection waits in it, and each frame it waits in is memory it keeps.
+        try:
+            while True:
+                block = await receive_block()
+                self.last_activity = trio.current_time()
+                responses = await handler.process_block(client, block)
+                del block  # an idle connection keeps nothing of its last block alive
+                if responses:
+                    await self.push(responses)
+                del responses
+                handler.answered(client)
+        except TransportClosed as e:
+            self.close_reason = self.close_reason or str(e)
+        finally:
+            self._receiving = None
+            # Nothing more is started once the receive loop is gone.
+            self._handler = None
+            if self._helpers:
+                await self._end_helpers()
+
+    async def _end_helpers(self) -> None:
+        """Cancel the connection's helper tasks and wait until they are gone (shielded:
+        the connection's own scope may be cancelled already, and the router's cleanup
+        must not run while one of them still does)."""
+        assert self._helpers is not None
+        for scope in self._helpers:
+            scope.cancel()
+        with trio.CancelScope(shield=True):
+            while self._helpers:
+                self._helpers_gone = trio.Event()
+                await self._helpers_gone.wait()
 
     def spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
-        """Start a helper task (a per-queue delivery task) in this connection's nursery."""
-        assert self.nursery is not None
-        self.nursery.start_soon(self._closing_on_transport_error, fn, *args)
+        """Start a helper task (a per-queue delivery task, a proxied command) that ends
+        with the connection; a transport's fault in it ends the connection."""
+        self._start_helper(self._closing_on_transport_error, fn, *args)
+
+    def _start_helper(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
+        assert self._helper_nursery is not None
+        # The scope is made and registered now, not when the task first runs: a
+        # connection that ends before then cancels it all the same.
+        scope = trio.CancelScope()
+        if self._helpers is None:
+            self._helpers = {}
+        self._helpers[scope] = None
+        self._helper_nursery.start_soon(self._helper, scope, fn, *args)
+
+    async def _helper(
+        self, scope: trio.CancelScope, fn: Callable[..., Awaitable[None]], *args: object
+    ) -> None:
+        """One helper task: `fn` under its own scope. It runs in a nursery shared by
+        every connection, so an error in it ends this connection only."""
+        helpers = self._helpers
+        assert helpers is not None
+        helpers[scope] = trio.lowlevel.current_task()
+        try:
+            with scope:
+                await fn(*args)
+        except Exception:
+            log.exception("%r: a task serving it failed", self)
+            self.close_now("internal error")
+        finally:
+            del helpers[scope]
+            if not helpers and self._helpers_gone is not None:
+                self._helpers_gone.set()
 
     def close_now(self, reason: str) -> None:
         """End the connection's tasks (the router's cleanup follows)."""
         self.close_reason = self.close_reason or reason
-        if self.nursery is not None:
-            self.nursery.cancel_scope.cancel()
+        if self._scope is not None:
+            self._scope.cancel()
 
     def close(self) -> None:
         """Stop accepting pushes; called once the tasks are gone."""
@@ -333,6 +392,7 @@ class Connection:
         self._pending_batches = 0
         self.overflow_events = []
         self._handler = self._client = None  # the client state refers back to us
+        self._helper_nursery = None
         for event in (self._room, self._closed_event):
             if event is not None:
                 event.set()
@@ -344,12 +404,22 @@ class Connection:
                 self._closed_event = trio.Event()
             await self._closed_event.wait()
 
+    @property
+    def receiving_task(self) -> trio.lowlevel.Task | None:
+        """The task running the connection's receive loop (None once it has ended)."""
+        return self._receiving
+
+    def helper_tasks(self) -> list[trio.lowlevel.Task]:
+        """The connection's helper tasks that have started (not its receiving task)."""
+        return [task for task in (self._helpers or {}).values() if task is not None]
+
     def task_count(self) -> int:
-        """Tasks serving this connection: the receiving one and those in its nursery,
-        nested nurseries included."""
-        if self.nursery is None:
-            return 0
-        return int(self._receiving) + count_tasks(self.nursery)
+        """Tasks serving this connection: the receiving one and its helpers (started
+        or about to be), with the tasks of their nurseries."""
+        count = int(self._receiving is not None) + len(self._helpers or ())
+        for task in self.helper_tasks():  # those started, with tasks of their own
+            count += sum(count_tasks(nursery) for nursery in task.child_nurseries)
+        return count
 
     async def _closing_on_transport_error(
         self, fn: Callable[..., Awaitable[None]], *args: object
@@ -357,6 +427,4 @@ class Connection:
         try:
             await fn(*args)
         except TransportClosed as e:
-            self.close_reason = self.close_reason or str(e)
-            assert self.nursery is not None
-            self.nursery.cancel_scope.cancel()
+            self.close_now(str(e))

@@ -49,8 +49,9 @@ class AdmissionLimits:
 class Ticket:
     """One admitted connection: pending until `established()`, counted until `close()`.
 
-    `scope` covers the connection's pending phase; a full pool cancels it to drop
-    the connection for a newcomer from a less represented address.
+    `scope` covers the connection's whole life (its one cancel scope): a full pool
+    cancels it while the connection is pending, to drop it for a newcomer from a
+    less represented address; once established, the router cancels it to end it.
     """
 
     __slots__ = ("key", "scope", "_admission", "_pending", "_open")

@@ -4,14 +4,20 @@ Theory of operation: one accept loop takes sockets off the listening socket and
 starts one task per connection. Each time the socket is readable it takes every
 connection waiting in the backlog (up to `ACCEPT_BATCH`), not one: a pass of
 Trio's scheduler over thousands of busy connections can take a second, and at
-one accept per pass a router busy with a reconnecting crowd would let the
-rest of the crowd wait in the kernel, retrying. That task reads the HTTP request head under a
-fixed deadline (a trickle of bytes cannot extend it, EOF ends it at once),
-asks the request hook what to do (`http.py`), and either answers plain HTTP and
-closes, or completes the WebSocket upgrade and runs the connection handler with
-a `WebSocketTransport` (`websocket.py`: blocks in and out, docs/protocol.md
-"Transport"). With the router's identity the same port also serves SMP straight
-over TLS (`native_tls.py` tells the two apart before the request head); such a
+one accept per pass a router busy with a reconnecting crowd would let the rest
+of the crowd wait in the kernel, retrying.
+
+A connection's task is its own for its whole life: it reads the HTTP request
+head under a fixed deadline (a trickle of bytes cannot extend it, EOF ends it
+at once), asks the request hook what to do (`http.py`), and either answers
+plain HTTP and closes, or completes the WebSocket upgrade and runs the
+connection handler with a `WebSocketTransport` (`websocket.py`: blocks in and
+out, docs/protocol.md "Transport") and the connection's one cancel scope (the
+admission ticket's), which the handler keeps for ending the connection: no
+wrapper task, and no scope left behind by the upgrade. The listener's
+`Keepalive` sweep pings silent WebSocket peers and drops dead ones. With the
+router's identity the same port also serves SMP straight over TLS
+(`native_tls.py` tells the two apart before the request head); such a
 connection is admitted, counted and capped exactly as a WebSocket one, and is
 pending until its SMP handshake is through.
 
@@ -61,7 +67,7 @@ from .http import (
     serialize_response,
 )
 from .native_tls import NativeEdge, TlsBlockTransport
-from .websocket import WebSocketTransport, framing
+from .websocket import Keepalive, WebSocketTransport, end_framing, framing, new_framing
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +99,8 @@ def connection_cap(limits: EdgeLimits) -> int:
 # --- the listener ------------------------------------------------------------------------
 
 
-ConnectionHandler = Callable[[BlockStream], Awaitable[None]]
+# Given the transport and the cancel scope the connection's task runs in, for its life.
+ConnectionHandler = Callable[[BlockStream, trio.CancelScope], Awaitable[None]]
 
 
 class EdgeListener:
@@ -129,6 +136,7 @@ class EdgeListener:
         self._last_fd_log = -math.inf
         self.fd_exhaustions = 0  # accepts that failed for lack of descriptors
         self._closed_one = trio.Event()  # set (and renewed) whenever a connection ends
+        self.keepalive = Keepalive(limits)  # pings silent WebSocket peers, drops dead ones
 
     @property
     def open_connections(self) -> int:
@@ -172,6 +180,7 @@ class EdgeListener:
 
     async def serve(self) -> None:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.keepalive.run)
             while True:
                 if self._suspended:
                     await self._resumed.wait()
@@ -224,13 +233,21 @@ class EdgeListener:
             return
         if self.admission.evicted != evicted:
             self._log_eviction()
+        # Not `with framing()`: the context manager would be one more object kept for
+        # the connection's life.
+        protocol = new_framing()
+        transport = None
         try:
-            with ticket.scope:  # cancelled if a full pool drops this one while pending
-                with framing() as protocol:
-                    transport = await self._upgrade(stream, protocol, remote, ticket.established)
-                    if transport is not None:
-                        await self._handler(transport)
+            # The connection's one cancel scope: a full pool cancels it to drop this one
+            # while pending, the handler to end it once established.
+            with ticket.scope:
+                transport = await self._upgrade(stream, protocol, remote, ticket.established)
+                if transport is not None:
+                    await self._handler(transport, ticket.scope)
         finally:
+            if transport is not None:
+                self.keepalive.discard(transport)
+            end_framing(protocol)
             ticket.close()
             await trio.aclose_forcefully(stream)
             self._closed_one.set()
@@ -322,6 +339,7 @@ class EdgeListener:
             stream, protocol, remote, self.limits, on_established,
             web_challenge(request.path.encode("latin-1", "replace")),
         )
+        self.keepalive.add(transport)  # until the connection ends (_serve_socket)
         transport._events.extend(events)
         return transport
 

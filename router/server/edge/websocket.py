@@ -6,6 +6,15 @@ message (one block) may take at most `max_message_frames` frames and
 `message_timeout` seconds from its first frame to its last (`EdgeLimits`); a
 silent peer is pinged, and dropped if the ping goes unanswered.
 
+Keepalive is one sweep for all of a listener's connections (`Keepalive`), not
+a timer per connection: a connection waiting for data only notes since when
+(`_waiting_since`); every eighth of the shorter of `keepalive_interval` and
+`keepalive_timeout` the sweep pings those silent for `keepalive_interval` (in
+a short task of its own, so a peer slow to take the ping holds up no other)
+and drops those whose ping went unanswered for `keepalive_timeout`, by waking
+the waiting read with `trio.lowlevel.notify_closing` (`_abort`). An idle
+connection thus keeps no cancel scope and no deadline.
+
 Over plain TCP the socket is read and written directly, without trio's
 stream wrapper: a read is one pass of the scheduler (the wake-up when the
 socket became readable, or one pass when data was there already), and a
@@ -20,7 +29,7 @@ import logging
 import math
 import socket
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import trio
 from websockets.frames import Frame, Opcode
@@ -42,13 +51,70 @@ _framing_log.setLevel(logging.WARNING)
 # whole blocks has at most a few frames (RECEIVE_BUFFER_SIZE is four blocks).
 FEED_SIZE = BLOCK_SIZE + 16
 MAX_FRAMES_PER_READ = 64
+KEEPALIVE_SWEEPS = 8  # sweeps per the shorter of keepalive_interval and keepalive_timeout
+# What a read waits under while no message is in progress: no deadline at all.
+_NO_DEADLINE = nullcontext()
+
+
+class Keepalive:
+    """The keepalive of every WebSocket connection of one listener: one periodic sweep.
+
+    A peer is pinged once it has been silent for `keepalive_interval` while its
+    connection waited to read, and dropped if nothing at all comes from it within
+    `keepalive_timeout` of the ping; a sweep comes every `KEEPALIVE_SWEEPS`th of the
+    shorter of the two, so either may be overrun by that much at most.
+    """
+
+    __slots__ = ("interval", "timeout", "_transports", "_nursery")
+
+    def __init__(self, limits: EdgeLimits) -> None:
+        self.interval = limits.keepalive_interval
+        self.timeout = limits.keepalive_timeout
+        self._transports: set[WebSocketTransport] = set()
+        self._nursery: trio.Nursery | None = None
+
+    def add(self, transport: WebSocketTransport) -> None:
+        """Keep `transport` alive until `discard` (the listener's, when it closes)."""
+        self._transports.add(transport)
+
+    def discard(self, transport: object) -> None:
+        self._transports.discard(transport)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self._transports)
+
+    async def run(self) -> None:
+        """Sweep until cancelled; the pings are sent from tasks of its own nursery."""
+        period = min(self.interval, self.timeout) / KEEPALIVE_SWEEPS
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            while True:
+                await trio.sleep(period)
+                self.sweep(trio.current_time())
+
+    def sweep(self, now: float) -> None:
+        assert self._nursery is not None
+        silent_since = now - self.interval
+        pinged_before = now - self.timeout
+        unanswered = []
+        for transport in self._transports:
+            if transport._waiting_since > silent_since:
+                continue  # heard from lately, or not waiting to read at all
+            if transport._pinged_at == math.inf:
+                transport._pinged_at = now
+                self._nursery.start_soon(transport._keepalive_ping)
+            elif transport._pinged_at <= pinged_before:
+                unanswered.append(transport)
+        for transport in unanswered:
+            self._transports.discard(transport)
+            transport._abort(f"no answer to a ping in {self.timeout} s")
 
 
 class WebSocketTransport:
     """Blocks in and out of one upgraded connection (the router's block transport).
 
-    `receive_block` runs in the connection's receive task and does the reading,
-    the keepalive pings and the per-message bounds itself; `send_blocks` runs in
+    `receive_block` runs in the connection's receive task and does the reading
+    and the per-message bounds itself (the pings are the `Keepalive` sweep's); `send_blocks` runs in
     whichever of the connection's tasks writes. One task writes at a time: what
     another queues meanwhile in the protocol (a pong, a ping, the close frame)
     is sent by the writing task before it returns (`_write_pending`).
@@ -57,6 +123,7 @@ class WebSocketTransport:
     __slots__ = (
         "_stream", "_socket", "_protocol", "_limits", "_events", "_writing",
         "_on_established", "_control_frames", "remote", "stalled", "web_challenge",
+        "_waiting_since", "_pinged_at", "_aborted",
     )
 
     def __init__(
@@ -79,6 +146,12 @@ class WebSocketTransport:
         self.remote = remote
         self.stalled = False
         self.web_challenge = web_challenge
+        # Keepalive (the listener's sweep, which holds the transport; the transport
+        # does not hold it): since when a read waits (inf: none waits), when the peer
+        # was pinged in that wait (inf: not yet), why the sweep dropped it.
+        self._waiting_since = math.inf
+        self._pinged_at = math.inf
+        self._aborted = ""
 
     def established(self) -> None:
         """The SMP handshake is done: the connection no longer counts as pending."""
@@ -123,36 +196,35 @@ class WebSocketTransport:
             await self._read(message_deadline)
 
     async def _read(self, message_deadline: float) -> None:
-        """Read once and parse; pings a silent peer, drops it if the ping goes unanswered.
+        """Read once and parse. While it waits, the keepalive sweep may ping the peer
+        and drop it (`Keepalive`); only a message in progress has a deadline here.
 
         The socket is read here, not in a helper: an idle connection waits in this
         frame, and every coroutine frame it waits in is memory it keeps."""
-        limits = self._limits
+        if self._aborted:
+            raise TransportClosed(self._aborted)
         sock = self._socket
-        ping_sent = False
         waited = False
-        while True:
-            wait = limits.keepalive_timeout if ping_sent else limits.keepalive_interval
-            keepalive_deadline = trio.current_time() + wait
-            with trio.move_on_at(min(keepalive_deadline, message_deadline)):
-                try:
-                    if sock is None:
-                        data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
-                        break
+        data = None
+        self._waiting_since = trio.current_time()
+        self._pinged_at = math.inf
+        try:
+            with (_NO_DEADLINE if message_deadline == math.inf
+                  else trio.move_on_at(message_deadline)):
+                if sock is None:
+                    data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
+                else:
                     while (data := _recv_nowait(sock)) is None:
                         # Not inside an `except`: the caught error, its traceback and
                         # their frames would stay alive as long as the wait.
                         await trio.lowlevel.wait_readable(sock)
                         waited = True
-                except STREAM_GONE as e:
-                    raise TransportClosed("peer closed the connection") from e
-                break
-            if trio.current_time() >= message_deadline:
-                await self._fail(1008, f"message not complete in {limits.message_timeout} s")
-            if ping_sent:
-                raise TransportClosed(f"no answer to a ping in {limits.keepalive_timeout} s")
-            await self._ping()
-            ping_sent = True
+        except STREAM_GONE as e:
+            raise TransportClosed(self._aborted or "peer closed the connection") from e
+        finally:
+            self._waiting_since = math.inf
+        if data is None:
+            await self._fail(1008, f"message not complete in {self._limits.message_timeout} s")
         if sock is not None and not waited:
             # Read without waiting: still one pass of the scheduler per read, so that
             # a client that keeps the socket full does not hold up the others.
@@ -178,9 +250,28 @@ class WebSocketTransport:
             if len(events) > MAX_FRAMES_PER_READ:
                 await self._fail(1008, "too many frames at once")
 
-    async def _ping(self) -> None:
-        self._protocol.send_ping(b"")
-        await self._write_pending()
+    async def _keepalive_ping(self) -> None:
+        """Ping the peer (a task of the keepalive sweep's); a peer that does not take it
+        within `stalled_timeout`, or is gone, is dropped."""
+        try:
+            if self._protocol.state is OPEN:
+                self._protocol.send_ping(b"")
+                await self._write_pending()
+        except TransportClosed as e:
+            self._abort(str(e))
+
+    def _abort(self, reason: str) -> None:
+        """Drop the connection: its waiting read ends with `reason` (TransportClosed);
+        a read not waiting now finds `reason` before it waits again."""
+        if self._aborted:
+            return
+        self._aborted = reason
+        stream = self._stream
+        sock = self._socket
+        if sock is None and isinstance(stream, trio.SSLStream):
+            sock = getattr(stream.transport_stream, "socket", None)
+        if sock is not None and sock.fileno() >= 0:
+            trio.lowlevel.notify_closing(sock)
 
     async def _fail(self, code: int, reason: str) -> None:
         if self._protocol.state is OPEN:
@@ -278,9 +369,8 @@ class WebSocketTransport:
         await trio.aclose_forcefully(self._stream)
 
 
-@contextmanager
-def framing() -> Iterator[ServerProtocol]:
-    """One connection's framing, its parser closed once the connection is done.
+def new_framing() -> ServerProtocol:
+    """One connection's framing; `end_framing` it once the connection is done.
 
     The protocol's parser is a generator suspended in its own frame, and the
     error that stopped it (`parser_exc`: EOF, for a client that just went away)
@@ -290,12 +380,22 @@ def framing() -> Iterator[ServerProtocol]:
     storm of 20,000 clients). Closing the generator and dropping the error end
     them.
     """
-    protocol = ServerProtocol(max_size=BLOCK_SIZE, logger=_framing_log)
+    return ServerProtocol(max_size=BLOCK_SIZE, logger=_framing_log)
+
+
+def end_framing(protocol: ServerProtocol) -> None:
+    protocol.parser.close()
+    protocol.parser_exc = None
+
+
+@contextmanager
+def framing() -> Iterator[ServerProtocol]:
+    """`new_framing()` for the duration of a `with` block (a short exchange)."""
+    protocol = new_framing()
     try:
         yield protocol
     finally:
-        protocol.parser.close()
-        protocol.parser_exc = None
+        end_framing(protocol)
 
 
 def _plain_socket(stream: trio.abc.Stream) -> socket.socket | None:

@@ -141,32 +141,33 @@ def _managed_values_size(values: int) -> int:
 
 
 def connection_tasks(conn: Any) -> tuple[list[Any], set[int]]:
-    """A connection's tasks (the one running it, those in its nursery, nested) and the
-    ids of them and their nurseries: the task and nursery objects its walk may enter."""
-    nursery = getattr(conn, "nursery", None)
-    if nursery is None:
+    """A connection's tasks (the one running it, its helper tasks, those in their
+    nurseries) and the ids of them and their nurseries: the task and nursery objects
+    its walk may enter."""
+    receiving = getattr(conn, "receiving_task", None)
+    if receiving is None:
         return [], set()
-    tasks, allowed = [nursery.parent_task], {id(nursery), id(nursery.parent_task)}
-    pending = [nursery]
+    tasks = [receiving, *conn.helper_tasks()]
+    allowed = {id(task) for task in tasks}
+    pending = [nursery for task in tasks[1:] for nursery in task.child_nurseries]
     while pending:
         n = pending.pop()
+        allowed.add(id(n))
         for task in n.child_tasks:
             tasks.append(task)
             allowed.add(id(task))
-            for child in task.child_nurseries:
-                allowed.add(id(child))
-                pending.append(child)
+            pending.extend(task.child_nurseries)
     return tasks, allowed
 
 
 def _trio_shared(conn: Any) -> list[Any]:
     """What a connection's tasks point up to and share with every other task: trio's
-    run loop (the runner and what it holds) and the cancel status of the listener's
-    nursery and those above it (each lists its children: every connection's)."""
-    nursery = getattr(conn, "nursery", None)
-    if nursery is None:
+    run loop (the runner and what it holds), the cancel status of the listener's
+    nursery and those above it (each lists its children: every connection's), and
+    the nursery the connections' helper tasks run in."""
+    task = getattr(conn, "receiving_task", None)
+    if task is None:
         return []
-    task = nursery.parent_task
     shared: list[Any] = []
     runner = getattr(task, "_runner", None)
     if runner is not None:
@@ -176,11 +177,14 @@ def _trio_shared(conn: Any) -> list[Any]:
                 shared.append(getattr(runner, name))
         if hasattr(runner, "__dict__"):
             shared.extend(vars(runner).values())
-    outer = task.parent_nursery
-    status = getattr(outer, "_cancel_status", None) if outer is not None else None
-    while status is not None:
-        shared.append(status)
-        status = getattr(status, "_parent", None)
+    for outer in (task.parent_nursery, getattr(conn, "_helper_nursery", None)):
+        if outer is None:
+            continue
+        shared.append(outer)
+        status = getattr(outer, "_cancel_status", None)
+        while status is not None:
+            shared.append(status)
+            status = getattr(status, "_parent", None)
     return shared
 
 
