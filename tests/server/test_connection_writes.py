@@ -82,6 +82,14 @@ def connection(transport: ScriptedTransport) -> Connection:
     return Connection(1, transport, handshake, send_queue_size=4)  # type: ignore[arg-type]
 
 
+async def serve(conn: Connection, handler: AnswerEach) -> None:
+    """`conn.run` as the listener calls it: in a scope of its own, with a nursery for
+    the helper tasks it starts (the delivery task writing answers left waiting)."""
+    async with trio.open_nursery() as helpers:
+        with trio.CancelScope() as scope:
+            await conn.run(handler, None, scope, helpers)
+
+
 def transmissions(writes: list[list[bytes]]) -> list[list[bytes]]:
     return [[t for b in blocks for t in decode_batch(b)] for blocks in writes]
 
@@ -89,7 +97,7 @@ def transmissions(writes: list[list[bytes]]) -> list[list[bytes]]:
 async def test_answers_to_blocks_read_together_leave_in_one_write():
     transport = ScriptedTransport([block(b"a"), block(b"b"), block(b"c")])
     with trio.fail_after(10):
-        await connection(transport).run(AnswerEach(), None)
+        await serve(connection(transport), AnswerEach())
     assert transmissions(transport.writes) == [[b"answer a", b"answer b", b"answer c"]]
     assert len(transport.writes[0]) == 1  # packed into one block
 
@@ -97,7 +105,7 @@ async def test_answers_to_blocks_read_together_leave_in_one_write():
 async def test_a_transport_that_cannot_tell_gets_a_write_per_block():
     transport = ScriptedTransport([block(b"a"), block(b"b")], tells_ready=False)
     with trio.fail_after(10):
-        await connection(transport).run(AnswerEach(), None)
+        await serve(connection(transport), AnswerEach())
     assert transmissions(transport.writes) == [[b"answer a"], [b"answer b"]]
 
 
@@ -106,7 +114,7 @@ async def test_answers_left_waiting_are_written_when_the_next_block_has_none():
     conn = connection(transport)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(conn.run, AnswerEach(silent=(b"b",)), None)
+            nursery.start_soon(serve, conn, AnswerEach(silent=(b"b",)))
             await transport.written.wait()
             nursery.cancel_scope.cancel()
     assert transmissions(transport.writes) == [[b"answer a"]]
