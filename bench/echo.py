@@ -37,7 +37,7 @@ async def _echo(request: WebSocketRequest) -> None:
         pass
 
 
-async def _echo_blocks(transport: WebSocketTransport) -> None:
+async def _echo_blocks(transport: WebSocketTransport, scope: object = None) -> None:
     transport.established()
     try:
         while True:

@@ -96,8 +96,9 @@ class MinimalRouter:
         self.by_recipient[queue.recipient_id] = queue
         self.by_sender[queue.sender_id] = queue
 
-    async def serve(self, transport: BlockStream) -> None:
-        """The listener's connection handler: handshake, then block in, answers out."""
+    async def serve(self, transport: BlockStream, scope: object = None) -> None:
+        """The listener's connection handler: handshake, then block in, answers out
+        (`scope`, the connection's cancel scope, is the listener's to cancel)."""
         client = None
         try:
             hs = await server_handshake(transport, self.identity.key_hash, HANDSHAKE_TIMEOUT,
