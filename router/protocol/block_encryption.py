@@ -36,6 +36,7 @@ CHAIN_KEY_SIZE = 32
 _INIT_INFO = b"SimpleXSbChainInit"
 _STEP_INFO = b"SimpleXSbChain"
 _PAD = b"#" * PADDED_SIZE
+_PLAIN_TAIL = b"#" * (BLOCK_SIZE - PADDED_SIZE)  # what a plain block has past the boxed part
 _ZERO16 = bytes(16)
 
 
@@ -178,6 +179,36 @@ class BlockCipher:
     def open(self, block: bytes) -> bytes:
         self._receive, key, nonce = chain_step(self._receive)
         return open_block(block, key, nonce)
+
+    # A plain block (block.py: word16 len | content | '#' padding, 16384 bytes) and a
+    # boxed one's inside (word16 len | content | '#' padding, 16368 bytes) share their
+    # layout: the connection's plain blocks go in and come out of the box with one
+    # copy each, not taken apart and padded again.
+
+    def seal_plain_block(self, block: bytes) -> bytes:
+        """`seal` of a plain block's content: the box of its first 16368 bytes, which
+        are what `seal_block` pads that content to."""
+        if len(block) != BLOCK_SIZE:
+            raise ProtocolError(BLOCK, f"block of {len(block)} bytes")
+        n = (block[0] << 8) | block[1]
+        if n > MAX_CONTENT:
+            raise ProtocolError(LARGE_MSG, f"block content of {n} bytes")
+        self._send, key, nonce = chain_step(self._send)
+        return bindings.crypto_secretbox_easy(block[:PADDED_SIZE], nonce, box_key_of_secret(key))
+
+    def open_to_plain_block(self, block: bytes) -> bytes:
+        """`open`, its content returned as a plain block (the padding the sender chose,
+        never checked, then '#'); `ProtocolError(BLOCK)` as `open_block`."""
+        self._receive, key, nonce = chain_step(self._receive)
+        if len(block) != BLOCK_SIZE:
+            raise ProtocolError(BLOCK, f"block of {len(block)} bytes")
+        try:
+            padded = bindings.crypto_secretbox_open_easy(block, nonce, box_key_of_secret(key))
+        except (CryptoError, NaclRuntimeError, ValueError, TypeError):
+            raise ProtocolError(BLOCK, "block does not decrypt") from None
+        if ((padded[0] << 8) | padded[1]) > MAX_CONTENT:
+            raise ProtocolError(BLOCK, "content length exceeds block")
+        return padded + _PLAIN_TAIL
 
 
 def dh_secret(private32: bytes, peer_public32: bytes) -> bytes:

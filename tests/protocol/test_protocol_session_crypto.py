@@ -11,7 +11,7 @@ import pytest
 from nacl import bindings
 
 from router.protocol import ProtocolError, crypto, x25519_spki
-from router.protocol.block import BLOCK_SIZE
+from router.protocol.block import BLOCK_SIZE, pad_block, unpad_block
 from router.protocol.block_encryption import (
     MAX_CONTENT,
     BlockCipher,
@@ -21,6 +21,7 @@ from router.protocol.block_encryption import (
     hsalsa20,
 )
 from router.protocol.handshake import web_challenge
+from router.protocol.types import LARGE_MSG
 
 
 def test_hsalsa20_is_what_nacl_beforenm_applies_to_the_shared_secret():
@@ -51,6 +52,30 @@ def test_both_ends_chains_agree_block_after_block_and_never_repeat():
         assert client.open(block) == b"r%d" % i
         assert router.open(client.seal(b"c%d" % i)) == b"c%d" % i
     assert client.open(router.seal(b"x" * MAX_CONTENT)) == b"x" * MAX_CONTENT
+
+
+def test_plain_blocks_are_sealed_and_opened_as_their_content_is():
+    session, secret = os.urandom(32), os.urandom(32)
+    router, twin = BlockCipher.for_router(session, secret), BlockCipher.for_router(session, secret)
+    client = BlockCipher.for_client(session, secret)
+    for content in (b"", b"abc", os.urandom(1000), b"y" * MAX_CONTENT):
+        # the same box, byte for byte, as sealing the content itself
+        sealed = router.seal(content)
+        assert twin.seal_plain_block(pad_block(content)) == sealed
+        assert client.open(sealed) == content
+        opened = router.open_to_plain_block(client.seal(content))
+        assert len(opened) == BLOCK_SIZE and unpad_block(opened) == content
+    with pytest.raises(ProtocolError) as too_long:
+        router.seal_plain_block(pad_block(b"z" * (MAX_CONTENT + 1)))
+    assert too_long.value.error == LARGE_MSG
+    with pytest.raises(ProtocolError):
+        router.seal_plain_block(b"\x00\x01abc")
+    tampered = bytearray(client.seal(b"t"))
+    tampered[50] ^= 1
+    with pytest.raises(ProtocolError):
+        router.open_to_plain_block(bytes(tampered))
+    with pytest.raises(ProtocolError):
+        router.open_to_plain_block(b"\x00" * 100)
 
 
 def test_a_replayed_tampered_or_foreign_block_does_not_open():

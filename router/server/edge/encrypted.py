@@ -10,7 +10,6 @@ connection: the two chains can no longer agree.
 
 from __future__ import annotations
 
-from router.protocol.block import pad_block, unpad_block
 from router.protocol.block_encryption import BlockCipher
 from router.protocol.types import ProtocolError
 
@@ -35,7 +34,7 @@ class EncryptedTransport:
     async def receive_block(self) -> bytes:
         block = await self.inner.receive_block()
         try:
-            return pad_block(self._cipher.open(block))
+            return self._cipher.open_to_plain_block(block)
         except ProtocolError as e:
             raise TransportClosed(f"a block does not decrypt: {e}") from e
 
@@ -49,7 +48,7 @@ class EncryptedTransport:
         return block_ready_check(self.inner)()
 
     def _seal(self, block: bytes) -> bytes:
-        return self._cipher.seal(unpad_block(block))
+        return self._cipher.seal_plain_block(block)
 
     def established(self) -> None:
         self.inner.established()
