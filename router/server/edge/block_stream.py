@@ -13,7 +13,8 @@ catches them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
@@ -68,3 +69,46 @@ class BlockStream(Protocol):
     # already, so that `receive_block` returns it without waiting (`answers_ready`).
 
     async def aclose(self, timeout: float) -> None: ...
+
+
+class StalledPeer(TransportClosed):
+    """The peer did not take what was written within the stalled-writer deadline."""
+
+
+async def send_on_socket(
+    sock: socket.socket | None, data: bytes, stalled_timeout: float,
+    send_all: Callable[[bytes | memoryview], Awaitable[None]] | None = None,
+) -> None:
+    """Write `data` to a transport's plain socket: straight away when the socket takes
+    it all (the usual case: no pass through the scheduler, no deadline), else the rest
+    as the socket drains, within `stalled_timeout`. Without a socket (a stream that is
+    not plain TCP) `send_all` writes it all, within the same deadline. Raises
+    `TransportClosed`; `StalledPeer` when the deadline passed."""
+    view: bytes | memoryview = data
+    if sock is not None:
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as e:
+            raise TransportClosed("peer closed the connection") from e
+        if sent == len(data):
+            return
+        view = memoryview(data)[sent:]
+    with trio.move_on_after(stalled_timeout) as scope:
+        try:
+            if sock is None:
+                assert send_all is not None
+                await send_all(view)
+                return
+            view = memoryview(view)
+            while view:
+                await trio.lowlevel.wait_writable(sock)
+                try:
+                    view = view[sock.send(view):]
+                except BlockingIOError:
+                    pass
+        except (*STREAM_GONE, OSError) as e:
+            raise TransportClosed("peer closed the connection") from e
+    if scope.cancelled_caught:
+        raise StalledPeer(f"peer did not read for {stalled_timeout} s")

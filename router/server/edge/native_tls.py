@@ -44,7 +44,13 @@ import trio
 from router.protocol.block import BLOCK_SIZE
 
 from ..settings.edge_limits import EdgeLimits
-from .block_stream import RECEIVE_BUFFER_SIZE, STREAM_GONE, TransportClosed
+from .block_stream import (
+    RECEIVE_BUFFER_SIZE,
+    STREAM_GONE,
+    StalledPeer,
+    TransportClosed,
+    send_on_socket,
+)
 from .identity import RouterIdentity
 
 SMP_ALPN = "smp/1"
@@ -475,30 +481,12 @@ class TlsBlockTransport:
 
     async def _send_all(self, data: bytes) -> None:
         """Write `data`; a peer that does not take it within `stalled_timeout` is dropped."""
-        sock = self._socket
-        assert sock is not None
+        assert self._socket is not None
         try:
-            sent = sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as e:
-            raise TransportClosed("peer closed the connection") from e
-        if sent == len(data):
-            return  # the usual case: no pass through the scheduler, no deadline
-        view = memoryview(data)[sent:]
-        with trio.move_on_after(self._limits.stalled_timeout) as scope:
-            try:
-                while view:
-                    await trio.lowlevel.wait_writable(sock)
-                    try:
-                        view = view[sock.send(view):]
-                    except BlockingIOError:
-                        pass
-            except OSError as e:
-                raise TransportClosed("peer closed the connection") from e
-        if scope.cancelled_caught:
+            await send_on_socket(self._socket, data, self._limits.stalled_timeout)
+        except StalledPeer:
             self.stalled = True
-            raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
+            raise
 
     async def aclose(self, timeout: float) -> None:
         """Send TLS close_notify within `timeout` (none if zero), then close the socket."""

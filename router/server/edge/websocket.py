@@ -39,7 +39,13 @@ from websockets.server import ServerProtocol
 from router.protocol.block import BLOCK_SIZE
 
 from ..settings.edge_limits import EdgeLimits
-from .block_stream import RECEIVE_BUFFER_SIZE, STREAM_GONE, TransportClosed
+from .block_stream import (
+    RECEIVE_BUFFER_SIZE,
+    STREAM_GONE,
+    StalledPeer,
+    TransportClosed,
+    send_on_socket,
+)
 
 # websockets logs every opened and closed connection at INFO: too much for a
 # router with thousands of clients. Its warnings and errors still get through.
@@ -302,37 +308,12 @@ class WebSocketTransport:
 
     async def _send_all(self, data: bytes) -> None:
         """Write `data`; a peer that does not take it within `stalled_timeout` is dropped."""
-        sock = self._socket
-        if sock is not None:
-            try:
-                sent = sock.send(data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as e:
-                raise TransportClosed("peer closed the connection") from e
-            if sent == len(data):
-                return  # the usual case: no pass through the scheduler, no deadline
-            data = memoryview(data)[sent:]
-        with trio.move_on_after(self._limits.stalled_timeout) as scope:
-            await self._send_rest(sock, data)
-        if scope.cancelled_caught:
-            self.stalled = True
-            raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
-
-    async def _send_rest(self, sock: socket.socket | None, data: bytes | memoryview) -> None:
         try:
-            if sock is None:
-                await self._stream.send_all(data)
-                return
-            view = memoryview(data)
-            while view:
-                await trio.lowlevel.wait_writable(sock)
-                try:
-                    view = view[sock.send(view):]
-                except BlockingIOError:
-                    pass
-        except (*STREAM_GONE, OSError) as e:
-            raise TransportClosed("peer closed the connection") from e
+            await send_on_socket(self._socket, data, self._limits.stalled_timeout,
+                                 self._stream.send_all)
+        except StalledPeer:
+            self.stalled = True
+            raise
 
     async def send_block(self, block: bytes) -> None:
         """Send one block; a peer that does not take it within the deadline is dropped."""
