@@ -218,7 +218,8 @@ async def _check(run: Run) -> list[str]:
         rec = by_session.get(holder.conn.session_id)
         sub = holder.queues[rid]
         held = None if rec is None else rec.view(rid).in_flight
-        delivered = None if sub.delivered is None else sub.delivered[0]
+        in_flight = router.subscriptions.delivered(sub)
+        delivered = None if in_flight is None else in_flight[0]
         stored_ids = [m.msg_id for m in stored]
         if stored and delivered is None:
             problems.append(f"{name}: {len(stored)} waiting, subscribed, nothing in flight")

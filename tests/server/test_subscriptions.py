@@ -2,7 +2,8 @@
 
 A subscriber holds a queue's (non-GET) `Sub` exactly when the registry names it
 for that queue; the same for notifier ids; a deliveries entry only for a queue
-it holds; and a forgotten connection is named nowhere. Checked after every
+it holds; an in-flight entry only for a `Sub` a live connection holds; and a
+forgotten connection is named nowhere. Checked after every
 step of random sequences of every operation, on connections without a socket.
 """
 
@@ -55,7 +56,14 @@ class Model:
             elif not sub.get_mode:
                 self.subs.send_again(s, sub)
         elif op == "get":
-            self.subs.subscribe_for_get(s, rid, b"k")
+            sub = self.subs.subscribe_for_get(s, rid, b"k")
+            if sub is not None:  # GET answers with the head
+                self.subs.in_flight(sub, Message(b"g" * 24, 1, b"F", b""))
+        elif op == "ack":
+            sub = s.queues.get(rid)
+            if sub is not None and self.subs.delivered(sub) is not None:
+                with self.subs.acknowledging(s, sub):
+                    pass
         elif op == "delete":
             self.subs.end_queue(rid, Event.DELETED, by=s)
         elif op == "block":
@@ -108,12 +116,15 @@ class Model:
             assert conn is None or (len(holders) == 1 and nid in holders[0].notifiers)
         assert len(self.subs) == sum(self.subs.subscriber_of(rid) is not None for rid in QUEUES)
         assert self.subs.pending_deliveries() == sum(len(s.deliveries) for s in live)
+        in_flight = [sub for s in live for sub in s.queues.values()
+                     if self.subs.delivered(sub) is not None]
+        assert self.subs.in_flight_count() == len(in_flight)
         for s in self.forgotten:
             assert not s.queues and not s.notifiers and self.subs.subscriber_for(s.conn) is None
 
 
-OPS = ["sub", "get", "delete", "block", "defer", "deliver", "nsub", "ndel", "subs", "nsubs",
-       "close"]
+OPS = ["sub", "get", "ack", "delete", "block", "defer", "deliver", "nsub", "ndel", "subs",
+       "nsubs", "close"]
 STEP = st.tuples(
     st.sampled_from(OPS),
     st.integers(0, CONNECTIONS - 1),
@@ -193,3 +204,20 @@ def test_the_map_holds_one_sub_per_queue_which_names_its_subscriber():
     assert old.client is None and new.client is second
     assert first.queues.get(QUEUES[0]) is None and QUEUES[0] not in first.queues
     assert not model.subs.can_push(first, old) and model.subs.can_push(second, new)
+
+
+def test_the_in_flight_map_holds_only_subs_with_a_message_in_flight():
+    model = Model()
+    first, second = model.subscriber(0), model.subscriber(2)
+    msg = Message(b"m" * 24, 1, b"F", b"")
+    old = model.subs.subscribe(first, QUEUES[0], b"k")
+    assert model.subs.delivered(old) is None and model.subs.in_flight_count() == 0
+    model.subs.in_flight(old, msg)
+    assert model.subs.delivered(old) == (msg.msg_id, 1) and not model.subs.can_push(first, old)
+    model.subs.subscribe(second, QUEUES[0], b"k")  # displaced: its message goes with it
+    assert model.subs.delivered(old) is None and model.subs.in_flight_count() == 0
+    get = model.subs.subscribe_for_get(first, QUEUES[1], b"k")
+    assert get is not None
+    model.subs.in_flight(get, msg)
+    model.subs.forget(first)
+    assert model.subs.in_flight_count() == 0

@@ -450,11 +450,12 @@ class Commands:
         cmd: ACK = verified.command  # type: ignore[assignment]
         rid = verified.entity_id
         sub = client.queues.get(rid)
-        if sub is None or sub.delivered is None:
-            return _reply(verified, NO_MSG)
-        if cmd.msg_id and cmd.msg_id != sub.delivered[0]:  # an empty id matches (reference)
-            return _reply(verified, NO_MSG)
         subscriptions = self._context.subscriptions
+        delivered = None if sub is None else subscriptions.delivered(sub)
+        if sub is None or delivered is None:
+            return _reply(verified, NO_MSG)
+        if cmd.msg_id and cmd.msg_id != delivered[0]:  # an empty id matches (reference)
+            return _reply(verified, NO_MSG)
         with subscriptions.acknowledging(client, sub) as msg_id:
             deleted, head = await self._context.messages.delete_message(rid, msg_id)
         if deleted:
@@ -469,8 +470,11 @@ class Commands:
         size = await self._context.messages.queue_size(rid)
         head = await self._context.messages.peek_message(rid)
         sub = client.queues.get(rid)
-        state = self._context.subscriptions.queue_state(client, sub)
-        return _reply(verified, INFO(queue_info(_queue(verified), size, head, sub, state)))
+        subscriptions = self._context.subscriptions
+        state = subscriptions.queue_state(client, sub)
+        delivered = None if sub is None else subscriptions.delivered(sub)
+        return _reply(verified, INFO(queue_info(
+            _queue(verified), size, head, sub, state, None if delivered is None else delivered[0])))
 
     # --- notifiers -------------------------------------------------------------------
 
@@ -564,7 +568,8 @@ def _b64(data: bytes) -> str:
 
 
 def queue_info(
-    queue: QueueRecord, size: int, head: Message | None, sub: Sub | None, state: str
+    queue: QueueRecord, size: int, head: Message | None, sub: Sub | None, state: str,
+    delivered: bytes | None = None,
 ) -> str:
     """The QUE answer's JSON, in the reference's field names (docs/protocol.md#command-table; not
     normative)."""
@@ -575,8 +580,8 @@ def queue_info(
     }
     if sub is not None:
         qsub: dict[str, object] = {"qSubThread": state}
-        if sub.delivered is not None:
-            qsub["qDelivered"] = _b64(sub.delivered[0])
+        if delivered is not None:  # the id of the message in flight
+            qsub["qDelivered"] = _b64(delivered)
         info["qiSub"] = qsub
     if head is not None:
         info["qiMsg"] = {

@@ -19,13 +19,16 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
   it. Only `_attach` and `_detach` (and their notifier twins) change either
   side, so it is kept in this one place whatever the operation: subscribe,
   end a queue, take a service over, forget a connection.
-- `delivered` is the gate of delivery: while it holds a message id, nothing
-  more is pushed for that queue until the ACK (`can_push`, `may_push`,
-  `acknowledging`). While a SUB reads the head to answer with it, it holds
-  `ANSWERING` (from `answering` to `answered`): a push due meanwhile would
-  reach the client as a second copy of the head, or ahead of the SUB's OK, so
-  it is remembered instead and made once the SUB has answered, if the answer
-  carried no MSG.
+- The in-flight map (`Subscriptions.delivered`) is the gate of delivery: it
+  holds a `Sub` only while a message of its queue is in flight, and while it
+  holds one, nothing more is pushed for that queue until the ACK (`can_push`,
+  `may_push`, `acknowledging`). While a SUB reads the head to answer with it,
+  the `Sub` holds `ANSWERING` there (from `answering` to `answered`): a push
+  due meanwhile would reach the client as a second copy of the head, or ahead
+  of the SUB's OK, so it is remembered instead and made once the SUB has
+  answered, if the answer carried no MSG. An idle subscription has no entry,
+  and a `Sub` let go (`_let_go`, a GET-mode `Sub` dropped) loses its entry at
+  once, so the map holds only queues with a message in flight.
 - A service subscription (SUBS / NSUBS, services.py) is held by one
   subscriber per service and side; it records the `Sub`s its walk made or
   found, which a takeover ends with one ENDS.
@@ -60,8 +63,8 @@ if TYPE_CHECKING:
 
 _END, _DELD = END(), DELD()
 
-# `Sub.delivered` while a SUB of the queue's own connection reads the head to
-# answer with it: `can_push` is false, so the SUB is the only one to deliver it.
+# A `Sub`'s in-flight entry while a SUB of the queue's own connection reads the head
+# to answer with it: `can_push` is false, so the SUB is the only one to deliver it.
 ANSWERING = (b"", -1)
 
 
@@ -69,8 +72,9 @@ ANSWERING = (b"", -1)
 class Sub:
     """One queue on one connection.
 
-    Four fields: with the collector's header that is one 64-byte block
-    (bench/RESULTS.md, "Where the memory goes"). The router-wide map holds it
+    Three fields: with the collector's header that is one 64-byte block
+    (bench/RESULTS.md, "Where the memory goes"); what is in flight is kept
+    apart (`Subscriptions.delivered`), since an idle one has nothing there. The router-wide map holds it
     by its recipient id, and `client` names its holder there, so a
     subscription costs this block and one entry of that map; its connection
     keeps only the id (`ClientSubscriptions`). `client` is None once nobody
@@ -80,7 +84,6 @@ class Sub:
 
     recipient_id: bytes
     box_key: bytes  # the queue's rcv_dh_secret, encrypts MSG bodies (docs/protocol.md#encryption)
-    delivered: tuple[bytes, int] | None = None  # (msg id, ts) in flight, awaiting ACK
     client: ClientSubscriptions | None = None
     get_mode: ClassVar[bool] = False  # GET was used here: SUB is prohibited, nothing is pushed
     wake: ClassVar[trio.Event | None] = None  # per-queue-task mode only (QueueTaskSub)
@@ -356,8 +359,8 @@ class Subscriptions:
     """Every subscription of the router, and the operations that change them."""
 
     __slots__ = (
-        "_counters", "_queues", "_notifiers", "_subscribers", "_services", "_acking",
-        "_missed", "events", "on_subscribed", "sub_type",
+        "_counters", "_queues", "_notifiers", "_subscribers", "_services", "_in_flight",
+        "_acking", "_missed", "events", "on_subscribed", "sub_type",
     )
 
     def __init__(self, counters: Counters, end_batch_interval: float) -> None:
@@ -367,6 +370,9 @@ class Subscriptions:
         self._notifiers = SubscriberRegistry()  # notifier id -> subscriber
         self._subscribers: dict[Connection, ClientSubscriptions] = {}
         self._services = {Party.RECIPIENT: _ServiceRegistry(), Party.NOTIFIER: _ServiceRegistry()}
+        # Sub -> (msg id, ts) in flight awaiting its ACK, or ANSWERING; only while
+        # its holder holds it (`_let_go`), so an idle subscription has no entry.
+        self._in_flight: dict[Sub, tuple[bytes, int]] = {}
         # Sub -> id of the message its ACK is deleting; at most one per connection,
         # since a connection runs its commands one at a time.
         self._acking: dict[Sub, bytes] = {}
@@ -397,6 +403,15 @@ class Subscriptions:
 
     def pending_deliveries(self) -> int:
         return sum(len(s.deliveries) for s in self._subscribers.values())
+
+    def delivered(self, sub: Sub) -> tuple[bytes, int] | None:
+        """The (msg id, ts) in flight to `sub`'s holder, awaiting its ACK (or
+        `ANSWERING`); None when nothing is."""
+        return self._in_flight.get(sub)
+
+    def in_flight_count(self) -> int:
+        """Queues with a message in flight, router-wide (GET mode included)."""
+        return len(self._in_flight)
 
     def service_held(self, client: ClientSubscriptions, party: Party) -> ServiceSubscription | None:
         """`client`'s service subscription on `party`'s side, if it still holds it."""
@@ -438,7 +453,7 @@ class Subscriptions:
 
     def subscribe(self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes) -> Sub:
         """Make `client` the queue's one holder; the one it displaces gets END."""
-        sub = self.sub_type(recipient_id, box_key, None, client)
+        sub = self.sub_type(recipient_id, box_key, client)
         previous = self._attach(client, sub)
         if previous is not None:
             self.events.add(previous, recipient_id, Event.END)
@@ -459,7 +474,7 @@ class Subscriptions:
 
     def send_again(self, client: ClientSubscriptions, sub: Sub) -> None:
         """SUB again on the same connection: the head goes out again (reference behaviour)."""
-        sub.delivered = None
+        self._in_flight.pop(sub, None)
         client.deliveries.discard(sub.recipient_id)
 
     def end_queue(
@@ -499,12 +514,15 @@ class Subscriptions:
             del self._queues[recipient_id]
             self._let_go(client, sub)
             return sub
-        return client._pop_get_sub(recipient_id)
+        sub = client._pop_get_sub(recipient_id)
+        if sub is not None:
+            self._in_flight.pop(sub, None)
+        return sub
 
-    @staticmethod
-    def _let_go(client: ClientSubscriptions, sub: Sub) -> None:
+    def _let_go(self, client: ClientSubscriptions, sub: Sub) -> None:
         """`sub` is no longer `client`'s (the map no longer holds it)."""
         sub.client = None
+        self._in_flight.pop(sub, None)
         client._release()
         if sub.scope is not None:
             sub.scope.cancel()
@@ -516,7 +534,7 @@ class Subscriptions:
         return (
             sub is not None
             and not sub.get_mode
-            and sub.delivered is None
+            and sub not in self._in_flight
             and sub.client is client
             and self._queues.get(sub.recipient_id) is sub
         )
@@ -530,43 +548,44 @@ class Subscriptions:
         is remembered, to be made after the answer (`answered`)."""
         if self.can_push(client, sub):
             return True
-        if sub is not None and sub.delivered is ANSWERING:
+        if sub is not None and self._in_flight.get(sub) is ANSWERING:
             self._missed.setdefault(sub, ts)
         return False
 
     def answering(self, sub: Sub) -> None:
         """A SUB reads the head to answer with it: nothing else pushes to `sub`
         until `answered`."""
-        sub.delivered = ANSWERING
+        self._in_flight[sub] = ANSWERING
 
     def answered(self, sub: Sub) -> int | None:
         """The end of `answering`: the time of a write whose push it held back, if any."""
-        if sub.delivered is ANSWERING:
-            sub.delivered = None
+        if self._in_flight.get(sub) is ANSWERING:
+            del self._in_flight[sub]
         return self._missed.pop(sub, None)
 
     def in_flight(self, sub: Sub, msg: Message) -> None:
-        """`msg` is being written to the subscriber: nothing more until its ACK."""
-        sub.delivered = (msg.msg_id, msg.ts)
+        """`msg` is being written to the subscriber: nothing more until its ACK.
+
+        Called only for a `Sub` its connection holds (after `can_push`, or GET's
+        check), so that `_let_go` / `_detach` take the entry away with it."""
+        self._in_flight[sub] = (msg.msg_id, msg.ts)
 
     @contextmanager
     def acknowledging(self, client: ClientSubscriptions, sub: Sub) -> Iterator[bytes]:
         """An ACK deletes the message in flight (its id is yielded).
 
-        `delivered` is cleared first, so that a write committed meanwhile finds
+        The in-flight entry goes first, so that a write committed meanwhile finds
         the subscriber idle; until the delete returns, the message is never
-        pushed again. A delete the store refused leaves it in flight, so the
-        client may ACK it again.
+        pushed again. A delete the store refused leaves it in flight (if the
+        connection still holds the queue), so the client may ACK it again.
         """
-        delivered = sub.delivered
-        assert delivered is not None
-        sub.delivered = None
+        delivered = self._in_flight.pop(sub)
         self._acking[sub] = delivered[0]
         try:
             yield delivered[0]
         except StoreError:
-            if sub.delivered is None and client.queue(sub.recipient_id) is sub:
-                sub.delivered = delivered
+            if sub not in self._in_flight and client.queue(sub.recipient_id) is sub:
+                self._in_flight[sub] = delivered
             raise
         finally:
             del self._acking[sub]
