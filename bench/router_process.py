@@ -199,6 +199,7 @@ class Control:
         distinct = req.get("distinct_bodies", False)
         ts = int(time.time())
         quota = router.config.quota
+        box_key = identities.keys()["box_key"]  # every bench queue's rcv_dh_secret
         into_empty = 0
         started_wall = time.monotonic()
         started = time.perf_counter()
@@ -207,7 +208,7 @@ class Control:
             router.counters.messages_sent += 1
             if result is WriteResult.STORED_INTO_EMPTY:
                 into_empty += 1
-                router.deliverer.stored_into_empty(rid, msg)
+                router.deliverer.stored_into_empty(rid, msg, box_key)
 
         def message() -> Message:
             return Message(secrets.token_bytes(ID_SIZE), ts, b"F",

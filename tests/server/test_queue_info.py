@@ -20,7 +20,7 @@ def test_an_idle_queue_reports_sender_notifier_and_size_only():
 
 
 def test_a_subscribed_queue_reports_its_delivered_message_and_head():
-    sub = Sub(b"r" * 24, b"x" * 32)
+    sub = Sub(b"r" * 24)
     head = Message(b"m" * 24, 1_700_000_000, b"F", b"hi")
     info = json.loads(queue_info(record(b"k" * 44), 1, head, sub, "noSub", b"m" * 24))
     assert info["qiSnd"] is True and info["qiSize"] == 1

@@ -56,7 +56,7 @@ class Model:
             elif not sub.get_mode:
                 self.subs.send_again(s, sub)
         elif op == "get":
-            sub = self.subs.subscribe_for_get(s, rid, b"k")
+            sub = self.subs.subscribe_for_get(s, rid)
             if sub is not None:  # GET answers with the head
                 self.subs.in_flight(sub, Message(b"g" * 24, 1, b"F", b""))
         elif op == "ack":
@@ -71,7 +71,7 @@ class Model:
         elif op == "defer":
             sub = s.queues.get(rid)
             if self.subs.can_push(s, sub):
-                s.deliveries.add(rid, 1)
+                s.deliveries.add(rid, 1, b"k")
         elif op == "deliver":
             sub = s.queues.get(rid)
             if self.subs.may_push(s, sub, Message(b"m" * 24, 1, b"F", b"")):
@@ -175,7 +175,7 @@ def test_an_idle_connection_holds_no_collection_until_it_subscribes():
     assert len(client.queues) == 0 and not client.notifiers
     model.subs.subscribe(client, QUEUES[0], b"k")
     model.subs.subscribe_notifier(client, NOTIFIERS[0])
-    model.subs.subscribe_for_get(client, QUEUES[1], b"k")
+    model.subs.subscribe_for_get(client, QUEUES[1])
     assert list(client.queues) == [QUEUES[0], QUEUES[1]] and client.notifiers == {NOTIFIERS[0]}
     model.subs.forget(client)
     assert client._held is None and client._get_subs is None and client._notifiers is None
@@ -216,7 +216,7 @@ def test_the_in_flight_map_holds_only_subs_with_a_message_in_flight():
     assert model.subs.delivered(old) == (msg.msg_id, 1) and not model.subs.can_push(first, old)
     model.subs.subscribe(second, QUEUES[0], b"k")  # displaced: its message goes with it
     assert model.subs.delivered(old) is None and model.subs.in_flight_count() == 0
-    get = model.subs.subscribe_for_get(first, QUEUES[1], b"k")
+    get = model.subs.subscribe_for_get(first, QUEUES[1])
     assert get is not None
     model.subs.in_flight(get, msg)
     model.subs.forget(first)

@@ -385,7 +385,8 @@ class Commands:
         # Whatever the result: the write is visible now, and an idle subscriber of a
         # queue with messages must get one, however it came to be idle (delivery.py).
         into_empty = result is WriteResult.STORED_INTO_EMPTY
-        self._context.deliverer.stored(queue.recipient_id, msg, into_empty=into_empty)
+        self._context.deliverer.stored(
+            queue.recipient_id, msg, queue.rcv_dh_secret, into_empty=into_empty)
         if result is WriteResult.QUOTA_EXCEEDED:
             self._context.latencies.not_stored(msg.msg_id)
             self._context.counters.messages_quota_refused += 1
@@ -427,23 +428,24 @@ class Commands:
         if not subscriptions.can_push(client, sub):
             return out  # taken by another connection meanwhile
         if msg is not None:
-            out.append(self._context.deliverer.message_transmission(b"", rid, sub, msg))
+            out.append(self._context.deliverer.message_transmission(
+                b"", rid, sub, msg, queue.rcv_dh_secret))
         elif missed is not None:  # a write landed after the read
-            self._context.deliverer.push_later(client, sub, missed)
+            self._context.deliverer.push_later(client, sub, missed, queue.rcv_dh_secret)
         return out
 
     async def _get(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         rid = verified.entity_id
         queue = _queue(verified)
         # The store's id object, as for SUB: the GET-mode `Sub` holds no copy of its own.
-        sub = self._context.subscriptions.subscribe_for_get(
-            client, queue.recipient_id, queue.rcv_dh_secret)
+        sub = self._context.subscriptions.subscribe_for_get(client, queue.recipient_id)
         if sub is None:
             return _reply(verified, CMD_PROHIBITED)
         msg = await self._context.messages.peek_message(rid)
         if msg is None or client.queues.get(rid) is not sub:
             return _reply(verified, _OK)
-        return [self._context.deliverer.message_transmission(verified.corr_id, rid, sub, msg)]
+        return [self._context.deliverer.message_transmission(
+            verified.corr_id, rid, sub, msg, queue.rcv_dh_secret)]
 
     async def _ack(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """Delete the delivered message and answer with the next one (SUB) or OK."""
@@ -463,7 +465,8 @@ class Commands:
             self._context.queue_active(rid)
         if head is None or sub.get_mode or not subscriptions.can_push(client, sub):
             return _reply(verified, _OK)
-        return [self._context.deliverer.message_transmission(verified.corr_id, rid, sub, head)]
+        return [self._context.deliverer.message_transmission(
+            verified.corr_id, rid, sub, head, _queue(verified).rcv_dh_secret)]
 
     async def _que(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         rid = verified.entity_id

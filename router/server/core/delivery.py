@@ -101,26 +101,29 @@ class Deliverer:
             subscriptions.sub_type = QueueTaskSub
 
     def message_transmission(
-        self, corr_id: bytes, recipient_id: bytes, sub: Sub, msg: Message
+        self, corr_id: bytes, recipient_id: bytes, sub: Sub, msg: Message, box_key: bytes
     ) -> bytes:
-        """The MSG for `msg`, encrypted for the queue; marks it as in flight."""
-        enc = encrypt_msg_body(sub.box_key, msg.msg_id, msg.ts, msg.flags, msg.body, msg.quota)
+        """The MSG for `msg`, encrypted with the queue's `box_key` (its rcv_dh_secret,
+        docs/protocol.md#encryption); marks it as in flight."""
+        enc = encrypt_msg_body(box_key, msg.msg_id, msg.ts, msg.flags, msg.body, msg.quota)
         self._subscriptions.in_flight(sub, msg)
         self._counters.messages_delivered += 1
         self._latencies.delivered(msg.msg_id)
         return encode_response_transmission(corr_id, recipient_id, MSG(msg.msg_id, enc))
 
-    def _start_queue_task(self, client: ClientSubscriptions, sub: Sub) -> None:
+    def _start_queue_task(self, client: ClientSubscriptions, sub: Sub, box_key: bytes) -> None:
         """Per-queue-task mode: each new subscription gets its own task."""
         sub.wake = trio.Event()
         sub.scope = trio.CancelScope()
-        client.conn.spawn(self._queue_task, client, sub)
+        client.conn.spawn(self._queue_task, client, sub, box_key)
 
-    def stored(self, recipient_id: bytes, msg: Message, *, into_empty: bool) -> None:
+    def stored(self, recipient_id: bytes, msg: Message, box_key: bytes, *,
+               into_empty: bool) -> None:
         """A SEND's write returned (it is visible): an idle subscriber gets the head.
 
         `into_empty`: the queue held nothing else, so `msg` is its head and can go
         out at once; otherwise the head is read by the task that pushes it.
+        `box_key` is the queue's key, from the record the SEND read.
         """
         client = self._subscriptions.subscriber_of(recipient_id)
         if client is None:
@@ -131,18 +134,19 @@ class Deliverer:
         assert sub is not None
         conn = client.conn
         if self.per_queue_task or not into_empty:
-            self.push_later(client, sub, msg.ts)
+            self.push_later(client, sub, msg.ts, box_key)
         elif recipient_id in client.deliveries:
             return  # already waiting; the older entry stands
         elif not conn.outbox_full():
             # No checkpoint since outbox_full(): push_nowait cannot refuse it here.
-            conn.push_nowait([self.message_transmission(b"", recipient_id, sub, msg)])
+            conn.push_nowait([self.message_transmission(b"", recipient_id, sub, msg, box_key)])
         else:
-            self.push_later(client, sub, msg.ts)
+            self.push_later(client, sub, msg.ts, box_key)
             self._counters.messages_deferred += 1
 
-    def push_later(self, client: ClientSubscriptions, sub: Sub, ts: int) -> None:
-        """The queue's head goes out from the delivery task (or the queue's own task).
+    def push_later(self, client: ClientSubscriptions, sub: Sub, ts: int, box_key: bytes) -> None:
+        """The queue's head goes out from the delivery task (or the queue's own task,
+        which has the key already).
 
         `ts` is at most the head's time, which orders the entry well enough; an
         entry already waiting stands.
@@ -151,12 +155,12 @@ class Deliverer:
             assert sub.wake is not None
             sub.wake.set()
         elif sub.recipient_id not in client.deliveries:
-            client.deliveries.add(sub.recipient_id, ts)
+            client.deliveries.add(sub.recipient_id, ts, box_key)
             client.conn.wake_delivery()
 
-    def stored_into_empty(self, recipient_id: bytes, msg: Message) -> None:
+    def stored_into_empty(self, recipient_id: bytes, msg: Message, box_key: bytes) -> None:
         """`stored` for a write that landed in an empty queue (benchmarks inject so)."""
-        self.stored(recipient_id, msg, into_empty=True)
+        self.stored(recipient_id, msg, box_key, into_empty=True)
 
     async def delivery_loop(self, client: ClientSubscriptions, walker: CatchUpWalker) -> None:
         """The connection's delivery work, in both modes: events that found the
@@ -187,13 +191,13 @@ class Deliverer:
         batch: list[bytes] = []
         deliveries = client.deliveries
         while deliveries and len(batch) < DELIVERY_BATCH:
-            transmission = await self._head_transmission(client, deliveries.pop_oldest())
+            transmission = await self._head_transmission(client, *deliveries.pop_oldest())
             if transmission is not None:
                 batch.append(transmission)
         return batch
 
     async def _head_transmission(
-        self, client: ClientSubscriptions, recipient_id: bytes
+        self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes
     ) -> bytes | None:
         sub = client.queues.get(recipient_id)
         if not self._subscriptions.can_push(client, sub):
@@ -202,23 +206,25 @@ class Deliverer:
         if msg is None or not self._subscriptions.may_push(client, sub, msg):
             return None
         assert sub is not None
-        return self.message_transmission(b"", recipient_id, sub, msg)
+        return self.message_transmission(b"", recipient_id, sub, msg, box_key)
 
-    async def _deliver_head(self, client: ClientSubscriptions, recipient_id: bytes) -> None:
+    async def _deliver_head(
+        self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes
+    ) -> None:
         """Per-queue-task mode: the head, left to the connection's writer. The queue's
         task does not write itself: its scope is cancelled when the queue leaves, and a
         write cut short would cut a block in two."""
         conn = client.conn
         await conn.wait_for_room()  # before the MSG is made: nothing is lost if cancelled
-        transmission = await self._head_transmission(client, recipient_id)
+        transmission = await self._head_transmission(client, recipient_id, box_key)
         if transmission is not None:
             conn.leave([transmission])
 
-    async def _queue_task(self, client: ClientSubscriptions, sub: Sub) -> None:
+    async def _queue_task(self, client: ClientSubscriptions, sub: Sub, box_key: bytes) -> None:
         assert sub.scope is not None
         with sub.scope:
             while True:
                 assert sub.wake is not None
                 await sub.wake.wait()
                 sub.wake = trio.Event()
-                await self._deliver_head(client, sub.recipient_id)
+                await self._deliver_head(client, sub.recipient_id, box_key)

@@ -6,7 +6,9 @@ of parking one task per such queue, it records the queue here and the
 client's single delivery task works through the map, oldest message first.
 
 - Keyed by recipient id, at most one entry per queue, so the map never holds
-  more entries than the client has subscriptions.
+  more entries than the client has subscriptions. An entry keeps the queue's
+  key (its rcv_dh_secret), which the delivery task encrypts the head with: the
+  subscription itself does not hold it (subscriptions.py).
 - Ordered by the waiting message's timestamp; entries with the same second
   keep their insertion order (a sequence number breaks ties).
 - Adding a queue that is already present keeps the older entry: the waiting
@@ -31,7 +33,8 @@ class Deliveries:
 
     def __init__(self) -> None:
         self._order: SortedList | None = None  # (ts, seq, recipient_id)
-        self._entries: dict[bytes, tuple[int, int]] | None = None  # recipient_id -> (ts, seq)
+        # recipient_id -> (ts, seq, the queue's key)
+        self._entries: dict[bytes, tuple[int, int, bytes]] | None = None
         self._seq = 0
 
     def __len__(self) -> int:
@@ -43,7 +46,7 @@ class Deliveries:
     def __contains__(self, recipient_id: object) -> bool:
         return self._entries is not None and recipient_id in self._entries
 
-    def add(self, recipient_id: bytes, ts: int) -> bool:
+    def add(self, recipient_id: bytes, ts: int, box_key: bytes) -> bool:
         """Record a waiting message; False (and no change) if the queue is already here."""
         entries, order = self._entries, self._order
         if entries is None or order is None:
@@ -51,36 +54,36 @@ class Deliveries:
         elif recipient_id in entries:
             return False
         self._seq += 1
-        key = (ts, self._seq)
-        entries[recipient_id] = key
-        order.add((*key, recipient_id))
+        entries[recipient_id] = (ts, self._seq, box_key)
+        order.add((ts, self._seq, recipient_id))
         return True
 
-    def pop_oldest(self) -> bytes:
-        """Remove and return the queue whose waiting message is oldest; KeyError if empty."""
+    def pop_oldest(self) -> tuple[bytes, bytes]:
+        """Remove the queue whose waiting message is oldest and return its id and key;
+        KeyError if empty."""
         if self._entries is None or self._order is None:
             raise KeyError("no deliveries pending")
         _, _, recipient_id = self._order.pop(0)
-        del self._entries[recipient_id]
+        box_key = self._entries.pop(recipient_id)[2]
         if not self._entries:
             self.clear()
-        return recipient_id
+        return recipient_id, box_key
 
     def discard(self, recipient_id: bytes) -> bool:
         """Forget a queue (unsubscribed, displaced, deleted); False if it was not here."""
         if self._entries is None or self._order is None:
             return False
-        key = self._entries.pop(recipient_id, None)
-        if key is None:
+        entry = self._entries.pop(recipient_id, None)
+        if entry is None:
             return False
-        self._order.remove((*key, recipient_id))
+        self._order.remove((entry[0], entry[1], recipient_id))
         if not self._entries:
             self.clear()
         return True
 
     def timestamp(self, recipient_id: bytes) -> int | None:
-        key = None if self._entries is None else self._entries.get(recipient_id)
-        return None if key is None else key[0]
+        entry = None if self._entries is None else self._entries.get(recipient_id)
+        return None if entry is None else entry[0]
 
     def clear(self) -> None:
         self._order = self._entries = None

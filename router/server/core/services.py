@@ -138,7 +138,8 @@ class Services:
         msg = await self._messages.peek_message(rid)
         if msg is None or not subscriptions.may_push(client, sub, msg):
             return False
-        await client.conn.push([self._deliverer.message_transmission(b"", rid, sub, msg)])
+        await client.conn.push([self._deliverer.message_transmission(
+            b"", rid, sub, msg, queue.rcv_dh_secret)])
         return True
 
     # --- NSUBS ------------------------------------------------------------------------

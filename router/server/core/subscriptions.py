@@ -14,7 +14,11 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
 - One map entry per subscription: a connection finds its queues through the
   router-wide map, and keeps only their ids (to let them go when it closes),
   so an idle subscription is one `Sub` block, one entry of that map and an
-  id pointer (bench/RESULTS.md, "Where the memory goes").
+  id pointer (bench/RESULTS.md, "Where the memory goes"). The `Sub` holds no
+  key: the queue's `rcv_dh_secret`, which encrypts its MSG bodies, comes with
+  each delivery from the store's record the command at hand already read
+  (SUB, ACK, GET, the SEND that triggers a push, the SUBS walk), and a push
+  deferred to the delivery task keeps it in its `deliveries` entry.
 - The invariant: a `Sub` names its subscriber exactly while the registry holds
   it. Only `_attach` and `_detach` (and their notifier twins) change either
   side, so it is kept in this one place whatever the operation: subscribe,
@@ -72,18 +76,18 @@ ANSWERING = (b"", -1)
 class Sub:
     """One queue on one connection.
 
-    Three fields: with the collector's header that is one 64-byte block
-    (bench/RESULTS.md, "Where the memory goes"); what is in flight is kept
-    apart (`Subscriptions.delivered`), since an idle one has nothing there. The router-wide map holds it
-    by its recipient id, and `client` names its holder there, so a
-    subscription costs this block and one entry of that map; its connection
-    keeps only the id (`ClientSubscriptions`). `client` is None once nobody
+    Two fields: with the collector's header that is one 48-byte block
+    (bench/RESULTS.md, "Where the memory goes"). What is in flight is kept
+    apart (`Subscriptions.delivered`), since an idle one has nothing there,
+    and the queue's key comes with each delivery (theory of operation above).
+    The router-wide map holds it by its recipient id, and `client` names its
+    holder there, so a subscription costs this block and one entry of that
+    map; its connection keeps only the id (`ClientSubscriptions`). `client` is None once nobody
     holds it any more (displaced, ended, connection closed), and for the
     GET-mode `GetSub`, which is not in the router-wide map.
     """
 
     recipient_id: bytes
-    box_key: bytes  # the queue's rcv_dh_secret, encrypts MSG bodies (docs/protocol.md#encryption)
     client: ClientSubscriptions | None = None
     get_mode: ClassVar[bool] = False  # GET was used here: SUB is prohibited, nothing is pushed
     wake: ClassVar[trio.Event | None] = None  # per-queue-task mode only (QueueTaskSub)
@@ -100,7 +104,7 @@ class GetSub(Sub):
 @dataclass(slots=True, eq=False)
 class QueueTaskSub(Sub):
     """A subscription in per-queue-task mode: the queue's own task waits on `wake`
-    and runs in `scope`."""
+    and runs in `scope` (and keeps the queue's key in its frame)."""
 
     wake: trio.Event | None = None  # type: ignore[misc]
     scope: trio.CancelScope | None = None  # type: ignore[misc]
@@ -380,8 +384,9 @@ class Subscriptions:
         # once the SUB has answered (`answered`).
         self._missed: dict[Sub, int] = {}
         self.events = PendingEvents(end_batch_interval)
-        # per-queue-task mode gives each new subscription its task (delivery.py)
-        self.on_subscribed: Callable[[ClientSubscriptions, Sub], None] | None = None
+        # per-queue-task mode gives each new subscription its task (delivery.py),
+        # which keeps the queue's key
+        self.on_subscribed: Callable[[ClientSubscriptions, Sub, bytes], None] | None = None
         self.sub_type: type[Sub] = Sub  # QueueTaskSub in per-queue-task mode
 
     # --- looking up -------------------------------------------------------------------
@@ -452,23 +457,25 @@ class Subscriptions:
     # --- queues -----------------------------------------------------------------------
 
     def subscribe(self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes) -> Sub:
-        """Make `client` the queue's one holder; the one it displaces gets END."""
-        sub = self.sub_type(recipient_id, box_key, client)
+        """Make `client` the queue's one holder; the one it displaces gets END.
+
+        `box_key` (the queue's rcv_dh_secret) goes only to a per-queue task
+        (`on_subscribed`): the `Sub` does not keep it."""
+        sub = self.sub_type(recipient_id, client)
         previous = self._attach(client, sub)
         if previous is not None:
             self.events.add(previous, recipient_id, Event.END)
             self._counters.subscriptions_displaced += 1
         if self.on_subscribed is not None:
-            self.on_subscribed(client, sub)
+            self.on_subscribed(client, sub, box_key)
         return sub
 
-    def subscribe_for_get(self, client: ClientSubscriptions, recipient_id: bytes,
-                          box_key: bytes) -> Sub | None:
+    def subscribe_for_get(self, client: ClientSubscriptions, recipient_id: bytes) -> Sub | None:
         """The queue's GET-mode `Sub` here (made on first use); None if SUB holds it."""
         sub = client.queue(recipient_id)
         if sub is None:
             # GET mode: not registered router-wide, never pushed to, SUB prohibited here.
-            sub = GetSub(recipient_id, box_key)
+            sub = GetSub(recipient_id)
             client._add_get_sub(sub)
         return sub if sub.get_mode else None
 
