@@ -17,8 +17,9 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
   id pointer (bench/RESULTS.md, "Where the memory goes"). The `Sub` holds no
   key: the queue's `rcv_dh_secret`, which encrypts its MSG bodies, comes with
   each delivery from the store's record the command at hand already read
-  (SUB, ACK, GET, the SEND that triggers a push, the SUBS walk), and a push
-  deferred to the delivery task keeps it in its `deliveries` entry.
+  (SUB, ACK, GET, the SEND that triggers a push, the SUBS walk); a push
+  deferred to the delivery task keeps it in its `deliveries` entry, and a
+  queue's own task (per-queue-task mode) in its frame.
 - The invariant: a `Sub` names its subscriber exactly while the registry holds
   it. Only `_attach` and `_detach` (and their notifier twins) change either
   side, so it is kept in this one place whatever the operation: subscribe,
@@ -82,9 +83,10 @@ class Sub:
     and the queue's key comes with each delivery (theory of operation above).
     The router-wide map holds it by its recipient id, and `client` names its
     holder there, so a subscription costs this block and one entry of that
-    map; its connection keeps only the id (`ClientSubscriptions`). `client` is None once nobody
-    holds it any more (displaced, ended, connection closed), and for the
-    GET-mode `GetSub`, which is not in the router-wide map.
+    map; its connection keeps only the id (`ClientSubscriptions`). `client`
+    is None once nobody holds it any more (displaced, ended, connection
+    closed), and for the GET-mode `GetSub`, which is not in the router-wide
+    map.
     """
 
     recipient_id: bytes
