@@ -318,8 +318,13 @@ class Connection:
             while True:
                 block = await receive_block()
                 self.last_activity = trio.current_time()
-                responses = await handler.process_block(client, block)
-                del block  # an idle connection keeps nothing of its last block alive
+                answering = handler.process_block(client, block)
+                # The block is the handler's alone from here: one parked for its turn
+                # keeps only its content (dispatch.py), and an idle connection keeps
+                # nothing of its last block alive.
+                del block
+                responses = await answering
+                del answering
                 if responses:
                     await self.push(responses)
                 del responses
