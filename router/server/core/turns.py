@@ -41,6 +41,9 @@ turns, four at a time: such a block is now one costly block among others.
 What that rule also did stays, for the same reason: a block waits for its
 first place holding only its bytes, and is taken apart again when its turn
 comes, since a crowd of 20,000 blocks parked parsed would be half a gigabyte.
+Those bytes are the block's content without its padding (dispatch.py): a few
+hundred bytes per command rather than the 16 KB block, which for a wave of
+reconnecting clients was most of the router's peak.
 
 A place is held across the store's awaits of the block's commands (a durable
 store's group commit): a turn is bounded in units of work, not in time, so
