@@ -16,7 +16,7 @@ below).
 
 Work on a block yields by its cost, not by its command (turns.py): a block
 costing more than `FREE_COST` waits for one of the router's places for costly
-blocks before any signature is checked (holding only its bytes), and, in
+blocks before any signature is checked (holding only its content, unpadded), and, in
 either pass, pauses between two transmissions once it has spent a turn's
 budget, letting the other blocks waiting and the scheduler's other tasks run.
 The answers keep their order across the pauses: a pause in pass 2 first writes
