@@ -60,10 +60,10 @@ all; blocks of `FREE_COST` or less never wait for a place.
 
 from __future__ import annotations
 
-import trio
-
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+
+import trio
 
 from router.protocol.transmission import entity_and_command_offset
 from router.protocol.types import ProtocolError
@@ -166,8 +166,8 @@ class Pacing(ABC):
     async def begin(self) -> None:
         """Start the next piece of work: a turn waits for a place, a slice yields."""
 
-    def end(self) -> None:
-        pass
+    def end(self) -> None:  # noqa: B027 - only a turn has a place to give back
+        """Give back what `begin` took, if anything."""
 
     @property
     def due(self) -> bool:
