@@ -97,7 +97,7 @@ class Connection:
         "_scope", "_helper_nursery", "_helpers", "_helpers_gone",
         "_closed_event", "_receiving", "_delivering", "_handler", "_client",
         "_pending", "_pending_batches", "_max_pending", "_writing", "_room", "_block_ready",
-        "_sends_now", "_unflushed",
+        "_sends_now", "_unflushed", "_reading",
         "__weakref__",  # per-connection limits are kept weakly (limits.py)
     )
 
@@ -140,6 +140,7 @@ class Connection:
         self._block_ready = block_ready_check(transport)
         self._sends_now = sends_now(transport)
         self._unflushed = False  # the transport holds the rest of a write made now
+        self._reading = False  # the receive loop waits for the client's next block
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.transport.remote} v{self.version}>"
@@ -176,15 +177,17 @@ class Connection:
             self.wake_delivery()
 
     def _write_now(self, transmissions: list[bytes]) -> bool:
-        """Write a batch from this task without waiting, when no task is writing and
-        nothing is pending: the MSG a SEND makes for an idle subscriber goes out from
-        the sender's task, no delivery task started. What the socket does not take
-        now stays with the transport, and the delivery task writes it. False if the
-        batch must go the other way (the pending list)."""
+        """Write a batch from this task without waiting, when the connection is idle
+        (its receive loop waits for a block, nobody writes, nothing is pending, no
+        rest of an earlier write): the MSG a SEND makes for an idle subscriber goes
+        out from the sender's task, no delivery task started. What the socket does
+        not take now stays with the transport, and the delivery task writes it.
+        False if the batch must go the other way: into the pending list (bounded),
+        where a busy receive loop packs it with its answers."""
         transport = self._sends_now
-        if (transport is None or self._writing or self._pending or self._unflushed
-                or self._handler is None or not transport.can_send_now()):
-            return False  # the rest of an earlier one first: pending is bounded, this not
+        if (transport is None or not self._reading or self._writing or self._pending
+                or self._unflushed or not transport.can_send_now()):
+            return False
         try:
             written = transport.send_blocks_now(_packed(transmissions))
         except TransportClosed as e:
@@ -341,7 +344,9 @@ class Connection:
         # connection waits in it, and each frame it waits in is memory it keeps.
         try:
             while True:
+                self._reading = True
                 block = await receive_block()
+                self._reading = False
                 self.last_activity = trio.current_time()
                 responses = await handler.process_block(client, block)
                 del block  # an idle connection keeps nothing of its last block alive
@@ -352,7 +357,7 @@ class Connection:
         except TransportClosed as e:
             self.close_reason = self.close_reason or str(e)
         finally:
-            self._receiving = None
+            self._receiving, self._reading = None, False
             # Nothing more is started once the receive loop is gone.
             self._handler = None
             if self._helpers:
