@@ -85,18 +85,26 @@ def decode_transmission(data: bytes, version: int = versions.LEGACY_VERSION) -> 
 def command_offset(data: bytes, version: int = versions.LEGACY_VERSION) -> int:
     """Where a transmission's command starts, past its fields: a look at the command
     without splitting the rest. `ProtocolError(BLOCK)` if they do not fit."""
+    return entity_and_command_offset(data, version)[1]
+
+
+def entity_and_command_offset(data: bytes, version: int = versions.LEGACY_VERSION
+                              ) -> tuple[bytes, int]:
+    """A transmission's entity id and where its command starts, as `command_offset`."""
     if not data:
         raise _truncated()
     pos = 1 + data[0]
     if data[0] and versions.has_service_field(version):
         pos = _after_service_field(data, pos)[1]
-    for _ in range(2):
-        if pos >= len(data):
-            raise _truncated()
-        pos += 1 + data[pos]
+    if pos >= len(data):
+        raise _truncated()
+    entity = pos = pos + 1 + data[pos]  # past the corrId
+    if pos >= len(data):
+        raise _truncated()
+    pos += 1 + data[pos]
     if pos > len(data):
         raise _truncated()
-    return pos
+    return data[entity + 1 : pos], pos
 
 
 def authorized_bytes(

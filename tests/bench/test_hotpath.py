@@ -79,11 +79,11 @@ def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
     run = data["runs"][0]
     assert {run[name]["tree"] for name in rows} == {str(hotpath.HERE)}
     light = data["summary"]["light"]
-    assert list(light) == ["echo", "minimal", "router"]
+    assert list(light) == ["echo", "minimal v10", "router v10", "minimal v19", "router v19"]
     for name, row in light.items():
         assert row["samples"] > 0 and row["p50"] is not None, name
         assert len(row["p50_by_window"]) == 2, name
-    assert len(data["summary"]["targets"]) == 6
+    assert len(data["summary"]["targets"]) == 8
     table = (directory / "hotpath.md").read_text()
     assert "router v19" in table and "### Targets" in table
 

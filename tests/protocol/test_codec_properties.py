@@ -43,7 +43,7 @@ from router.protocol import (
     unpad_block,
     verify_authorization,
 )
-from router.protocol.transmission import command_offset
+from router.protocol.transmission import command_offset, entity_and_command_offset
 
 # No deadlines: the machine running the tests may be busy; these check behaviour, not speed.
 many = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -123,6 +123,22 @@ def test_command_offset_finds_the_command_decode_transmission_finds(data):
             command_offset(data)
     else:
         assert data[command_offset(data):] == command
+
+
+@many
+@given(st.data())
+def test_entity_and_command_offset_find_what_decode_transmission_finds(data):
+    v = data.draw(codec_versions)
+    raw = data.draw(st.one_of(transmissions_at(v).map(lambda t: encode_transmission(t, v)),
+                              st.binary(max_size=300)))
+    try:
+        t = decode_transmission(raw, v)
+    except ProtocolError:
+        with pytest.raises(ProtocolError):
+            entity_and_command_offset(raw, v)
+    else:
+        entity_id, start = entity_and_command_offset(raw, v)
+        assert (entity_id, raw[start:]) == (t.entity_id, t.command)
 
 
 @relaxed

@@ -20,12 +20,14 @@ from router.protocol.block import BatchPacker
 from router.protocol.codec import encode_command
 from router.protocol.transmission import encode_transmission
 from router.protocol.types import (
+    ACK,
     AUTH,
     DEL,
     ERR,
     MSG,
     NEW,
     NKEY,
+    NO_MSG,
     OK,
     PING,
     PONG,
@@ -39,10 +41,12 @@ from router.server.core.turns import (
     BASE,
     ED25519,
     FREE_COST,
+    HASHED,
     KEYS,
     MESSAGE,
     X25519_AUTHENTICATOR,
     Turns,
+    acknowledging_cost,
     block_cost,
     transmission_cost,
 )
@@ -284,3 +288,80 @@ async def test_a_turn_gives_its_place_to_the_oldest_waiting_block_when_spent():
     # piece), a again, b again: each in the order it came to wait.
     assert log == ["a0", "a1", "b0", "b1", "c0", "a2", "a3", "b2"], log
     assert places.statistics().borrowed_tokens == 0
+
+
+def test_a_check_costs_more_for_the_bytes_it_hashes():
+    ed25519 = b"s" * 64
+    small = _raw(SEND(b"F", b"x"), ed25519)
+    large = _raw(SEND(b"F", b"x" * 16_000), ed25519)
+    assert transmission_cost(small, VERSION) == BASE + ED25519
+    assert transmission_cost(large, VERSION) == BASE + ED25519 + len(large) // HASHED
+    assert transmission_cost(_raw(SEND(b"F", b"x" * 16_000)), VERSION) == BASE  # nothing checked
+
+
+def test_the_acknowledging_cost_is_the_acks_of_messages_in_flight():
+    ed25519 = b"s" * 64
+    in_flight = {(b"q" * 24, b"m" * 24)}
+
+    def awaits_ack(recipient_id: bytes, msg_id: bytes) -> bool:
+        return (recipient_id, msg_id) in in_flight
+
+    expected = _raw(ACK(b"m" * 24), ed25519)
+    other_message = _raw(ACK(b"n" * 24), ed25519)
+    other_queue = _raw(ACK(b"m" * 24), ed25519, entity_id=b"r" * 24)
+    cut_short = _raw(b"ACK " + bytes((24,)) + b"m" * 23, ed25519)
+    assert acknowledging_cost([expected], VERSION, awaits_ack) == transmission_cost(
+        expected, VERSION)
+    blocks = [[other_message], [other_queue], [cut_short], [_raw(DEL(), ed25519)], [b"\x40"]]
+    for block in blocks:
+        assert acknowledging_cost(block, VERSION, awaits_ack) == 0, block
+    assert acknowledging_cost([expected, other_message], VERSION, awaits_ack) == (
+        transmission_cost(expected, VERSION))
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+@pytest.mark.parametrize("delivery", ["single-task"])
+async def test_a_block_of_acks_of_pushed_messages_needs_no_place(router):
+    """With every place held, a costly block of ACKs of the messages pushed to this
+    connection is answered; a block of ACKs of other messages waits for a place."""
+    with trio.fail_after(30):
+        async with connect(router) as recipient, connect(router) as sender:
+            queues = await recipient.create_queues(10, subscribe=True)
+            for q in queues:
+                await sender.send(q.sender_id, b"hello")
+            pushed = {}
+            while len(pushed) < len(queues):
+                event = await recipient.next_event()
+                assert isinstance(event.response, MSG), event
+                pushed[event.entity_id] = event.response.msg_id
+            places = router.dispatcher.turns._places
+            holders = [object() for _ in range(AT_ONCE)]
+            for holder in holders:
+                places.acquire_on_behalf_of_nowait(holder)
+
+            expected = BatchPacker()
+            raws = [recipient.transmission(q.recipient_id, ACK(pushed[q.recipient_id]),
+                                           q.rcv_seed) for q in queues]
+            for raw in raws:
+                assert expected.add(raw)
+            assert block_cost(raws, VERSION) > FREE_COST
+            await recipient.send_block(expected.take_block())
+            answers = []
+            while len(answers) < len(queues):  # in slices, so maybe in several blocks
+                answers.extend(await recipient.receive())
+            assert [a.response for a in answers] == [OK()] * len(queues)
+
+            others = BatchPacker()
+            for q in queues:
+                assert others.add(recipient.transmission(q.recipient_id, ACK(b"x" * 24),
+                                                         q.rcv_seed))
+            await recipient.send_block(others.take_block())
+            with trio.move_on_after(0.5) as waited:
+                await recipient.receive()
+            assert waited.cancelled_caught, "ACKs of no message in flight passed the turns"
+            for holder in holders:
+                places.release_on_behalf_of(holder)
+            answers = []
+            while len(answers) < len(queues):
+                answers.extend(await recipient.receive())
+            assert [a.response for a in answers] == [ERR(NO_MSG)] * len(queues)

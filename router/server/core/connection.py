@@ -19,8 +19,10 @@ Nothing sits between the task that makes a transmission and the socket:
   is dropped (the transport's `send_blocks`);
 - pushes made in another task without waiting (`push_nowait`: a MSG from the
   SEND of another client, END/DELD/NMSG from the router's event tasks) are
-  appended to the pending list, and the connection's delivery task writes
-  them;
+  written by that task when nobody is writing and nothing is pending, as far
+  as the socket takes them at once (`_write_now`; the transport keeps the rest
+  and the delivery task sends it), else appended to the pending list, which
+  the delivery task writes;
 - delivery: the one task that does this client's waiting work: the pending
   list when nobody is writing, END/DELD events that found the pending list
   full, the queues in its `deliveries` map (subscriptions.py) and the
@@ -29,10 +31,11 @@ Nothing sits between the task that makes a transmission and the socket:
   so `SOKS` precedes its messages. It is started on demand (`wake_delivery`)
   and ends as soon as it has nothing to do, so an idle connection has none.
 
-A delivered message therefore costs three task steps: the sender's receive
-loop reads the SEND and leaves the MSG in the recipient's pending list, the
-recipient's delivery task writes it, and the recipient's receive loop reads
-the ACK (and answers it in the same step).
+A delivered message therefore costs two task steps: the sender's receive
+loop reads the SEND and writes the MSG to the idle recipient's socket, and the
+recipient's receive loop reads the ACK (and answers it in the same step). A
+recipient that is being written to already, or whose socket is full, gets the
+MSG through its pending list and delivery task: one step more.
 
 What the client is subscribed to is not kept here: a connection only does
 I/O. `run` is given a `ClientHandler` (the router's, shared by every
@@ -62,7 +65,7 @@ import trio
 from router.protocol.block import BatchPacker
 from router.protocol.handshake import service_id
 
-from ..edge.block_stream import BlockStream, TransportClosed, block_ready_check
+from ..edge.block_stream import BlockStream, TransportClosed, block_ready_check, sends_now
 from ..edge.handshake import Handshake
 from .tasks import count_tasks
 
@@ -94,6 +97,7 @@ class Connection:
         "_scope", "_helper_nursery", "_helpers", "_helpers_gone",
         "_closed_event", "_receiving", "_delivering", "_handler", "_client",
         "_pending", "_pending_batches", "_max_pending", "_writing", "_room", "_block_ready",
+        "_sends_now", "_unflushed", "_reading",
         "__weakref__",  # per-connection limits are kept weakly (limits.py)
     )
 
@@ -134,6 +138,9 @@ class Connection:
         self._max_pending = send_queue_size
         self._writing = False  # a task is in `_write`
         self._block_ready = block_ready_check(transport)
+        self._sends_now = sends_now(transport)
+        self._unflushed = False  # the transport holds the rest of a write made now
+        self._reading = False  # the receive loop waits for the client's next block
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.transport.remote} v{self.version}>"
@@ -162,10 +169,34 @@ class Connection:
         cancel scope of its own may stop mid-write, which would cut a block in two)."""
         if self.closed:
             return
+        if self._write_now(transmissions):
+            return
         self._pending.extend(transmissions)
         self._pending_batches += 1
         if not self._writing:
             self.wake_delivery()
+
+    def _write_now(self, transmissions: list[bytes]) -> bool:
+        """Write a batch from this task without waiting, when the connection is idle
+        (its receive loop waits for a block, nobody writes, nothing is pending, no
+        rest of an earlier write): the MSG a SEND makes for an idle subscriber goes
+        out from the sender's task, no delivery task started. What the socket does
+        not take now stays with the transport, and the delivery task writes it.
+        False if the batch must go the other way: into the pending list (bounded),
+        where a busy receive loop packs it with its answers."""
+        transport = self._sends_now
+        if (transport is None or not self._reading or self._writing or self._pending
+                or self._unflushed or not transport.can_send_now()):
+            return False
+        try:
+            written = transport.send_blocks_now(_packed(transmissions))
+        except TransportClosed as e:
+            self.close_now(str(e))
+            return True
+        if not written:
+            self._unflushed = True
+            self.wake_delivery()
+        return True
 
     async def wait_for_room(self) -> None:
         """Return once the pending list has room."""
@@ -227,16 +258,13 @@ class Connection:
                 batch.extend(transmissions)
             else:
                 batch = transmissions
-            packer = BatchPacker()
             send_blocks = self.transport.send_blocks
+            if self._unflushed and not batch:
+                await send_blocks([])  # the rest of a write made now
+            self._unflushed = False  # any write sends that rest first
             while batch:
-                blocks = []
-                for t in batch:
-                    if (full := packer.pack(t)) is not None:
-                        blocks.append(full)
+                blocks = _packed(batch)
                 del batch
-                if len(packer):
-                    blocks.append(packer.take_block())
                 await send_blocks(blocks)  # one write for all of them, where it can
                 del blocks
                 batch = self._take_pending()
@@ -283,12 +311,12 @@ class Connection:
         fault ends the connection; so does any other error (`_helper`)."""
         try:
             while True:
-                if self._pending and not self._writing:
+                if (self._pending or self._unflushed) and not self._writing:
                     await self._write([])
                 await handler.delivery_loop(client)
                 # No checkpoint since delivery_loop found no work: only what was left
                 # pending meanwhile can be there, and a task that writes takes it.
-                if not self._pending or self._writing:
+                if not (self._pending or self._unflushed) or self._writing:
                     return
         except TransportClosed as e:
             self.close_now(str(e))
@@ -316,7 +344,9 @@ class Connection:
         # connection waits in it, and each frame it waits in is memory it keeps.
         try:
             while True:
+                self._reading = True
                 block = await receive_block()
+                self._reading = False
                 self.last_activity = trio.current_time()
                 answering = handler.process_block(client, block)
                 # The block is the handler's alone from here: one parked for its turn
@@ -332,7 +362,7 @@ class Connection:
         except TransportClosed as e:
             self.close_reason = self.close_reason or str(e)
         finally:
-            self._receiving = None
+            self._receiving, self._reading = None, False
             # Nothing more is started once the receive loop is gone.
             self._handler = None
             if self._helpers:
@@ -433,3 +463,12 @@ class Connection:
             await fn(*args)
         except TransportClosed as e:
             self.close_now(str(e))
+
+
+def _packed(transmissions: list[bytes]) -> list[bytes]:
+    """The transmissions in as few blocks as they fit, in order."""
+    packer = BatchPacker()
+    blocks = [full for t in transmissions if (full := packer.pack(t)) is not None]
+    if len(packer):
+        blocks.append(packer.take_block())
+    return blocks

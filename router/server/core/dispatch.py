@@ -19,6 +19,8 @@ costing more than `FREE_COST` waits for one of the router's places for costly
 blocks before any signature is checked (holding only its content, unpadded), and, in
 either pass, pauses between two transmissions once it has spent a turn's
 budget, letting the other blocks waiting and the scheduler's other tasks run.
+A block that is mostly ACKs of messages in flight to its connection needs no
+place: it pauses in the same way, after every `FREE_COST` of work (`Slices`).
 The answers keep their order across the pauses: a pause in pass 2 first writes
 the answers made so far (or leaves them pending), if one of them is an answer a
 push could overtake (SUB, NSUB, NEW with subMode S, ACK, GET; without holding a
@@ -77,7 +79,16 @@ from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 
 from .counters import Counters
 from .forwarded import Forwarded
-from .turns import FREE_COST, Turn, Turns, block_cost, execution_cost, verification_cost
+from .turns import (
+    FREE_COST,
+    Pacing,
+    Slices,
+    Turns,
+    acknowledging_cost,
+    block_cost,
+    execution_cost,
+    verification_cost,
+)
 from .verified import Verified, error_transmission
 
 if TYPE_CHECKING:
@@ -128,8 +139,11 @@ class Dispatcher:
         # (a few hundred bytes per command), not 16 KB (bench/RESULTS.md, the storm).
         del block
         version = client.conn.version
-        if block_cost(raw_transmissions, version) <= FREE_COST:
+        cost = block_cost(raw_transmissions, version)
+        if cost <= FREE_COST:
             return await self._answer(client, raw_transmissions, None)
+        if cost - acknowledging_cost(raw_transmissions, version, client.awaits_ack) <= FREE_COST:
+            return await self._answer(client, raw_transmissions, Slices())
         del raw_transmissions  # parked as bytes until its turn
         turn = self.turns.turn()
         try:
@@ -139,7 +153,7 @@ class Dispatcher:
             turn.end()
 
     async def _answer(
-        self, client: ClientSubscriptions, raw_transmissions: list[bytes], turn: Turn | None
+        self, client: ClientSubscriptions, raw_transmissions: list[bytes], turn: Pacing | None
     ) -> list[bytes]:
         """Both passes; with a `turn`, each piece of work is paid for before it is done."""
         conn = client.conn

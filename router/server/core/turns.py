@@ -15,7 +15,8 @@ an estimate of the Python work around them):
 - `BASE`, every transmission: parsing, the queue lookup, the handler, the
   answer (dispatch.py, commands.py);
 - `ED25519`: a 64-byte authorization's signature check (114 bytes: one check
-  of a dummy key), `verify_authorization`;
+  of a dummy key), `verify_authorization`, plus a unit for every `HASHED`
+  bytes the check hashes (a check of a 16 KB SEND takes 1.8x one of an ACK);
 - `X25519_AUTHENTICATOR`: an 80-byte authenticator, one DH, a SHA-512 and a
   box opened, `verify_authorization`;
 - `KEYS`: a key pair and its DH secret, NKEY once and NEW twice (its queue and,
@@ -28,7 +29,15 @@ costs no more than `BASE`; one whose queue or key is missing still pays for
 the check, which runs against a dummy key (docs/protocol.md#behaviour).
 
 A block costing at most `FREE_COST` (two signed commands: a client's everyday
-SEND or ACK; a dozen PINGs) is answered at once. A costlier block takes turns: it
+SEND or ACK; a dozen PINGs) is answered at once. A costlier block whose cost is
+mostly ACKs of the messages the router pushed to this connection and is
+waiting to have acknowledged (`acknowledging_cost`) needs no place: it works in
+slices of `FREE_COST`, yielding between them, as so many everyday blocks
+would. Those ACKs are the answers to the router's own pushes, at most one per
+queue the connection holds, each for a message a sender's SEND paid for; were
+they to wait for places, a recipient batching its ACKs would queue behind
+every costly block while the senders' single SENDs never wait, and the router
+would take messages in faster than it hands them out. Any other costlier block takes turns: it
 waits for one of `AT_ONCE` places, router-wide, works until it has spent
 `TURN_BUDGET`, then gives its place to the next block waiting (or, with
 nobody waiting, just yields) and waits for a place again, in arrival order
@@ -54,9 +63,12 @@ all; blocks of `FREE_COST` or less never wait for a place.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
 import trio
 
-from router.protocol.transmission import command_offset
+from router.protocol.transmission import entity_and_command_offset
 from router.protocol.types import ProtocolError
 
 BASE = 2  # half paid with the verification, half with the handler
@@ -64,6 +76,7 @@ ED25519 = 10
 X25519_AUTHENTICATOR = 7
 KEYS = 9
 MESSAGE = 2
+HASHED = 2048  # bytes an authorization's check hashes per unit (0.5 unit per KB)
 
 FREE_COST = 30  # a block of at most this is answered without a turn
 TURN_BUDGET = 40  # units a block spends in one turn (then yields)
@@ -79,7 +92,8 @@ _COMMAND_COST = {"NEW": 2 * KEYS, "NKEY": KEYS, "SUB": MESSAGE, "ACK": MESSAGE,
 
 def verification_cost(raw: bytes) -> int:
     """Parsing a transmission, looking its queue up and checking its authorization."""
-    return BASE // 2 + _AUTHORIZATION_COST.get(raw[0] if raw else 0, 0)
+    check = _AUTHORIZATION_COST.get(raw[0] if raw else 0, 0)
+    return BASE // 2 + (check + len(raw) // HASHED if check else 0)
 
 
 def execution_cost(command_name: str) -> int:
@@ -92,7 +106,7 @@ def transmission_cost(raw: bytes, version: int) -> int:
     parse costs its verification only: it gets its error)."""
     cost = verification_cost(raw)
     try:
-        start = command_offset(raw, version)
+        _, start = entity_and_command_offset(raw, version)
     except ProtocolError:
         return cost
     tag = raw[start : start + 4].split(b" ", 1)[0]
@@ -101,6 +115,25 @@ def transmission_cost(raw: bytes, version: int) -> int:
 
 def block_cost(raw_transmissions: list[bytes], version: int) -> int:
     return sum(transmission_cost(raw, version) for raw in raw_transmissions)
+
+
+AwaitsAck = Callable[[bytes, bytes], bool]  # (recipient id, msg id): the message in flight
+
+
+def acknowledging_cost(raw_transmissions: list[bytes], version: int,
+                       awaits_ack: AwaitsAck) -> int:
+    """The part of `block_cost` that is ACKs of messages in flight to this connection
+    (`awaits_ack`): the answers to the router's own pushes."""
+    total = 0
+    for raw in raw_transmissions:
+        try:
+            entity_id, start = entity_and_command_offset(raw, version)
+        except ProtocolError:
+            continue
+        if raw.startswith(b"ACK ", start) and raw[start + 4 : start + 5] == bytes(
+                (len(raw) - start - 5,)) and awaits_ack(entity_id, raw[start + 5 :]):
+            total += verification_cost(raw) + execution_cost("ACK")
+    return total
 
 
 class Turns:
@@ -116,29 +149,28 @@ class Turns:
     def turn(self) -> Turn:
         return Turn(self._places, self.budget)
 
+
     def statistics(self) -> trio.CapacityLimiterStatistics:
         return self._places.statistics()
 
 
-class Turn:
-    """One costly block's turns: `begin` waits for a place, `spend` is called before
-    each piece of work with its cost, `end` gives the place back. Between `end` and
-    `begin` the block holds no place, whatever it waits for."""
+class Pacing(ABC):
+    """A costly block's work paid for piece by piece: `spend` is called before each
+    piece with its cost, and once `due` the block pauses (`end`, then `begin`)."""
 
-    __slots__ = ("_places", "_budget", "_left", "_holding", "turns_taken")
+    __slots__ = ("_budget", "_left", "turns_taken")
 
-    def __init__(self, places: trio.CapacityLimiter, budget: int) -> None:
-        self._places = places
+    def __init__(self, budget: int) -> None:
         self._budget = budget
         self._left = 0
-        self._holding = False
         self.turns_taken = 0
 
+    @abstractmethod
     async def begin(self) -> None:
-        await self._places.acquire()
-        self._holding = True
-        self._left = self._budget
-        self.turns_taken += 1
+        """Start the next piece of work: a turn waits for a place, a slice yields."""
+
+    def end(self) -> None:  # noqa: B027 - only a turn has a place to give back
+        """Give back what `begin` took, if anything."""
 
     @property
     def due(self) -> bool:
@@ -150,17 +182,53 @@ class Turn:
         self._left -= cost
 
     async def spend(self, cost: int) -> None:
-        """`charge`, after yielding if the turn is `due`: the place goes to the oldest
-        block waiting (or, with none waiting, the scheduler's other tasks run)."""
+        """`charge`, after pausing if the turn is `due`."""
         if self.due:
             await self.pause()
         self.charge(cost)
 
     async def pause(self) -> None:
         self.end()
-        await self.begin()  # acquiring a free place yields too
+        await self.begin()
+
+
+class Turn(Pacing):
+    """One costly block's turns: `begin` waits for a place, `end` gives it back (to
+    the oldest block waiting; with none waiting, acquiring a free place still
+    yields to the scheduler's other tasks). Between `end` and `begin` the block
+    holds no place, whatever it waits for."""
+
+    __slots__ = ("_places", "_holding")
+
+    def __init__(self, places: trio.CapacityLimiter, budget: int) -> None:
+        super().__init__(budget)
+        self._places = places
+        self._holding = False
+
+    async def begin(self) -> None:
+        await self._places.acquire()
+        self._holding = True
+        self._left = self._budget
+        self.turns_taken += 1
 
     def end(self) -> None:
         if self._holding:
             self._holding = False
             self._places.release()
+
+
+class Slices(Pacing):
+    """A block that needs no place (its cost is mostly ACKs of messages in flight):
+    it starts at once and yields after every `FREE_COST` of work, as a run of
+    everyday blocks would."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(FREE_COST)
+        self._left = FREE_COST  # the first slice without a yield
+
+    async def begin(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self._left = self._budget
+        self.turns_taken += 1

@@ -42,6 +42,29 @@ def _never() -> bool:
     return False
 
 
+class SendsNow(Protocol):
+    """A transport that can write from any task without waiting (see `BlockStream`)."""
+
+    def can_send_now(self) -> bool: ...
+
+    def send_blocks_now(self, blocks: list[bytes]) -> bool: ...
+
+
+def sends_now(transport: object) -> SendsNow | None:
+    """The transport, if it can write without waiting."""
+    return transport if callable(getattr(transport, "send_blocks_now", None)) else None  # type: ignore[return-value]
+
+
+def send_available(sock: socket.socket, data: bytes) -> int:
+    """Write what the socket takes of `data` now, without waiting: how much it took."""
+    try:
+        return sock.send(data)
+    except BlockingIOError:
+        return 0
+    except OSError as e:
+        raise TransportClosed("peer closed the connection") from e
+
+
 class TransportClosed(Exception):
     """The connection cannot go on: the peer left, broke the framing, or stalled."""
 
@@ -66,7 +89,11 @@ class BlockStream(Protocol):
         """The SMP handshake is through (the listener stops counting it as pending)."""
 
     # A transport may also have `block_ready() -> bool`: whether a whole block is in
-    # already, so that `receive_block` returns it without waiting (`answers_ready`).
+    # already, so that `receive_block` returns it without waiting (`answers_ready`);
+    # and `can_send_now() -> bool` with `send_blocks_now(blocks) -> bool` (`SendsNow`):
+    # when it can, write blocks from any task without waiting, True when the socket
+    # took them all, False when the rest waits for the next `send_blocks` (of any
+    # blocks, or none) to write it first.
 
     async def aclose(self, timeout: float) -> None: ...
 
@@ -86,12 +113,7 @@ async def send_on_socket(
     `TransportClosed`; `StalledPeer` when the deadline passed."""
     view: bytes | memoryview = data
     if sock is not None:
-        try:
-            sent = sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as e:
-            raise TransportClosed("peer closed the connection") from e
+        sent = send_available(sock, data)
         if sent == len(data):
             return
         view = memoryview(data)[sent:]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from router.protocol.block_encryption import BlockCipher
 from router.protocol.types import ProtocolError
 
-from .block_stream import BlockStream, TransportClosed, block_ready_check
+from .block_stream import BlockStream, TransportClosed, block_ready_check, sends_now
 
 
 class EncryptedTransport:
@@ -43,6 +43,15 @@ class EncryptedTransport:
 
     async def send_blocks(self, blocks: list[bytes]) -> None:
         await self.inner.send_blocks([self._seal(block) for block in blocks])
+
+    def can_send_now(self) -> bool:
+        inner = sends_now(self.inner)
+        return inner is not None and inner.can_send_now()
+
+    def send_blocks_now(self, blocks: list[bytes]) -> bool:
+        inner = sends_now(self.inner)
+        assert inner is not None
+        return inner.send_blocks_now([self._seal(block) for block in blocks])
 
     def block_ready(self) -> bool:
         return block_ready_check(self.inner)()

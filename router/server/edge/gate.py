@@ -13,7 +13,7 @@ from typing import Protocol
 
 import trio
 
-from .block_stream import BlockStream, block_ready_check
+from .block_stream import BlockStream, block_ready_check, sends_now
 
 
 class SuspendGate:
@@ -70,6 +70,15 @@ class GatedTransport:
 
     def block_ready(self) -> bool:
         return not self._gate.suspended and block_ready_check(self.inner)()
+
+    def can_send_now(self) -> bool:
+        inner = sends_now(self.inner)
+        return not self._gate.suspended and inner is not None and inner.can_send_now()
+
+    def send_blocks_now(self, blocks: list[bytes]) -> bool:
+        inner = sends_now(self.inner)
+        assert inner is not None
+        return inner.send_blocks_now(blocks)
 
     def established(self) -> None:
         self.inner.established()

@@ -49,6 +49,7 @@ from .block_stream import (
     STREAM_GONE,
     StalledPeer,
     TransportClosed,
+    send_available,
     send_on_socket,
 )
 from .identity import RouterIdentity
@@ -322,7 +323,7 @@ class TlsBlockTransport:
 
     __slots__ = (
         "_stream", "_tls", "_incoming", "_outgoing", "_socket", "_limits",
-        "_on_established", "_buffer", "_writing",
+        "_on_established", "_buffer", "_writing", "_unsent",
         "remote", "stalled", "web_challenge", "session_id", "legacy",
     )
 
@@ -341,6 +342,7 @@ class TlsBlockTransport:
         self._on_established = on_established
         self._buffer = b""
         self._writing = False  # a task is in `_write_pending`
+        self._unsent = b""  # what the socket did not take of a `send_blocks_now`
         self._tls, self._incoming, self._outgoing, self._socket = _tls_state(stream)
         self.remote = remote
         self.stalled = False
@@ -457,13 +459,44 @@ class TlsBlockTransport:
                 self.stalled = True
                 raise TransportClosed(f"peer did not read for {self._limits.stalled_timeout} s")
             return
-        assert self._tls is not None
-        try:
-            self._tls.write(data)  # into the outgoing memory buffer: always whole
-        except ssl.SSLError as e:
-            raise TransportClosed("the TLS connection failed") from e
+        self._encrypt(data)
         del data
         await self._write_pending()
+
+    def _encrypt(self, data: bytes) -> None:
+        """Into the outgoing memory buffer: always whole."""
+        assert self._tls is not None
+        if data:
+            try:
+                self._tls.write(data)
+            except ssl.SSLError as e:
+                raise TransportClosed("the TLS connection failed") from e
+
+    def _take_data(self) -> bytes:
+        """What is to be written next, in order: the rest of a write made now, then
+        the records made since."""
+        assert self._outgoing is not None
+        data = self._outgoing.read()
+        if self._unsent:
+            data, self._unsent = self._unsent + data, b""
+        return data
+
+    def can_send_now(self) -> bool:
+        return self._socket is not None
+
+    def send_blocks_now(self, blocks: list[bytes]) -> bool:
+        """Encrypt `blocks` and write what the socket takes now, without waiting (from
+        any task: nothing here yields); False when some is left for the next write."""
+        self._encrypt(blocks[0] if len(blocks) == 1 else b"".join(blocks))
+        if self._writing:
+            return True  # the task writing sends it before it returns
+        assert self._socket is not None
+        data = self._take_data()
+        sent = send_available(self._socket, data)
+        if sent < len(data):
+            self._unsent = data[sent:]
+            return False
+        return True
 
     async def _write_pending(self) -> None:
         """Send the TLS records waiting in the outgoing buffer; if another task is
@@ -473,7 +506,7 @@ class TlsBlockTransport:
         assert self._outgoing is not None
         self._writing = True
         try:
-            while data := self._outgoing.read():
+            while data := self._take_data():
                 await self._send_all(data)
                 del data
         finally:

@@ -44,6 +44,7 @@ from .block_stream import (
     STREAM_GONE,
     StalledPeer,
     TransportClosed,
+    send_available,
     send_on_socket,
 )
 
@@ -127,7 +128,7 @@ class WebSocketTransport:
     """
 
     __slots__ = (
-        "_stream", "_socket", "_protocol", "_limits", "_events", "_writing",
+        "_stream", "_socket", "_protocol", "_limits", "_events", "_writing", "_unsent",
         "_on_established", "_control_frames", "remote", "stalled", "web_challenge",
         "_waiting_since", "_pinged_at", "_aborted",
     )
@@ -147,6 +148,7 @@ class WebSocketTransport:
         self._socket = _plain_socket(stream)  # None over TLS
         self._events: list[object] = []  # frames read but not yet taken
         self._writing = False  # a task is in `_write_pending`
+        self._unsent = b""  # what the socket did not take of a `send_blocks_now`
         self._on_established = on_established
         self._control_frames = 0  # pings, pongs since the last block
         self.remote = remote
@@ -296,15 +298,41 @@ class WebSocketTransport:
         self._writing = True
         try:
             while True:
-                writes = self._protocol.data_to_send()
-                data = b"".join(writes) if len(writes) != 1 else writes[0]
-                del writes
+                data = self._take_data()
                 if not data:  # nothing, or only the end-of-stream mark: closed later
                     return
                 await self._send_all(data)
                 del data
         finally:
             self._writing = False
+
+    def _take_data(self) -> bytes:
+        """What is to be written next, in order: the rest of a write made now, then
+        what the protocol has queued since."""
+        writes = self._protocol.data_to_send()
+        data = b"".join(writes) if len(writes) != 1 else writes[0]
+        if self._unsent:
+            data, self._unsent = self._unsent + data, b""
+        return data
+
+    def can_send_now(self) -> bool:
+        return self._socket is not None and self._protocol.state is OPEN
+
+    def send_blocks_now(self, blocks: list[bytes]) -> bool:
+        """Queue `blocks` and write what the socket takes now, without waiting (from
+        any task: nothing here yields); False when some is left for the next write."""
+        protocol = self._protocol
+        for block in blocks:
+            protocol.send_binary(block)
+        if self._writing:
+            return True  # the task writing sends it before it returns
+        assert self._socket is not None
+        data = self._take_data()
+        sent = send_available(self._socket, data)
+        if sent < len(data):
+            self._unsent = data[sent:]
+            return False
+        return True
 
     async def _send_all(self, data: bytes) -> None:
         """Write `data`; a peer that does not take it within `stalled_timeout` is dropped."""
