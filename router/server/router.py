@@ -156,7 +156,8 @@ class Router:
             proxy=self.proxy,
         ))
         self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies,
-                                     counters=counters)
+                                     counters=counters,
+                                     awaits_ack=self.subscriptions.awaits_ack)
         self._serving = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )

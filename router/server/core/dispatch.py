@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING
 
@@ -109,21 +110,26 @@ _OVERTAKABLE = frozenset({SUB, NSUB, ACK, GET, SUBS, NSUBS})
 
 # Runs one verified command for its subscriber (commands.py).
 Execute = Callable[["ClientSubscriptions", Verified], Awaitable[list[bytes]]]
+ClientAwaitsAck = Callable[["ClientSubscriptions", bytes, bytes], bool]
 
 
 _BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
 
 class Dispatcher:
-    __slots__ = ("_queues", "_execute_command", "turns", "_latencies", "_forwarded")
+    __slots__ = ("_queues", "_execute_command", "turns", "_latencies", "_forwarded",
+                 "_awaits_ack")
 
     def __init__(
         self, queues: QueueStore, execute: Execute, latencies: Latencies,
         turns: Turns | None = None, counters: Counters | None = None,
+        awaits_ack: ClientAwaitsAck = lambda client, recipient_id, msg_id: False,
     ) -> None:
         self._queues = queues
         self._execute_command = execute
         self._latencies = latencies
         self.turns = turns or Turns()
+        # Whether an ACK is of the message in flight to that client (subscriptions.py).
+        self._awaits_ack = awaits_ack
         # RFWD: a transmission inside a command, verified and run as this block's are.
         self._forwarded = Forwarded(counters or Counters(), self.verify_forwarded,
                                     self._execute)
@@ -142,7 +148,9 @@ class Dispatcher:
         cost = block_cost(raw_transmissions, version)
         if cost <= FREE_COST:
             return await self._answer(client, raw_transmissions, None)
-        if cost - acknowledging_cost(raw_transmissions, version, client.awaits_ack) <= FREE_COST:
+        acknowledging = acknowledging_cost(raw_transmissions, version,
+                                           partial(self._awaits_ack, client))
+        if cost - acknowledging <= FREE_COST:
             return await self._answer(client, raw_transmissions, Slices())
         del raw_transmissions  # parked as bytes until its turn
         turn = self.turns.turn()

@@ -178,13 +178,6 @@ class ClientSubscriptions:
         get_subs = self._get_subs
         return None if get_subs is None else get_subs.get(recipient_id)
 
-    def awaits_ack(self, recipient_id: bytes, msg_id: bytes) -> bool:
-        """`msg_id` is the message pushed to it on that queue and not acknowledged yet
-        (an ACK of it answers the router's own push: turns.py)."""
-        sub = self.queue(recipient_id)
-        delivered = None if sub is None else sub.delivered
-        return delivered is not None and delivered is not ANSWERING and delivered[0] == msg_id
-
     def held_ids(self) -> list[bytes]:
         """The ids of the queues it holds by SUB (not GET), each once."""
         registry = self._registry
@@ -422,6 +415,13 @@ class Subscriptions:
         """The (msg id, ts) in flight to `sub`'s holder, awaiting its ACK (or
         `ANSWERING`); None when nothing is."""
         return self._in_flight.get(sub)
+
+    def awaits_ack(self, client: ClientSubscriptions, recipient_id: bytes, msg_id: bytes) -> bool:
+        """`msg_id` is the message pushed to `client` on that queue and not acknowledged
+        yet (an ACK of it answers the router's own push: turns.py)."""
+        sub = client.queue(recipient_id)
+        delivered = None if sub is None else self._in_flight.get(sub)
+        return delivered is not None and delivered is not ANSWERING and delivered[0] == msg_id
 
     def in_flight_count(self) -> int:
         """Queues with a message in flight, router-wide (GET mode included)."""
