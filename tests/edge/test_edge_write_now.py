@@ -23,9 +23,15 @@ def _frame(block: bytes) -> bytes:
     return b"\x82\x7e" + len(block).to_bytes(2, "big") + block
 
 
-def _small_buffers(a: trio.socket.SocketType, b: trio.socket.SocketType) -> None:
+def _transport_and_peer() -> tuple[WebSocketTransport, trio.SocketStream]:
+    """An open WebSocket transport on one end of a socket pair with small buffers."""
+    a, b = trio.socket.socketpair()
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    protocol = ServerProtocol()
+    protocol.state = OPEN
+    transport = WebSocketTransport(trio.SocketStream(a), protocol, "peer", DEFAULT_LIMITS)
+    return transport, trio.SocketStream(b)
 
 
 async def _read(stream: trio.SocketStream, size: int) -> bytes:
@@ -38,12 +44,7 @@ async def _read(stream: trio.SocketStream, size: int) -> bytes:
 
 
 async def test_what_the_socket_does_not_take_now_goes_first_with_the_next_write():
-    a, b = trio.socket.socketpair()
-    _small_buffers(a, b)
-    protocol = ServerProtocol()
-    protocol.state = OPEN
-    transport = WebSocketTransport(trio.SocketStream(a), protocol, "peer", DEFAULT_LIMITS)
-    peer = trio.SocketStream(b)
+    transport, peer = _transport_and_peer()
     blocks = [bytes([i]) * BLOCK_SIZE for i in range(12)]
 
     assert transport.can_send_now()
@@ -63,12 +64,7 @@ async def test_what_the_socket_does_not_take_now_goes_first_with_the_next_write(
 
 
 async def test_a_write_made_now_while_another_task_writes_is_sent_by_that_task():
-    a, b = trio.socket.socketpair()
-    _small_buffers(a, b)
-    protocol = ServerProtocol()
-    protocol.state = OPEN
-    transport = WebSocketTransport(trio.SocketStream(a), protocol, "peer", DEFAULT_LIMITS)
-    peer = trio.SocketStream(b)
+    transport, peer = _transport_and_peer()
     first, second = b"\x01" * BLOCK_SIZE, b"\x02" * BLOCK_SIZE
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:

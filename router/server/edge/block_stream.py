@@ -14,6 +14,7 @@ catches them.
 from __future__ import annotations
 
 import socket
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -53,6 +54,34 @@ class SendsNow(Protocol):
 def sends_now(transport: object) -> SendsNow | None:
     """The transport, if it can write without waiting."""
     return transport if callable(getattr(transport, "send_blocks_now", None)) else None  # type: ignore[return-value]
+
+
+class WritesSocketNow(ABC):
+    """The writing half of `send_blocks_now` for a transport that drives its own
+    socket and keeps, in `_unsent`, what the socket did not take of a write made
+    now (its `_take_data` puts that first)."""
+
+    __slots__ = ()
+    _socket: socket.socket | None
+    _writing: bool
+    _unsent: bytes
+
+    @abstractmethod
+    def _take_data(self) -> bytes:
+        """What is to be written next, in order (each transport's own framing)."""
+
+    def _write_queued_now(self) -> bool:
+        """Write what is queued as far as the socket takes it now: True if it took
+        all (or a task that is writing will send it), else the rest is kept."""
+        if self._writing:
+            return True  # the task writing sends it before it returns
+        assert self._socket is not None
+        data = self._take_data()
+        sent = send_available(self._socket, data)
+        if sent < len(data):
+            self._unsent = data[sent:]
+            return False
+        return True
 
 
 def send_available(sock: socket.socket, data: bytes) -> int:

@@ -49,7 +49,7 @@ from .block_stream import (
     STREAM_GONE,
     StalledPeer,
     TransportClosed,
-    send_available,
+    WritesSocketNow,
     send_on_socket,
 )
 from .identity import RouterIdentity
@@ -304,7 +304,7 @@ def _keep_alive(raw: trio.SocketStream, limits: EdgeLimits) -> None:
 # --- the transport ----------------------------------------------------------------------
 
 
-class TlsBlockTransport:
+class TlsBlockTransport(WritesSocketNow):
     """Blocks in and out of one TLS connection, no framing (docs/protocol.md#native-tls).
 
     A block's bytes, once they begin, must all arrive within `message_timeout`;
@@ -488,15 +488,7 @@ class TlsBlockTransport:
         """Encrypt `blocks` and write what the socket takes now, without waiting (from
         any task: nothing here yields); False when some is left for the next write."""
         self._encrypt(blocks[0] if len(blocks) == 1 else b"".join(blocks))
-        if self._writing:
-            return True  # the task writing sends it before it returns
-        assert self._socket is not None
-        data = self._take_data()
-        sent = send_available(self._socket, data)
-        if sent < len(data):
-            self._unsent = data[sent:]
-            return False
-        return True
+        return self._write_queued_now()
 
     async def _write_pending(self) -> None:
         """Send the TLS records waiting in the outgoing buffer; if another task is

@@ -44,7 +44,7 @@ from .block_stream import (
     STREAM_GONE,
     StalledPeer,
     TransportClosed,
-    send_available,
+    WritesSocketNow,
     send_on_socket,
 )
 
@@ -117,7 +117,7 @@ class Keepalive:
             transport._abort(f"no answer to a ping in {self.timeout} s")
 
 
-class WebSocketTransport:
+class WebSocketTransport(WritesSocketNow):
     """Blocks in and out of one upgraded connection (the router's block transport).
 
     `receive_block` runs in the connection's receive task and does the reading
@@ -324,15 +324,7 @@ class WebSocketTransport:
         protocol = self._protocol
         for block in blocks:
             protocol.send_binary(block)
-        if self._writing:
-            return True  # the task writing sends it before it returns
-        assert self._socket is not None
-        data = self._take_data()
-        sent = send_available(self._socket, data)
-        if sent < len(data):
-            self._unsent = data[sent:]
-            return False
-        return True
+        return self._write_queued_now()
 
     async def _send_all(self, data: bytes) -> None:
         """Write `data`; a peer that does not take it within `stalled_timeout` is dropped."""
