@@ -19,10 +19,11 @@ Nothing sits between the task that makes a transmission and the socket:
   is dropped (the transport's `send_blocks`);
 - pushes made in another task without waiting (`push_nowait`: a MSG from the
   SEND of another client, END/DELD/NMSG from the router's event tasks) are
-  written by that task when nobody is writing and nothing is pending, as far
-  as the socket takes them at once (`_write_now`; the transport keeps the rest
-  and the delivery task sends it), else appended to the pending list, which
-  the delivery task writes;
+  written by that task while the connection is idle (its receive loop waits
+  for a block, nobody is writing, nothing is pending), as far as the socket
+  takes them at once (`_write_now`; the transport keeps the rest and the
+  delivery task sends it), else appended to the pending list, which the
+  receive loop's next write or the delivery task writes;
 - delivery: the one task that does this client's waiting work: the pending
   list when nobody is writing, END/DELD events that found the pending list
   full, the queues in its `deliveries` map (subscriptions.py) and the
@@ -34,8 +35,8 @@ Nothing sits between the task that makes a transmission and the socket:
 A delivered message therefore costs two task steps: the sender's receive
 loop reads the SEND and writes the MSG to the idle recipient's socket, and the
 recipient's receive loop reads the ACK (and answers it in the same step). A
-recipient that is being written to already, or whose socket is full, gets the
-MSG through its pending list and delivery task: one step more.
+recipient that is busy with a block, being written to, or whose socket is
+full, gets the MSG through its pending list instead.
 
 What the client is subscribed to is not kept here: a connection only does
 I/O. `run` is given a `ClientHandler` (the router's, shared by every
