@@ -37,7 +37,9 @@ would. Those ACKs are the answers to the router's own pushes, at most one per
 queue the connection holds, each for a message a sender's SEND paid for; were
 they to wait for places, a recipient batching its ACKs would queue behind
 every costly block while the senders' single SENDs never wait, and the router
-would take messages in faster than it hands them out. Any other costlier block takes turns: it
+would take messages in faster than it hands them out.
+
+Any other costlier block takes turns: it
 waits for one of `AT_ONCE` places, router-wide, works until it has spent
 `TURN_BUDGET`, then gives its place to the next block waiting (or, with
 nobody waiting, just yields) and waits for a place again, in arrival order
