@@ -9,6 +9,7 @@ same process without a socket.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable
 
 import trio
@@ -22,7 +23,7 @@ from .block_stream import MESSAGE_QUEUE_SIZE, STREAM_GONE, TransportClosed
 _STREAM_ERRORS = (ConnectionClosed, *STREAM_GONE)
 
 
-class SendsWithinDeadline:
+class SendsWithinDeadline(ABC):
     """Sending for the transports here and the ASGI one (asgi.py): a peer that
     does not take a block within `_stalled_timeout` seconds is marked `stalled`
     and dropped."""
@@ -32,8 +33,9 @@ class SendsWithinDeadline:
     _stalled_timeout: float
     stalled: bool
 
+    @abstractmethod
     def _send(self, block: bytes) -> Awaitable[None]:
-        raise NotImplementedError
+        """Send one block on the underlying connection (each transport's own)."""
 
     async def send_block(self, block: bytes) -> None:
         """Send one block; a peer that does not take it within the deadline is dropped."""
