@@ -5,6 +5,7 @@ the behaviour around them."""
 
 from __future__ import annotations
 
+import hmac
 import os
 
 import pytest
@@ -16,6 +17,7 @@ from router.protocol.block_encryption import (
     MAX_CONTENT,
     BlockCipher,
     _hsalsa20_python,
+    chain_step,
     dh_secret,
     hkdf_sha512,
     hsalsa20,
@@ -38,6 +40,31 @@ def test_hkdf_sha512_matches_rfc5869_shape():
     out = hkdf_sha512(b"salt", b"ikm", b"info", 130)
     assert len(out) == 130 and out[:64] == hkdf_sha512(b"salt", b"ikm", b"info", 64)
     assert hkdf_sha512(b"", b"ikm", b"info", 32) == hkdf_sha512(bytes(64), b"ikm", b"info", 32)
+
+
+def _hkdf_of_the_standard_library(salt: bytes, ikm: bytes, info: bytes, length: int) -> bytes:
+    prk = hmac.digest(salt, ikm, "sha512")
+    out, block, counter = b"", b"", 1
+    while len(out) < length:
+        block = hmac.digest(prk, block + info + bytes((counter,)), "sha512")
+        out, counter = out + block, counter + 1
+    return out[:length]
+
+
+@pytest.mark.parametrize("salt_size", [0, 20, 64, 128, 129, 300])
+@pytest.mark.parametrize("length", [1, 32, 64, 88, 130])
+def test_hkdf_sha512_with_its_own_hmac_equals_the_standard_librarys(salt_size, length):
+    # Keys longer than SHA-512's block (129, 300) are hashed first (RFC 2104).
+    salt, ikm = os.urandom(salt_size), os.urandom(48)
+    assert hkdf_sha512(salt, ikm, b"info", length) == _hkdf_of_the_standard_library(
+        salt, ikm, b"info", length)
+
+
+def test_chain_step_is_the_hkdf_of_the_chain_key_written_out():
+    for _ in range(20):
+        chain = os.urandom(32)
+        out = _hkdf_of_the_standard_library(b"", chain, b"SimpleXSbChain", 88)
+        assert chain_step(chain) == (out[:32], out[32:64], out[64:88])
 
 
 def test_both_ends_chains_agree_block_after_block_and_never_repeat():
