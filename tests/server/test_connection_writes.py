@@ -118,3 +118,123 @@ async def test_answers_left_waiting_are_written_when_the_next_block_has_none():
             await transport.written.wait()
             nursery.cancel_scope.cancel()
     assert transmissions(transport.writes) == [[b"answer a"]]
+
+
+class CountingDeliveries(AnswerEach):
+    """AnswerEach that counts the delivery task's runs."""
+
+    def __init__(self, silent: tuple[bytes, ...] = ()) -> None:
+        super().__init__(silent)
+        self.delivery_runs = 0
+
+    async def delivery_loop(self, client: object) -> None:
+        self.delivery_runs += 1
+
+
+async def test_held_answers_cost_no_delivery_task_when_nothing_waits():
+    transport = ScriptedTransport([block(b"a"), block(b"b"), block(b"c")], leave_after=False)
+    conn = connection(transport)
+    handler = CountingDeliveries(silent=(b"c",))
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, conn, handler)
+            await transport.written.wait()
+            nursery.cancel_scope.cancel()
+    # a's and b's answers held while c was read and answered (with none), then written
+    # by the receive loop itself
+    assert transmissions(transport.writes) == [[b"answer a", b"answer b"]]
+    assert handler.delivery_runs == 0
+
+
+class WaitsOn(AnswerEach):
+    """Answering the block `key` waits until `go` is set."""
+
+    def __init__(self, key: bytes) -> None:
+        super().__init__()
+        self.key = key
+        self.go = trio.Event()
+
+    async def process_block(self, client: object, block: bytes) -> list[bytes]:
+        if block[:1] == self.key:
+            await self.go.wait()
+        return await super().process_block(client, block)
+
+
+async def test_held_answers_are_written_when_answering_the_next_block_waits():
+    # The second block waits for something that comes only once the first block's
+    # answers are out: they must not wait with it (a turn, a commit, a proxied slot).
+    transport = ScriptedTransport([block(b"a"), block(b"b")], leave_after=False)
+    conn = connection(transport)
+    handler = WaitsOn(b"b")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, conn, handler)
+            await transport.written.wait()
+            assert transmissions(transport.writes) == [[b"answer a"]]
+            transport.written = trio.Event()
+            handler.go.set()
+            await transport.written.wait()
+            nursery.cancel_scope.cancel()
+    assert transmissions(transport.writes) == [[b"answer a"], [b"answer b"]]
+
+
+class ReadyButWaits(ScriptedTransport):
+    """Says a block is in while the next read still waits (as a transport that has a
+    ping in before the block would, were the pong's write to wait)."""
+
+    def block_ready(self) -> bool:
+        return True
+
+    async def receive_block(self) -> bytes:
+        if len(self.incoming) == 1:
+            await trio.sleep(0.05)
+        return await super().receive_block()
+
+
+async def test_held_answers_are_written_when_reading_the_next_block_waits():
+    transport = ReadyButWaits([block(b"a"), block(b"b")], leave_after=False)
+    conn = connection(transport)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, conn, AnswerEach())
+            await transport.written.wait()
+            # a's answers left before b came in
+            assert transmissions(transport.writes) == [[b"answer a"]]
+            transport.written = trio.Event()
+            await transport.written.wait()
+            nursery.cancel_scope.cancel()
+    assert transmissions(transport.writes) == [[b"answer a"], [b"answer b"]]
+
+
+class FailsAfterWaiting(AnswerEach):
+    async def process_block(self, client: object, block: bytes) -> list[bytes]:
+        if block[:1] == b"b":
+            await trio.lowlevel.checkpoint()
+            raise TransportClosed("gone while answering")
+        return await super().process_block(client, block)
+
+
+async def test_an_error_after_a_wait_with_answers_held_ends_the_connection():
+    transport = ScriptedTransport([block(b"a"), block(b"b")], leave_after=False)
+    conn = connection(transport)
+    with trio.fail_after(10):
+        await serve(conn, FailsAfterWaiting())
+    assert conn.close_reason == "gone while answering"
+
+
+async def test_a_connection_cancelled_while_answering_with_answers_held_ends():
+    transport = ScriptedTransport([block(b"a"), block(b"b")], leave_after=False)
+    conn = connection(transport)
+    handler = WaitsOn(b"b")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as helpers:
+            with trio.CancelScope() as scope:
+                helpers.start_soon(_cancel_once_written, transport, scope)
+                await conn.run(handler, None, scope, helpers)
+    assert scope.cancelled_caught
+    assert transmissions(transport.writes) == [[b"answer a"]]
+
+
+async def _cancel_once_written(transport: ScriptedTransport, scope: trio.CancelScope) -> None:
+    await transport.written.wait()
+    scope.cancel()

@@ -7,8 +7,12 @@ Nothing sits between the task that makes a transmission and the socket:
 - receive: reads a block, has the dispatcher verify and execute it, and writes
   the answers itself (`push`), packed into as few blocks as fit, in one write
   where the transport can. When the next block is in already (the transport's
-  `block_ready`), the answers are left pending instead and go out with that
-  block's answers: a client that pipelines gets one write for both;
+  `block_ready`), the answers are held in the pending list instead and go out
+  with that block's answers: a client that pipelines gets one write for both.
+  Held answers never wait for anything but the receive loop's own work: the
+  moment reading or answering the next block would wait (for a turn, a
+  store's commit, a proxied command's slot, the socket), the delivery task is
+  woken to write them (`_releasing_held_answers`);
 - writing: one task at a time writes (`_writing`). A task that has something
   to send while another is mid-write (blocked on a peer that reads slowly)
   appends it to the pending list and goes on; the writing task sends whatever
@@ -58,7 +62,8 @@ them is logged and ends its connection, not the shared nursery.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
 import trio
@@ -73,6 +78,7 @@ from .tasks import count_tasks
 log = logging.getLogger(__name__)
 
 Client = TypeVar("Client")
+T = TypeVar("T")
 
 
 class ClientHandler(Protocol[Client]):
@@ -98,7 +104,7 @@ class Connection:
         "_scope", "_helper_nursery", "_helpers", "_helpers_gone",
         "_closed_event", "_receiving", "_delivering", "_handler", "_client",
         "_pending", "_pending_batches", "_max_pending", "_writing", "_room", "_block_ready",
-        "_sends_now", "_unflushed", "_reading",
+        "_sends_now", "_unflushed", "_reading", "_answers_held",
         "__weakref__",  # per-connection limits are kept weakly (limits.py)
     )
 
@@ -142,6 +148,9 @@ class Connection:
         self._sends_now = sends_now(transport)
         self._unflushed = False  # the transport holds the rest of a write made now
         self._reading = False  # the receive loop waits for the client's next block
+        # The pending list has answers the receive loop holds for the next block's, and
+        # nobody has been asked to write them (`_answers_wait`).
+        self._answers_held = False
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.transport.remote} v{self.version}>"
@@ -208,15 +217,9 @@ class Connection:
 
     async def push(self, transmissions: list[bytes]) -> None:
         """Write a batch from this task, or leave it to the task that is writing
-        (waiting for room if the pending list is full).
-
-        The receive loop's answers wait instead while the client's next block is in
-        already (`_answers_wait`): they go out with that block's answers, and with
-        whatever was left pending meanwhile, in one write."""
+        (waiting for room if the pending list is full)."""
         if self.closed:
             raise TransportClosed("connection closed")
-        if self._answers_wait(transmissions):
-            return
         if self._writing:
             while self._pending_batches >= self._max_pending and self._writing:
                 if self._room is None:
@@ -225,29 +228,33 @@ class Connection:
                 if self.closed:
                     raise TransportClosed("connection closed")
             if self._writing:
-                self._pending.extend(transmissions)
-                self._pending_batches += 1
+                if transmissions:
+                    self._pending.extend(transmissions)
+                    self._pending_batches += 1
                 return
         await self._write(transmissions)
 
     def _answers_wait(self, transmissions: list[bytes]) -> bool:
-        """Leave the receive loop's answers pending, unwritten, if its next block is in
-        already and the pending list has room: so it answers that one in this same task
-        step and writes both blocks' answers together (a client that pipelines gets
-        a block per step, not per command). The order is the pending list's, as if
-        they were written now. The delivery task is woken all the same: should the
-        next block take a while (a store's commit) or have no answers, it writes them."""
-        if self._pending_batches >= self._max_pending:
+        """Hold a block's answers (the receive loop's, once the block is done) in the
+        pending list, unwritten, if the next block is in already and the pending list
+        has room: so the loop answers that one in this same task step and writes both
+        blocks' answers together (a client that pipelines gets a block per step, not
+        per command). The order is the pending list's, as if they were written now.
+        Nobody is woken: the receive loop writes them with the next block's answers,
+        or alone if that block has none, unless it has to wait first
+        (`_releasing_held_answers`)."""
+        if self._pending_batches >= self._max_pending or not self._block_ready():
             return False
-        if trio.lowlevel.current_task() is not self._receiving:
-            return False  # not the receive loop: it may not read again soon
-        if not self._block_ready():
-            return False
-        self._pending.extend(transmissions)
-        self._pending_batches += 1
-        if not self._writing:
-            self.wake_delivery()
+        if transmissions:
+            self._pending.extend(transmissions)
+            self._pending_batches += 1
+        self._answers_held = True
         return True
+
+    def _release_held_answers(self) -> None:
+        """The receive loop is about to wait with answers held: have them written."""
+        if self._answers_held and self._pending and not self._writing:
+            self.wake_delivery()
 
     async def _write(self, transmissions: list[bytes]) -> None:
         """Write what is pending, then `transmissions`, then whatever was left
@@ -274,6 +281,7 @@ class Connection:
 
     def _take_pending(self) -> list[bytes]:
         pending, self._pending = self._pending, []
+        self._answers_held = False
         if self._pending_batches:
             self._pending_batches = 0
             if self._room is not None:
@@ -346,7 +354,10 @@ class Connection:
         try:
             while True:
                 self._reading = True
-                block = await receive_block()
+                if self._answers_held:
+                    block = await self._releasing_held_answers(receive_block())
+                else:
+                    block = await receive_block()
                 self._reading = False
                 self.last_activity = trio.current_time()
                 answering = handler.process_block(client, block)
@@ -354,9 +365,12 @@ class Connection:
                 # keeps only its content (dispatch.py), and an idle connection keeps
                 # nothing of its last block alive.
                 del block
-                responses = await answering
+                if self._answers_held:
+                    responses = await self._releasing_held_answers(answering)
+                else:
+                    responses = await answering
                 del answering
-                if responses:
+                if (responses or self._answers_held) and not self._answers_wait(responses):
                     await self.push(responses)
                 del responses
                 handler.answered(client)
@@ -368,6 +382,34 @@ class Connection:
             self._handler = None
             if self._helpers:
                 await self._end_helpers()
+
+    @types.coroutine
+    def _releasing_held_answers(self, work: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
+        """Await `work` (the receive loop's reading or answering of its next block,
+        with answers held), waking the delivery task to write the held answers the
+        first time `work` would wait for anything: they are delayed by the receive
+        loop's own work, never by a wait (a turn, a commit, a proxied command's slot,
+        a peer's socket), whichever it is. Until then it is `await work` itself; from
+        then on it hands each of `work`'s yields to Trio and Trio's answer back, as
+        `yield from` would (which cannot take over a coroutine already started)."""
+        try:
+            request = work.send(None)
+        except StopIteration as done:
+            return done.value
+        self._release_held_answers()
+        while True:
+            try:
+                answer = yield request
+            except BaseException as e:  # thrown in by Trio: it goes on into `work`
+                try:
+                    request = work.throw(e)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    request = work.send(answer)
+                except StopIteration as done:
+                    return done.value
 
     async def _end_helpers(self) -> None:
         """Cancel the connection's helper tasks and wait until they are gone (shielded:
