@@ -19,12 +19,12 @@ from __future__ import annotations
 import ctypes
 import hashlib
 
-import nacl._sodium
 from nacl import bindings
 from nacl.exceptions import CryptoError
 from nacl.exceptions import RuntimeError as NaclRuntimeError
 
 from .block import BLOCK_SIZE
+from .sodium import unbound
 from .types import BLOCK, LARGE_MSG, ProtocolError
 
 TAG_SIZE = 16
@@ -101,19 +101,8 @@ def _hsalsa20_python(key: bytes, data16: bytes) -> bytes:
     return b"".join(x[i].to_bytes(4, "little") for i in (0, 5, 10, 15, 6, 7, 8, 9))
 
 
-def _libsodium_hsalsa20() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    """libsodium's crypto_core_hsalsa20 from the library PyNaCl ships (PyNaCl binds
-    crypto_box_beforenm, which uses it, but not the function itself)."""
-    try:
-        function = ctypes.CDLL(nacl._sodium.__file__).crypto_core_hsalsa20
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p)
-    function.restype = ctypes.c_int
-    return function
-
-
-_HSALSA20 = _libsodium_hsalsa20()
+# PyNaCl binds crypto_box_beforenm, which uses it, but not the function itself.
+_HSALSA20 = unbound("crypto_core_hsalsa20", (ctypes.c_char_p,) * 4)
 _HSALSA20_OUT = ctypes.create_string_buffer(32)
 
 

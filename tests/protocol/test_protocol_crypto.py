@@ -216,3 +216,50 @@ def test_verify_tls_identity_checks_the_chain_against_the_key_hash_and_the_signe
         identity.chain, other.connection_key().signed_key, identity.key_hash
     )
     assert not verify_tls_identity(identity.chain[:1], None, identity.key_hash)
+
+
+def _pynacl_says(signature: bytes, public32: bytes, data: bytes) -> bool:
+    from nacl import bindings
+    from nacl.exceptions import CryptoError
+
+    try:
+        bindings.crypto_sign_open(bytes(signature) + bytes(data), public32)
+    except (CryptoError, ValueError, TypeError):
+        return False
+    return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=20_000), flip=st.sampled_from(["none", "sig", "data", "key"]),
+       position=st.integers(min_value=0))
+def test_the_signature_check_agrees_with_pynacls_crypto_sign_open(data, flip, position):
+    from nacl import bindings
+
+    from router.protocol import crypto
+
+    assert crypto._VERIFY_DETACHED is not None  # the check this test is about
+    public, secret = bindings.crypto_sign_seed_keypair(b"\x02" * 32)
+    signature = bindings.crypto_sign(data, secret)[:64]
+    if flip == "sig":
+        signature = _flipped(signature, position)
+    elif flip == "data" and data:
+        data = _flipped(data, position)
+    elif flip == "key":
+        public = _flipped(public, position)
+    expected = _pynacl_says(signature, public, data)
+    assert crypto._ed25519_ok(signature, public, data) is expected
+    assert crypto._ed25519_ok(signature, public, memoryview(data)) is expected  # a view
+    assert expected is (flip == "none" or (flip == "data" and not data))
+
+
+@pytest.mark.parametrize("signature_size, key_size", [(63, 32), (65, 32), (0, 32), (64, 31),
+                                                      (64, 33), (64, 0)])
+def test_the_signature_check_refuses_other_lengths(signature_size, key_size):
+    from router.protocol import crypto
+
+    assert not crypto._ed25519_ok(b"\x01" * signature_size, b"\x02" * key_size, b"data")
+
+
+def _flipped(value: bytes, position: int) -> bytes:
+    i = position % len(value)
+    return value[:i] + bytes((value[i] ^ 0x01,)) + value[i + 1:]
