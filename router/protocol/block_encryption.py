@@ -103,7 +103,6 @@ def _hsalsa20_python(key: bytes, data16: bytes) -> bytes:
 
 # PyNaCl binds crypto_box_beforenm, which uses it, but not the function itself.
 _HSALSA20 = unbound("crypto_core_hsalsa20", (ctypes.c_char_p,) * 4)
-_HSALSA20_OUT = ctypes.create_string_buffer(32)
 
 
 def hsalsa20(key: bytes, data16: bytes) -> bytes:
@@ -112,9 +111,9 @@ def hsalsa20(key: bytes, data16: bytes) -> bytes:
         raise ValueError("HSalsa20 takes a 32-byte key and 16 bytes of input")
     if _HSALSA20 is None:
         return _hsalsa20_python(key, data16)
-    # One output buffer for all calls: the router is one thread, and `raw` copies it.
-    _HSALSA20(_HSALSA20_OUT, data16, key, None)
-    return _HSALSA20_OUT.raw
+    out = ctypes.create_string_buffer(32)  # per call: clients may run in several threads
+    _HSALSA20(out, data16, key, None)
+    return out.raw
 
 
 def box_key_of_secret(secret32: bytes) -> bytes:
