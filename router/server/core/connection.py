@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import logging
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol, TypeVar
 
 import trio
@@ -384,7 +384,7 @@ class Connection:
                 await self._end_helpers()
 
     @types.coroutine
-    def _releasing_held_answers(self, work: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
+    def _releasing_held_answers(self, work: Awaitable[T]) -> Generator[Any, Any, T]:
         """Await `work` (the receive loop's reading or answering of its next block,
         with answers held), waking the delivery task to write the held answers the
         first time `work` would wait for anything: they are delayed by the receive
@@ -392,8 +392,9 @@ class Connection:
         a peer's socket), whichever it is. Until then it is `await work` itself; from
         then on it hands each of `work`'s yields to Trio and Trio's answer back, as
         `yield from` would (which cannot take over a coroutine already started)."""
+        steps = work.__await__()
         try:
-            request = work.send(None)
+            request = steps.send(None)
         except StopIteration as done:
             return done.value
         self._release_held_answers()
@@ -402,12 +403,12 @@ class Connection:
                 answer = yield request
             except BaseException as e:  # thrown in by Trio: it goes on into `work`
                 try:
-                    request = work.throw(e)
+                    request = steps.throw(e)
                 except StopIteration as done:
                     return done.value
             else:
                 try:
-                    request = work.send(answer)
+                    request = steps.send(answer)
                 except StopIteration as done:
                     return done.value
 
