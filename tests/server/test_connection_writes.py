@@ -4,6 +4,8 @@ or when the next block has no answers, they are written all the same."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 from router.protocol.block import BLOCK_SIZE, decode_batch
@@ -160,22 +162,29 @@ class WaitsOn(AnswerEach):
         return await super().process_block(client, block)
 
 
-async def test_held_answers_are_written_when_answering_the_next_block_waits():
-    # The second block waits for something that comes only once the first block's
-    # answers are out: they must not wait with it (a turn, a commit, a proxied slot).
-    transport = ScriptedTransport([block(b"a"), block(b"b")], leave_after=False)
-    conn = connection(transport)
-    handler = WaitsOn(b"b")
+async def a_then_b_in_two_writes(transport: ScriptedTransport, handler: AnswerEach,
+                                 after_first: Callable[[], None] = lambda: None) -> None:
+    """Serve blocks a and b: a's answers must be written alone before b's (then
+    `after_first` lets b's answering go on)."""
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve, conn, handler)
+            nursery.start_soon(serve, connection(transport), handler)
             await transport.written.wait()
             assert transmissions(transport.writes) == [[b"answer a"]]
             transport.written = trio.Event()
-            handler.go.set()
+            after_first()
             await transport.written.wait()
             nursery.cancel_scope.cancel()
     assert transmissions(transport.writes) == [[b"answer a"], [b"answer b"]]
+
+
+async def test_held_answers_are_written_when_answering_the_next_block_waits():
+    # The second block waits for something that comes only once the first block's
+    # answers are out: they must not wait with it (a turn, a commit, a proxied slot).
+    handler = WaitsOn(b"b")
+    await a_then_b_in_two_writes(
+        ScriptedTransport([block(b"a"), block(b"b")], leave_after=False), handler,
+        handler.go.set)
 
 
 class ReadyButWaits(ScriptedTransport):
@@ -192,18 +201,8 @@ class ReadyButWaits(ScriptedTransport):
 
 
 async def test_held_answers_are_written_when_reading_the_next_block_waits():
-    transport = ReadyButWaits([block(b"a"), block(b"b")], leave_after=False)
-    conn = connection(transport)
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve, conn, AnswerEach())
-            await transport.written.wait()
-            # a's answers left before b came in
-            assert transmissions(transport.writes) == [[b"answer a"]]
-            transport.written = trio.Event()
-            await transport.written.wait()
-            nursery.cancel_scope.cancel()
-    assert transmissions(transport.writes) == [[b"answer a"], [b"answer b"]]
+    await a_then_b_in_two_writes(
+        ReadyButWaits([block(b"a"), block(b"b")], leave_after=False), AnswerEach())
 
 
 class FailsAfterWaiting(AnswerEach):
