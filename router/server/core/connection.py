@@ -148,8 +148,8 @@ class Connection:
         self._sends_now = sends_now(transport)
         self._unflushed = False  # the transport holds the rest of a write made now
         self._reading = False  # the receive loop waits for the client's next block
-        # The pending list has answers the receive loop holds for the next block's, and
-        # nobody has been asked to write them (`_answers_wait`).
+        # The receive loop holds answers in the pending list for the next block's, until
+        # they are taken to be written (`_answers_wait`).
         self._answers_held = False
 
     def __repr__(self) -> str:
