@@ -82,15 +82,11 @@ def decode_transmission(data: bytes, version: int = versions.LEGACY_VERSION) -> 
     return Transmission(authorization, fields[0], fields[1], data[pos:], service_sig)
 
 
-def command_offset(data: bytes, version: int = versions.LEGACY_VERSION) -> int:
-    """Where a transmission's command starts, past its fields: a look at the command
-    without splitting the rest. `ProtocolError(BLOCK)` if they do not fit."""
-    return entity_and_command_offset(data, version)[1]
-
-
 def entity_and_command_offset(data: bytes, version: int = versions.LEGACY_VERSION
                               ) -> tuple[bytes, int]:
-    """A transmission's entity id and where its command starts, as `command_offset`."""
+    """A transmission's entity id and where its command starts, past its fields: a
+    look at the command without splitting the rest. `ProtocolError(BLOCK)` if they
+    do not fit."""
     if not data:
         raise _truncated()
     pos = 1 + data[0]

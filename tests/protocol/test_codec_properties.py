@@ -43,7 +43,7 @@ from router.protocol import (
     unpad_block,
     verify_authorization,
 )
-from router.protocol.transmission import command_offset, entity_and_command_offset
+from router.protocol.transmission import entity_and_command_offset
 
 # No deadlines: the machine running the tests may be busy; these check behaviour, not speed.
 many = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -111,18 +111,6 @@ def test_every_error_round_trips(err):
 @given(transmissions)
 def test_every_transmission_round_trips(t):
     assert decode_transmission(encode_transmission(t)) == t
-
-
-@many
-@given(st.one_of(transmissions.map(encode_transmission), st.binary(max_size=300)))
-def test_command_offset_finds_the_command_decode_transmission_finds(data):
-    try:
-        command = decode_transmission(data).command
-    except ProtocolError:
-        with pytest.raises(ProtocolError):
-            command_offset(data)
-    else:
-        assert data[command_offset(data):] == command
 
 
 @many

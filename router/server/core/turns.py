@@ -151,7 +151,6 @@ class Turns:
     def turn(self) -> Turn:
         return Turn(self._places, self.budget)
 
-
     def statistics(self) -> trio.CapacityLimiterStatistics:
         return self._places.statistics()
 
