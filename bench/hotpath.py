@@ -17,7 +17,9 @@ recipients ACKing what they get):
 3. the router (`serve_router`, as `smp-router serve` runs it, memory store);
 
 2 and 3 each with the clients at v10 (plain blocks) and at v19 (block
-encryption). Each server runs in a fresh process of its own, and reports its CPU
+encryption), and the crypto a delivered message cannot do without, timed in this
+process (`crypto_point`: the CPU the target leaves beside it). Each server runs in a
+fresh process of its own, and reports its CPU
 time and the trio task steps it has run (a `trio.abc.Instrument` counting
 `before_task_step`, installed by this module's `serve` at `trio.run`: nothing in
 the router changes) at the start and the end of the measured window. Per
@@ -374,6 +376,64 @@ def echo_point(clients: int, duration: float, rate: float | None = None,
         return results
 
 
+CRYPTO_ROUNDS = 1000
+QUICK_CRYPTO_ROUNDS = 50
+
+
+def crypto_point(rounds: int) -> dict[str, float]:
+    """CPU µs of the crypto that no router can leave out of a delivered message, timed
+    in this process with this checkout's protocol functions: the Ed25519 checks of a
+    SEND of `BODY_SIZE` bytes and of its ACK, the MSG body's box, and one block's box
+    (sealed or opened, with its chain step) of block encryption (v11 on)."""
+    from router.protocol import block_encryption, crypto
+    from router.protocol.block import pad_block
+    from router.protocol.codec import encode_command
+    from router.protocol.transmission import authorized_bytes
+    from router.protocol.types import ACK, SEND
+
+    from .throughput import BODY_SIZE
+
+    seed, spki = crypto.new_ed25519()
+    session, corr, queue_id, msg_id = (os.urandom(n) for n in (32, 24, 24, 24))
+    signed = {name: authorized_bytes(session, corr, queue_id, encode_command(cmd, 10))
+              for name, cmd in (("send", SEND(b"T", os.urandom(BODY_SIZE))),
+                                ("ack", ACK(msg_id)))}
+    signatures = {name: crypto.sign(seed, data) for name, data in signed.items()}
+    box_key = os.urandom(32)
+    body = os.urandom(BODY_SIZE)
+    dh = os.urandom(32)
+    router_side = block_encryption.BlockCipher.for_router(session, dh)
+    client_side = block_encryption.BlockCipher.for_client(session, dh)
+    plain = pad_block(b"x" * 200)
+
+    def check(name: str) -> None:
+        if not crypto.verify_authorization(signatures[name], spki, signed[name]):
+            raise BenchError(f"the {name.upper()} signature did not verify")
+
+    def block_there_and_back() -> None:  # two blocks: one sealed, one opened
+        router_side.open_to_plain_block(client_side.seal_plain_block(plain))
+
+    def timed(work: Any, per: int = 1) -> float:
+        start = time.process_time()
+        for _ in range(rounds):
+            work()
+        return (time.process_time() - start) / rounds / per * 1e6
+
+    return {
+        "send_check_us": timed(partial(check, "send")),
+        "ack_check_us": timed(partial(check, "ack")),
+        "msg_box_us": timed(partial(crypto.encrypt_msg_body, box_key, msg_id, 0, b"T", body)),
+        "block_us": timed(block_there_and_back, per=2),
+    }
+
+
+def crypto_floor(costs: dict[str, float], version: int, blocks_per_msg: float) -> float:
+    """The crypto µs of one delivered message at `version`: two checks, a box, and at v11
+    on every block through the connection boxed once."""
+    floor = costs["send_check_us"] + costs["ack_check_us"] + costs["msg_box_us"]
+    return floor + (blocks_per_msg * costs["block_us"] if version >= 11 else 0.0)
+
+
 def load_point(kind: str, tree: Path, version: int, clients: int,
                duration: float) -> dict[str, Any]:
     """`throughput`'s closed loop against the server of `kind`, clients at `version`."""
@@ -438,6 +498,7 @@ def run(out: Path, *, quick: bool = False, repeats: int | None = None,
     for rep in range(repeats):
         log(f"hotpath: echo, {clients} clients, run {rep + 1}/{repeats}")
         point: dict[str, Any] = {"echo": echo_point(clients, duration)[0]}
+        point["crypto"] = crypto_point(QUICK_CRYPTO_ROUNDS if quick else CRYPTO_ROUNDS)
         for version in VERSIONS:
             for kind in KINDS:
                 log(f"hotpath: {kind} v{version}, {clients} clients, run {rep + 1}/{repeats}")
@@ -448,6 +509,7 @@ def run(out: Path, *, quick: bool = False, repeats: int | None = None,
             point[f"router / minimal v{version}"] = _ratio(
                 point[f"router v{version}"]["cpu_us_per_msg"],
                 point[f"minimal v{version}"]["cpu_us_per_msg"])
+            point[f"crypto v{version}"] = _crypto_row(point, version)
         runs.append(point)
     light: dict[str, Any] = {}
     log(f"hotpath: echo round trip at {LIGHT_RATE:.0f}/s")
@@ -471,6 +533,26 @@ def run(out: Path, *, quick: bool = False, repeats: int | None = None,
     write_results("hotpath", {"parameters": parameters, "summary": summary, "runs": runs,
                               "light": light}, table(summary, parameters), out_dir=out)
     return summary
+
+
+def _crypto_row(point: dict[str, Any], version: int) -> dict[str, Any]:
+    """The crypto floor of a message at `version` (the router's blocks per message),
+    against the echo, the CPU the target leaves beside it, and each router's CPU beyond
+    its own floor."""
+    echo = point["echo"]["cpu_us_per_msg"]
+
+    def floor(kind: str) -> float:
+        row = point[f"{kind} v{version}"]
+        return crypto_floor(point["crypto"], version,
+                            row["blocks_in_per_msg"] + row["blocks_out_per_msg"])
+
+    return {
+        "crypto_us_per_msg": floor("router"),
+        "crypto_ratio_to_echo": _ratio(floor("router"), echo),
+        "target_leaves_us": TARGET_CPU_RATIO[version] * echo - floor("router"),
+        **{f"{kind}_beyond_crypto_us": point[f"{kind} v{version}"]["cpu_us_per_msg"]
+           - floor(kind) for kind in KINDS},
+    }
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -501,6 +583,9 @@ def summarize(runs: list[dict[str, Any]], light: dict[str, Any]) -> dict[str, An
     for v in VERSIONS:
         rows[f"router v{v}"]["router_to_minimal"] = median(
             r[f"router / minimal v{v}"] for r in runs)
+    crypto_keys = list(runs[0]["crypto v10"])
+    crypto = {f"v{v}": {key: median(r[f"crypto v{v}"][key] for r in runs) for key in crypto_keys}
+              for v in VERSIONS}
     light_rows = {}
     for name, x in light.items():
         ws = x["windows"]
@@ -517,7 +602,8 @@ def summarize(runs: list[dict[str, Any]], light: dict[str, Any]) -> dict[str, An
             "gc_longest_ms": max(w["gc_longest_ms"] for w in ws),
             "subscribe_seconds": x.get("subscribe_seconds"),
         }
-    return {"saturated": rows, "light": light_rows, "targets": targets(rows, light_rows)}
+    return {"saturated": rows, "crypto": crypto, "light": light_rows,
+            "targets": targets(rows, light_rows)}
 
 
 def targets(rows: dict[str, Any], light: dict[str, Any]) -> list[dict[str, Any]]:
@@ -553,6 +639,13 @@ def table(summary: dict[str, Any], p: dict[str, Any]) -> str:
         [[name, r["msgs_per_s"], r["cpu_cores"], r["cpu_us_per_msg"], r["cpu_ratio_to_echo"],
           r.get("router_to_minimal"), r["steps_per_msg"], r["blocks_in_per_msg"],
           r["blocks_out_per_msg"]] for name, r in rows.items()])
+    crypto = md_table(
+        ["clients at", "crypto µs / msg", "x echo", "target x echo", "the target leaves µs",
+         "minimal router beyond its crypto µs", "router beyond its crypto µs"],
+        [[version, c["crypto_us_per_msg"], c["crypto_ratio_to_echo"],
+          TARGET_CPU_RATIO[int(version[1:])], c["target_leaves_us"],
+          c["minimal_beyond_crypto_us"], c["router_beyond_crypto_us"]]
+         for version, c in summary["crypto"].items()])
     light = md_table(
         ["server", "msg/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "p50 / p99 by window",
          "samples", "SENDs refused (QUOTA)", "CPU µs / msg", "task steps / msg",
@@ -568,6 +661,9 @@ def table(summary: dict[str, Any], p: dict[str, Any]) -> str:
                       for t in summary["targets"]])
     return "\n".join([
         head, "", "### Saturated: per delivered message (echo: per echoed block)", "", sat, "",
+        "### The crypto a message cannot do without (two Ed25519 checks, the MSG body's box; "
+        "from v11 a box per block through the connection, the router's blocks per message; "
+        "timed in the bench process)", "", crypto, "",
         f"### Light load: {p['light_rate']:g} msg/s from one sender to one recipient, "
         f"{p['background_subscriptions']:,} idle subscriptions held over "
         f"{p['background_connections']} connections ({p['light_windows']} windows of "

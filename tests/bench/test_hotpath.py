@@ -76,6 +76,12 @@ def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
         if name != "echo":
             assert row["cpu_ratio_to_echo"] > 0, name
             assert row["blocks_in_per_msg"] > 0, name
+    crypto = data["summary"]["crypto"]
+    assert list(crypto) == ["v10", "v19"]
+    for key in ("crypto_us_per_msg", "crypto_ratio_to_echo", "router_beyond_crypto_us"):
+        assert crypto["v10"][key] > 0, key
+    # Block encryption only adds: a box per block through the connection.
+    assert crypto["v19"]["crypto_us_per_msg"] > crypto["v10"]["crypto_us_per_msg"]
     run = data["runs"][0]
     assert {run[name]["tree"] for name in rows} == {str(hotpath.HERE)}
     light = data["summary"]["light"]
@@ -86,6 +92,7 @@ def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
     assert len(data["summary"]["targets"]) == 8
     table = (directory / "hotpath.md").read_text()
     assert "router v19" in table and "### Targets" in table
+    assert "### The crypto a message cannot do without" in table
 
 
 def test_a_server_of_another_tree_runs_that_trees_router(tmp_path: Path):
