@@ -430,8 +430,10 @@ def crypto_point(rounds: int) -> dict[str, float]:
 def crypto_floor(costs: dict[str, float], version: int, blocks_per_msg: float) -> float:
     """The crypto µs of one delivered message at `version`: two checks, a box, and at v11
     on every block through the connection boxed once."""
+    from router.protocol.versions import ENCRYPTED_BLOCK
+
     floor = costs["send_check_us"] + costs["ack_check_us"] + costs["msg_box_us"]
-    return floor + (blocks_per_msg * costs["block_us"] if version >= 11 else 0.0)
+    return floor + (blocks_per_msg * costs["block_us"] if version >= ENCRYPTED_BLOCK else 0.0)
 
 
 def load_point(kind: str, tree: Path, version: int, clients: int,
