@@ -395,22 +395,16 @@ class Connection:
         steps = work.__await__()
         try:
             request = steps.send(None)
+            self._release_held_answers()
+            while True:
+                try:
+                    answer = yield request
+                except BaseException as e:  # thrown in by Trio: it goes on into `work`
+                    request = steps.throw(e)
+                else:
+                    request = steps.send(answer)
         except StopIteration as done:
             return done.value
-        self._release_held_answers()
-        while True:
-            try:
-                answer = yield request
-            except BaseException as e:  # thrown in by Trio: it goes on into `work`
-                try:
-                    request = steps.throw(e)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    request = steps.send(answer)
-                except StopIteration as done:
-                    return done.value
 
     async def _end_helpers(self) -> None:
         """Cancel the connection's helper tasks and wait until they are gone (shielded:
