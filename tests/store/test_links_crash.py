@@ -101,6 +101,7 @@ def test_links_survive_kill_9_and_replay(tmp_path, kind):
     seed = rng.randrange(1 << 30)
     model: Model = {}
     answered = 0
+    replays_with_links = 0
     for cycle in range(CYCLES):
         kill_after = 0 if cycle == 2 else rng.randrange(5, 40)  # once while it opens
         done, started = run_and_kill(kind, tmp_path, seed + cycle, kill_after)
@@ -111,5 +112,8 @@ def test_links_survive_kill_9_and_replay(tmp_path, kind):
         allowed = [model] if started is None else [model, apply(model, started)]
         assert found in allowed, f"seed {seed}, cycle {cycle}, in flight: {started}"
         model = found
+        replays_with_links += any(link is not None for link in found.values())
     assert answered >= 4 * 5  # the kills did not all land before any change
-    assert any(link is not None for link in model.values()) or not model
+    # Links were there to replay after some kill (the last one may leave none: its
+    # random changes can end with every link deleted).
+    assert replays_with_links > 0
