@@ -24,6 +24,8 @@ from .factory import (
 )
 from .interfaces import (
     DUPLICATE,
+    EMPTY_IDS_HASH,
+    SERVICE_ROLES,
     Message,
     MessageStore,
     NotifierCreds,
@@ -32,6 +34,8 @@ from .interfaces import (
     QueueRecord,
     QueueStatus,
     QueueStore,
+    ServiceQueues,
+    ServiceRecord,
     StoreError,
     WriteResult,
 )
@@ -41,6 +45,8 @@ from .sqlite.opener import SqliteOptions
 
 __all__ = [
     "DUPLICATE",
+    "EMPTY_IDS_HASH",
+    "SERVICE_ROLES",
     "FsyncPolicy",
     "JournalOptions",
     "SqliteOptions",
@@ -58,6 +64,8 @@ __all__ = [
     "QueueRecord",
     "QueueStatus",
     "QueueStore",
+    "ServiceQueues",
+    "ServiceRecord",
     "SnapshotError",
     "StoreError",
     "StoreKindMismatch",

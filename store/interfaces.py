@@ -1,6 +1,6 @@
 """The two store interfaces: queue records and undelivered messages.
 
-Every backend (memory, journal files, SQLite) implements one or both of these
+Every backend (memory, journal files, SQLite, PostgreSQL) implements one or both of these
 `typing.Protocol`s and passes the same contract suite (tests/store). Store
 operations report the protocol's errors as `ErrorType` values, which the
 router sends back unchanged as `ERR ...`; exceptions mean bugs or I/O failure.
@@ -18,7 +18,7 @@ thread, journal group commit) and the in-memory one share one interface.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -91,6 +91,13 @@ class QueueRecord:
     # or NEW without it). The router keeps snd_secure == (queue_mode == b"M").
     queue_mode: bytes | None = None
     link_id: bytes | None = None  # the id of the queue's link, if it has one
+    # RKEY (docs/protocol.md#rkey): the recipient keys after the first, which stays
+    # `recipient_key`; a command signed by any of them is the recipient's.
+    more_recipient_keys: tuple[bytes, ...] = ()
+
+    @property
+    def recipient_keys(self) -> tuple[bytes, ...]:
+        return (self.recipient_key, *self.more_recipient_keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +107,37 @@ class Message:
     flags: bytes  # as sent; b"" for the quota marker
     body: bytes  # as sent; b"" for the quota marker
     quota: bool = False  # the QUOTA marker (docs/protocol.md#behaviour)
+
+
+SERVICE_ROLES = (b"M", b"N", b"P")  # messaging (SUBS), notifier (NSUBS), proxy
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceRecord:
+    """A service identity (docs/protocol.md#services): one per certificate and role.
+
+    The id is the router's; the certificate is what the service proved in its TLS
+    handshake. The same certificate with another role is another service."""
+
+    service_id: bytes
+    role: bytes  # one of SERVICE_ROLES
+    cert: bytes  # DER of the service's identity certificate (the chain's root)
+    cert_hash: bytes  # SHA-256 of `cert`
+    created_at: int  # Unix seconds
+
+
+EMPTY_IDS_HASH = bytes(16)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceQueues:
+    """What SUBS/NSUBS compare with the client's own figures: how many queues are
+    associated with a service on one side, and the XOR of the MD5 of their ids
+    (recipient ids for RECIPIENT, notifier ids for NOTIFIER). A store keeps both
+    current as queues are associated, released and deleted: never a scan."""
+
+    count: int = 0
+    ids_hash: bytes = EMPTY_IDS_HASH
 
 
 class WriteResult(Enum):
@@ -119,6 +157,12 @@ class QueueStore(Protocol):
 
     async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
         """Look a queue up by the id of one party (recipient, sender, notifier or link)."""
+
+    async def get_queues(
+        self, party: Party, entity_ids: Sequence[bytes]
+    ) -> list[QueueRecord | None]:
+        """`get_queue` for every id of a block, in one store call (one query on a
+        database), in the order given."""
 
     async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
         """The queue's link; None if the queue does not exist or has no link."""
@@ -151,6 +195,24 @@ class QueueStore(Protocol):
     async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
         """Every queue whose `party` side (RECIPIENT or NOTIFIER) is associated with the service."""
 
+    async def set_queues_service(
+        self, recipient_ids: Sequence[bytes], party: Party, service_id: bytes | None
+    ) -> list[ErrorType | None]:
+        """`set_service` for every queue of a block, in one store write, in the order given."""
+
+    async def add_service(self, record: ServiceRecord) -> ServiceRecord:
+        """The stored service with this record's role and certificate hash, stored
+        first if there is none (then `record` itself is returned)."""
+
+    async def service_summary(self, service_id: bytes, party: Party) -> ServiceQueues:
+        """The count and ids hash of the queues associated with the service on `party`'s side."""
+
+    async def set_recipient_keys(
+        self, recipient_id: bytes, keys: tuple[bytes, ...]
+    ) -> ErrorType | None:
+        """RKEY: replace the queue's recipient keys (at least one); AUTH if the queue
+        is not there."""
+
     async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
         """Remove the queue and its link; returns the removed record, or AUTH if there was none."""
 
@@ -175,6 +237,9 @@ class MessageStore(Protocol):
 
     async def peek_message(self, recipient_id: bytes) -> Message | None:
         """The oldest message, or None."""
+
+    async def peek_messages(self, recipient_ids: Sequence[bytes]) -> list[Message | None]:
+        """`peek_message` for every queue of a block, in one store call, in the order given."""
 
     async def delete_message(
         self, recipient_id: bytes, msg_id: bytes
