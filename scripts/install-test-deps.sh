@@ -2,7 +2,8 @@
 # Installs what the browser and web-client tests need beyond the Python
 # packages: Debian's Chromium (driven by Playwright for Python, which comes
 # from the `test` extra), the web client's npm packages (web/node_modules) and
-# its build (web/types, web/dist: `npm ci` runs the package's `prepare` script),
+# its build (web/types, web/dist: `npm ci` runs the package's `dependencies` script),
+# Node.js 22 from npm for the web package's tests (tests/web/node22),
 # systemd-analyze, which checks the unit file in deploy/, and openssl, which
 # reads the router's identity certificate in tests/server/test_identity.py; and, when
 # ../shared/upstream holds it, upstream's browser SMP client, built unmodified into a
@@ -28,6 +29,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 npm ci --prefix web --no-audit --no-fund --loglevel=error
+npm ci --prefix tests/web/node22 --no-audit --no-fund --loglevel=error
 if ls ../shared/upstream/simplexmq-smp-web-*.tar.gz >/dev/null 2>&1; then
     scripts/build-upstream-web-client.sh ../shared/upstream >/dev/null
 fi

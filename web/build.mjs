@@ -1,10 +1,15 @@
 // The build: type declarations for the package, and the files the gateway serves.
 //
-//   node build.mjs        (npm run build; npm ci and npm pack run it as `prepare`)
+//   node build.mjs        (npm run build; `npm ci` runs it as the `dependencies`
+//                          script, `npm pack` as `prepack`: neither is run when
+//                          the packed package is installed)
 //
 // types/            .d.ts of every module of smp/, from their JSDoc (tsc)
 // dist/smp-client.js  the client as one minified ES module with its
-//                     dependencies inside (the package's "./bundle" export)
+//                     dependencies inside, for browsers (the package's
+//                     "./bundle" export)
+// dist/smp-client.node.js  the same for Node (the "node" condition of both
+//                     exports): readable, with no require() of Node's crypto
 // dist/site/        what `smp-router gateway` serves:
 //   smp/index.js      the same bundle, at the stable URL pages import
 //   demo/index.html   the demo page, naming its script and style by content hash
@@ -56,6 +61,38 @@ async function bundle(entry) {
   return result.outputFiles[0].contents;
 }
 
+// tweetnacl falls back to `require("crypto")` when it finds no `self.crypto`;
+// an ES module has no `require`, so a Node bundle keeping that call throws
+// 'Dynamic require of "crypto"' when loaded. Its random bytes come from
+// WebCrypto instead (smp/nacl.js), so the bundle gets an empty module there.
+const withoutNodeCrypto = {
+  name: "without-node-crypto",
+  setup(build) {
+    build.onResolve({ filter: /^(node:)?crypto$/ }, () => ({ path: "crypto", namespace: "without-node-crypto" }));
+    build.onLoad({ filter: /.*/, namespace: "without-node-crypto" }, () => ({ contents: "module.exports = {};" }));
+  },
+};
+
+async function nodeBundle(entry) {
+  const result = await esbuild.build({
+    entryPoints: [join(WEB, entry)],
+    bundle: true,
+    format: "esm",
+    platform: "node",
+    target: "node20",
+    minify: false, // an error's stack shows a readable line
+    legalComments: "none",
+    plugins: [withoutNodeCrypto],
+    write: false,
+    logLevel: "warning",
+  });
+  const code = result.outputFiles[0].text;
+  if (/\brequire\(\s*["'](node:)?crypto["']\s*\)/.test(code) || code.includes("__require(")) {
+    throw new Error("the Node bundle still requires a module at run time");
+  }
+  return result.outputFiles[0].contents;
+}
+
 function declarations() {
   rmSync(join(WEB, "types"), { recursive: true, force: true });
   const tsc = join(WEB, "node_modules", "typescript", "bin", "tsc");
@@ -66,6 +103,7 @@ async function site() {
   rmSync(DIST, { recursive: true, force: true });
   const client = await bundle("smp/index.js");
   write(join(DIST, "smp-client.js"), client);
+  write(join(DIST, "smp-client.node.js"), await nodeBundle("smp/index.js"));
   writeSite("smp/index.js", client);
 
   const app = await bundle("demo/app.js");

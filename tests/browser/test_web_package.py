@@ -146,7 +146,9 @@ def test_npm_pack_holds_the_modules_their_types_and_the_bundle_only(packed: Path
         assert required in names, required
     assert not any(n.startswith(("package/demo/", "package/test/", "package/node_modules/",
                                  "package/tools/")) for n in names), sorted(names)
-    assert manifest["exports"]["."] == {"types": "./types/index.d.ts", "default": "./smp/index.js"}
+    assert manifest["exports"]["."] == {
+        "types": "./types/index.d.ts", "browser": "./smp/index.js",
+        "node": "./dist/smp-client.node.js", "default": "./smp/index.js"}
     assert "private" not in manifest
     # Every module has its declarations.
     modules = {n.removeprefix("package/smp/").removesuffix(".js") for n in names
