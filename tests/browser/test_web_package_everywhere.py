@@ -14,7 +14,8 @@ same program (NEW, SEND, SUB, the pushed MSG, ACK) then runs against
   (dist/smp-client.js, which threw "no PRNG" under Node);
 - an esbuild bundle for Node (`--platform=node --format=esm`, which threw
   'Dynamic require of "crypto"') and one for browsers, the latter loaded in
-  headless Chromium, as the page bundle is by a page that imports it directly.
+  headless Chromium, as the page bundle is by a page that imports it directly,
+  and as a page built by Vite (`vite build`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 WEB = REPO / "web"
 NODE22 = REPO / "tests" / "web" / "node22" / "node_modules" / "node" / "bin" / "node"
 ESBUILD = WEB / "node_modules" / ".bin" / "esbuild"
+VITE = WEB / "node_modules" / ".bin" / "vite"
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 DEPENDENCIES = ("tweetnacl", "@noble/ed25519")
 INSTALL_SCRIPTS = ("preinstall", "install", "postinstall", "prepare")
@@ -316,3 +318,16 @@ def test_the_page_bundle_imported_by_a_page_runs_in_chromium(
     (project / "page-bundle.html").write_text(PAGE.replace("SCRIPT", "page-bundle.mjs"))
     run_page(browser, f"{site}page-bundle.html", router_address)
 
+
+
+def test_a_vite_build_runs_in_chromium(
+    project: Path, site: str, browser: Browser, router_address: str
+):
+    vite_root = project / "vite-app"
+    vite_root.mkdir(exist_ok=True)
+    (vite_root / "main.js").write_text(PAGE_PROGRAM.replace("SPECIFIER", "smp-router-web"))
+    (vite_root / "index.html").write_text(PAGE.replace("SCRIPT", "./main.js"))
+    run([str(VITE), "build", str(vite_root), "--base", "./", "--outDir", "dist",
+         "--emptyOutDir", "--logLevel", "warn"], project, timeout=120)
+    assert list((vite_root / "dist" / "assets").glob("*.js")), "vite wrote no script"
+    run_page(browser, f"{site}vite-app/dist/index.html", router_address)
