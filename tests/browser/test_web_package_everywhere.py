@@ -122,11 +122,11 @@ def router_address() -> Iterator[str]:
         line = process.stdout.readline()
     finally:
         timer.cancel()
-    words = line.split()
+    addresses = [word for word in line.split() if word.startswith("smp://")]
     try:
-        if "address" not in words:
+        if not addresses:
             pytest.fail(f"smp-router serve did not start: {line!r}")
-        yield words[words.index("address") + 1]
+        yield addresses[0]
     finally:
         process.terminate()
         try:

@@ -72,6 +72,8 @@ def serving(command: list[str], ready: str, cwd: Path = REPO,
         timer.cancel()
         if ready not in line:
             pytest.fail(f"{command} did not start: {line!r}")
+        # Whatever it writes next (its log) is read, so that it never waits on a full pipe.
+        threading.Thread(target=process.stdout.read, daemon=True).start()
         yield line
     finally:
         timer.cancel()
@@ -84,7 +86,8 @@ def serving(command: list[str], ready: str, cwd: Path = REPO,
 
 
 def address_in(line: str) -> str:
-    return line.split("address", 1)[1].split()[0]
+    """The smp:// address in a router's ready line (wherever the line puts it)."""
+    return next(word for word in line.split() if word.startswith("smp://"))
 
 
 def readme_serve(command: str) -> list[str]:
@@ -100,7 +103,7 @@ def router_address() -> Iterator[str]:
     """The router of README's first set-up command, on a free port."""
     setup = readme_blocks("sh")[0]
     command = setup.split("&&")[-1].strip()
-    with serving(readme_serve(command), "listening") as line:
+    with serving(readme_serve(command), "smp-router listening") as line:
         yield address_in(line)
 
 
@@ -138,8 +141,8 @@ def test_two_routers_route_a_message_privately():
     block = next(b for b in readme_blocks("sh") if "# A, the proxy" in b)
     commands = [line for line in block.splitlines() if " serve " in line]
     assert len(commands) == 2, block
-    with serving(readme_serve(commands[0]), "listening") as proxy_line, \
-            serving(readme_serve(commands[1]), "listening") as destination_line:
+    with serving(readme_serve(commands[0]), "smp-router listening") as proxy_line, \
+            serving(readme_serve(commands[1]), "smp-router listening") as destination_line:
         out = run([sys.executable, "examples/private_routing.py", address_in(proxy_line),
                    address_in(destination_line)])
     assert out.strip() == "hello through A"
