@@ -7,7 +7,8 @@ at /chat:
     http://HOST:PORT/chat/demo/    the demo chat, served by the gateway
     ws://HOST:PORT/chat/smp        the SMP WebSocket (the router)
 
-Run it from a checkout (after `npm ci --prefix web`, which builds the pages):
+Run it from a checkout, with the `asgi` extra (`pip install -e '.[asgi]'`) and after
+`npm ci --prefix web`, which builds the pages:
 
     python examples/asgi_starlette.py --port 8000
 
