@@ -37,6 +37,7 @@ from router.server.router import RouterInfo
 
 # A short hold of a failed connection, so that a restarted destination is tried again soon.
 PROXY_SETTINGS: dict[str, object] = {
+    "proxy_allow_destinations": ("127.0.0.0/8",),
     "allow_proxy": True, "proxy_error_hold": 0.2, "proxy_connect_timeout": 5.0,
     "proxy_answer_timeout": 5.0,
 }

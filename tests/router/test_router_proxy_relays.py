@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from router.protocol.types import PING, PONG
+from router.server.core.proxy_destinations import DestinationPolicy
 from router.server.core.relays import (
     HOST,
     NETWORK,
@@ -39,9 +40,12 @@ def running_router(port: int = 0,
     return loopback_router.running_router(port=port, store="memory", data_dir=data_dir)
 
 
+LOOPBACK = DestinationPolicy(("127.0.0.0/8",))
+
+
 @asynccontextmanager
 async def running_pool(limits: RelayLimits = QUICK, **options) -> AsyncIterator[Relays]:
-    pool = Relays(limits, **options)
+    pool = Relays(limits, **{"policy": LOOPBACK, **options})
     async with trio.open_nursery() as nursery:
         await nursery.start(pool.run)
         try:
@@ -156,15 +160,35 @@ async def test_the_pool_bound_closes_the_least_recently_used_idle_connection() -
         await wait_until(lambda: len(b.router.connections) == 0)
 
 
-async def test_a_full_pool_of_busy_connections_refuses_another_destination() -> None:
-    limits = RelayLimits(max_relays=1, connect_timeout=5.0, error_hold=0.0)
+async def test_a_full_pool_of_busy_connections_waits_then_refuses_another_destination() -> None:
+    limits = RelayLimits(max_relays=1, connect_timeout=0.5, error_hold=0.0)
     async with running_router() as b, running_router() as c, running_pool(limits) as pool:
         rb = await pool.relay(dest_of(b))
         rb.in_flight += 1  # a forwarded command waits for its answer
         with pytest.raises(RelayError) as caught:
             await pool.relay(dest_of(c))
-        assert caught.value.kind == NETWORK and "busy" in caught.value.detail
+        assert caught.value.kind == NETWORK and "no room" in caught.value.detail
         assert rb.alive and c.router.counters.connections_total == 0
+        assert (pool.stats.waited, pool.stats.no_room) == (1, 1)
+
+
+async def test_a_prxy_waiting_for_room_gets_it_when_a_connection_falls_idle() -> None:
+    limits = RelayLimits(max_relays=1, connect_timeout=5.0, error_hold=0.0)
+    async with running_router() as b, running_router() as c, running_pool(limits) as pool:
+        rb = await pool.relay(dest_of(b))
+        rb.in_flight += 1
+        async with trio.open_nursery() as nursery:
+            got = []
+
+            async def ask() -> None:
+                got.append(await pool.relay(dest_of(c)))
+
+            nursery.start_soon(ask)
+            await wait_until(lambda: pool.stats.waited == 1)
+            # The forwarded command is answered: B's connection, idle, makes room.
+            rb.in_flight -= 1
+            await pool.request(rb, PING(), os.urandom(24))
+        assert got[0].alive and not rb.alive and pool.stats.no_room == 0
 
 
 async def test_idle_connections_are_closed() -> None:
