@@ -136,8 +136,9 @@ class Proxy:
         if not self._allowed(cmd.basic_auth):
             return _answer(verified, PROXY_BASIC_AUTH)
         address = client_address(client)
-        if self.relays.delay(address) > 0:  # it owes for failures: it waits first
-            await self._fork(client, verified, self._slowed, verified, address)
+        wait = self.relays.turn(address)
+        if wait > 0:  # it owes for failures: it waits its turn first
+            await self._fork(client, verified, self._slowed, verified, address, wait)
             return []
         route = self._route(cmd, address)
         if not isinstance(route, Destination):
@@ -148,7 +149,7 @@ class Proxy:
         await self._fork(client, verified, self._connect_and_answer, verified, route, address)
         return []
 
-    def _route(self, cmd: PRXY, address: str) -> Destination | ErrorType:
+    def _route(self, cmd: PRXY, address: str, paid: bool = False) -> Destination | ErrorType:
         """The destination PRXY names, or why the proxy will not connect to it."""
         try:
             dest = destination(cmd.hosts, cmd.port, cmd.key_hash)
@@ -163,16 +164,17 @@ class Proxy:
             return dest
         self._counters.count_proxy("sessions", "requests", False)
         self._counters.count_proxy("sessions", failure, False)
-        self.relays.failed(address)
+        if not paid:
+            self.relays.failed(address)
         return error
 
-    async def _slowed(self, verified: Verified, address: str) -> bytes:
-        self.relays.stats.slowed += 1
-        await trio.sleep(self.relays.delay(address))
-        route = self._route(verified.command, address)  # type: ignore[arg-type]
+    async def _slowed(self, verified: Verified, address: str, wait: float) -> bytes:
+        """A PRXY that waited its turn, its failure paid in advance (`Relays.turn`)."""
+        await trio.sleep(wait)
+        route = self._route(verified.command, address, paid=True)  # type: ignore[arg-type]
         if not isinstance(route, Destination):
             return _encode(verified, route)
-        return await self._connect_and_answer(verified, route, address)
+        return await self._connect_and_answer(verified, route, address, paid=True)
 
     def _allowed(self, basic_auth: bytes | None) -> bool:
         config = self._config()
@@ -184,14 +186,15 @@ class Proxy:
         )
 
     async def _connect_and_answer(self, verified: Verified, dest: Destination,
-                                  address: str) -> bytes:
+                                  address: str, paid: bool = False) -> bytes:
         try:
             relay = await self.relays.relay(dest, address)
         except RelayError as e:
             own = self.relays.is_own(dest)
             self._counters.count_proxy("sessions", "requests", own)
             self._counters.count_proxy("sessions", _failure(e), own)
-            self.relays.failed(address)
+            if not paid:
+                self.relays.failed(address)
             return _encode(verified, relay_error(e))
         return _encode(verified, self._session(relay))
 

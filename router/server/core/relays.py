@@ -45,8 +45,8 @@ and lock every other client out. So each client address (an IPv6 client by its
   may never finish. With no room the PRXY waits as above.
 - failures cost their asker: each PRXY that fails adds to its address's debt,
   paid at `failures_per_second` after a burst of `failure_burst` (a GCRA), and an
-  address in debt has its next PRXYs wait (`delay`), so a client that keeps
-  asking for routes that fail is answered at that pace, not in a tight loop.
+  address in debt has its next PRXYs wait their turns (`turn`), so a client that
+  keeps asking for routes that fail is answered at that pace, not in a tight loop.
 
 An address pressed by any of these starts a pressure episode: one log line when
 it starts (at most one line per `LOG_INTERVAL` for all addresses, counting those
@@ -94,7 +94,6 @@ CLOSED = "closed"  # the connection ended while the command waited
 
 TIMEOUTS_BEFORE_CLOSING = 3
 ANYONE = ""  # the address of a request that names none (the pool's own callers, tests)
-MAX_FAILURE_WAIT = 10.0  # seconds: the longest one PRXY waits for its address's debt
 LOG_INTERVAL = 10.0  # seconds between two pressure log lines
 HELD_ERRORS_PER_SLOT = 10  # held errors kept, per slot of the pool
 
@@ -173,6 +172,7 @@ class _Attempt:
     """A connection being made; PRXYs for the same destination wait for it."""
 
     owner: str
+    destination: Destination
     done: trio.Event = field(default_factory=trio.Event)
     relay: Relay | None = None
     error: RelayError | None = None
@@ -202,7 +202,7 @@ class PoolStatistics:
     """How the pool was shared, since start (metrics.py)."""
 
     waited: int = 0  # PRXYs that waited for their address's share or a free slot
-    slowed: int = 0  # PRXYs that waited for their address's failures (`delay`)
+    slowed: int = 0  # PRXYs that waited for their address's failures (`turn`)
     evicted: int = 0  # unfinished connects cancelled to make room for another address
     no_room: int = 0  # PRXYs that found no room within the connect timeout
     refused_destinations: int = 0  # destinations refused by the policy (proxy_destinations)
@@ -345,24 +345,29 @@ class Relays:
                     address or "the router", why, len(share.attempts), share.held, len(self),
                     self.limits.max_relays, more)
 
-    def delay(self, address: str) -> float:
-        """How long `address`'s next PRXY waits for its failures (module doc)."""
+    def turn(self, address: str) -> float:
+        """Seconds `address`'s PRXY must wait for its failures (module doc); 0 when the
+        address owes less than its burst. A PRXY that must wait pays for a failure in
+        advance (its place in the address's queue), so the PRXYs of an address in debt
+        are worked on one after another at `failures_per_second`, however many it sends."""
         share = self._shares.get(address)
         if share is None:
             return 0.0
-        limits = self.limits
-        allowance = limits.failure_burst / limits.failures_per_second
-        return max(0.0, min(share.paid_until - allowance - trio.current_time(),
-                            MAX_FAILURE_WAIT))
-
-    def failed(self, address: str) -> None:
-        """A PRXY of `address` failed: its debt grows."""
-        share = self._share(address)
         limits, now = self.limits, trio.current_time()
         allowance = limits.failure_burst / limits.failures_per_second
-        share.paid_until = min(max(share.paid_until, now) + 1 / limits.failures_per_second,
-                               now + allowance + MAX_FAILURE_WAIT)
-        if self.delay(address) > 0:
+        start = share.paid_until - allowance
+        if start <= now:
+            return 0.0
+        share.paid_until += 1 / limits.failures_per_second
+        self.stats.slowed += 1
+        return start - now
+
+    def failed(self, address: str) -> None:
+        """A PRXY of `address` failed that had not paid in advance: its debt grows."""
+        share = self._share(address)
+        limits, now = self.limits, trio.current_time()
+        share.paid_until = max(share.paid_until, now) + 1 / limits.failures_per_second
+        if share.paid_until - now > limits.failure_burst / limits.failures_per_second:
             self._pressed(address, share, "PRXYs that keep failing")
 
     # --- PRXY ----------------------------------------------------------------------------
@@ -439,7 +444,7 @@ class Relays:
         if len(self) >= limits.max_relays and not self._make_room(share):
             self._pressed(address, share, "the pool is full")
             return None
-        attempt = _Attempt(address)
+        attempt = _Attempt(address, dest)
         self._attempts[dest] = attempt
         share.attempts[attempt] = None
         self._nursery.start_soon(self._hold, dest, attempt)
@@ -465,8 +470,10 @@ class Relays:
         if crowd is not share and crowd.held > share.held + 1:
             victim = next(iter(crowd.attempts))
             victim.evicted = True
+            victim.error = RelayError(NETWORK, "connect cancelled to make room for another "
+                                               "client")
             victim.scope.cancel()
-            self._release(victim)
+            self._finish(victim.destination, victim)  # its slot is the asker's from now
             self.stats.evicted += 1
             return True
         if self._drop_own_idle(share):
@@ -496,6 +503,8 @@ class Relays:
                 options = {} if self._versions is None else {"versions": self._versions}
                 address = format_address(dest.key_hash, host, dest.port)
                 async with open_client(address, proxy_server=True, **options) as client:
+                    if attempt.evicted:  # connected just as its slot was given away
+                        return
                     scope.deadline = math.inf  # connected: only close() ends it now
                     relay = Relay(dest, client, self._is_own(dest), trio.current_time(),
                                   owner=attempt.owner)
@@ -512,13 +521,9 @@ class Relays:
                     attempt.relay = relay
                     self._finish(dest, attempt)
                     await trio.sleep_forever()
-            if relay is None:
-                if attempt.evicted:
-                    self._fail(dest, attempt, RelayError(
-                        NETWORK, "connect cancelled to make room for another client"), hold=False)
-                else:  # the deadline passed while connecting
-                    why = f"no connection in {self.limits.connect_timeout:g} s"
-                    self._fail(dest, attempt, RelayError(NETWORK, why))
+            if relay is None:  # the deadline passed while connecting (or it was evicted)
+                why = f"no connection in {self.limits.connect_timeout:g} s"
+                self._fail(dest, attempt, RelayError(NETWORK, why))
         except DestinationRefused as e:
             self.stats.refused_destinations += 1
             self._fail(dest, attempt, RelayError(HOST, str(e)))
@@ -549,6 +554,8 @@ class Relays:
 
     def _fail(self, dest: Destination, attempt: _Attempt, error: RelayError,
               *, hold: bool = True) -> None:
+        if attempt.done.is_set():  # evicted: its waiters have their error already
+            return
         self.connect_failures += 1
         log.info("proxy cannot connect to %s:%d: %s", dest.host, dest.port, error)
         attempt.error = error
