@@ -225,10 +225,11 @@ class Proxy:
             self._counters.count_proxy("messages", "errors_connect", False)
             return _answer(verified, PROXY_NO_SESSION)
         self._counters.count_proxy("messages", "requests", relay.own)
-        await self._fork(client, verified, self._forward, verified, relay)
+        await self._fork(client, verified, self._forward, verified, relay,
+                         client_address(client))
         return []
 
-    async def _forward(self, verified: Verified, relay: Relay) -> bytes:
+    async def _forward(self, verified: Verified, relay: Relay, address: str) -> bytes:
         cmd: PFWD = verified.command  # type: ignore[assignment]
         counters, own = self._counters, relay.own
         secret = _secret(relay)
@@ -238,7 +239,7 @@ class Proxy:
             secret, corr_id, verified.corr_id, cmd.version, cmd.client_key, cmd.enc_transmission
         )
         try:
-            answer = await self.relays.request(relay, RFWD(body), corr_id)
+            answer = await self.relays.request(relay, RFWD(body), corr_id, address)
         except RelayError as e:
             counters.count_proxy("messages", "errors_other", own)
             return _encode(verified, relay_error(e))

@@ -188,13 +188,15 @@ class _Share:
     relays: dict[Relay, None] = field(default_factory=dict)  # open, asked for first here
     paid_until: float = -math.inf  # its failures' GCRA: when its debt is paid
     pressed: bool = False  # in a pressure episode
+    forwarding: int = 0  # its forwarded commands waiting for their answers
+    forwarded: trio.Event = field(default_factory=trio.Event)  # set when one is answered
 
     @property
     def held(self) -> int:
         return len(self.attempts) + len(self.relays)
 
     def idle(self) -> bool:
-        return not self.attempts and not self.relays
+        return not self.attempts and not self.relays and not self.forwarding
 
 
 @dataclass(slots=True)
@@ -205,6 +207,7 @@ class PoolStatistics:
     slowed: int = 0  # PRXYs that waited for their address's failures (`turn`)
     evicted: int = 0  # unfinished connects cancelled to make room for another address
     no_room: int = 0  # PRXYs that found no room within the connect timeout
+    forwards_waited: int = 0  # PFWDs that waited for their address's forwards in flight
     refused_destinations: int = 0  # destinations refused by the policy (proxy_destinations)
     pressure_episodes: int = 0
 
@@ -220,6 +223,7 @@ class RelayLimits:
     held_per_address: int = 100
     failures_per_second: float = 2.0  # per address, after the burst
     failure_burst: int = 20
+    forwards_per_address: int = 64  # PFWDs of one address waiting for their answers
 
 
 class Relays:
@@ -585,14 +589,22 @@ class Relays:
             return None
         return relay
 
-    async def request(self, relay: Relay, command: Command, corr_id: bytes) -> Response:
+    async def request(self, relay: Relay, command: Command, corr_id: bytes,
+                      address: str = ANYONE) -> Response:
         """Send one command on the relay's connection with the corrId given and return
         its answer; `RelayError(TIMEOUT)` after `answer_timeout`, `RelayError(CLOSED)` if
-        the connection ends meanwhile."""
+        the connection ends meanwhile. The client `address` has at most
+        `forwards_per_address` commands waiting for answers, on all connections: one
+        address's flood queues behind its own commands, not on the connections every
+        client shares, where it would hold up the others' answers and could make a
+        destination miss its answer timeouts and the connection be closed for all."""
+        deadline = trio.current_time() + self.limits.answer_timeout
+        share = await self._forwarding_slot(address, deadline)
+        share.forwarding += 1
         relay.in_flight += 1
         relay.last_used = trio.current_time()
         try:
-            with trio.move_on_after(self.limits.answer_timeout):
+            with trio.move_on_at(deadline):
                 answer = await relay.client.command(b"", command, corr_id=corr_id)
                 relay.timeouts = 0
                 return answer
@@ -606,10 +618,31 @@ class Relays:
             self._drop(relay, str(e))
             raise RelayError(CLOSED, str(e)) from e
         finally:
+            share.forwarding -= 1
+            share.forwarded.set()
+            share.forwarded = trio.Event()
             relay.in_flight -= 1
             relay.last_used = trio.current_time()
             if relay.in_flight == 0 and self._waiting:
                 self._notify()  # an idle connection may make room
+
+    async def _forwarding_slot(self, address: str, deadline: float) -> _Share:
+        """The address's share once it has fewer than `forwards_per_address` forwarded
+        commands in flight; `RelayError(TIMEOUT)` if that does not come by `deadline`."""
+        waited = False
+        while True:
+            share = self._share(address)
+            if share.forwarding < self.limits.forwards_per_address:
+                return share
+            if not waited:
+                waited = True
+                self.stats.forwards_waited += 1
+                self._pressed(address, share, "forwarded commands in flight at its bound")
+            with trio.move_on_at(deadline):
+                await share.forwarded.wait()
+                continue
+            raise RelayError(TIMEOUT, f"{share.forwarding} forwarded commands of this "
+                                      "address in flight")
 
     def close_all(self) -> None:
         for relay in list(self._relays.values()):

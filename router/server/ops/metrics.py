@@ -236,10 +236,12 @@ def _proxy_pool(relays: Relays) -> Iterator[Metric]:
                             value=relays.pressed_addresses)
     pressure = CounterMetricFamily(
         "smp_router_proxy_pool_pressure",
-        "PRXYs held back by the sharing of the proxy's pool, and its pressure episodes",
+        "PRXYs and PFWDs held back by the sharing of the proxy's pool, and its pressure "
+        "episodes",
         labels=["event"])
     for event, value in (("waited", stats.waited), ("slowed", stats.slowed),
                          ("connect_evicted", stats.evicted), ("no_room", stats.no_room),
+                         ("pfwd_waited", stats.forwards_waited),
                          ("episodes", stats.pressure_episodes)):
         pressure.add_metric([event], value)
     yield pressure
