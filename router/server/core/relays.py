@@ -47,11 +47,18 @@ and lock every other client out. So each client address (an IPv6 client by its
   paid at `failures_per_second` after a burst of `failure_burst` (a GCRA), and an
   address in debt has its next PRXYs wait their turns (`turn`), so a client that
   keeps asking for routes that fail is answered at that pace, not in a tight loop.
+- at most `forwards_per_address` of its forwarded commands wait for their answers
+  (`request`): the connections are shared, and a flood on one would hold up the
+  other clients' answers on it.
 
-An address pressed by any of these starts a pressure episode: one log line when
-it starts (at most one line per `LOG_INTERVAL` for all addresses, counting those
-left out), counted in `PoolStatistics`, ended when the address holds nothing and
-owes nothing.
+A destination is connected to only if the policy allows its addresses
+(proxy_destinations.py: no loopback, private, link-local or this machine's
+addresses unless allowed); the name is resolved here, in the attempt.
+
+An address held back by any of these starts a pressure episode: one log line
+when it starts (at most one line per `LOG_INTERVAL` for all addresses, counting
+those left out), counted in `PoolStatistics`, ended when the address has not been
+held back for `LOG_INTERVAL` or holds and owes nothing.
 
 A connection the destination closed is dropped the first time it is looked up (and
 by the sweep); the next PRXY connects again.
@@ -188,6 +195,7 @@ class _Share:
     relays: dict[Relay, None] = field(default_factory=dict)  # open, asked for first here
     paid_until: float = -math.inf  # its failures' GCRA: when its debt is paid
     pressed: bool = False  # in a pressure episode
+    last_pressed: float = -math.inf  # when it was last held back
     forwarding: int = 0  # its forwarded commands waiting for their answers
     forwarded: trio.Event = field(default_factory=trio.Event)  # set when one is answered
 
@@ -297,7 +305,9 @@ class Relays:
             for key, (_, until) in list(self._held_errors.items()):
                 if until <= now:
                     del self._held_errors[key]
-            for address in list(self._shares):
+            for address, share in list(self._shares.items()):
+                if share.pressed and now - share.last_pressed >= LOG_INTERVAL:
+                    share.pressed = False  # held back no more: its episode is over
                 self._forget_if_done(address)
 
     def _drop(self, relay: Relay, why: str) -> None:
@@ -333,11 +343,12 @@ class Relays:
         self._changed = trio.Event()
 
     def _pressed(self, address: str, share: _Share, why: str) -> None:
+        now = trio.current_time()
+        share.last_pressed = now
         if share.pressed:
             return
         share.pressed = True
         self.stats.pressure_episodes += 1
-        now = trio.current_time()
         if now - self._last_log < LOG_INTERVAL:
             self._unlogged += 1
             return
