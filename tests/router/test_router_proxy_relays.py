@@ -5,6 +5,7 @@ and comes back, the bound on connections, a requester that goes away mid-connect
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -329,8 +330,8 @@ async def test_an_address_whose_requests_keep_failing_takes_turns_at_the_failure
         pool.failed(X)
         turns = [pool.turn(X) for _ in range(4)]
         # one after another, a tenth of a second apart; another address does not wait
-        assert 0 < turns[0] <= 0.1 and all(
-            abs(later - earlier - 0.1) < 0.01 for earlier, later in zip(turns, turns[1:]))
+        gaps = [later - earlier for earlier, later in itertools.pairwise(turns)]
+        assert 0 < turns[0] <= 0.1 and all(abs(gap - 0.1) < 0.01 for gap in gaps), turns
         assert pool.turn(Y) == 0.0 and pool.stats.slowed == 4
         assert pool.stats.pressure_episodes == 1
 
