@@ -42,14 +42,16 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @asynccontextmanager
-async def router_process() -> AsyncIterator[tuple[str, int]]:
-    """`smp-router serve` from this checkout, loopback destinations allowed to its proxy;
-    yields its address and pid."""
-    root = Path(__file__).resolve().parent.parent
+async def router_process(root: Path | None = None) -> AsyncIterator[tuple[str, int]]:
+    """`smp-router serve` from this checkout (or the one at `root`), loopback
+    destinations allowed to its proxy (a checkout older than that setting proxies
+    anywhere); yields its address and pid."""
+    root = root or Path(__file__).resolve().parent.parent
+    allow = (root / "router/server/core/proxy_destinations.py").exists()
     with tempfile.TemporaryDirectory(prefix="smp-proxy-bench-") as tmp:
         config = Path(tmp) / "router.ini"
         config.write_text("[STORE_LOG]\nquota = 100000\n"
-                          "[PROXY]\nallow_destinations = 127.0.0.0/8\n")
+                          + ("[PROXY]\nallow_destinations = 127.0.0.0/8\n" if allow else ""))
         process = await trio.lowlevel.open_process(
             [sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1",
              "--port", "0", "--store", "memory", "--config", str(config),

@@ -1,7 +1,7 @@
 """proxy --attack: private routing while hostile clients fill the proxy with dead routes.
 
-    python -m bench proxy --attack [--sources 1] [--connections 40] [--in-flight 32]
-        [--tarpits 64] [--warmup 25] [--tries 20] [--out FILE]
+    python -m bench proxy --attack [--sources 1 8] [--connections 40] [--in-flight 32]
+        [--tarpits 64] [--warmup 25] [--tries 20] [--base DIR] [--out FILE]
 
 Two routers run as processes of their own on 127.0.0.1 (`smp-router serve`, memory
 store, its default proxy settings but for loopback destinations allowed): A, the
@@ -190,8 +190,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from .proxy import router_process
 
-    async with router_process() as (a_address, a_pid), \
-            router_process() as (b_address, _), tarpits(args.tarpits) as ports:
+    async with router_process(args.base) as (a_address, a_pid), \
+            router_process(args.base) as (b_address, _), tarpits(args.tarpits) as ports:
         b = parse_address(b_address)
         prxy = PRXY(("127.0.0.1",), str(b.port), b.key_hash, None)
         with source_addresses():
@@ -213,19 +213,20 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {"before": summary(before), "during": summary(during),
             "attack_seconds": seconds, "attacker_answers": dict(tally.answers),
             "attacker_answers_per_second": tally.total / seconds,
-            "a_before": before_peaks, "a_during_peak": peaks, "settings": vars(args)
-            | {"out": str(args.out)}}
+            "a_before": before_peaks, "a_during_peak": peaks,
+            "settings": vars(args) | {"out": str(args.out), "base": str(args.base)}}
 
 
 def report(results: list[dict[str, Any]]) -> str:
-    lines = ["| attackers | fresh client's PKEYs before | during | PRXY p50 ms before | "
+    lines = ["| routers | attackers | fresh client's PKEYs before | during | PRXY p50 ms before | "
              "during | during / before | A's descriptors peak (before) | A's RSS MB peak "
              "(before) | attackers' answers/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s, b, d = r["settings"], r["before"], r["during"]
         ratio = (d["p50_ms"] / b["p50_ms"]) if d["p50_ms"] and b["p50_ms"] else float("nan")
         lines.append(
+            f"| {'this checkout' if s['base'] == 'None' else s['base']} "
             f"| {s['connections']} connections x {s['in_flight']} PRXYs from "
             f"{s['sources']} address{'es' if s['sources'] > 1 else ''} "
             f"| {b['pkey']}/{b['tries']} | {d['pkey']}/{d['tries']} | {b['p50_ms']:.1f} "
@@ -246,13 +247,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tarpits", type=int, default=64)
     parser.add_argument("--warmup", type=float, default=25.0)
     parser.add_argument("--tries", type=int, default=20)
+    parser.add_argument("--base", type=Path, help="also run the routers of the checkout at "
+                        "DIR (e.g. a worktree of main before the pool was shared), first")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here, and the "
                         "table beside it (.md)")
     args = parser.parse_args(argv)
     results = []
-    for sources in args.sources:
-        run: Callable[..., Any] = measure
-        results.append(trio.run(run, argparse.Namespace(**{**vars(args), "sources": sources})))
+    for base in ([args.base] if args.base else []) + [None]:
+        for sources in args.sources:
+            run: Callable[..., Any] = measure
+            results.append(trio.run(run, argparse.Namespace(
+                **{**vars(args), "sources": sources, "base": base})))
     text = report(results)
     print(text)
     if args.out is not None:
