@@ -6,9 +6,12 @@ connection, counted, while an allow-list lets an operator proxy inside their net
 from __future__ import annotations
 
 import ipaddress
+import socket
+import threading
 
 import loopback_router
 import pytest
+import trio
 from proxied import broker_error, open_session, prxy_for
 
 from router.client import open_client
@@ -99,3 +102,38 @@ async def test_an_allow_list_lets_the_operator_proxy_inside() -> None:
         other = PRXY(("127.0.0.2",), str(b.port), b.key_hash, None)
         assert broker_error(await sender.command(b"", other)) == b"HOST"
         assert a.router.relays.stats.refused_destinations == 1
+
+
+async def test_names_resolve_on_the_proxys_threads_a_few_at_once_per_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name whose servers never answer holds a thread: one address may hold two,
+    another still resolves, and a thread given up on counts until it ends."""
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def slow(host, *args, **kwargs):
+        if host.endswith(".tarpit.example"):
+            release.wait(10)
+            raise socket.gaierror("no answer")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    policy = DestinationPolicy(("127.0.0.0/8",))
+    with trio.move_on_after(0.2):
+        async with trio.open_nursery() as nursery:
+            for n in range(2):
+                nursery.start_soon(policy.resolve, f"{n}.tarpit.example", 5223, "X")
+            await wait_until(lambda: policy.resolving_for("X") == 2)
+            with pytest.raises(OSError, match="2 names being resolved"):
+                await policy.resolve("2.tarpit.example", 5223, "X")
+            assert await policy.resolve("localhost", 5223, "Y") in ("127.0.0.1", "::1")
+    assert policy.resolving_for("X") == 2  # given up on, the threads still run
+    release.set()
+    await wait_until(lambda: policy.resolving_for("X") == 0)
+
+
+async def wait_until(predicate, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)

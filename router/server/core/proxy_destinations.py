@@ -13,12 +13,19 @@ was checked, never to the name again, so a name cannot point inside after its ch
 (DNS rebinding). An operator who proxies inside their own network names the ranges
 the proxy may reach anyway (`[PROXY] allow_destinations`, `--proxy-allow-destinations`);
 they are allowed whatever they hold, this machine's addresses included.
+
+Resolving a name takes a thread for as long as the name's servers take, and a
+client may name hosts under a domain whose servers never answer. So names are
+resolved on threads of the proxy's own (`DNS_THREADS`, not the router's default
+pool that the stores use), at most `DNS_PER_ADDRESS` at once for one client
+address; an address literal needs none.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 from collections.abc import Callable, Iterable
 
 import trio
@@ -27,6 +34,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")  # an IPv4 address behind the well-known prefix
+DNS_THREADS = 8  # names being resolved at once, for every client
+DNS_PER_ADDRESS = 2  # of those, for one client address
 
 
 class DestinationRefused(Exception):
@@ -77,6 +86,9 @@ class DestinationPolicy:
                  local: Callable[[IPAddress], bool] = is_this_machine) -> None:
         self.allowed = parse_networks(allowed)
         self._local = local
+        self._threads: trio.CapacityLimiter | None = None  # made in the run that uses it
+        self._resolving: dict[str, int] = {}  # client address -> names being resolved
+        self._lock = threading.Lock()  # _resolving is changed by the resolving threads too
 
     def refusal(self, address: IPAddress) -> str | None:
         """Why the proxy must not connect to `address`, or None if it may."""
@@ -108,10 +120,16 @@ class DestinationPolicy:
         if why is not None:
             raise DestinationRefused(f"{host} is {why}")
 
-    async def resolve(self, host: str, port: int) -> str:
-        """The address to connect to for `host`: DestinationRefused if any address
-        the host resolves to is refused; OSError if it does not resolve."""
-        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    async def resolve(self, host: str, port: int, asker: str = "") -> str:
+        """The address to connect to for `host` (for the client address `asker`):
+        DestinationRefused if any address the host resolves to is refused; OSError if
+        it does not resolve, or `asker` has its share of names being resolved."""
+        try:
+            literal = ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            infos = await self._getaddrinfo(host, port, asker)
+        else:
+            infos = [(0, 0, 0, "", (str(literal), port))]
         addresses: list[IPAddress] = []
         for _, _, _, _, sockaddr in infos:
             address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
@@ -125,3 +143,50 @@ class DestinationPolicy:
                 shown = host if host == str(address) else f"{host} ({address})"
                 raise DestinationRefused(f"{shown} is {why}")
         return str(addresses[0])
+
+    async def _getaddrinfo(self, host: str, port: int, asker: str) -> list:  # type: ignore[type-arg]
+        """getaddrinfo on the proxy's threads; a name counts against `asker` until its
+        thread ends, even if its PRXY gave up waiting for it (an abandoned thread
+        still holds its place)."""
+        with self._lock:
+            resolving = self._resolving.get(asker, 0)
+            if resolving >= DNS_PER_ADDRESS:
+                raise OSError(f"{resolving} names being resolved for this client address")
+            self._resolving[asker] = resolving + 1
+        if self._threads is None:
+            self._threads = trio.CapacityLimiter(DNS_THREADS)
+
+        state = {"started": False, "given_up": False}
+
+        def lookup() -> list:  # type: ignore[type-arg]
+            with self._lock:
+                if state["given_up"]:
+                    return []
+                state["started"] = True
+            try:
+                return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+            finally:
+                self._done_resolving(asker)
+
+        try:
+            return await trio.to_thread.run_sync(lookup, abandon_on_cancel=True,
+                                                 limiter=self._threads)
+        except BaseException:
+            with self._lock:
+                given_up = not state["started"]  # else its thread counts it off
+                state["given_up"] = given_up
+            if given_up:
+                self._done_resolving(asker)
+            raise
+
+    def _done_resolving(self, asker: str) -> None:
+        with self._lock:
+            left = self._resolving[asker] - 1
+            if left:
+                self._resolving[asker] = left
+            else:
+                del self._resolving[asker]
+
+    def resolving_for(self, asker: str) -> int:
+        with self._lock:
+            return self._resolving.get(asker, 0)

@@ -514,7 +514,7 @@ class Relays:
         scope.deadline = trio.current_time() + self.limits.connect_timeout
         try:
             with scope:
-                host = await self.policy.resolve(dest.host, dest.port)
+                host = await self.policy.resolve(dest.host, dest.port, attempt.owner)
                 options = {} if self._versions is None else {"versions": self._versions}
                 address = format_address(dest.key_hash, host, dest.port)
                 async with open_client(address, proxy_server=True, **options) as client:
