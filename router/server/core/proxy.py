@@ -29,8 +29,9 @@ off, or not the password) `PROXY BASIC_AUTH`; a PFWD for a session the proxy doe
 not have (never, or closed since) `PROXY NO_SESSION`; a destination that cannot be
 reached `PROXY BROKER NETWORK` (refused, down, wrong identity, no connection in
 time), that does not answer in time `PROXY BROKER TIMEOUT`, with no host reachable
-without Tor `PROXY BROKER HOST`, with no common version `PROXY BROKER TRANSPORT
-VERSION`; an `ERR e` of the destination reaches the client as `PROXY PROTOCOL e`.
+without Tor or a host inside (proxy_destinations.py) `PROXY BROKER HOST`, with no
+common version `PROXY BROKER TRANSPORT VERSION`; an `ERR e` of the destination
+reaches the client as `PROXY PROTOCOL e`.
 """
 
 from __future__ import annotations

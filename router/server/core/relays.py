@@ -93,7 +93,7 @@ DEFAULT_SMP_PORT = 5223
 # What went wrong, in the words of the reference's client errors
 # (docs/protocol.md#private-message-routing, "proxy errors"):
 NETWORK = "network"  # no connection: refused, unreachable, wrong identity, connect timeout
-HOST = "host"  # no host the proxy may connect to (onion only)
+HOST = "host"  # no host the proxy may connect to (onion only, or inside: proxy_destinations)
 TIMEOUT = "timeout"  # connected, but no answer in time
 VERSION = "version"  # no version both speak
 CLOSED = "closed"  # the connection ended while the command waited
