@@ -1,6 +1,7 @@
 """proxy: sending through a proxy router against sending straight to the destination.
 
     python -m bench proxy [--messages 2000] [--window 16] [--repeats 3] [--out FILE]
+    python -m bench proxy --attack ...   private routing under attack (proxy_attack.py)
 
 Two routers run as processes of their own (`smp-router serve`, memory store, on
 127.0.0.1): A, the proxy, and B, the destination. A recipient on B subscribes to 8
@@ -41,12 +42,16 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @asynccontextmanager
-async def router_process() -> AsyncIterator[tuple[str, int]]:
-    """`smp-router serve` from this checkout; yields its address and pid."""
-    root = Path(__file__).resolve().parent.parent
+async def router_process(root: Path | None = None) -> AsyncIterator[tuple[str, int]]:
+    """`smp-router serve` from this checkout (or the one at `root`), loopback
+    destinations allowed to its proxy (a checkout older than that setting proxies
+    anywhere); yields its address and pid."""
+    root = root or Path(__file__).resolve().parent.parent
+    allow = (root / "router/server/core/proxy_destinations.py").exists()
     with tempfile.TemporaryDirectory(prefix="smp-proxy-bench-") as tmp:
         config = Path(tmp) / "router.ini"
-        config.write_text("[STORE_LOG]\nquota = 100000\n")
+        config.write_text("[STORE_LOG]\nquota = 100000\n"
+                          + ("[PROXY]\nallow_destinations = 127.0.0.0/8\n" if allow else ""))
         process = await trio.lowlevel.open_process(
             [sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1",
              "--port", "0", "--store", "memory", "--config", str(config),
@@ -194,6 +199,10 @@ def report(results: list[dict[str, Any]], messages: int, window: int) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if "--attack" in argv:
+        from . import proxy_attack
+
+        return proxy_attack.main([arg for arg in argv if arg != "--attack"])
     parser = argparse.ArgumentParser(prog="python -m bench proxy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=2000)

@@ -258,6 +258,10 @@ class TlsTransport:
             raise ConnectionClosed(
                 f"cannot connect to {address.host}:{address.port}: {why}"
             ) from e
+        except BaseException:  # cancelled mid-handshake: the socket now, not at a GC pass
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            raise
         agreed = stream.selected_alpn_protocol()
         tls_unique = stream.get_channel_binding("tls-unique")
         certificate = stream.getpeercert(binary_form=True)

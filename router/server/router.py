@@ -43,6 +43,7 @@ from .core.expiry import Expirer
 from .core.latency import Latencies
 from .core.notifications import Notifications
 from .core.proxy import Proxy
+from .core.proxy_destinations import DestinationPolicy
 from .core.relays import Destination, RelayLimits, Relays
 from .core.services import Services
 from .core.serving import ClientServing
@@ -122,7 +123,10 @@ class Router:
             answer_timeout=config.proxy_answer_timeout,
             idle_timeout=config.proxy_idle_timeout,
             error_hold=config.proxy_error_hold,
-        ), is_own=self._is_own_destination)
+            connects_per_address=config.proxy_connects_per_address,
+            held_per_address=config.proxy_max_connections_per_address,
+        ), is_own=self._is_own_destination,
+            policy=DestinationPolicy(config.proxy_allow_destinations))
         if config.stats_log is not None:
             self.stats_log = StatsLog(
                 config.stats_log, self.statistics, interval=config.stats_interval

@@ -22,7 +22,8 @@ from router.client import (
 from router.protocol import AUTH, LARGE_MSG, OK, PROXY_BASIC_AUTH, SKEY, crypto, versions
 from router.server.router import RouterInfo
 
-PROXY = {"allow_proxy": True, "proxy_connect_timeout": 5.0, "proxy_answer_timeout": 5.0}
+PROXY = {"allow_proxy": True, "proxy_connect_timeout": 5.0, "proxy_answer_timeout": 5.0,
+         "proxy_allow_destinations": ("127.0.0.0/8",)}
 
 
 def router(**settings: object) -> AbstractAsyncContextManager[RouterInfo]:

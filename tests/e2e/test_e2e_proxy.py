@@ -58,7 +58,7 @@ async def serving(data_dir: Path, port: int = 0) -> AsyncIterator[Served]:
         "serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
         "--store", "journal", "--log-level", "info", "--log-file", str(log),
         "--metrics-port", "0", "--proxy-connect-timeout", str(CONNECT_TIMEOUT),
-        "--proxy-error-hold", "0.2",
+        "--proxy-error-hold", "0.2", "--proxy-allow-destinations", "127.0.0.0/8",
     )
     process = await trio.lowlevel.open_process(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

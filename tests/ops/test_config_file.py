@@ -86,6 +86,10 @@ NON_DEFAULT = {
     ("PROXY", "idle_timeout"): ("45", 45.0),
     ("PROXY", "error_hold"): ("0", 0.0),
     ("PROXY", "client_concurrency"): ("4", 4),
+    ("PROXY", "connects_per_address"): ("3", 3),
+    ("PROXY", "max_connections_per_address"): ("7", 7),
+    ("PROXY", "allow_destinations"): ("10.0.0.0/8, fd00::/8,192.168.1.7",
+                                      ("10.0.0.0/8", "fd00::/8", "192.168.1.7")),
     ("PROXY", "own_server_domains"): ("Example.net, smp.example.org",
                                       ("example.net", "smp.example.org")),
     ("INACTIVE_CLIENTS", "disconnect"): ("on", True),
@@ -156,6 +160,9 @@ def test_every_key_reaches_the_router_configuration(tmp_path):
             config.proxy_answer_timeout, config.proxy_idle_timeout, config.proxy_error_hold,
             config.proxy_client_concurrency) == (21, 2.5, 3.5, 45.0, 0.0, 4)
     assert config.proxy_own_domains == ("example.net", "smp.example.org")
+    assert (config.proxy_connects_per_address, config.proxy_max_connections_per_address,
+            config.proxy_allow_destinations) == (3, 7, ("10.0.0.0/8", "fd00::/8",
+                                                        "192.168.1.7"))
 
 
 def test_serve_proxies_by_default_and_no_proxy_turns_it_off(tmp_path):
@@ -167,6 +174,19 @@ def test_serve_proxies_by_default_and_no_proxy_turns_it_off(tmp_path):
     assert (config.proxy_connect_timeout, config.proxy_max_connections) == (3.0, 2)
     with pytest.raises(SystemExit):
         build_parser().parse_args([*args, "--proxy-max-connections", "0"])
+
+
+def test_proxy_destinations_are_refused_by_default_and_an_allow_list_names_networks(
+    tmp_path, capsys,
+):
+    args = ["serve", "--data-dir", str(tmp_path), "--store", "memory"]
+    assert config_from_args(build_parser().parse_args(args)).proxy_allow_destinations == ()
+    config = config_from_args(build_parser().parse_args(
+        [*args, "--proxy-allow-destinations", "127.0.0.0/8, fd00::/8"]))
+    assert config.proxy_allow_destinations == ("127.0.0.0/8", "fd00::/8")
+    with pytest.raises(SystemExit) as bad:
+        build_parser().parse_args([*args, "--proxy-allow-destinations", "10.0.0.0/8,intranet"])
+    assert bad.value.code == 2 and "'intranet' is not an IP network" in capsys.readouterr().err
 
 
 def test_a_flag_overrides_the_file_and_the_file_overrides_the_default(tmp_path):

@@ -249,7 +249,8 @@ async def test_smp_router_serve_exposes_metrics_health_and_clients(tmp_path):
 async def test_the_proxy_counters_are_the_reference_families_with_their_labels(start_router):
     """A proxies one message to itself (own) and one to B: A's relay families count
     them by source; B counts the RFWD it executed."""
-    a = await start_router(metrics_port=0, allow_proxy=True)
+    a = await start_router(metrics_port=0, allow_proxy=True,
+                           proxy_allow_destinations=("127.0.0.0/8",))
     b = await start_router(metrics_port=0)
     with trio.fail_after(30):
         async with open_client(a.address) as client:
@@ -272,6 +273,11 @@ async def test_the_proxy_counters_are_the_reference_families_with_their_labels(s
         assert kinds[f"simplex_smp_relay_{what}_requests"] == "counter"
     assert got[("simplex_smp_relay_messages_received", ())] == 1  # its own one
     assert got[("smp_router_proxy_connections", ())] == 2
+    # The sharing of A's pool (core/relays.py): nothing held back under this light load.
+    assert got[("smp_router_proxy_destinations_refused_total", ())] == 0
+    assert got[("smp_router_proxy_connecting", ())] == 0
+    for event in ("waited", "slowed", "connect_evicted", "no_room", "pfwd_waited", "episodes"):
+        assert got[("smp_router_proxy_pool_pressure_total", (("event", event),))] == 0
     b_page = samples(await scrape_text(b.metrics_port))
     assert b_page[("simplex_smp_relay_messages_received", ())] == 1
     assert b_page[("simplex_smp_relay_sessions_requests", (("source", "all"),))] == 0

@@ -37,6 +37,7 @@ from router.server.router import RouterInfo
 
 # A short hold of a failed connection, so that a restarted destination is tried again soon.
 PROXY_SETTINGS: dict[str, object] = {
+    "proxy_allow_destinations": ("127.0.0.0/8",),
     "allow_proxy": True, "proxy_error_hold": 0.2, "proxy_connect_timeout": 5.0,
     "proxy_answer_timeout": 5.0,
 }
@@ -301,3 +302,33 @@ async def test_one_clients_proxied_commands_beyond_its_concurrency_wait_their_tu
             assert answers == [OK()] * 6
             assert b.router.statistics().messages_sent == 6
             assert most[0] == concurrency
+
+
+async def test_one_addresss_forwarded_commands_in_flight_are_bounded_on_every_connection() -> None:
+    async with running_router() as a, running_router() as b:
+        relays = a.router.relays
+        relays.limits = replace(relays.limits, forwards_per_address=2)
+        async with open_client(address(b)) as recipient, open_client(address(a)) as one, \
+                open_client(address(a)) as two:
+            queue = await recipient.create_queue()
+            sessions = [await open_session(one, b), await open_session(two, b)]
+            (relay,) = relays._relays.values()
+            answers: list = []
+            most = [0]
+
+            async def send(client: SMPClient, session: ProxiedSession, n: int) -> None:
+                answers.append(await proxied(client, session, queue.sender_id,
+                                             SEND(b"F", b"m%d" % n)))
+
+            b.router.suspend()  # B reads nothing: the RFWDs wait for their answers
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    for n in range(6):  # two connections of one address
+                        nursery.start_soon(send, (one, two)[n % 2], sessions[n % 2], n)
+                    await wait_until(lambda: relays.stats.forwards_waited > 0)
+                    for _ in range(10):
+                        most[0] = max(most[0], relay.in_flight)
+                        await trio.sleep(0.01)
+                    b.router.resume()
+            assert answers == [OK()] * 6 and most[0] == 2
+            assert b.router.statistics().messages_sent == 6

@@ -22,7 +22,8 @@ from router.client import MessageEvent, SMPClient, open_client
 from router.protocol import x25519_spki
 from router.server.router import RouterInfo
 
-PROXY = {"allow_proxy": True, "proxy_connect_timeout": 10.0, "proxy_answer_timeout": 10.0}
+PROXY = {"allow_proxy": True, "proxy_connect_timeout": 10.0, "proxy_answer_timeout": 10.0,
+         "proxy_allow_destinations": ("127.0.0.0/8",)}
 
 
 def router(**settings: object) -> AbstractAsyncContextManager[RouterInfo]:

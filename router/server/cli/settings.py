@@ -126,7 +126,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
 _METAVARS = {"new_queues": "on|off", "new_queues_per_second": "N|off", "tls_cert": "PEM",
              "tls_key": "PEM", "stats_log": "PATH", "file": "PATH",
              "memory_store_max_bytes": "SIZE|off", "create_password": "PASSWORD",
-             "own_server_domains": "NAMES",
+             "own_server_domains": "NAMES", "allow_destinations": "NETWORKS",
              "new_queues_per_second_per_address": "N|off", "new_queues_per_second_total": "N|off",
              "new_queues_burst_per_address": "N", "new_queues_burst_total": "N",
              "control_lockout_after": "N", "control_max_sessions": "N",
@@ -259,6 +259,9 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         proxy_error_hold=s["proxy_error_hold"],
         proxy_client_concurrency=s["proxy_client_concurrency"],
         proxy_own_domains=s["proxy_own_domains"] or (),
+        proxy_connects_per_address=s["proxy_connects_per_address"],
+        proxy_max_connections_per_address=s["proxy_max_connections_per_address"],
+        proxy_allow_destinations=s["proxy_allow_destinations"] or (),
         **{name: s[name] for name in LISTENER_SETTINGS},
         information=information,
     )  # type: ignore[arg-type]

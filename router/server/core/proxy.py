@@ -15,13 +15,23 @@ task of the client's connection, which puts the answer in the outbox when it
 comes; one connection has at most `proxy_client_concurrency` of them, and its next
 block waits while it has that many.
 
+The pool of destination connections is shared fairly between client addresses
+(relays.py): a PRXY names its client's address (an IPv6 client by its /64), whose
+share bounds the destinations being connected for it, and whose failures slow it
+down: while the address owes for PRXYs that failed, its next PRXYs wait in such a
+task before they are worked on, so that a client asking for routes that fail is
+answered at the pace its failures are paid, not in a tight loop. Destinations on
+loopback, private and link-local addresses or on this router's machine are
+refused (proxy_destinations.py).
+
 Errors, as the reference names them: a PRXY the router does not allow (proxying
 off, or not the password) `PROXY BASIC_AUTH`; a PFWD for a session the proxy does
 not have (never, or closed since) `PROXY NO_SESSION`; a destination that cannot be
 reached `PROXY BROKER NETWORK` (refused, down, wrong identity, no connection in
 time), that does not answer in time `PROXY BROKER TIMEOUT`, with no host reachable
-without Tor `PROXY BROKER HOST`, with no common version `PROXY BROKER TRANSPORT
-VERSION`; an `ERR e` of the destination reaches the client as `PROXY PROTOCOL e`.
+without Tor or a host inside (proxy_destinations.py) `PROXY BROKER HOST`, with no
+common version `PROXY BROKER TRANSPORT VERSION`; an `ERR e` of the destination
+reaches the client as `PROXY PROTOCOL e`.
 """
 
 from __future__ import annotations
@@ -63,6 +73,9 @@ from router.protocol.types import (
     Response,
 )
 
+from ..edge.admission import address_key
+from .limits import remote_host
+from .proxy_destinations import DestinationRefused
 from .relays import (
     CLOSED,
     HOST,
@@ -123,17 +136,46 @@ class Proxy:
         cmd: PRXY = verified.command  # type: ignore[assignment]
         if not self._allowed(cmd.basic_auth):
             return _answer(verified, PROXY_BASIC_AUTH)
-        try:
-            dest = destination(cmd.hosts, cmd.port, cmd.key_hash)
-        except RelayError as e:
-            self._counters.count_proxy("sessions", "requests", False)
-            self._counters.count_proxy("sessions", _failure(e), False)
-            return _answer(verified, relay_error(e))
-        relay = self.relays.connected(dest)
+        address = client_address(client)
+        wait = self.relays.turn(address)
+        if wait > 0:  # it owes for failures: it waits its turn first
+            await self._fork(client, verified, self._slowed, verified, address, wait)
+            return []
+        route = self._route(cmd, address)
+        if not isinstance(route, Destination):
+            return _answer(verified, route)
+        relay = self.relays.connected(route, address)
         if relay is not None:  # the common case: answered at once
             return _answer(verified, self._session(relay))
-        await self._fork(client, verified, self._connect_and_answer, verified, dest)
+        await self._fork(client, verified, self._connect_and_answer, verified, route, address)
         return []
+
+    def _route(self, cmd: PRXY, address: str, paid: bool = False) -> Destination | ErrorType:
+        """The destination PRXY names, or why the proxy will not connect to it."""
+        try:
+            dest = destination(cmd.hosts, cmd.port, cmd.key_hash)
+            self.relays.policy.check_literal(dest.host)
+        except RelayError as e:
+            error, failure = relay_error(e), _failure(e)
+        except DestinationRefused as e:
+            log.debug("PRXY refused: %s", e)
+            self.relays.stats.refused_destinations += 1
+            error, failure = proxy_broker_error(BROKER_HOST), "errors_other"
+        else:
+            return dest
+        self._counters.count_proxy("sessions", "requests", False)
+        self._counters.count_proxy("sessions", failure, False)
+        if not paid:
+            self.relays.failed(address)
+        return error
+
+    async def _slowed(self, verified: Verified, address: str, wait: float) -> bytes:
+        """A PRXY that waited its turn, its failure paid in advance (`Relays.turn`)."""
+        await trio.sleep(wait)
+        route = self._route(verified.command, address, paid=True)  # type: ignore[arg-type]
+        if not isinstance(route, Destination):
+            return _encode(verified, route)
+        return await self._connect_and_answer(verified, route, address, paid=True)
 
     def _allowed(self, basic_auth: bytes | None) -> bool:
         config = self._config()
@@ -144,13 +186,16 @@ class Proxy:
             basic_auth is not None and hmac.compare_digest(password, basic_auth)
         )
 
-    async def _connect_and_answer(self, verified: Verified, dest: Destination) -> bytes:
+    async def _connect_and_answer(self, verified: Verified, dest: Destination,
+                                  address: str, paid: bool = False) -> bytes:
         try:
-            relay = await self.relays.relay(dest)
+            relay = await self.relays.relay(dest, address)
         except RelayError as e:
             own = self.relays.is_own(dest)
             self._counters.count_proxy("sessions", "requests", own)
             self._counters.count_proxy("sessions", _failure(e), own)
+            if not paid:
+                self.relays.failed(address)
             return _encode(verified, relay_error(e))
         return _encode(verified, self._session(relay))
 
@@ -181,10 +226,11 @@ class Proxy:
             self._counters.count_proxy("messages", "errors_connect", False)
             return _answer(verified, PROXY_NO_SESSION)
         self._counters.count_proxy("messages", "requests", relay.own)
-        await self._fork(client, verified, self._forward, verified, relay)
+        await self._fork(client, verified, self._forward, verified, relay,
+                         client_address(client))
         return []
 
-    async def _forward(self, verified: Verified, relay: Relay) -> bytes:
+    async def _forward(self, verified: Verified, relay: Relay, address: str) -> bytes:
         cmd: PFWD = verified.command  # type: ignore[assignment]
         counters, own = self._counters, relay.own
         secret = _secret(relay)
@@ -194,7 +240,7 @@ class Proxy:
             secret, corr_id, verified.corr_id, cmd.version, cmd.client_key, cmd.enc_transmission
         )
         try:
-            answer = await self.relays.request(relay, RFWD(body), corr_id)
+            answer = await self.relays.request(relay, RFWD(body), corr_id, address)
         except RelayError as e:
             counters.count_proxy("messages", "errors_other", own)
             return _encode(verified, relay_error(e))
@@ -245,6 +291,11 @@ class Proxy:
             await conn.push([answer])
 
         conn.spawn(run)
+
+
+def client_address(client: ClientSubscriptions) -> str:
+    """The client's address as the pool's shares count it (an IPv6 client by its /64)."""
+    return address_key(remote_host(client.conn.transport.remote))
 
 
 def _secret(relay: Relay) -> bytes | None:

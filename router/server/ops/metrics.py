@@ -58,6 +58,7 @@ from .memory import TOP_TYPES, Census
 
 if TYPE_CHECKING:
     from ..core.counters import RouterStatistics
+    from ..core.relays import Relays
     from .operated import OperatedRouter
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,7 @@ class RouterCollector(Collector):
         yield GaugeMetricFamily("smp_router_proxy_connections",
                                 "Connections open now from this router, as a proxy, to "
                                 "destination routers", value=s.proxy_connections)
+        yield from _proxy_pool(self._router.relays)
         yield GaugeMetricFamily("smp_router_suspended", "1 while suspended by the control port",
                                 value=int(self._router.gate.suspended))
         yield GaugeMetricFamily("smp_router_draining",
@@ -221,6 +223,32 @@ class RouterCollector(Collector):
                           "histogram")
         _add_histogram(delivery, latencies.delivery, {})
         yield delivery
+
+
+def _proxy_pool(relays: Relays) -> Iterator[Metric]:
+    """How the proxy's pool is shared between client addresses (core/relays.py)."""
+    stats = relays.stats
+    yield GaugeMetricFamily("smp_router_proxy_connecting",
+                            "Connections to destination routers being made now",
+                            value=relays.connecting)
+    yield GaugeMetricFamily("smp_router_proxy_pressed_addresses",
+                            "Client addresses in a proxy pool pressure episode now",
+                            value=relays.pressed_addresses)
+    pressure = CounterMetricFamily(
+        "smp_router_proxy_pool_pressure",
+        "PRXYs and PFWDs held back by the sharing of the proxy's pool, and its pressure "
+        "episodes",
+        labels=["event"])
+    for event, value in (("waited", stats.waited), ("slowed", stats.slowed),
+                         ("connect_evicted", stats.evicted), ("no_room", stats.no_room),
+                         ("pfwd_waited", stats.forwards_waited),
+                         ("episodes", stats.pressure_episodes)):
+        pressure.add_metric([event], value)
+    yield pressure
+    yield CounterMetricFamily(
+        "smp_router_proxy_destinations_refused",
+        "PRXYs refused because their destination is loopback, private, link-local or "
+        "this machine's (PROXY BROKER HOST)", value=stats.refused_destinations)
 
 
 def _memory(census: Census) -> Iterator[Metric]:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..core.counters import Counters, RouterStatistics
     from ..core.latency import Latencies
     from ..core.notifications import Notifications
+    from ..core.relays import Relays
     from ..core.subscriptions import Subscriptions
     from ..edge.gate import SuspendGate
     from ..settings.config import RouterConfig
@@ -36,6 +37,7 @@ class OperatedRouter(Protocol):
     subscriptions: Subscriptions
     connections: Mapping[int, Connection]
     memory: MemoryCensus
+    relays: Relays  # the proxy's pool
 
     def statistics(self) -> RouterStatistics: ...
     def connection_task_counts(self) -> dict[int, int]: ...

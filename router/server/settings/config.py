@@ -7,6 +7,7 @@ defaults where the protocol has one (docs/protocol.md#limits). A bad value raise
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import socket
 from dataclasses import dataclass, field
@@ -51,6 +52,10 @@ DEFAULT_PROXY_ANSWER_TIMEOUT = 15.0
 DEFAULT_PROXY_IDLE_TIMEOUT = 600.0
 DEFAULT_PROXY_ERROR_HOLD = 30.0  # the reference's persistErrorInterval
 DEFAULT_PROXY_CLIENT_CONCURRENCY = 32
+# One client address's share of the proxy's pool (core/relays.py): destinations being
+# connected for it, and those with the connections it opened, well below the pool.
+DEFAULT_PROXY_CONNECTS_PER_ADDRESS = 16
+DEFAULT_PROXY_MAX_CONNECTIONS_PER_ADDRESS = 100
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # Basic-auth passwords: printable, no space, '@', ':' or '/' (docs/protocol.md#command-table).
@@ -125,6 +130,11 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
     proxy_error_hold: float = DEFAULT_PROXY_ERROR_HOLD  # a failed connect is not retried so soon
     proxy_client_concurrency: int = DEFAULT_PROXY_CLIENT_CONCURRENCY  # per client connection
     proxy_own_domains: tuple[str, ...] = ()  # destinations counted as "own" in the statistics
+    proxy_connects_per_address: int = DEFAULT_PROXY_CONNECTS_PER_ADDRESS
+    proxy_max_connections_per_address: int = DEFAULT_PROXY_MAX_CONNECTIONS_PER_ADDRESS
+    # Networks the proxy may connect to although they are loopback, private, link-local
+    # or this machine's (core/proxy_destinations.py): none by default, here too.
+    proxy_allow_destinations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.data_dir, str):
@@ -206,10 +216,19 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
         if not (isinstance(error_hold, int | float) and error_hold >= 0
                 and math.isfinite(error_hold)):
             raise ConfigError("proxy error hold must be a number, at least 0")
-        for name in ("proxy_max_connections", "proxy_client_concurrency"):
+        for name in ("proxy_max_connections", "proxy_client_concurrency",
+                     "proxy_connects_per_address", "proxy_max_connections_per_address"):
             _check_count(name, getattr(self, name))
         if isinstance(self.proxy_own_domains, str):
             raise ConfigError("proxy own domains must be a list of names")
+        if isinstance(self.proxy_allow_destinations, str):
+            raise ConfigError("proxy allow destinations must be a list of networks")
+        for entry in self.proxy_allow_destinations:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ConfigError(f"proxy allow destinations: {entry!r} is not an IP network "
+                                  "or address") from None
 
     def edge_limits(self) -> EdgeLimits:
         return EdgeLimits(  # type: ignore[no-any-return]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import ipaddress
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -46,9 +47,11 @@ from .config import (
     DEFAULT_PROXY_ANSWER_TIMEOUT,
     DEFAULT_PROXY_CLIENT_CONCURRENCY,
     DEFAULT_PROXY_CONNECT_TIMEOUT,
+    DEFAULT_PROXY_CONNECTS_PER_ADDRESS,
     DEFAULT_PROXY_ERROR_HOLD,
     DEFAULT_PROXY_IDLE_TIMEOUT,
     DEFAULT_PROXY_MAX_CONNECTIONS,
+    DEFAULT_PROXY_MAX_CONNECTIONS_PER_ADDRESS,
     DEFAULT_STATS_INTERVAL,
     DELIVERY_MODES,
     FSYNC_POLICIES,
@@ -162,6 +165,17 @@ def _domains(value: str) -> tuple[str, ...]:
     if any(" " in name or "/" in name for name in names):
         raise ValueError(f"must be host names separated by commas, not {value!r}")
     return names
+
+
+def _networks(value: str) -> tuple[str, ...]:
+    """`10.0.0.0/8, 192.168.1.7`: IP networks or addresses."""
+    entries = tuple(entry.strip() for entry in value.split(",") if entry.strip())
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(f"{entry!r} is not an IP network or address") from None
+    return entries
 
 
 def _optional_number(value: str) -> float | None:
@@ -360,6 +374,19 @@ KEYS: tuple[Key, ...] = (
         DEFAULT_PROXY_CLIENT_CONCURRENCY,
         "proxied commands one client connection may have waiting for a destination",
         flag="--proxy-client-concurrency"),
+    Key("PROXY", "connects_per_address", "proxy_connects_per_address", parse_count,
+        DEFAULT_PROXY_CONNECTS_PER_ADDRESS,
+        "destination routers being connected at once for one client address (IPv6: its "
+        "/64); its further PRXYs wait", flag="--proxy-connects-per-address"),
+    Key("PROXY", "max_connections_per_address", "proxy_max_connections_per_address",
+        parse_count, DEFAULT_PROXY_MAX_CONNECTIONS_PER_ADDRESS,
+        "connections to destination routers one client address may hold (those being "
+        "connected and those it opened); well below max_connections",
+        flag="--proxy-max-connections-per-address"),
+    Key("PROXY", "allow_destinations", "proxy_allow_destinations", _networks, None,
+        "networks the proxy may connect to although loopback, private, link-local or this "
+        "machine's (refused by default), e.g. 10.0.0.0/8, fd00::/8; comma-separated",
+        flag="--proxy-allow-destinations"),
     Key("PROXY", "own_server_domains", "proxy_own_domains", _domains, None,
         "host names (and names under them) of the operator's own routers, counted apart "
         "in the proxy statistics; comma-separated", flag="--proxy-own-domains"),
