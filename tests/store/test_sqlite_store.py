@@ -353,7 +353,7 @@ async def test_a_database_from_before_links_is_upgraded_and_keeps_its_queues(db_
         linked = replace(record(), queue_mode=b"C", link_id=new_id())
         assert await queues.add_queue(linked, replace(link, link_id=linked.link_id)) is None
     conn = sqlite3.connect(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (sqlite_schema.SCHEMA_VERSION,)
     conn.close()
     async with open_sqlite_database(db_path) as db:  # a second open changes nothing
         queues = await open_queue_store(db)
@@ -364,7 +364,7 @@ async def test_a_database_from_before_links_is_upgraded_and_keeps_its_queues(db_
 
 async def test_a_newer_schema_than_this_router_knows_is_refused(db_path):
     conn = sqlite3.connect(db_path)
-    conn.execute("PRAGMA user_version=3")
+    conn.execute(f"PRAGMA user_version={sqlite_schema.SCHEMA_VERSION + 1}")
     conn.close()
     with pytest.raises(StoreError, match="newer"):
         async with open_sqlite_database(db_path):
