@@ -373,8 +373,8 @@ class Router:
         self.draining = True
         if self.listener is not None:
             self.listener.suspend()
-        log.warning("draining: not accepting clients, closing %d over %.0f s",
-                    len(self.connections), period)
+        log.info("draining: not accepting clients, closing %d over %.0f s",
+                 len(self.connections), period)
         connections = sorted(self.connections.values(), key=lambda conn: conn.id)
         pause = period / len(connections) if connections else 0.0
         with trio.move_on_after(period + 1.0):
@@ -384,7 +384,8 @@ class Router:
                 conn.close_now("the router is draining")
             while self.connections:
                 await trio.sleep(0.05)
-        log.warning("drained: %d clients still connected", len(self.connections))
+        left = len(self.connections)
+        (log.warning if left else log.info)("drained: %d clients still connected", left)
 
     # --- observation ---------------------------------------------------------------------
 
