@@ -165,7 +165,7 @@ async def open_stores(
     found = read_store_kind(data_dir)
     if found is not None and found != kind:
         raise StoreKindMismatch(data_dir, found, kind)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: keys and messages
     if found is None:
         _write_store_kind(data_dir, kind)
     async with opener(store_dir(data_dir, kind), options) as stores:

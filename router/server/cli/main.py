@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from argparse import SUPPRESS
 from collections.abc import Sequence
@@ -143,8 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
+PRIVATE_UMASK = 0o077  # what the router creates is its own: stores, stats, logs, keys
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The stores hold queue keys and undelivered messages; SQLite and the journal
+    # create files (WAL, message files) without a mode of the router's choosing.
+    os.umask(PRIVATE_UMASK)
     try:
         if args.command in ("serve", "gateway"):
             settings = effective_settings(args)
