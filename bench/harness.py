@@ -24,13 +24,15 @@ from typing import Any
 
 import psutil
 
+from router.server.cli.serve import READY_LINE
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START_TIMEOUT = 30.0
 # Arguments between the interpreter and `-m bench.router_process`: `bench.memray_run`
 # puts `-m memray run ...` here to run the router under memray.
 ROUTER_WRAPPER: list[str] = []
 
-_LINE = re.compile(r"(ws://\S+) address (smp://\S+)")
+_LINE = READY_LINE  # (smp:// address, ws:// URL)
 
 
 class BenchError(RuntimeError):
@@ -66,7 +68,7 @@ class RouterProcess:
         if match is None:
             self.close()
             raise BenchError(f"router did not start: {line!r}")
-        self.url, self.tls_address = match.group(1), match.group(2)
+        self.tls_address, self.url = match.group(1), match.group(2)
         # What the benchmarks measure unless they say otherwise: WebSocket (an smp://
         # address is native TLS, docs/protocol.md#native-tls).
         key_hash = self.tls_address.removeprefix("smp://").split("@")[0]

@@ -479,7 +479,7 @@ async def serve_router(
         metrics_port, control_port = await start_operation_ports(nursery, router)
         info = RouterInfo(config.host, listener.port, router, listener, metrics_port,
                           control_port)
-        log.info("router listening on %s, address %s", info.url, info.address)
+        log.info("router listening at %s and %s", info.address, info.url)
         task_status.started(info)
         await router.drained.wait()  # a drain ends the router (control port, SIGUSR2)
         nursery.cancel_scope.cancel()
