@@ -375,3 +375,18 @@ async def test_logs_written_by_running_routers_are_summed_per_router_and_in_tota
     }
     totals = read_csv(tmp_path / "out" / "total_monthly.csv")
     assert sum(int(r["msgs_sent"]) for r in totals) == 8
+
+
+def test_interval_lines_give_each_routers_hours_as_it_counted_them(spark, logs):
+    from pipeline.charts import hourly_rows
+    from pipeline.stats_transforms import interval_lines
+
+    rows = [r.asDict() for r in interval_lines(read_stats_logs(spark, [str(logs)])).collect()]
+    total, by_router = hourly_rows(rows)
+    us = {r["hour"]: r["msgs_sent"] for r in by_router if r["router"] == "us-2"}
+    assert len(us) == RUNS["us-2"][1]
+    start = datetime.fromisoformat(RUNS["us-2"][0])
+    for hour in range(RUNS["us-2"][1]):
+        assert us[start + hour * HOUR] == hour_numbers("us-2", hour)["msgs_sent"]
+    both = next(r for r in total if r["hour"] == start)
+    assert both["routers"] == 2
