@@ -16,9 +16,11 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,26 @@ import psutil
 from router.server.cli.serve import READY_LINE
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@contextmanager
+def results_for(out: Path | None, quick: bool, name: str) -> Iterator[Path]:
+    """Where a run writes its results: `--out`; else, for `--quick`, a scratch directory
+    removed once the run has printed its tables (a quick run's figures are for the
+    terminal and never replace bench/results; `--out DIR` keeps them); else bench/results."""
+    if out is not None:
+        yield out
+    elif not quick:
+        yield RESULTS_DIR
+    else:
+        with tempfile.TemporaryDirectory(prefix=f"smp-bench-{name}-") as scratch:
+            yield Path(scratch)
+
+
+def shown(out: Path) -> str:
+    """How a run names its results directory: a scratch one is said to go away."""
+    scratch = out.parent == Path(tempfile.gettempdir()) and out.name.startswith("smp-bench-")
+    return f"{out} (removed after this run; --out DIR keeps them)" if scratch else str(out)
 START_TIMEOUT = 30.0
 # Arguments between the interpreter and `-m bench.router_process`: `bench.memray_run`
 # puts `-m memray run ...` here to run the router under memray.

@@ -19,8 +19,9 @@ their queues) as the source and, queue by queue, as many messages
 place, and only then rewrites `STORE_KIND`: a crash at any point leaves the
 directory opening as one complete kind. The old kind's files are kept, each
 migration's under a name of its own, `<kind>-store.old-<UTC time>/` (`-2`,
-`-3`... after it if two migrations share a second): no backup replaces another. A `progress(phase, done, total)` callback hears about
-every batch: phase "queues" counts queues, phase "messages" counts messages.
+`-3`... after it if two migrations share a second): no backup replaces another.
+A `progress(phase, done, total)` callback hears about every batch: phase
+"queues" counts queues, phase "messages" counts messages.
 """
 
 from __future__ import annotations

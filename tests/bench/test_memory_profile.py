@@ -62,3 +62,20 @@ def test_a_quick_profile_reports_every_store_and_mode(tmp_path: Path,
         assert unit["connection"]["live"] > 1000
         assert point["traced"]["traffic"]["delivered"] > 0
     assert (tmp_path / "memory-profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_explains_negative_free_space_figures():
+    """A phase that reuses freed heap has a negative `malloc free` per unit: the table
+    says what that means beside the figure."""
+    unit = {"live": 100.0, "rss": 120.0, "trimmed": 110.0, "pymalloc_in_use": 90.0,
+            "pymalloc_free": -12.0, "malloc_in_use": 30.0, "malloc_free": -1319.0,
+            "native": 20.0, "components": dict.fromkeys(COMPONENTS, 10.0), "types": []}
+    keys = ("queue", "message_empty", "message_16k", "connection", "subscription",
+            "traffic_per_connection", "after_traffic_per_connection", "storm_per_connection",
+            "after_storm_per_connection")
+    result = {"parameters": {"queues": 1, "messages": 1, "connections": 1, "subscriptions": 1},
+              "points": {"memory single-task": {"per_unit": dict.fromkeys(keys, unit)}}}
+    text = memory_profile.table(result)
+    assert "-1,319" in text
+    assert memory_profile.NEGATIVE_FIGURES in text
+    assert "free heap shrank by that much per unit" in text

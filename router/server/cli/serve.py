@@ -4,10 +4,9 @@ after printing the one line other tools wait for (its signals: lifecycle.py).
 
 from __future__ import annotations
 
-import re
-
 import gc
 import logging
+import re
 
 import trio
 
