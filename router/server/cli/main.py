@@ -198,9 +198,9 @@ def _reloader(args: argparse.Namespace) -> Reload:
         check_store_key_of(args, config)
         log_file = settings["log_file"]
         _setup_logging(str(settings["log_level"]), log_file)  # type: ignore[arg-type]
-        done = [f"log file {log_file} opened again"] if log_file is not None else []
+        done = [f"[LOG] file {log_file} opened again"] if log_file is not None else []
         if settings["log_level"] != level[0]:
-            done.append(f"log level {level[0]} -> {settings['log_level']}")
+            done.append(f"[LOG] level {level[0]} -> {settings['log_level']}")
             level[0] = str(settings["log_level"])
         return Reloaded(config, tuple(done))
 
