@@ -37,3 +37,17 @@ async def test_init_then_serve_leaves_only_private_files(tmp_path, store):
     names = {p.name for p in data.rglob("*")}
     assert f"{store}-store" in names and "identity.key" in names, names
     assert modes_open_to_others(data) == []
+
+
+def test_main_called_in_a_process_leaves_its_umask_as_it_was(tmp_path):
+    import os
+
+    from router.server.cli.main import main
+
+    before = os.umask(0o022)
+    try:
+        assert main(["init", "--data-dir", str(tmp_path / "data")]) == 0
+        assert os.umask(0o022) == 0o022
+    finally:
+        os.umask(before)
+    assert modes_open_to_others(tmp_path / "data") == []

@@ -151,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # The stores hold queue keys and undelivered messages; SQLite and the journal
     # create files (WAL, message files) without a mode of the router's choosing.
-    os.umask(PRIVATE_UMASK)
+    # Restored on return, for a program that calls main() in its own process.
+    previous_umask = os.umask(PRIVATE_UMASK)
     try:
         if args.command in ("serve", "gateway"):
             settings = effective_settings(args)
@@ -185,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK  # a SIGINT before the signal handler was in place
     except BaseException as e:  # noqa: BLE001 - the one place that turns failures into exit codes
         return _report(e)
+    finally:
+        os.umask(previous_umask)
 
 
 def _reloader(args: argparse.Namespace) -> Reload:
