@@ -94,7 +94,9 @@ def run_increment(
     )
     checkpoint.batches[batch] = (first, last)
     _recompute_from(spark, checkpoint, checkpoint_dir, follow.first_day_needed(first), output)
-    write_reports(spark, output)
+    rows = {name: collect_sorted(read_table(spark, output.parquet, name)) for name in TABLE_PERIOD}
+    write_reports(spark, output, rows, _young_interval_rows(spark, checkpoint, checkpoint_dir,
+                                                            rows["total_daily"]))
     checkpoint.next_batch = batch + 1
     follow.commit_checkpoint(checkpoint_dir, checkpoint)
     return len(lines)
@@ -126,6 +128,20 @@ def _read_new_lines(inputs: list[str], checkpoint: follow.Checkpoint, start: str
         new, checkpoint.logs[key] = follow.read_appended(path, position)
         lines += new
     return lines
+
+
+def _young_interval_rows(
+    spark: SparkSession, checkpoint: follow.Checkpoint, checkpoint_dir: str, daily: list[dict]
+) -> list[dict] | None:
+    """The staged interval lines, when the data spans at most YOUNG_DAYS days (the
+    charts are then drawn per hour); None otherwise."""
+    if not 0 < len(daily) <= YOUNG_DAYS:
+        return None
+    first_day = str(daily[0]["day"])
+    paths = [f"{_staged(checkpoint_dir)}/batch={n}"
+             for n in follow.batches_since(checkpoint, first_day)]  # fmt: skip
+    staged = spark.read.schema(ROUTER_STATS_LINE_SCHEMA).parquet(*paths)
+    return [r.asDict() for r in interval_lines(staged).collect()]
 
 
 def _staged(checkpoint_dir: str) -> str:

@@ -390,3 +390,23 @@ def test_interval_lines_give_each_routers_hours_as_it_counted_them(spark, logs):
         assert us[start + hour * HOUR] == hour_numbers("us-2", hour)["msgs_sent"]
     both = next(r for r in total if r["hour"] == start)
     assert both["routers"] == 2
+
+
+def test_a_follow_pass_over_a_young_router_draws_hourly_charts(spark, tmp_path, monkeypatch):
+    """Its tables are read back from Parquet; the hours come from the staged lines."""
+    import pipeline.stats_job as stats_job
+
+    write_router_log(tmp_path / "logs" / "us-2.csv", "us-2", "2024-05-01T00:00:00", 30)
+    drawn: list[object] = []
+    real = stats_job.write_charts
+
+    def recording(out_dir, *tables):
+        drawn.append(tables[-1])
+        return real(out_dir, *tables)
+
+    monkeypatch.setattr(stats_job, "write_charts", recording)
+    out, ckpt = StatsOutput.at(str(tmp_path / "out")), str(tmp_path / "ckpt")
+    assert run_increment(spark, [str(tmp_path / "logs")], out, ckpt) > 0
+    (hourly,) = drawn
+    assert hourly is not None and len(hourly) == 30
+    assert {row["hour"] for row in hourly} >= {"2024-05-01 00:00", "2024-05-02 05:00"}
