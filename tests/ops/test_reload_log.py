@@ -70,3 +70,21 @@ def test_every_live_setting_is_logged_under_its_file_key(caplog):
     for part in text.split("reloaded; ", 1)[1].split("; "):
         name = part.split("]", 1)[0] + "] " + part.split("] ", 1)[1].split(" ")[0]
         assert name in KEY_NAMES, part
+
+
+def test_every_setting_a_file_can_set_is_named_by_its_file_key(caplog):
+    """Whatever differs after a reload, the log names it as the file does."""
+    from dataclasses import fields
+
+    from router.server.cli.lifecycle import _change
+
+    before = RouterConfig()
+    file_keys = {key.setting for key in KEYS} | {"idle_timeout", "information"}
+    for field in fields(RouterConfig):
+        if not field.compare or field.name not in file_keys:
+            continue  # set in code only: never differs on a reload
+        text = _change(field.name, before, before)
+        assert text.startswith("["), text
+        section, rest = text[1:].split("] ", 1)
+        named = f"[{section}] {rest.split(' ')[0]}"
+        assert named in KEY_NAMES or section in ("INFORMATION", "INACTIVE_CLIENTS"), text

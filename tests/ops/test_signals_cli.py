@@ -105,7 +105,7 @@ async def test_sighup_under_load_keeps_the_clients_and_applies_the_new_configura
     assert " INFO smp-router: SIGHUP: configuration reloaded" in reload_line  # routine
     assert "[STORE_LOG] quota 1000 -> 500" in reload_line
     assert "[AUTH] create_password changed" in reload_line
-    assert "[LOG] level info -> debug" in reload_line and "information changed" in reload_line
+    assert "[LOG] level info -> debug" in reload_line and "[INFORMATION] changed" in reload_line
     assert "second" not in text  # a password is never logged
     restart_line = next(line for line in text.splitlines() if "only with a restart" in line)
     assert f"port {port} -> " in restart_line

@@ -33,6 +33,7 @@ SECRETS = frozenset({
 })
 # The configuration file's key of each setting: the log names what the operator writes.
 _KEY_OF_SETTING: dict[str, Key] = {key.setting: key for key in KEYS}
+_LABELS = {"idle_timeout": "[INACTIVE_CLIENTS] ttl"}  # settings the file sets another way
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +100,11 @@ def reload_configuration(info: RouterInfo, reload: Reload) -> bool:
 def _change(name: str, before: RouterConfig, after: RouterConfig) -> str:
     """`KEY OLD -> NEW` with the file's key and values as the file writes them."""
     key = _KEY_OF_SETTING.get(name)
-    label = name if key is None else f"[{key.section}] {key.name}"
+    label = _LABELS.get(name, name) if key is None else f"[{key.section}] {key.name}"
     if name in SECRETS:
         return f"{label} changed"
     if name == "information":
-        return "information changed"
+        return "[INFORMATION] changed"
     old, new = getattr(before, name), getattr(after, name)
     if key is not None:
         old, new = display(key, old) or "unset", display(key, new) or "unset"
