@@ -26,8 +26,6 @@ from typing import Any
 
 import psutil
 
-from router.server.cli.serve import READY_LINE
-
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -54,7 +52,10 @@ START_TIMEOUT = 30.0
 # puts `-m memray run ...` here to run the router under memray.
 ROUTER_WRAPPER: list[str] = []
 
-_LINE = READY_LINE  # (smp:// address, ws:// URL)
+# The ready line's two parts, found apart: a tree of another version (compare,
+# --root) may print them in another order (cli/serve.py ready_line is this one's).
+_SMP_ADDRESS = re.compile(r"smp://\S+")
+_WS_URL = re.compile(r"wss?://\S+")
 
 
 class BenchError(RuntimeError):
@@ -86,11 +87,11 @@ class RouterProcess:
         )
         assert self.proc.stdout is not None
         line = _readline(self.proc.stdout, START_TIMEOUT)
-        match = _LINE.search(line)
-        if match is None:
+        address, url = _SMP_ADDRESS.search(line), _WS_URL.search(line)
+        if address is None or url is None:
             self.close()
             raise BenchError(f"router did not start: {line!r}")
-        self.tls_address, self.url = match.group(1), match.group(2)
+        self.tls_address, self.url = address.group(), url.group()
         # What the benchmarks measure unless they say otherwise: WebSocket (an smp://
         # address is native TLS, docs/protocol.md#native-tls).
         key_hash = self.tls_address.removeprefix("smp://").split("@")[0]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import re
 
 import trio
 
@@ -38,12 +37,9 @@ async def serve(config: RouterConfig, reload: Reload) -> None:
             nursery.cancel_scope.cancel()
 
 
-# The line `serve` prints once it accepts clients: the smp:// address first (SMP over
-# TLS, what SimpleX apps speak), then the WebSocket URL of the same port.
-READY_LINE = re.compile(r"listening at (smp://\S+) and (wss?://\S+)")
-
-
 def ready_line(info: RouterInfo) -> str:
+    """The line `serve` prints once it accepts clients: the smp:// address first (SMP
+    over TLS, what SimpleX apps speak), then the WebSocket URL of the same port."""
     return f"smp-router listening at {info.address} and {info.url}"
 
 
