@@ -48,3 +48,4 @@ def test_a_benchmarks_help_is_its_own(name: str, capsys: pytest.CaptureFixture[s
 
 def test_a_benchmark_with_its_own_options_gets_its_own_help():
     assert "--light-windows" in bench("hotpath", "--help")
+

@@ -79,3 +79,15 @@ def test_the_table_explains_negative_free_space_figures():
     assert "-1,319" in text
     assert memory_profile.NEGATIVE_FIGURES in text
     assert "free heap shrank by that much per unit" in text
+
+
+def test_the_subscription_sweep_table_says_what_a_negative_figure_means():
+    from bench import memory
+
+    side = {"rss_per_subscription": -12.0, "trimmed_per_subscription": -3.0,
+            "traced_per_subscription": 5.0, "tasks": 3, "rss_per_connection": 10.0,
+            "traced_per_connection": 9.0, "rss_subscribed": 2**20}
+    row = {"size": 200, "connections": 4, "single-task": side, "per-queue-task": side,
+           "ratio_rss": 1.0, "ratio_trimmed": 1.0, "ratio_traced": 1.0}
+    text = memory.table([row])
+    assert "-12" in text and text.rstrip().endswith(memory.SMALL_SIZES_NOTE)
