@@ -1,81 +1,125 @@
 """`python -m bench <name> [options]`: run one benchmark, write bench/results/<name>.*
 
-    python -m bench memory       where the memory goes: per store kind and delivery mode,
-                                 per queue, message, connection, subscription, traffic, storm
-    python -m bench memory --sweep      idle subscriptions and connections, 1k .. 200k
-    python -m bench memory --breakdown  allocation sites and the type census of one load
-    python -m bench memray       a memory scenario with the router under memray
-    python -m bench throughput   SEND -> MSG -> ACK rate and latency vs a WebSocket echo
-    python -m bench burst        10,000 queues get one message at the same moment
-    python -m bench scale        subscribe time, memory and drain rate from 1k to 200k
-    python -m bench profile      any of the above with the router under pyinstrument
-    python -m bench compare      router CPU per operation, this checkout vs --base DIR
-    python -m bench stores       throughput per store kind vs memory; restart with 100k queues
-    python -m bench relay        a large relay's load: many connections, a storm (its own options)
-    python -m bench storelog_start   serve's start-up on a long store log (its own options)
-    python -m bench framing      CPU of the WebSocket framing libraries per block
-    python -m bench compaction   store-log compaction, router vs Spark (its own options)
-    python -m bench charts [DIR] draw the charts again from saved figures
-    python -m bench block-encryption  CPU per message and idle-connection memory, v10 vs v19
-    python -m bench fairness     another client's PING during a flood of signed DEL/KEY/NEW blocks
-    python -m bench transports   idle-connection memory, WebSocket vs native TLS
-    python -m bench hotpath      CPU and task steps per message: router, minimal router, echo
-    python -m bench proxy        sending through a proxy router vs straight
+Every benchmark is in COMMANDS, the one list the help (`python -m bench --help`,
+`python -m bench NAME --help`) and the dispatch are made from.
 
-`--quick` runs a small version of each and writes it to a new scratch directory
-(printed), leaving the committed figures in bench/results alone; `--out DIR`
-writes anywhere. Each run prints its table, the text of its `.md` file.
-`relay`, `storelog_start`, `framing`, `compaction`, `charts`, `fairness`, `hotpath` and
-`proxy` take their own options (`python -m bench relay --help`).
+`--quick` runs a small version of each and prints its table, writing its files to
+a scratch directory that is removed afterwards, so the committed figures in
+bench/results stay as they are; `--out DIR` writes (and keeps) them anywhere.
+Each run prints its table, the text of its `.md` file. The benchmarks marked
+"own options" have command lines of their own (`python -m bench relay --help`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import harness
 
-NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores", "compare",
-         "block-encryption", "transports")
-# benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
-OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts", "fairness",
-               "hotpath", "proxy")
+
+@dataclass(frozen=True)
+class Command:
+    summary: str
+    options: tuple[str, ...] = ()  # of OPTIONS, besides --quick, --repeats and --out
+    own_options: bool = False  # `python -m bench NAME ARGS` is `bench/NAME.py`'s main(ARGS)
+
+
+COMMANDS: dict[str, Command] = {
+    "memory": Command("where the memory goes: per store kind and delivery mode, per queue, "
+                      "message, connection, subscription, traffic, storm; --sweep: idle "
+                      "subscriptions and connections, 1k .. 200k; --breakdown: allocation "
+                      "sites and the type census of one load",
+                      ("sizes", "sweep", "breakdown", "stores")),
+    "memray": Command("a memory scenario with the router under memray", ("store", "delivery")),
+    "throughput": Command("SEND -> MSG -> ACK rate and latency vs a WebSocket echo",
+                          ("duration", "clients")),
+    "burst": Command("10,000 queues get one message at the same moment", ("sizes",)),
+    "scale": Command("subscribe time, memory and drain rate from 1k to 200k", ("sizes",)),
+    "profile": Command("any of throughput, burst, scale, memory with the router under "
+                       "pyinstrument", ("target", "profiler")),
+    "compare": Command("router CPU per operation, this checkout vs --base DIR", ("base",)),
+    "stores": Command("throughput per store kind vs memory; restart with 100k queues",
+                      ("duration", "sizes")),
+    "block-encryption": Command("CPU per message and idle-connection memory, v10 vs v19",
+                                ("duration",)),
+    "transports": Command("idle-connection memory, WebSocket vs native TLS"),
+    "relay": Command("a large relay's load: many connections, a storm", own_options=True),
+    "storelog_start": Command("serve's start-up on a long store log", own_options=True),
+    "framing": Command("CPU of the WebSocket framing libraries per block", own_options=True),
+    "compaction": Command("store-log compaction, router vs Spark", own_options=True),
+    "charts": Command("draw the charts again from saved figures", own_options=True),
+    "fairness": Command("another client's PING during a flood of signed DEL/KEY/NEW blocks",
+                        own_options=True),
+    "hotpath": Command("CPU and task steps per message: router, minimal router, echo",
+                       own_options=True),
+    "proxy": Command("sending through a proxy router vs straight", own_options=True),
+    "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
+                          own_options=True),
+}
+NAMES = tuple(name for name, command in COMMANDS.items() if not command.own_options)
+OWN_OPTIONS = tuple(name for name, command in COMMANDS.items() if command.own_options)
 
 
 def _sizes(text: str) -> tuple[int, ...]:
     return tuple(int(float(x)) for x in text.split(","))
 
 
+# name -> (flag, add_argument keywords); a command lists the names it takes
+OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "sizes": ("--sizes", {"type": _sizes, "help": "comma-separated sizes, e.g. 1e3,1e4"}),
+    "duration": ("--duration", {"type": float, "help": "measured seconds per run"}),
+    "clients": ("--clients", {"type": _sizes, "help": "client counts, e.g. 2,10,50"}),
+    "target": ("--target", {"choices": ("throughput", "burst", "scale", "memory"),
+                            "default": "throughput", "help": "the benchmark to profile"}),
+    "profiler": ("--profiler", {"choices": ("pyinstrument", "py-spy"),
+                                "default": "pyinstrument", "help": "which profiler"}),
+    "base": ("--base", {"type": Path, "help": "the other source tree"}),
+    "breakdown": ("--breakdown", {"action": "store_true",
+                                  "help": "allocation sites and type census of idle "
+                                          "connections and subscriptions"}),
+    "sweep": ("--sweep", {"action": "store_true",
+                          "help": "bytes per idle subscription from 1k to 200k (--sizes)"}),
+    "stores": ("--stores", {"type": lambda t: tuple(t.split(",")),
+                            "help": "store kinds, e.g. memory,sqlite (default: all three)"}),
+    "store": ("--store", {"default": "memory", "help": "the store kind"}),
+    "delivery": ("--delivery", {"default": "single-task", "help": "the delivery mode"}),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", choices=NAMES)
-    parser.add_argument("--quick", action="store_true", help="small sizes, one repetition")
-    parser.add_argument("--repeats", type=int, help="repetitions (figures are medians)")
-    parser.add_argument("--sizes", type=_sizes, help="comma-separated sizes, e.g. 1e3,1e4")
-    parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
-                        "with --quick a new scratch directory)")
-    parser.add_argument("--duration", type=float, help="measured seconds per throughput run")
-    parser.add_argument("--clients", type=_sizes, help="throughput: client counts, e.g. 2,10,50")
-    parser.add_argument("--target", choices=("throughput", "burst", "scale", "memory"),
-                        default="throughput", help="profile: the benchmark to profile")
-    parser.add_argument("--profiler", choices=("pyinstrument", "py-spy"),
-                        default="pyinstrument", help="profile: which profiler")
-    parser.add_argument("--base", type=Path, help="compare: the other source tree")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="memory: allocation sites and type census of idle connections "
-                             "and subscriptions")
-    parser.add_argument("--sweep", action="store_true",
-                        help="memory: bytes per idle subscription from 1k to 200k (--sizes)")
-    parser.add_argument("--stores", type=lambda t: tuple(t.split(",")),
-                        help="memory: store kinds, e.g. memory,sqlite (default: all three)")
-    parser.add_argument("--store", default="memory", help="memray: the store kind")
-    parser.add_argument("--delivery", default="single-task", help="memray: the delivery mode")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.split("\n\n")[2].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    names = parser.add_subparsers(dest="name", required=True, metavar="NAME",
+                                  title="benchmarks (python -m bench NAME --help)")
+    for name, command in COMMANDS.items():
+        own = " (own options)" if command.own_options else ""
+        sub = names.add_parser(name, help=command.summary + own, description=command.summary)
+        if command.own_options:
+            continue  # never parsed here: main() hands its arguments to bench/NAME.py
+        sub.add_argument("--quick", action="store_true", help="small sizes, one repetition")
+        sub.add_argument("--repeats", type=int, help="repetitions (figures are medians)")
+        sub.add_argument("--out", type=Path, help="results directory (default bench/results; "
+                         "with --quick a scratch directory, removed after the run)")
+        for option in command.options:
+            flag, keywords = OPTIONS[option]
+            sub.add_argument(flag, **keywords)
     return parser
+
+
+def _with_every_option(args: argparse.Namespace) -> argparse.Namespace:
+    """The options a command does not take, at their defaults (what _run reads)."""
+    for flag, keywords in OPTIONS.values():
+        dest = flag.removeprefix("--").replace("-", "_")
+        if not hasattr(args, dest):
+            default = keywords.get("default", False if keywords.get("action") else None)
+            setattr(args, dest, default)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         code = importlib.import_module(f"bench.{argv[0]}").main(argv[1:])
         return code or 0
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _with_every_option(parser.parse_args(argv))
     if args.name == "memray":
         from . import memray_run
 
@@ -96,29 +140,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.name == "compare" and args.base is None:
         parser.error("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
-    out = results_dir(args)
-    print(f"results: {out}", flush=True)
-    saved_dir, first_table = harness.RESULTS_DIR, len(harness.TABLES_WRITTEN)
-    harness.RESULTS_DIR = out
-    try:
-        summary = _run(args)
-    except harness.BenchError as exc:  # a process failed: say which, not a traceback
-        print(f"python -m bench {args.name}: error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        harness.RESULTS_DIR = saved_dir
-    print(report(args.name, summary, harness.TABLES_WRITTEN[first_table:]))
+    with harness.results_for(args.out, args.quick, args.name) as out:
+        print(f"results: {harness.shown(out)}", flush=True)
+        saved_dir, first_table = harness.RESULTS_DIR, len(harness.TABLES_WRITTEN)
+        harness.RESULTS_DIR = out
+        try:
+            summary = _run(args)
+        except harness.BenchError as exc:  # a process failed: say which, not a traceback
+            print(f"python -m bench {args.name}: error: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            harness.RESULTS_DIR = saved_dir
+        print(report(args.name, summary, harness.TABLES_WRITTEN[first_table:]))
     return 0
-
-
-def results_dir(args: argparse.Namespace) -> Path:
-    """`--out`; else a new scratch directory for `--quick`, so that a small run never
-    replaces the committed figures; else bench/results."""
-    if args.out is not None:
-        return args.out
-    if args.quick:
-        return Path(tempfile.mkdtemp(prefix=f"smp-bench-{args.name}-"))
-    return harness.RESULTS_DIR
 
 
 def report(name: str, summary: Any, tables: list[Path]) -> str:

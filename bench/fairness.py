@@ -240,7 +240,8 @@ async def router_process(root: Path | None = None) -> AsyncIterator[str]:
         try:
             with trio.fail_after(START_TIMEOUT):
                 line = await _lines(router.stdout).__anext__()
-            yield line.rsplit(" ", 1)[-1]
+            # the smp:// address wherever the tree's ready line puts it
+            yield next(word for word in line.split() if word.startswith("smp://"))
         finally:
             await _stop(router)
 

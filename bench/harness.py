@@ -16,21 +16,46 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@contextmanager
+def results_for(out: Path | None, quick: bool, name: str) -> Iterator[Path]:
+    """Where a run writes its results: `--out`; else, for `--quick`, a scratch directory
+    removed once the run has printed its tables (a quick run's figures are for the
+    terminal and never replace bench/results; `--out DIR` keeps them); else bench/results."""
+    if out is not None:
+        yield out
+    elif not quick:
+        yield RESULTS_DIR
+    else:
+        with tempfile.TemporaryDirectory(prefix=f"smp-bench-{name}-") as scratch:
+            yield Path(scratch)
+
+
+def shown(out: Path) -> str:
+    """How a run names its results directory: a scratch one is said to go away."""
+    scratch = out.parent == Path(tempfile.gettempdir()) and out.name.startswith("smp-bench-")
+    return f"{out} (removed after this run; --out DIR keeps them)" if scratch else str(out)
 START_TIMEOUT = 30.0
 # Arguments between the interpreter and `-m bench.router_process`: `bench.memray_run`
 # puts `-m memray run ...` here to run the router under memray.
 ROUTER_WRAPPER: list[str] = []
 
-_LINE = re.compile(r"(ws://\S+) address (smp://\S+)")
+# The ready line's two parts, found apart: a tree of another version (compare,
+# --root) may print them in another order (cli/serve.py ready_line is this one's).
+_SMP_ADDRESS = re.compile(r"smp://\S+")
+_WS_URL = re.compile(r"wss?://\S+")
 
 
 class BenchError(RuntimeError):
@@ -62,11 +87,11 @@ class RouterProcess:
         )
         assert self.proc.stdout is not None
         line = _readline(self.proc.stdout, START_TIMEOUT)
-        match = _LINE.search(line)
-        if match is None:
+        address, url = _SMP_ADDRESS.search(line), _WS_URL.search(line)
+        if address is None or url is None:
             self.close()
             raise BenchError(f"router did not start: {line!r}")
-        self.url, self.tls_address = match.group(1), match.group(2)
+        self.tls_address, self.url = address.group(), url.group()
         # What the benchmarks measure unless they say otherwise: WebSocket (an smp://
         # address is native TLS, docs/protocol.md#native-tls).
         key_hash = self.tls_address.removeprefix("smp://").split("@")[0]

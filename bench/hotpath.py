@@ -49,7 +49,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -702,17 +701,16 @@ def main(argv: list[str]) -> int:
         parser.error(f"--tree {args.tree}: no router/server there")
     from . import harness
 
-    out = args.out or (Path(tempfile.mkdtemp(prefix="smp-bench-hotpath-")) if args.quick
-                       else harness.RESULTS_DIR)
-    print(f"results: {out}", flush=True)
-    try:
-        run(out, quick=args.quick, repeats=args.repeats, duration=args.duration,
-            clients=args.clients, tree=args.tree, background=args.background,
-            light_duration=args.light_duration, light_windows=args.light_windows)
-    except BenchError as exc:
-        print(f"python -m bench hotpath: error: {exc}", file=sys.stderr)
-        return 1
-    print((out / "hotpath.md").read_text().rstrip())
+    with harness.results_for(args.out, args.quick, "hotpath") as out:
+        print(f"results: {harness.shown(out)}", flush=True)
+        try:
+            run(out, quick=args.quick, repeats=args.repeats, duration=args.duration,
+                clients=args.clients, tree=args.tree, background=args.background,
+                light_duration=args.light_duration, light_windows=args.light_windows)
+        except BenchError as exc:
+            print(f"python -m bench hotpath: error: {exc}", file=sys.stderr)
+            return 1
+        print((out / "hotpath.md").read_text().rstrip())
     return 0
 
 

@@ -167,7 +167,15 @@ def table(summary: list[dict[str, Any]]) -> str:
          "B/idle conn RSS", "B/idle conn traced",
          "RSS single MiB", "RSS per-queue MiB"],
         rows,
-    )
+    ) + "\n\n" + SMALL_SIZES_NOTE
+
+
+# Said under the table: a figure below zero is not a fault of the measurement.
+SMALL_SIZES_NOTE = (
+    "B/sub and B/idle conn are differences between two phases divided by the units "
+    "added: at small sizes (`--quick`) a few bytes per unit can come out below zero when "
+    "the new objects reuse memory an earlier phase freed; read the large sizes."
+)
 
 
 # --- where an idle connection's and an idle subscription's bytes are -----------------

@@ -270,6 +270,17 @@ def run(size: Size = DEFAULT, stores: tuple[str, ...] = STORES,
     return result
 
 
+# Said under the table whose columns can go below zero, so that a reader does not
+# take `malloc free -1,319` for a fault of the measurement.
+NEGATIVE_FIGURES = (
+    "Every figure is a change between two phases divided by the units added, not an "
+    "amount: a free-space column (pymalloc free, malloc free) is negative when the new "
+    "objects were put in space an earlier phase had freed, i.e. the free heap shrank by "
+    "that much per unit; native can be a little below zero because live comes from "
+    "another run (the traced one) than the allocator figures."
+)
+
+
 def table(result: dict[str, Any]) -> str:
     p = result["parameters"]
     points = result["points"]
@@ -297,7 +308,7 @@ def table(result: dict[str, Any]) -> str:
     out += [md_table(headers, rows), ""]
     out += ["### Where the RSS goes (bytes per unit, RSS run): pymalloc in use and its "
             "free slack, malloc in use and free, native = pymalloc + malloc in use - live",
-            ""]
+            "", NEGATIVE_FIGURES, ""]
     rows = []
     for key, label in units[:5]:
         for name, point in points.items():

@@ -39,7 +39,6 @@ import argparse
 import json
 import multiprocessing
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
@@ -549,12 +548,10 @@ def main(argv: list[str] | None = None) -> int:
                  "settle_timeout"):
         if getattr(args, name) is not None:
             setting = replace(setting, **{name: getattr(args, name)})
-    out = args.out
-    if out is None:
-        out = Path(tempfile.mkdtemp(prefix="relay-")) if args.quick else harness.RESULTS_DIR
-    result = run(setting, args.mode, out, tracemalloc=args.tracemalloc,
-                 profile_storm=args.profile_storm, time_budget=args.time_budget)
-    sys.stdout.write(table(result) + f"\n\nresults in {out}\n")
+    with harness.results_for(args.out, args.quick, "relay") as out:
+        result = run(setting, args.mode, out, tracemalloc=args.tracemalloc,
+                     profile_storm=args.profile_storm, time_budget=args.time_budget)
+        sys.stdout.write(table(result) + f"\n\nresults in {harness.shown(out)}\n")
     return 0
 
 

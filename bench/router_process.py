@@ -52,6 +52,7 @@ import psutil
 import trio
 
 from router.server import RouterConfig, RouterInfo, serve_router
+from router.server.cli.serve import ready_line
 from router.server.core.commands import ID_SIZE
 from router.server.core.tasks import run_task_count
 from router.server.settings.config import SINGLE_TASK, STORE_KINDS
@@ -503,7 +504,7 @@ async def _main(args: argparse.Namespace) -> None:
         async with trio.open_nursery() as nursery:
             info: RouterInfo = await nursery.start(serve_router, config)
             policy = _as_the_cli_does_once_loaded(nursery, info, args)
-            print(f"smp-router listening on {info.url} address {info.address}", flush=True)
+            print(ready_line(info), flush=True)
             control = Control(info, args)
             control.gc_policy = policy
             nursery.start_soon(control.loop_lag.run)

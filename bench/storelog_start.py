@@ -131,10 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=Path, help="another source tree to start first")
     parser.add_argument("--out", type=Path, help="results directory")
     args = parser.parse_args(argv)
-    out = args.out or (harness.RESULTS_DIR if args.records >= FULL_SIZE
-                       else Path(tempfile.mkdtemp(prefix="storelog-start-")))
-    result = run(args.records, args.log, args.base, out)
-    sys.stdout.write(table(result) + f"\n\nresults in {out}\n")
+    with harness.results_for(args.out, args.records < FULL_SIZE, "storelog-start") as out:
+        result = run(args.records, args.log, args.base, out)
+        sys.stdout.write(table(result) + f"\n\nresults in {harness.shown(out)}\n")
     return 0
 
 

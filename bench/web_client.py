@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -199,13 +200,14 @@ def run(tree: Path, queues: int, repeats: int, create: bool,
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        shutil.rmtree(scratch, ignore_errors=True)  # the gateway's data directory
     medians = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     return {"tree": str(tree), "queues": queues, "webcrypto": webcrypto, "runs": runs,
             "medians": medians, "load_average": os.getloadavg(),
             "when": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.web_client", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, default=REPO, help="source tree to run")
@@ -215,7 +217,7 @@ def main() -> int:
     parser.add_argument("--no-webcrypto", action="store_true",
                         help="pages without crypto.subtle: the JavaScript fallback")
     parser.add_argument("--out", type=Path, help="write the JSON here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     summary = run(args.tree.resolve(), args.queues, args.repeats, not args.no_create,
                   webcrypto=not args.no_webcrypto)
     print(json.dumps(summary["medians"], indent=1))

@@ -4,14 +4,20 @@ Every daily series is laid on the full calendar from the first to the last day
 with data: a day without data is a gap in the line (NaN), shaded grey, never a
 straight line drawn across it. Points carry markers, so that one day of data is
 a visible point, not an invisible line of length zero.
+
+A router younger than a few days (YOUNG_DAYS of data) gets the same charts per
+UTC hour instead, from its interval lines: one dot per day tells a new operator
+nothing. The hours are laid on an `HourCalendar`, which draws as the daily one
+does, a step of an hour instead of a day.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +33,8 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter, StrMethodFormatter 
 Rows = list[dict[str, object]]
 NAN = float("nan")
 DAY = timedelta(days=1)
+HOUR = timedelta(hours=1)
+YOUNG_DAYS = 3  # up to this many days of data, the charts are drawn per hour
 
 CHARTS = (
     "messages_per_day.png",
@@ -40,6 +48,8 @@ CHARTS = (
 
 class Calendar:
     """Every day from the first to the last day of the daily total, and which have data."""
+
+    step, unit, key = DAY, "day", "day"
 
     def __init__(self, daily: Rows) -> None:
         self.present = {_as_date(r["day"]) for r in daily}
@@ -55,17 +65,97 @@ class Calendar:
         by_day = {_as_date(r["day"]): r[column] for r in rows}
         return [_number(by_day.get(day), scale) for day in self.days]
 
+    @property
+    def width(self) -> float:
+        """One step of the calendar in matplotlib's date units (days)."""
+        return self.step / DAY
+
     def runs(self, days: set[date]) -> list[tuple[date, date]]:
         """(first, last) of each run of consecutive calendar days in `days`."""
         runs: list[tuple[date, date]] = []
         for day in self.days:
             if day not in days:
                 continue
-            if runs and runs[-1][1] + DAY == day:
+            if runs and runs[-1][1] + self.step == day:
                 runs[-1] = (runs[-1][0], day)
             else:
                 runs.append((day, day))
         return runs
+
+
+class HourCalendar(Calendar):
+    """Every UTC hour from the first to the last hour with interval lines."""
+
+    step, unit, key = HOUR, "hour", "hour"
+
+    def __init__(self, hourly: Rows) -> None:  # noqa: D107 - the rows of `hourly_rows`
+        self.present = {r["hour"] for r in hourly}
+        most = max((int(r.get("routers") or 0) for r in hourly), default=0)
+        self.short = {r["hour"] for r in hourly if int(r.get("routers") or 0) < most}
+        first, last = (min(self.present), max(self.present)) if self.present else (None, None)
+        count = int((last - first) / HOUR) + 1 if first and last else 0
+        self.days = [first + i * HOUR for i in range(count)] if first else []
+
+    def series(self, rows: Rows, column: str, scale: float = 1.0) -> list[float]:
+        by_hour = {r["hour"]: r.get(column) for r in rows}
+        return [_number(by_hour.get(hour), scale) for hour in self.days]
+
+
+_PERIOD = re.compile(r"^PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?$")
+
+
+def _period_seconds(period: str) -> int | None:
+    match = _PERIOD.match(period)
+    if match is None or not any(match.groups()):
+        return None
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def hourly_rows(lines: Rows) -> tuple[Rows, Rows] | None:
+    """(all routers per hour, each router per hour) from interval lines (router, period,
+    hour "YYYY-MM-DD HH:00", the counters, active_queues_day); None when some router
+    writes lines longer than an hour (its hours could not be told apart)."""
+    if not lines or any(
+        (_period_seconds(str(line["period"])) or 86400) > 3600 for line in lines
+    ):
+        return None
+    per_router: dict[tuple[str, datetime], dict[str, float]] = {}
+    for line in lines:
+        hour = datetime.strptime(str(line["hour"]), "%Y-%m-%d %H:%M")
+        row = per_router.setdefault((str(line["router"]), hour), defaultdict(float))
+        for column in _HOURLY_COUNTS:
+            row[column] += float(line[column] or 0)
+        row["active_queues_day"] = max(row["active_queues_day"],
+                                       float(line["active_queues_day"] or 0))  # fmt: skip
+    totals: dict[datetime, dict[str, float]] = {}
+    by_router: Rows = []
+    for (router, hour), counts in sorted(per_router.items(), key=lambda item: item[0][1]):
+        by_router.append({"router": router, "hour": hour, **_with_ratios(counts)})
+        total = totals.setdefault(hour, defaultdict(float))
+        total["routers"] += 1
+        for column, value in counts.items():
+            total[column] += value
+    total_rows = [{"hour": hour, **_with_ratios(counts)} for hour, counts in totals.items()]
+    return total_rows, by_router
+
+
+_HOURLY_COUNTS = (
+    "msgs_sent", "msgs_delivered", "msgs_acknowledged", "msgs_expired", "msgs_quota_refused",
+    "queues_created", "queues_deleted",
+)  # fmt: skip
+
+
+def _with_ratios(counts: dict[str, float]) -> dict[str, float | None]:
+    """The derived figures of pipeline/stats_transforms.py, for one hour's sums."""
+    sent, refused = counts["msgs_sent"], counts["msgs_quota_refused"]
+    return {
+        **counts,
+        "delivery_ratio": counts["msgs_acknowledged"] / sent if sent else None,
+        "expired_ratio": counts["msgs_expired"] / sent if sent else None,
+        "quota_refused_ratio": refused / (sent + refused) if sent + refused else None,
+        "queues_net": counts["queues_created"] - counts["queues_deleted"],
+    }
 
 
 def _x(day: date) -> float:
@@ -82,10 +172,19 @@ def _number(value: object, scale: float = 1.0) -> float:
 
 
 def draw_charts(
-    total_daily: Rows, router_daily: Rows, total_weekly: Rows, total_monthly: Rows
+    total_daily: Rows,
+    router_daily: Rows,
+    total_weekly: Rows,
+    total_monthly: Rows,
+    interval_lines: Rows | None = None,
 ) -> dict[str, Figure]:
-    """Every chart in CHARTS as a figure (the caller saves and closes them)."""
+    """Every chart in CHARTS as a figure (the caller saves and closes them); per hour
+    when the data spans at most YOUNG_DAYS days and `interval_lines` are given."""
     calendar = Calendar(total_daily)
+    hourly = hourly_rows(interval_lines or []) if len(calendar.days) <= YOUNG_DAYS else None
+    if hourly is not None:
+        calendar = HourCalendar(hourly[0])
+        total_daily, router_daily = hourly
     drawers: dict[str, Callable[[Figure], None]] = {
         "messages_per_day.png": lambda fig: _messages(fig, calendar, total_daily),
         "delivery_ratio.png": lambda fig: _delivery_ratio(fig, calendar, total_daily, router_daily),
@@ -109,12 +208,17 @@ def draw_charts(
 
 
 def write_charts(
-    out_dir: Path, total_daily: Rows, router_daily: Rows, total_weekly: Rows, total_monthly: Rows
+    out_dir: Path,
+    total_daily: Rows,
+    router_daily: Rows,
+    total_weekly: Rows,
+    total_monthly: Rows,
+    interval_lines: Rows | None = None,
 ) -> list[Path]:
     """Every chart in CHARTS, written to `out_dir`; returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    figures = draw_charts(total_daily, router_daily, total_weekly, total_monthly)
+    figures = draw_charts(total_daily, router_daily, total_weekly, total_monthly, interval_lines)
     for name, fig in figures.items():
         path = out_dir / name
         fig.savefig(path, metadata={"Software": None})  # no version stamp: same data, same file
@@ -131,20 +235,27 @@ def _day_axes(fig: Figure, calendar: Calendar, title: str, position: int = 111) 
     ax = fig.add_subplot(position)
     ax.set_title(title)
     first, last = _x(calendar.days[0]), _x(calendar.days[-1])
-    margin = max(0.6, (last - first) * 0.02)  # in days
+    margin = max(0.6 * calendar.width, (last - first) * 0.02)  # in days
     ax.set_xlim(first - margin, last + margin)
     span = int(last - first)
-    if span <= 14:
+    if isinstance(calendar, HourCalendar):
+        hours = max(1, round((last - first) * 24))
+        ax.xaxis.set_major_locator(mdates.HourLocator(interval=max(1, math.ceil(hours / 12))))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:00"))
+        ax.set_xlabel("UTC hour")
+    elif span <= 14:
         ax.xaxis.set_major_locator(mdates.DayLocator(interval=1 if span <= 7 else 2))
     else:
         ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=4, maxticks=10))
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+    if not isinstance(calendar, HourCalendar):
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
     for label in ax.get_xticklabels():
         label.set_rotation(30)
         label.set_horizontalalignment("right")
     missing = set(calendar.days) - calendar.present
-    _shade(ax, calendar.runs(missing), "0.85", "no data")
-    _shade(ax, calendar.runs(calendar.short), "#fbeec1", "not every router reported")
+    _shade(ax, calendar.runs(missing), "0.85", "no data", calendar.width)
+    _shade(ax, calendar.runs(calendar.short), "#fbeec1", "not every router reported",
+           calendar.width)  # fmt: skip
     ax.grid(True, alpha=0.3)
     return ax
 
@@ -152,11 +263,13 @@ def _day_axes(fig: Figure, calendar: Calendar, title: str, position: int = 111) 
 FEW_DAYS = 7  # up to this many days, points are labelled with their values
 
 
-def _shade(ax: Axes, runs: list[tuple[date, date]], color: str, label: str) -> None:
+def _shade(
+    ax: Axes, runs: list[tuple[date, date]], color: str, label: str, width: float = 1.0
+) -> None:
     for index, (start, end) in enumerate(runs):
         ax.axvspan(
-            _x(start) - 0.5,
-            _x(end) + 0.5,
+            _x(start) - width / 2,
+            _x(end) + width / 2,
             color=color,
             zorder=0,
             label=label if index == 0 else None,
@@ -235,7 +348,7 @@ def _no_data(fig: Figure) -> None:
 
 
 def _messages(fig: Figure, calendar: Calendar, daily: Rows) -> None:
-    ax = _day_axes(fig, calendar, "Messages per day, all routers")
+    ax = _day_axes(fig, calendar, f"Messages per {calendar.unit}, all routers")
     for column, label in (
         ("msgs_sent", "sent"),
         ("msgs_delivered", "delivered"),
@@ -248,7 +361,9 @@ def _messages(fig: Figure, calendar: Calendar, daily: Rows) -> None:
 
 
 def _delivery_ratio(fig: Figure, calendar: Calendar, total: Rows, by_router: Rows) -> None:
-    ax = _day_axes(fig, calendar, "Delivery ratio per day (acknowledged / sent)")
+    ax = _day_axes(
+        fig, calendar, f"Delivery ratio per {calendar.unit} (acknowledged / sent)"
+    )
     per_router: dict[str, Rows] = defaultdict(list)
     for row in by_router:
         per_router[str(row["router"])].append(row)
@@ -271,7 +386,9 @@ def _delivery_ratio(fig: Figure, calendar: Calendar, total: Rows, by_router: Row
 
 
 def _error_rates(fig: Figure, calendar: Calendar, daily: Rows) -> None:
-    ax = _day_axes(fig, calendar, "Errors per day, all routers: share of messages")
+    ax = _day_axes(
+        fig, calendar, f"Errors per {calendar.unit}, all routers: share of messages"
+    )
     expired = calendar.series(daily, "expired_ratio", 100)
     refused = calendar.series(daily, "quota_refused_ratio", 100)
     _line(ax, calendar, expired, "expired (of sent)", "{:.2f}%")
@@ -284,12 +401,15 @@ def _error_rates(fig: Figure, calendar: Calendar, daily: Rows) -> None:
 
 
 def _refused_counts(fig: Figure, calendar: Calendar, daily: Rows) -> None:
-    ax = _day_axes(fig, calendar, "Expired and quota-refused messages per day, all routers")
+    ax = _day_axes(
+        fig, calendar, f"Expired and quota-refused messages per {calendar.unit}, all routers"
+    )
     expired = calendar.series(daily, "msgs_expired")
     refused = calendar.series(daily, "msgs_quota_refused")
+    bar = 0.8 * calendar.width
     for bars, values in (
-        (ax.bar(calendar.days, expired, width=0.8, label="expired"), expired),
-        (ax.bar(calendar.days, refused, width=0.8, bottom=expired, label="refused for quota"),
+        (ax.bar(calendar.days, expired, width=bar, label="expired"), expired),
+        (ax.bar(calendar.days, refused, width=bar, bottom=expired, label="refused for quota"),
          refused),
     ):  # fmt: skip
         _label_bars(ax, bars, values)
@@ -302,7 +422,8 @@ def _active_queues(
     fig: Figure, calendar: Calendar, daily: Rows, weekly: Rows, monthly: Rows
 ) -> None:
     ax = _day_axes(fig, calendar, "Active queues, all routers (HyperLogLog estimates)")
-    _line(ax, calendar, calendar.series(daily, "active_queues_day"), "per day")
+    per_day = "per day" if calendar.unit == "day" else "this UTC day so far"
+    _line(ax, calendar, calendar.series(daily, "active_queues_day"), per_day)
     _period_bars(ax, weekly, "week", lambda start: start + 7 * DAY, "per ISO week", "tab:orange")
     _period_bars(ax, monthly, "month", _next_month, "per month", "tab:green")
     ax.set_ylabel("queues (dashed: period not complete)")
@@ -340,24 +461,29 @@ def _next_month(start: date) -> date:
 
 
 def _churn(fig: Figure, calendar: Calendar, daily: Rows) -> None:
-    top = _day_axes(fig, calendar, "Queues created and deleted per day, all routers", 211)
+    top = _day_axes(
+        fig, calendar, f"Queues created and deleted per {calendar.unit}, all routers", 211
+    )
     created = calendar.series(daily, "queues_created")
     deleted = calendar.series(daily, "queues_deleted")
     net = calendar.series(daily, "queues_net")
-    made = top.bar(calendar.days, created, width=0.8, color="tab:green", alpha=0.6,
+    bar = 0.8 * calendar.width
+    made = top.bar(calendar.days, created, width=bar, color="tab:green", alpha=0.6,
                    label="created")  # fmt: skip
-    gone = top.bar(calendar.days, [-v for v in deleted], width=0.8, color="tab:red", alpha=0.6,
+    gone = top.bar(calendar.days, [-v for v in deleted], width=bar, color="tab:red", alpha=0.6,
                    label="deleted (below 0)")  # fmt: skip
     _label_bars(top, made, created)
     _label_bars(top, gone, deleted)
     _line(top, calendar, net, "net (created - deleted)", color="black", linewidth=1.5)
     top.axhline(0, color="0.3", linewidth=0.8)
-    top.set_ylabel("queues per day")
+    top.set_ylabel(f"queues per {calendar.unit}")
     top.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     low, high = top.get_ylim()
     top.set_ylim(low, high + (high - low) * 0.35)  # the legend goes above the bars
     _legend(top, loc="upper left", ncols=3)
-    bottom = _day_axes(fig, calendar, "Growth: net queues since the first day shown", 212)
+    bottom = _day_axes(
+        fig, calendar, f"Growth: net queues since the first {calendar.unit} shown", 212
+    )
     _line(bottom, calendar, _running_total(net), "cumulative net", color="tab:purple")
     bottom.axhline(0, color="0.3", linewidth=0.8)
     bottom.margins(y=0.15)  # room for a point's label at the top

@@ -140,8 +140,18 @@ def check_inputs_exist(paths: Iterable[str], what: str) -> None:
             raise UsageError(f"no {what} at {path}")
 
 
+def check_output_dir(path: str) -> None:
+    """An output directory (`stats --out`, `synth --stats --out`) is made if it is
+    missing, as `mkdir` would: its parent must exist (a mistyped path is refused rather
+    than created), and it must not be a file. Local outputs only."""
+    check_writable_parent(path)
+    if is_local_path(path) and Path(urlsplit(path).path or path).is_file():
+        raise UsageError(f"cannot write into {path}: it is a file, not a directory")
+
+
 def check_writable_parent(path: str) -> None:
-    """The directory an output goes into exists, for local outputs."""
+    """The directory an output goes into exists, for local outputs: the one rule of
+    `--out` (docs/pipeline.md#errors-and-exit-codes)."""
     if not is_local_path(path):
         return
     parent = Path(urlsplit(path).path or path).absolute().parent

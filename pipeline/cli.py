@@ -263,6 +263,8 @@ def _check_before_spark(args: argparse.Namespace, spark_submit: bool) -> None:
             raise checks.UsageError("no stats logs (*.csv) in " + " ".join(args.inputs))
     if args.command == "compact":
         checks.check_writable_parent(args.out)
+    else:
+        checks.check_output_dir(args.out)
     if not (spark_submit and args.master is None):
         checks.check_java()
     checks.check_master_reachable(args.master)
@@ -279,6 +281,7 @@ def _check_synth(args: argparse.Namespace) -> None:
         from .synth_stats import parse_day
 
         parse_day(args.first_day)
+        checks.check_output_dir(args.out)
         return
     if args.records is None:
         raise checks.UsageError("synth needs --records N (or --stats --days N for stats logs)")

@@ -14,6 +14,7 @@ reduces to "which record of each kind came last":
   `add_notifier` / `delete_notifier` set the notifier and clear its service;
   `set_service` sets the recipient or notifier service; `suspend` sets status;
   `set_link` sets the queue's link (`lid lfix lusr`), `delete_link` removes it;
+  `set_recipient_keys` sets the recipient keys (`rkey rkeys`);
 - `updated_at` is the time of the queue's latest record.
 
 That is one hash aggregation with `max` / `max_by` over a sequence number
@@ -35,7 +36,9 @@ INT = r"^-?[0-9]+$"
 
 # every field each record may have, and those it must have (docs/store-log.md)
 ALLOWED = {
-    "create": "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc mode lid lfix lusr",
+    "create": (
+        "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc mode lid lfix lusr rkeys"
+    ),
     "secure": "ts rid skey",
     "add_notifier": "ts rid nid nkey ndh",
     "delete_notifier": "ts rid",
@@ -43,6 +46,7 @@ ALLOWED = {
     "set_service": "ts rid party svc",
     "set_link": "ts rid lid lfix lusr",
     "delete_link": "ts rid",
+    "set_recipient_keys": "ts rid rkey rkeys",
     "delete": "ts rid",
 }
 REQUIRED = {
@@ -54,11 +58,12 @@ REQUIRED = {
     "set_service": "ts rid party",
     "set_link": "ts rid lid lfix lusr",
     "delete_link": "ts rid",
+    "set_recipient_keys": "ts rid rkey",
     "delete": "ts rid",
 }
 CREATE_FIELDS = (
     "sid", "rkey", "rdh", "skey", "secure", "status", "nid", "nkey", "ndh",
-    "mode", "lid", "lfix", "lusr",
+    "mode", "lid", "lfix", "lusr", "rkeys",
 )  # fmt: skip
 
 
@@ -86,6 +91,8 @@ def _values_ok() -> Column:
         WHEN 'status' THEN e.value IN ('active', 'off')
         WHEN 'party' THEN e.value IN ('r', 'n')
         WHEN 'mode' THEN e.value IN ('M', 'C')
+        WHEN 'rkeys' THEN forall(split(e.value, ','),
+            k -> k RLIKE '{B64}' AND length(k) % 4 = 0)
         ELSE e.value RLIKE '{B64}' AND length(e.value) % 4 = 0 END)"""
     )
 
@@ -190,6 +197,11 @@ def fold_queues(parsed: DataFrame) -> DataFrame:
         ),
         _last(link_change).alias("l_seq"),
         _value_of_last(new_link, link_change).alias("l_val"),
+        _last(op == "set_recipient_keys").alias("k_seq"),
+        _value_of_last(
+            F.struct(f["rkey"].alias("rkey"), f["rkeys"].alias("rkeys")),
+            op == "set_recipient_keys",
+        ).alias("k_val"),
         F.max_by("ts", "seq").alias("updated_at"),
     )
 
@@ -211,11 +223,12 @@ def _queue_columns() -> list[Column]:
     cr = F.col("cr")
     notifier = _after_create("n_seq", F.col("n_val"), F.struct(cr["nid"], cr["nkey"], cr["ndh"]))
     link = _after_create("l_seq", F.col("l_val"), F.struct(cr["lid"], cr["lfix"], cr["lusr"]))
+    keys = _after_create("k_seq", F.col("k_val"), F.struct(cr["rkey"], cr["rkeys"]))
     return [
         F.col("updated_at").alias("ts"),
         F.col("key").alias("rid"),
         cr["sid"].alias("sid"),
-        cr["rkey"].alias("rkey"),
+        keys.getField("rkey").alias("rkey"),
         cr["rdh"].alias("rdh"),
         _after_create("s_seq", F.col("s_val"), cr["skey"]).alias("skey"),
         cr["secure"].alias("secure"),
@@ -229,6 +242,7 @@ def _queue_columns() -> list[Column]:
         link.getField("lid").alias("lid"),
         link.getField("lfix").alias("lfix"),
         link.getField("lusr").alias("lusr"),
+        keys.getField("rkeys").alias("rkeys"),
     ]
 
 
@@ -239,7 +253,7 @@ def live_queues(folded: DataFrame) -> DataFrame:
 
 CREATE_ORDER = (
     "ts", "rid", "sid", "rkey", "rdh", "skey", "secure", "status",
-    "nid", "nkey", "ndh", "rsvc", "nsvc", "mode", "lid", "lfix", "lusr",
+    "nid", "nkey", "ndh", "rsvc", "nsvc", "mode", "lid", "lfix", "lusr", "rkeys",
 )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ Incremental runs (`--follow`) use stored positions; see `pipeline.follow`.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from . import follow
-from .charts import write_charts
+from .charts import YOUNG_DAYS, write_charts
 from .schemas import ROUTER_STATS_LINE_SCHEMA
 from .stats_io import (
     collect_sorted,
@@ -28,7 +29,7 @@ from .stats_io import (
     write_csv,
     write_tables,
 )
-from .stats_transforms import TABLE_PERIOD, since_periods, stats_tables
+from .stats_transforms import TABLE_PERIOD, interval_lines, since_periods, stats_tables
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +44,30 @@ class StatsOutput:
         return cls(Path(out_dir), parquet or str(Path(out_dir) / "parquet"))
 
 
+NO_LINES_WARNING = (
+    "smp-pipeline: warning: {inputs}: no statistics lines yet, only headers, so the tables "
+    "and charts are empty; a router writes its first line at the end of its first "
+    "stats_interval (an hour by default)"
+)
+
+
+def warn_no_lines(inputs: list[str]) -> None:
+    print(NO_LINES_WARNING.format(inputs=" ".join(inputs)), file=sys.stderr, flush=True)
+
+
 def run_stats(spark: SparkSession, inputs: list[str], output: StatsOutput) -> None:
     """Read every log whole and replace every output."""
     log.info("stats: reading %d input path(s)", len(inputs))
     lines = read_stats_logs(spark, inputs).cache()  # six tables are built from it
+    if lines.isEmpty():
+        warn_no_lines(inputs)
     try:
         tables = stats_tables(lines)
         write_tables(tables, output.parquet, replace_all=True)
-        write_reports(spark, output, {name: collect_sorted(df) for name, df in tables.items()})
+        rows = {name: collect_sorted(df) for name, df in tables.items()}
+        young = 0 < len(rows["total_daily"]) <= YOUNG_DAYS
+        hourly = [r.asDict() for r in interval_lines(lines).collect()] if young else None
+        write_reports(spark, output, rows, hourly)
     finally:
         lines.unpersist()
 
@@ -77,7 +94,9 @@ def run_increment(
     )
     checkpoint.batches[batch] = (first, last)
     _recompute_from(spark, checkpoint, checkpoint_dir, follow.first_day_needed(first), output)
-    write_reports(spark, output)
+    rows = {name: collect_sorted(read_table(spark, output.parquet, name)) for name in TABLE_PERIOD}
+    write_reports(spark, output, rows, _young_interval_rows(spark, checkpoint, checkpoint_dir,
+                                                            rows["total_daily"]))
     checkpoint.next_batch = batch + 1
     follow.commit_checkpoint(checkpoint_dir, checkpoint)
     return len(lines)
@@ -111,6 +130,20 @@ def _read_new_lines(inputs: list[str], checkpoint: follow.Checkpoint, start: str
     return lines
 
 
+def _young_interval_rows(
+    spark: SparkSession, checkpoint: follow.Checkpoint, checkpoint_dir: str, daily: list[dict]
+) -> list[dict] | None:
+    """The staged interval lines, when the data spans at most YOUNG_DAYS days (the
+    charts are then drawn per hour); None otherwise."""
+    if not 0 < len(daily) <= YOUNG_DAYS:
+        return None
+    first_day = str(daily[0]["day"])
+    paths = [f"{_staged(checkpoint_dir)}/batch={n}"
+             for n in follow.batches_since(checkpoint, first_day)]  # fmt: skip
+    staged = spark.read.schema(ROUTER_STATS_LINE_SCHEMA).parquet(*paths)
+    return [r.asDict() for r in interval_lines(staged).collect()]
+
+
 def _staged(checkpoint_dir: str) -> str:
     return f"{checkpoint_dir}/lines"
 
@@ -133,7 +166,10 @@ def _recompute_from(
 
 
 def write_reports(
-    spark: SparkSession, output: StatsOutput, rows: dict[str, list[dict]] | None = None
+    spark: SparkSession,
+    output: StatsOutput,
+    rows: dict[str, list[dict]] | None = None,
+    interval_rows: list[dict] | None = None,
 ) -> None:
     """CSV copies of every table and the charts; from `rows` (whole tables, sorted)
     when the caller has them, else read back from the Parquet tables."""
@@ -151,6 +187,7 @@ def write_reports(
         rows["router_daily"],
         rows["total_weekly"],
         rows["total_monthly"],
+        interval_rows,
     )
     log.info(
         "stats: wrote %d CSV table(s) and %d chart(s) to %s", len(rows), len(charts), output.out_dir

@@ -213,6 +213,16 @@ def stats_tables(lines: DataFrame) -> dict[str, DataFrame]:
     return tables
 
 
+def interval_lines(lines: DataFrame) -> DataFrame:
+    """The interval lines (not `P1D`), one per (router, period, time), with the UTC hour
+    they fall in (`hour`, "YYYY-MM-DD HH:00"): what the charts of a router younger than
+    a few days plot per hour (pipeline/charts.py)."""
+    deduped = dedupe_lines(lines).where(F.col("period") != DAY_PERIOD)
+    hour = F.date_format(F.date_trunc("hour", "time"), "yyyy-MM-dd HH:00")
+    return deduped.select("router", "period", hour.alias("hour"), *STATS_COUNTERS,
+                          "active_queues_day")  # fmt: skip
+
+
 def sort_keys(df: DataFrame) -> list[str]:
     """The order people read a table in: by period, then router."""
     return [c for c in ("day", "week", "month", "router") if c in df.columns]

@@ -17,14 +17,17 @@ that the copy holds as many queues and links (v15 short links, copied with
 their queues) as the source and, queue by queue, as many messages
 (`MigrationCheckError` otherwise, and nothing is switched), renames it into
 place, and only then rewrites `STORE_KIND`: a crash at any point leaves the
-directory opening as one complete kind. The old kind's files are kept as
-`<kind>-store.old/`. A `progress(phase, done, total)` callback hears about
-every batch: phase "queues" counts queues, phase "messages" counts messages.
+directory opening as one complete kind. The old kind's files are kept, each
+migration's under a name of its own, `<kind>-store.old-<UTC time>/` (`-2`,
+`-3`... after it if two migrations share a second): no backup replaces another.
+A `progress(phase, done, total)` callback hears about every batch: phase
+"queues" counts queues, phase "messages" counts messages.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -163,7 +166,7 @@ async def open_stores(
     found = read_store_kind(data_dir)
     if found is not None and found != kind:
         raise StoreKindMismatch(data_dir, found, kind)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: keys and messages
     if found is None:
         _write_store_kind(data_dir, kind)
     async with opener(store_dir(data_dir, kind), options) as stores:
@@ -179,6 +182,17 @@ def _write_store_kind(data_dir: Path, kind: str) -> None:
 MIGRATE_BATCH = 2000  # queues (with their messages) per bulk-import transaction
 
 
+class Migrated(tuple[int, int]):
+    """(queues, messages) copied, and `backups`: where the stores set aside went."""
+
+    backups: tuple[Path, ...]
+
+    def __new__(cls, queues: int, messages: int, backups: tuple[Path, ...] = ()) -> Migrated:
+        result = super().__new__(cls, (queues, messages))
+        result.backups = backups
+        return result
+
+
 async def migrate_store(
     data_dir: Path | str,
     to_kind: str,
@@ -186,33 +200,41 @@ async def migrate_store(
     fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
     progress: Progress | None = None,
     **settings: Any,
-) -> tuple[int, int]:
+) -> Migrated:
     """Copy every queue and message of the directory's current kind into `to_kind`,
-    check the counts, and switch the directory over; returns (queues, messages) copied."""
+    check the counts, and switch the directory over; returns (queues, messages) copied,
+    with the backups made."""
     data_dir = Path(data_dir)
     from_kind = read_store_kind(data_dir)
     if from_kind is None:
         raise ValueError(f"{data_dir} holds no store (no {KIND_FILE} file)")
     options = store_options(to_kind, fsync=fsync, **settings)  # fails before touching anything
     if from_kind == to_kind:
-        return 0, 0
+        return Migrated(0, 0)
     final, tmp = store_dir(data_dir, to_kind), data_dir / f"{to_kind}-store.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     async with open_stores(from_kind, data_dir) as src:
         async with store_opener(to_kind)(tmp, options) as dst:
             counts = await copy_stores(src, dst, progress)
             await check_copy(src, dst, counts)
-    _set_aside(final, data_dir / f"{to_kind}-store.old")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    stale = _set_aside(final, data_dir, f"{to_kind}-store.old-{stamp}")
     replace_durably(tmp, final)
     _write_store_kind(data_dir, to_kind)
-    _set_aside(store_dir(data_dir, from_kind), data_dir / f"{from_kind}-store.old")
-    return counts
+    old = _set_aside(store_dir(data_dir, from_kind), data_dir, f"{from_kind}-store.old-{stamp}")
+    return Migrated(*counts, tuple(p for p in (old, stale) if p is not None))
 
 
-def _set_aside(path: Path, backup: Path) -> None:
-    if path.exists():
-        shutil.rmtree(backup, ignore_errors=True)
-        replace_durably(path, backup)
+def _set_aside(path: Path, data_dir: Path, name: str) -> Path | None:
+    """Move `path` to `data_dir/name`, or `name-2`, `name-3`...: never over a backup."""
+    if not path.exists():
+        return None
+    backup, n = data_dir / name, 1
+    while backup.exists():
+        n += 1
+        backup = data_dir / f"{name}-{n}"
+    replace_durably(path, backup)
+    return backup
 
 
 async def copy_stores(

@@ -160,6 +160,18 @@ class DeleteLink(_Update):
 
 
 @dataclass(slots=True)
+class SetRecipientKeys(_Update):
+    """RKEY (docs/protocol.md#rkey): the first key stays `recipient_key`."""
+
+    ts: int
+    recipient_id: bytes
+    keys: tuple[bytes, ...]  # at least one
+
+    def changed(self) -> dict[str, Any]:
+        return {"recipient_key": self.keys[0], "more_recipient_keys": tuple(self.keys[1:])}
+
+
+@dataclass(slots=True)
 class DeleteQueue:
     ts: int
     recipient_id: bytes
@@ -177,6 +189,7 @@ LogRecord = (
     | SetService
     | SetLink
     | DeleteLink
+    | SetRecipientKeys
     | DeleteQueue
 )
 
@@ -449,6 +462,22 @@ def decide_delete_link(rec: QueueRecord | None, now: int) -> DeleteLink | ErrorT
     return None if rec.link_id is None else DeleteLink(now, rec.recipient_id)
 
 
+def decide_set_recipient_keys(
+    rec: QueueRecord | None, keys: tuple[bytes, ...], now: int
+) -> SetRecipientKeys | ErrorType | None:
+    check_recipient_keys(keys)
+    if rec is None:
+        return AUTH
+    if rec.recipient_keys == tuple(keys):
+        return None
+    return SetRecipientKeys(now, rec.recipient_id, tuple(keys))
+
+
+def check_recipient_keys(keys: tuple[bytes, ...]) -> None:
+    if not keys:
+        raise ValueError("a queue keeps at least one recipient key")
+
+
 def decide_delete(rec: QueueRecord | None, now: int) -> DeleteQueue | ErrorType:
     return AUTH if rec is None else DeleteQueue(now, rec.recipient_id)
 
@@ -531,6 +560,12 @@ class TableQueueStore:
 
     async def delete_link(self, recipient_id: bytes) -> ErrorType | None:
         return await self._make(decide_delete_link(self._queue(recipient_id), self._now()))
+
+    async def set_recipient_keys(
+        self, recipient_id: bytes, keys: tuple[bytes, ...]
+    ) -> ErrorType | None:
+        rec = self._queue(recipient_id)
+        return await self._make(decide_set_recipient_keys(rec, keys, self._now()))
 
     async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
         rec = self._queue(recipient_id)

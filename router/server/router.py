@@ -377,8 +377,8 @@ class Router:
         self.draining = True
         if self.listener is not None:
             self.listener.suspend()
-        log.warning("draining: not accepting clients, closing %d over %.0f s",
-                    len(self.connections), period)
+        log.info("draining: not accepting clients, closing %d over %.0f s",
+                 len(self.connections), period)
         connections = sorted(self.connections.values(), key=lambda conn: conn.id)
         pause = period / len(connections) if connections else 0.0
         with trio.move_on_after(period + 1.0):
@@ -388,7 +388,8 @@ class Router:
                 conn.close_now("the router is draining")
             while self.connections:
                 await trio.sleep(0.05)
-        log.warning("drained: %d clients still connected", len(self.connections))
+        left = len(self.connections)
+        (log.warning if left else log.info)("drained: %d clients still connected", left)
 
     # --- observation ---------------------------------------------------------------------
 
@@ -482,7 +483,7 @@ async def serve_router(
         metrics_port, control_port = await start_operation_ports(nursery, router)
         info = RouterInfo(config.host, listener.port, router, listener, metrics_port,
                           control_port)
-        log.info("router listening on %s, address %s", info.url, info.address)
+        log.info("router listening at %s and %s", info.address, info.url)
         task_status.started(info)
         await router.drained.wait()  # a drain ends the router (control port, SIGUSR2)
         nursery.cancel_scope.cancel()

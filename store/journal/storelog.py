@@ -2,7 +2,7 @@
 
 Theory of operation. The file is a sequence of typed records, one per line
 (`create`, `secure`, `add_notifier`, `delete_notifier`, `suspend`,
-`set_service`, `set_link`, `delete_link`, `delete`; the format is
+`set_service`, `set_link`, `delete_link`, `set_recipient_keys`, `delete`; the format is
 store/journal/storelog_format.py and docs/store-log.md). The state is a pure
 fold over them: `replay(records)` starts from no queues and applies `step` to
 each (store/queue_table.py), and `step` is the only code that ever changes the

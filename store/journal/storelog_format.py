@@ -24,6 +24,7 @@ from ..queue_table import (
     QueueTable,
     SecureQueue,
     SetLink,
+    SetRecipientKeys,
     SetService,
     SuspendQueue,
     replay,
@@ -40,7 +41,7 @@ _PARTY_BY_NAME = {v: k for k, v in _PARTY.items()}
 _MODE_BY_NAME = {m.decode("ascii"): m for m in QUEUE_MODES}
 _FIELDS = {  # every field a record may have, in the order they are written
     "create": (
-        "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc mode lid lfix lusr",
+        "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc mode lid lfix lusr rkeys",
         "ts rid sid rkey rdh secure status",
     ),
     "secure": ("ts rid skey", "ts rid skey"),
@@ -50,6 +51,7 @@ _FIELDS = {  # every field a record may have, in the order they are written
     "set_service": ("ts rid party svc", "ts rid party"),
     "set_link": ("ts rid lid lfix lusr", "ts rid lid lfix lusr"),
     "delete_link": ("ts rid", "ts rid"),
+    "set_recipient_keys": ("ts rid rkey rkeys", "ts rid rkey"),
     "delete": ("ts rid", "ts rid"),
 }
 
@@ -62,6 +64,15 @@ def unb64(text: str) -> bytes:
     if not _B64.fullmatch(text) or len(text) % 4:
         raise ValueError(f"not padded base64url: {text[:20]!r}")
     return base64.b64decode(text, altchars=b"-_", validate=True)
+
+
+def _more_keys(keys: tuple[bytes, ...]) -> str | None:
+    """The recipient keys after the first (RKEY), comma-separated; None for none."""
+    return ",".join(b64(k) for k in keys) if keys else None
+
+
+def _unmore_keys(f: dict[str, str]) -> tuple[bytes, ...]:
+    return tuple(unb64(k) for k in f["rkeys"].split(",")) if "rkeys" in f else ()
 
 
 def _link_fields(link: QueueLinkData | None) -> list[tuple[str, str | None]]:
@@ -90,6 +101,7 @@ def _create_fields(r: QueueRecord, link: QueueLinkData | None) -> list[tuple[str
         ("nsvc", None if r.ntf_service_id is None else b64(r.ntf_service_id)),
         ("mode", None if r.queue_mode is None else r.queue_mode.decode("ascii")),
         *_link_fields(link),
+        ("rkeys", _more_keys(r.more_recipient_keys)),
     ]
 
 
@@ -111,6 +123,11 @@ def _fields(rec: LogRecord) -> tuple[str, list[tuple[str, str | None]]]:
         return "set_service", head + [("party", _PARTY[rec.party]), ("svc", svc)]
     if isinstance(rec, SetLink):
         return "set_link", head + _link_fields(rec.link)
+    if isinstance(rec, SetRecipientKeys):
+        return "set_recipient_keys", head + [
+            ("rkey", b64(rec.keys[0])),
+            ("rkeys", _more_keys(rec.keys[1:])),
+        ]
     names = {
         DeleteNotifier: "delete_notifier",
         SuspendQueue: "suspend",
@@ -195,6 +212,7 @@ def _decode_create(f: dict[str, str]) -> CreateQueue:
             updated_at=_int(f["ts"]),
             queue_mode=_enum(_MODE_BY_NAME, f["mode"], "queue mode") if "mode" in f else None,
             link_id=None if link is None else link.link_id,
+            more_recipient_keys=_unmore_keys(f),
         ),
         link,
     )
@@ -218,6 +236,8 @@ def decode_record(payload: str) -> LogRecord:
         link = _link(f)
         assert link is not None  # all three fields are required for set_link
         return SetLink(ts, rid, link)
+    if op == "set_recipient_keys":
+        return SetRecipientKeys(ts, rid, (unb64(f["rkey"]), *_unmore_keys(f)))
     plain = {
         "delete_notifier": DeleteNotifier,
         "suspend": SuspendQueue,

@@ -151,7 +151,8 @@ class MemoryQueueStore(TableQueueStore):
     def load(cls, path: Path | str, *, clock: Callable[[], float] = time.time) -> MemoryQueueStore:
         """A store holding the records of a snapshot written by `save`."""
         store = cls(clock=clock)
-        magic = _QUEUES_MAGIC_V1 if _magic_of(path) == _QUEUES_MAGIC_V1 else _QUEUES_MAGIC
+        found = _magic_of(path)
+        magic = found if found in _QUEUES_MAGIC_OLDER else _QUEUES_MAGIC
         for rec, link in _decode_records(read_snapshot(path, magic), magic):
             if store.add_queue_nowait(rec, link) is not None:
                 raise SnapshotError(f"{path}: duplicate queue ids in snapshot")
@@ -306,8 +307,10 @@ class MemoryMessageStore:
 # crc32 of everything before it (4 bytes). Each item is a tag byte followed by
 # fields; a byte string is a u32 length and the bytes (0xFFFFFFFF = None).
 
-_QUEUES_MAGIC = b"SMPQUEv2"  # v2 adds the queue mode and the link (v15) to each queue
+_QUEUES_MAGIC = b"SMPQUEv3"  # v3 adds the recipient keys after the first (RKEY)
+_QUEUES_MAGIC_V2 = b"SMPQUEv2"  # still read: v2 added the queue mode and the link (v15)
 _QUEUES_MAGIC_V1 = b"SMPQUEv1"  # still read: a snapshot written before links
+_QUEUES_MAGIC_OLDER = (_QUEUES_MAGIC_V1, _QUEUES_MAGIC_V2)
 _MESSAGES_MAGIC = b"SMPMSGv1"
 _ITEM = b"\x01"
 _END = b"\x00"
@@ -397,6 +400,9 @@ class _Reader:
     def byte(self) -> int:
         return self._exactly(1)[0]
 
+    def u32(self) -> int:
+        return _U32.unpack(self._exactly(4))[0]
+
     def i64(self) -> int:
         return _I64.unpack(self._exactly(8))[0]
 
@@ -439,6 +445,8 @@ def _encode_records(
                 _I64.pack(r.updated_at),
                 _b(r.queue_mode),
                 _b(link.link_id) + _b(link.fixed_data) + _b(link.user_data) if link else _b(None),
+                _U32.pack(len(r.more_recipient_keys)),
+                *(_b(k) for k in r.more_recipient_keys),
             )
         )
 
@@ -464,6 +472,9 @@ def _decode_records(
             mode, link_id = rd.opt_bytes(), rd.opt_bytes()
             if link_id is not None:
                 link = QueueLinkData(link_id, rd.bytes_(), rd.bytes_())
+        more_keys: tuple[bytes, ...] = ()
+        if magic == _QUEUES_MAGIC:
+            more_keys = tuple(rd.bytes_() for _ in range(rd.u32()))
         record = QueueRecord(
             recipient_id=rid,
             sender_id=sid,
@@ -478,6 +489,7 @@ def _decode_records(
             updated_at=updated_at,
             queue_mode=mode,
             link_id=None if link is None else link.link_id,
+            more_recipient_keys=more_keys,
         )
         yield record, link
 

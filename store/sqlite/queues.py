@@ -44,6 +44,7 @@ from ..queue_table import (
     DeleteLink,
     QueueTable,
     SetLink,
+    check_recipient_keys,
     check_service_party,
     decide_add_notifier,
     decide_create,
@@ -51,6 +52,7 @@ from ..queue_table import (
     decide_delete_notifier,
     decide_secure,
     decide_set_link,
+    decide_set_recipient_keys,
     decide_set_service,
     decide_suspend,
     step,
@@ -307,6 +309,14 @@ class SqliteQueueStore:
         async with self._locks.hold(recipient_id):
             rec = await self._load(Party.RECIPIENT, recipient_id)
             return await self._make(rec, decide_set_service(rec, party, service_id, self._now()))
+
+    async def set_recipient_keys(
+        self, recipient_id: bytes, keys: tuple[bytes, ...]
+    ) -> ErrorType | None:
+        check_recipient_keys(keys)  # before any I/O
+        async with self._locks.hold(recipient_id):
+            rec = await self._load(Party.RECIPIENT, recipient_id)
+            return await self._make(rec, decide_set_recipient_keys(rec, keys, self._now()))
 
     async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
         rec = await self._load(Party.RECIPIENT, recipient_id)

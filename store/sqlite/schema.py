@@ -13,7 +13,7 @@ from ..interfaces import (
     QueueStatus,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PAGE = 1000  # rows per worker call when iterating
 
 
@@ -70,6 +70,9 @@ ALTER TABLE queues ADD COLUMN link_user BLOB;
 CREATE UNIQUE INDEX IF NOT EXISTS queues_link ON queues(link_id)
     WHERE deleted_at IS NULL AND link_id IS NOT NULL;
 """,  # short links (v15): the queue mode and the queue's link
+    3: """
+ALTER TABLE queues ADD COLUMN more_recipient_keys BLOB;
+""",  # RKEY: the recipient keys after the first (`pack_keys`), NULL for none
 }
 
 
@@ -79,11 +82,11 @@ CREATE UNIQUE INDEX IF NOT EXISTS queues_link ON queues(link_id)
 QUEUE_COLUMNS = (  # a record's columns; the link's data (link_fixed, link_user) is apart
     "recipient_id, sender_id, recipient_key, rcv_dh_secret, sender_key, snd_secure, status, "
     "notifier_id, notifier_key, rcv_ntf_dh_secret, rcv_service_id, ntf_service_id, updated_at, "
-    "queue_mode, link_id"
+    "queue_mode, link_id, more_recipient_keys"
 )
 INSERT_QUEUE = (
     f"INSERT INTO queues ({QUEUE_COLUMNS}, link_fixed, link_user)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 SELECT_QUEUE = f"SELECT {QUEUE_COLUMNS} FROM queues WHERE deleted_at IS NULL"
 LIVE_BY = {
@@ -133,6 +136,7 @@ def queue_row(r: QueueRecord) -> tuple[Any, ...]:
         r.updated_at,
         r.queue_mode,
         r.link_id,
+        pack_keys(r.more_recipient_keys),
     )
 
 
@@ -142,7 +146,10 @@ def insert_row(r: QueueRecord, link: QueueLinkData | None) -> tuple[Any, ...]:
 
 
 def record_from_row(row: tuple[Any, ...]) -> QueueRecord:
-    rid, sid, rkey, rdh, skey, secure, status, nid, nkey, ndh, rsvc, nsvc, updated, mode, lid = row
+    (
+        rid, sid, rkey, rdh, skey, secure, status, nid, nkey, ndh, rsvc, nsvc, updated, mode, lid,
+        more_keys,
+    ) = row
     return QueueRecord(
         recipient_id=rid,
         sender_id=sid,
@@ -157,7 +164,24 @@ def record_from_row(row: tuple[Any, ...]) -> QueueRecord:
         updated_at=updated,
         queue_mode=mode,
         link_id=lid,
+        more_recipient_keys=unpack_keys(more_keys),
     )
+
+
+def pack_keys(keys: tuple[bytes, ...]) -> bytes | None:
+    """Keys as one BLOB: each a 2-byte big-endian length and its bytes; None for none."""
+    if not keys:
+        return None
+    return b"".join(len(k).to_bytes(2, "big") + k for k in keys)
+
+
+def unpack_keys(blob: bytes | None) -> tuple[bytes, ...]:
+    keys, i = [], 0
+    while blob and i < len(blob):
+        n = int.from_bytes(blob[i : i + 2], "big")
+        keys.append(bytes(blob[i + 2 : i + 2 + n]))
+        i += 2 + n
+    return tuple(keys)
 
 
 def message_row(rid: bytes, m: Message) -> tuple[Any, ...]:

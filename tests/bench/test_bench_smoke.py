@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -127,22 +127,23 @@ def _contents(directory: Path) -> dict[str, str]:
             for p in sorted(directory.iterdir()) if p.is_file()}
 
 
-def test_a_quick_run_writes_to_a_scratch_directory_and_prints_its_table(
+def test_a_quick_run_prints_its_table_and_leaves_no_scratch_directory(
     results_in: Path, capsys: pytest.CaptureFixture[str]
 ):
     committed = _contents(COMMITTED)
+    before = set(Path(tempfile.gettempdir()).glob("smp-bench-burst-*"))
     assert main(["burst", "--quick", "--sizes", "200"]) == 0
     printed = capsys.readouterr().out
-    scratch = Path(printed.splitlines()[0].removeprefix("results: "))
-    try:
-        assert _contents(COMMITTED) == committed  # the figures RESULTS.md cites stay
-        assert list(results_in.iterdir()) == []  # nor does it write to the default directory
-        table = (scratch / "burst.md").read_text()
-        assert printed.split("\n", 1)[1].strip() == table.strip()
-        assert table.startswith("| queues | mode |")
-        assert "{" not in printed  # a table, not JSON
-    finally:
-        shutil.rmtree(scratch)
+    first, table = printed.split("\n", 1)
+    assert first.startswith("results: ") and first.endswith("(removed after this run; "
+                                                            "--out DIR keeps them)")
+    scratch = Path(first.removeprefix("results: ").split(" (")[0])
+    assert not scratch.exists()
+    assert set(Path(tempfile.gettempdir()).glob("smp-bench-burst-*")) == before
+    assert _contents(COMMITTED) == committed  # the figures RESULTS.md cites stay
+    assert list(results_in.iterdir()) == []  # nor does it write to the default directory
+    assert table.strip().startswith("| queues | mode |")
+    assert "{" not in printed  # a table, not JSON
 
 
 def test_out_overrides_the_scratch_directory_of_quick(tmp_path: Path,

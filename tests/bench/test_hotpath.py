@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tempfile
 from functools import partial
 from pathlib import Path
 
@@ -55,14 +56,14 @@ def _digest(path: Path) -> str | None:
 
 
 def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ):
     committed = {name: _digest(COMMITTED / name) for name in ("hotpath.json", "hotpath.md")}
+    directory = tmp_path / "kept"
     code = main(["hotpath", "--quick", "--clients", "2", "--duration", "0.5",
-                 "--background", "200", "--light-duration", "0.5", "--light-windows", "2"])
+                 "--background", "200", "--light-duration", "0.5", "--light-windows", "2",
+                 "--out", str(directory)])
     assert code == 0
-    out = capsys.readouterr().out
-    directory = Path(out.splitlines()[0].removeprefix("results: "))
     assert directory.resolve() != COMMITTED.resolve()
     assert {name: _digest(COMMITTED / name) for name in committed} == committed
     data = json.loads((directory / "hotpath.json").read_text())
@@ -93,6 +94,21 @@ def test_a_quick_hotpath_run_measures_every_row_and_leaves_the_results_alone(
     table = (directory / "hotpath.md").read_text()
     assert "router v19" in table and "### Targets" in table
     assert "### The crypto a message cannot do without" in table
+
+
+def test_a_quick_run_without_out_prints_its_table_and_removes_its_scratch_directory(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    def measured(out: Path, **_: object) -> None:  # the run itself is the test above
+        (out / "hotpath.md").write_text("| the table |\n")
+
+    monkeypatch.setattr(hotpath, "run", measured)
+    before = set(Path(tempfile.gettempdir()).glob("smp-bench-hotpath-*"))
+    assert main(["hotpath", "--quick"]) == 0
+    first, table = capsys.readouterr().out.split("\n", 1)
+    assert first.endswith("(removed after this run; --out DIR keeps them)")
+    assert table.strip() == "| the table |"
+    assert set(Path(tempfile.gettempdir()).glob("smp-bench-hotpath-*")) == before
 
 
 def test_a_server_of_another_tree_runs_that_trees_router(tmp_path: Path):

@@ -62,3 +62,32 @@ def test_a_quick_profile_reports_every_store_and_mode(tmp_path: Path,
         assert unit["connection"]["live"] > 1000
         assert point["traced"]["traffic"]["delivered"] > 0
     assert (tmp_path / "memory-profile.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_explains_negative_free_space_figures():
+    """A phase that reuses freed heap has a negative `malloc free` per unit: the table
+    says what that means beside the figure."""
+    unit = {"live": 100.0, "rss": 120.0, "trimmed": 110.0, "pymalloc_in_use": 90.0,
+            "pymalloc_free": -12.0, "malloc_in_use": 30.0, "malloc_free": -1319.0,
+            "native": 20.0, "components": dict.fromkeys(COMPONENTS, 10.0), "types": []}
+    keys = ("queue", "message_empty", "message_16k", "connection", "subscription",
+            "traffic_per_connection", "after_traffic_per_connection", "storm_per_connection",
+            "after_storm_per_connection")
+    result = {"parameters": {"queues": 1, "messages": 1, "connections": 1, "subscriptions": 1},
+              "points": {"memory single-task": {"per_unit": dict.fromkeys(keys, unit)}}}
+    text = memory_profile.table(result)
+    assert "-1,319" in text
+    assert memory_profile.NEGATIVE_FIGURES in text
+    assert "free heap shrank by that much per unit" in text
+
+
+def test_the_subscription_sweep_table_says_what_a_negative_figure_means():
+    from bench import memory
+
+    side = {"rss_per_subscription": -12.0, "trimmed_per_subscription": -3.0,
+            "traced_per_subscription": 5.0, "tasks": 3, "rss_per_connection": 10.0,
+            "traced_per_connection": 9.0, "rss_subscribed": 2**20}
+    row = {"size": 200, "connections": 4, "single-task": side, "per-queue-task": side,
+           "ratio_rss": 1.0, "ratio_trimmed": 1.0, "ratio_traced": 1.0}
+    text = memory.table([row])
+    assert "-12" in text and text.rstrip().endswith(memory.SMALL_SIZES_NOTE)

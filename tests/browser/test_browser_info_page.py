@@ -29,7 +29,7 @@ def router_page(tmp_path_factory) -> Iterator[tuple[str, str]]:
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        url, address = re.search(r"(ws://127\.0\.0\.1:\d+) address (\S+)", line).groups()
+        address, url = re.search(r"(smp://\S+) and (ws://127\.0\.0\.1:\d+)", line).groups()
         yield url.replace("ws://", "http://") + "/", address
     finally:
         process.terminate()

@@ -22,7 +22,7 @@ from router.server.cli.main import main
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "embedded_gateway.py"
 T = TypeVar("T")
-STARTED = re.compile(r"(ws://127\.0\.0\.1:(\d+)).*(smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:(\d+))")
+STARTED = re.compile(r"(smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:(\d+)) and (ws://127\.0\.0\.1:(\d+))")
 
 
 def smp_router(*args: str) -> list[str]:
@@ -79,7 +79,7 @@ async def test_serve_prints_one_line_with_both_addresses_and_stops_cleanly_on_a_
             match = STARTED.search(line)
             assert match is not None, line
             assert match.group(2) == match.group(4) != "0"
-            async with open_client(match.group(3)) as client:
+            async with open_client(match.group(1)) as client:
                 q = await client.create_queue(subscribe=True)
                 await client.send(q.sender_id, b"via the cli")
                 assert (await client.next_event()).body == b"via the cli"
@@ -133,7 +133,7 @@ async def test_a_data_directory_keeps_the_router_address_across_restarts(tmp_pat
             async with running(command) as (process, line):
                 match = STARTED.search(line)
                 assert match is not None, line
-                addresses.append(match.group(3).split("@")[0])
+                addresses.append(match.group(1).split("@")[0])
                 process.send_signal(signal.SIGTERM)
                 assert await process.wait() == 0
     assert addresses[0] == addresses[1]

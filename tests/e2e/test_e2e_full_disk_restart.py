@@ -84,7 +84,7 @@ async def router_process(kind: str, data_dir: Path, *extra: str,
                     err = await process.stderr.receive_some(65536)
                     raise AssertionError(f"the router did not start: {err.decode()}")
                 line += chunk
-        router.address = line.decode().split(" address ")[1].strip()
+        router.address = next(w for w in line.decode().split() if w.startswith("smp://"))
         yield router
     finally:
         if process.returncode is None:

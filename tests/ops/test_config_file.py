@@ -24,7 +24,7 @@ from router.server.settings.config_file import (
 )
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
-ADDRESS = re.compile(r"address (smp://\S+@(\S+):(\d+))")
+ADDRESS = re.compile(r"listening at (smp://\S+@(\S+):(\d+))")
 
 # A valid value, other than the default, for every key (section, name) -> (text, setting).
 NON_DEFAULT = {
@@ -368,7 +368,8 @@ async def test_the_log_goes_to_the_log_file(tmp_path):
         with trio.CancelScope(shield=True):
             assert await process.wait() == 0
     text = log_file.read_text()
-    assert "router listening on ws://127.0.0.1:" in text and "stopping on SIGTERM" in text
+    assert "router listening at smp://" in text and " and ws://127.0.0.1:" in text
+    assert "stopping on SIGTERM" in text
     assert await process.stderr.receive_some(1000) == b""
 
 

@@ -5,6 +5,7 @@ a file whose store key contradicts the data directory is refused naming FILE:LIN
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import trio
 from ops_helpers import run_cli, serving
@@ -43,6 +44,8 @@ async def test_migrate_then_serve_with_the_configuration_file_rewritten(tmp_path
         last_messages = [line for line in err.splitlines() if line.lstrip().startswith("messages")]
         assert last_messages and last_messages[-1].endswith(f"] {total}/{total}"), err
         assert f"{QUEUES} queues and {total} messages now in a sqlite store" in out
+        (kept,) = re.findall(r"the old store is kept in (\S+)", out)
+        assert kept.startswith(str(data / "journal-store.old-")) and Path(kept).is_dir()
         assert f"{ini}:{store_line}: [STORE_LOG] store changed from journal to sqlite" in out
         assert ini.read_text() == text.replace("\nstore: journal\n", "\nstore: sqlite\n")
         assert (ini.stat().st_mode & 0o777) == 0o600

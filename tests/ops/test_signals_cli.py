@@ -102,8 +102,10 @@ async def test_sighup_under_load_keeps_the_clients_and_applies_the_new_configura
             assert facts["queueQuota"] == 500
     text = log_file.read_text()
     reload_line = next(line for line in text.splitlines() if "configuration reloaded" in line)
-    assert "quota 1000 -> 500" in reload_line and "password changed" in reload_line
-    assert "log level info -> debug" in reload_line and "information changed" in reload_line
+    assert " INFO smp-router: SIGHUP: configuration reloaded" in reload_line  # routine
+    assert "[STORE_LOG] quota 1000 -> 500" in reload_line
+    assert "[AUTH] create_password changed" in reload_line
+    assert "[LOG] level info -> debug" in reload_line and "[INFORMATION] changed" in reload_line
     assert "second" not in text  # a password is never logged
     restart_line = next(line for line in text.splitlines() if "only with a restart" in line)
     assert f"port {port} -> " in restart_line
@@ -143,6 +145,8 @@ async def test_sigusr2_drains_the_clients_and_ends_the_process(tmp_path):
                     await client.ping()
     text = log_file.read_text()
     assert "draining on SIGUSR2" in text and "stopping: drained" in text
+    drain_lines = [line for line in text.splitlines() if "drain" in line]
+    assert drain_lines and all(" INFO " in line for line in drain_lines), drain_lines
 
 
 async def test_smp_router_control_drain_ends_the_serving_process(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from matplotlib.lines import Line2D
 
-from pipeline.charts import CHARTS, Calendar, draw_charts, write_charts
+from pipeline.charts import CHARTS, YOUNG_DAYS, Calendar, draw_charts, hourly_rows, write_charts
 from pipeline.cli import main
 from pipeline.synth_stats import synthetic_stats_lines
 from router.server.ops.stats_lines import COUNTER_FIELDS, HEADER
@@ -184,3 +184,55 @@ def close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+# --- a router younger than a few days: hourly points ---------------------------------------
+
+
+def interval_line(router: str, hour: int, sent: int, period: str = "PT1H", day: int = 1):
+    return {
+        "router": router, "period": period, "hour": f"2024-05-{day:02d} {hour:02d}:00",
+        "msgs_sent": sent, "msgs_delivered": sent, "msgs_acknowledged": sent - 1,
+        "msgs_expired": 0, "msgs_quota_refused": 0, "queues_created": 2, "queues_deleted": 1,
+        "active_queues_day": 10 * (hour + 1),
+    }  # fmt: skip
+
+
+def test_a_router_younger_than_a_few_days_gets_a_point_per_hour():
+    lines = [interval_line(r, h, 100 + h) for r in ("eu-1", "eu-2") for h in range(20)]
+    # a 15-minute router's four lines of one hour add up to that hour
+    lines += [interval_line("eu-3", 5, 25, "PT15M") for _ in range(4)]
+    figures = draw_charts([day_row(FIRST, routers=3)], [], [], [], lines)
+    ax = figures["messages_per_day.png"].axes[0]
+    assert ax.get_title() == "Messages per hour, all routers"
+    sent = next(line for line in ax.get_lines() if line.get_label() == "sent")
+    ys = [float(y) for y in sent.get_ydata()]
+    assert len(ys) == 20 and ys[0] == 200 and ys[5] == 2 * 105 + 100 and ys[19] == 2 * 119
+    churn = figures["queue_churn.png"].axes[0]
+    assert churn.get_title() == "Queues created and deleted per hour, all routers"
+    low, high = ax.get_xlim()
+    assert 19 / 24 < high - low < 21 / 24  # hours, not days, across the axis
+
+
+def test_hourly_totals_and_per_router_rows_add_up():
+    lines = [interval_line("eu-1", 0, 10), interval_line("eu-2", 0, 30),
+             interval_line("eu-1", 1, 20)]  # fmt: skip
+    total, by_router = hourly_rows(lines)
+    assert [(r["hour"].hour, r["routers"], r["msgs_sent"]) for r in total] == [
+        (0, 2, 40), (1, 1, 20)
+    ]
+    assert total[0]["delivery_ratio"] == 38 / 40 and total[0]["queues_net"] == 2
+    assert [(r["router"], r["hour"].hour) for r in by_router] == [
+        ("eu-1", 0), ("eu-2", 0), ("eu-1", 1)
+    ]
+
+
+def test_older_routers_and_lines_longer_than_an_hour_stay_daily():
+    lines = [interval_line("eu-1", h, 100) for h in range(24)]
+    days = [day_row(FIRST + timedelta(days=n)) for n in range(YOUNG_DAYS + 1)]
+    title = draw_charts(days, [], [], [], lines)["messages_per_day.png"].axes[0].get_title()
+    assert title == "Messages per day, all routers"
+    two_hours = [interval_line("eu-1", h, 100, "PT2H") for h in range(0, 24, 2)]
+    assert hourly_rows(two_hours) is None
+    title = draw_charts([day_row(FIRST)], [], [], [], two_hours)["messages_per_day.png"]
+    assert title.axes[0].get_title() == "Messages per day, all routers"

@@ -202,3 +202,41 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
         "must be a whole number of at least 1, not -5"
     ]
     assert not (tmp_path / "x.log").exists()
+
+
+# --- one rule for --out: its parent directory must exist (docs/pipeline.md) ---------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["synth", "--stats", "--days", "1", "--out", "{missing}"],
+        ["synth", "--records", "5", "--out", "{missing}"],
+        ["stats", "{log}", "--out", "{missing}"],
+        ["compact", "{log}", "--out", "{missing}"],
+    ],
+)
+def test_an_out_whose_parent_is_missing_is_refused_by_every_command(
+    argv, stats_log, tmp_path, capsys
+):
+    missing = tmp_path / "no" / "such" / "out"
+    argv = [a.format(missing=missing, log=stats_log) for a in argv]
+    code, lines = run(argv, capsys)
+    assert code == 2
+    assert f"{missing.parent} is not a directory" in one_line(lines)
+    assert not missing.parent.exists()
+
+
+def test_an_out_directory_is_made_when_its_parent_exists(tmp_path, capsys):
+    out = tmp_path / "new"
+    code, _ = run(["synth", "--stats", "--days", "1", "--out", str(out)], capsys)
+    assert code == 0 and (out / "router-1" / "stats.csv").is_file()
+
+
+@pytest.mark.parametrize("command", [["stats", "{log}"], ["synth", "--stats", "--days", "1"]])
+def test_an_out_directory_that_is_a_file_is_refused(command, stats_log, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    argv = [a.format(log=stats_log) for a in command] + ["--out", str(taken)]
+    code, lines = run(argv, capsys)
+    assert code == 2 and "it is a file, not a directory" in one_line(lines)

@@ -101,3 +101,18 @@ def test_a_spark_that_cannot_start_ends_in_one_line(tmp_path):
         "smp-pipeline: error: Spark: [JAVA_GATEWAY_EXITED] "
         "Java gateway process exited before sending its port number."
     )
+
+
+def test_stats_over_a_fresh_routers_header_only_log_warns_on_stderr(spark, tmp_path, capsys):
+    from router.server.ops.stats_lines import HEADER
+
+    log = tmp_path / "logs" / "eu-1" / "stats.csv"
+    log.parent.mkdir(parents=True)
+    log.write_text(HEADER + "\n")  # what a router that started less than an hour ago has
+    out = tmp_path / "report"
+    assert main([*SPARK, "stats", str(tmp_path / "logs"), "--out", str(out)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("smp-pipeline: warning: ")
+    assert "no statistics lines yet" in warnings[0] and "tables and charts are empty" in warnings[0]
+    assert (out / "total_daily.csv").read_text().splitlines()[1:] == []

@@ -82,6 +82,11 @@ async def write_router_log(path: Path, queues: int = 60) -> None:
             assert await store.delete_link(rid) is None
         if n % 16 == 1:  # a new link after the old one was deleted
             assert await store.set_link(rid, link_data(0)) is None
+        if n % 5 == 2:  # RKEY: two keys, then on some queues back to one
+            keys = (ED + os.urandom(32), ED + os.urandom(32))
+            assert await store.set_recipient_keys(rid, keys) is None
+            if n % 10 == 7:
+                assert await store.set_recipient_keys(rid, keys[1:]) is None
         if n % 7 == 0:
             await store.suspend_queue(rid)
         if n % 10 == 3:
@@ -116,6 +121,7 @@ def test_the_router_log_under_test_has_every_kind_of_record(router_logs):
         "set_service",
         "set_link",
         "delete_link",
+        "set_recipient_keys",
         "suspend",
         "delete",
     }
@@ -239,9 +245,39 @@ def test_link_records_fold_as_the_router_folds_them(spark, tmp_path):
     )
 
 
+def test_recipient_key_records_fold_as_the_router_folds_them(spark, tmp_path):
+    """A queue created with more keys, keys replaced, back to one, and replaced again
+    after a `create` that replaces the queue (docs/store-log.md)."""
+    q = "create ts=1 rid={rid} sid={sid} rkey=aw== rdh= secure=0 status=active mode=C"
+    lines = [
+        _line(q.format(rid="AQ==", sid="Ag==") + " rkeys=bA==,bQ=="),
+        _line(q.format(rid="Aw==", sid="BA==")),
+        _line("set_recipient_keys ts=2 rid=AQ== rkey=bg=="),
+        _line("set_recipient_keys ts=3 rid=Aw== rkey=bw== rkeys=cA=="),
+        _line("set_recipient_keys ts=4 rid=BQ== rkey=bw== rkeys=cA=="),  # no such queue
+        _line(q.format(rid="AQ==", sid="Ag==").replace("ts=1", "ts=5") + " rkeys=cQ=="),
+    ]
+    log = tmp_path / "queues.log"
+    log.write_text("".join(line + "\n" for line in lines))
+    out = tmp_path / "out.log"
+    run_compact(spark, [str(log)], str(out))
+    expected = compact_records(lines)
+    assert out.read_text().splitlines() == expected
+    assert sorted(line.split(" ", 1)[1] for line in expected) == sorted(
+        [
+            q.format(rid="AQ==", sid="Ag==").replace("ts=1", "ts=5") + " rkeys=cQ==",
+            q.format(rid="Aw==", sid="BA==").replace("ts=1 ", "ts=3 ").replace(
+                "rkey=aw==", "rkey=bw=="
+            ) + " rkeys=cA==",
+        ]
+    )
+
+
 @pytest.mark.parametrize(
     "bad",
     [
+        "set_recipient_keys ts=1 rid=AQ== rkeys=cA==",
+        "set_recipient_keys ts=1 rid=AQ== rkey=bw== rkeys=cA=,cA==",
         "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=0 status=active mode=X",
         "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=0 status=active lid=AA== lfix=",
         "set_link ts=1 rid=AQ== lid=AA== lusr=",

@@ -375,3 +375,38 @@ async def test_logs_written_by_running_routers_are_summed_per_router_and_in_tota
     }
     totals = read_csv(tmp_path / "out" / "total_monthly.csv")
     assert sum(int(r["msgs_sent"]) for r in totals) == 8
+
+
+def test_interval_lines_give_each_routers_hours_as_it_counted_them(spark, logs):
+    from pipeline.charts import hourly_rows
+    from pipeline.stats_transforms import interval_lines
+
+    rows = [r.asDict() for r in interval_lines(read_stats_logs(spark, [str(logs)])).collect()]
+    total, by_router = hourly_rows(rows)
+    us = {r["hour"]: r["msgs_sent"] for r in by_router if r["router"] == "us-2"}
+    assert len(us) == RUNS["us-2"][1]
+    start = datetime.fromisoformat(RUNS["us-2"][0])
+    for hour in range(RUNS["us-2"][1]):
+        assert us[start + hour * HOUR] == hour_numbers("us-2", hour)["msgs_sent"]
+    both = next(r for r in total if r["hour"] == start)
+    assert both["routers"] == 2
+
+
+def test_a_follow_pass_over_a_young_router_draws_hourly_charts(spark, tmp_path, monkeypatch):
+    """Its tables are read back from Parquet; the hours come from the staged lines."""
+    import pipeline.stats_job as stats_job
+
+    write_router_log(tmp_path / "logs" / "us-2.csv", "us-2", "2024-05-01T00:00:00", 30)
+    drawn: list[object] = []
+    real = stats_job.write_charts
+
+    def recording(out_dir, *tables):
+        drawn.append(tables[-1])
+        return real(out_dir, *tables)
+
+    monkeypatch.setattr(stats_job, "write_charts", recording)
+    out, ckpt = StatsOutput.at(str(tmp_path / "out")), str(tmp_path / "ckpt")
+    assert run_increment(spark, [str(tmp_path / "logs")], out, ckpt) > 0
+    (hourly,) = drawn
+    assert hourly is not None and len(hourly) == 30
+    assert {row["hour"] for row in hourly} >= {"2024-05-01 00:00", "2024-05-02 05:00"}

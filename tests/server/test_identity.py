@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import shutil
+import ssl
 import stat
 import subprocess
 
@@ -109,6 +110,36 @@ def test_openssl_reads_the_certificate(tmp_path):
         capture_output=True, text=True, check=True,
     )
     assert "SMP router" in result.stdout
+
+
+def test_openssl_accepts_the_routers_own_chain(tmp_path):
+    """The identity certificate is a CA (basicConstraints CA:TRUE, keyUsage keyCertSign)
+    and the online one an end entity it issued: `openssl verify` takes the chain."""
+    identity = generate_identity()
+    ca, leaf = tmp_path / "identity.pem", tmp_path / "online.pem"
+    ca.write_text(ssl.DER_cert_to_PEM_cert(identity.certificate))
+    leaf.write_text(ssl.DER_cert_to_PEM_cert(identity.online_certificate))
+    result = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(ca), str(leaf)], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and f"{leaf}: OK" in result.stdout, result.stderr
+    text = subprocess.run(
+        ["openssl", "x509", "-in", str(ca), "-noout", "-ext", "basicConstraints,keyUsage"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "CA:TRUE" in text and "Certificate Sign" in text
+
+
+def test_an_identity_made_before_the_ca_marker_keeps_its_address(tmp_path, monkeypatch):
+    """Existing data directories read their certificate from disk: the address stays."""
+    monkeypatch.setattr(der, "ca_extensions", lambda is_ca: b"")
+    old = load_or_create_identity(tmp_path)
+    assert b"\x55\x1d\x13" not in old.certificate  # no basicConstraints OID in it
+    monkeypatch.undo()
+    again = load_or_create_identity(tmp_path)
+    assert again.certificate == old.certificate and again.key_hash == old.key_hash
+    renewed = renew_online_certificate(tmp_path)
+    assert renewed.key_hash == old.key_hash
 
 
 # --- the online certificate (docs/protocol.md#server-hello-identity) ----------------------

@@ -94,13 +94,25 @@ async def test_a_snapshot_keeps_queue_modes_and_links(tmp_path):
 
 
 async def test_a_snapshot_written_before_links_still_loads(tmp_path):
-    """Version 1 items are version 2 items without the last two fields (mode, link)."""
+    """Version 1 items are version 3 items without the last three fields (mode, link,
+    the count of more recipient keys)."""
     _, _, rec = await saved_stores(tmp_path)
-    v2_items = list(stores_module._encode_records([rec], {}))
-    none, none_twice = b"\xff\xff\xff\xff", b"\xff\xff\xff\xff" * 2
-    assert all(item.endswith(none_twice) for item in v2_items)
-    v1_items = [item[: -len(none) * 2] for item in v2_items]
+    v3_items = list(stores_module._encode_records([rec], {}))
+    none, no_more_keys = b"\xff\xff\xff\xff", b"\x00\x00\x00\x00"
+    assert all(item.endswith(none * 2 + no_more_keys) for item in v3_items)
+    v1_items = [item[: -len(none) * 3] for item in v3_items]
     stores_module.write_snapshot(tmp_path / "v1", b"SMPQUEv1", v1_items)
     loaded = MemoryQueueStore.load(tmp_path / "v1")
     assert list(loaded.records()) == [rec]
     assert rec.queue_mode is None and rec.link_id is None
+
+
+async def test_a_snapshot_written_before_recipient_key_lists_still_loads(tmp_path):
+    """Version 2 items are version 3 items without the count of more recipient keys."""
+    _, _, rec = await saved_stores(tmp_path)
+    v3_items = list(stores_module._encode_records([rec], {}))
+    v2_items = [item[:-4] for item in v3_items]
+    stores_module.write_snapshot(tmp_path / "v2", b"SMPQUEv2", v2_items)
+    loaded = MemoryQueueStore.load(tmp_path / "v2")
+    assert list(loaded.records()) == [rec]
+    assert rec.more_recipient_keys == ()

@@ -353,7 +353,7 @@ async def test_a_database_from_before_links_is_upgraded_and_keeps_its_queues(db_
         linked = replace(record(), queue_mode=b"C", link_id=new_id())
         assert await queues.add_queue(linked, replace(link, link_id=linked.link_id)) is None
     conn = sqlite3.connect(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (sqlite_schema.SCHEMA_VERSION,)
     conn.close()
     async with open_sqlite_database(db_path) as db:  # a second open changes nothing
         queues = await open_queue_store(db)
@@ -364,7 +364,7 @@ async def test_a_database_from_before_links_is_upgraded_and_keeps_its_queues(db_
 
 async def test_a_newer_schema_than_this_router_knows_is_refused(db_path):
     conn = sqlite3.connect(db_path)
-    conn.execute("PRAGMA user_version=3")
+    conn.execute(f"PRAGMA user_version={sqlite_schema.SCHEMA_VERSION + 1}")
     conn.close()
     with pytest.raises(StoreError, match="newer"):
         async with open_sqlite_database(db_path):
@@ -428,3 +428,24 @@ async def test_a_bulk_import_keeps_links_and_refuses_a_taken_link_id(db_path):
         assert await queues.queue_count() == 2
         with pytest.raises(ValueError):  # a record naming a link that is not given
             await queues.bulk_import([replace(record(), link_id=new_id())])
+
+
+async def test_an_older_database_gets_the_recipient_keys_column_and_keeps_its_queues(db_path):
+    """Schema 3 adds `more_recipient_keys` (RKEY): an older database's queues have one
+    key, and may be given more once it is upgraded."""
+    old = replace(record(), updated_at=7)
+    write_v1_database(db_path, old)
+    keys = (b"k1" + new_id(), b"k2" + new_id(), b"k3" + new_id())
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        assert (await queues.get_queue(Party.RECIPIENT, old.recipient_id)).recipient_keys == (
+            old.recipient_key,
+        )
+        assert await queues.set_recipient_keys(old.recipient_id, keys) is None
+    conn = sqlite3.connect(db_path)
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(queues)")]
+    conn.close()
+    assert "more_recipient_keys" in columns
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        assert (await queues.get_queue(Party.SENDER, old.sender_id)).recipient_keys == keys

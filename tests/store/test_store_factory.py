@@ -152,7 +152,8 @@ async def test_migration_copies_everything_and_switches_the_kind(tmp_path, sourc
         expected = await fill(stores, n_queues=5)
         records = await all_records(stores)
     n_messages = sum(map(len, expected.values()))
-    assert await migrate_store(tmp_path, target) == (5, n_messages)
+    migrated = await migrate_store(tmp_path, target)
+    assert migrated == (5, n_messages)
     assert read_store_kind(tmp_path) == target
     async with open_stores(target, tmp_path) as stores:
         assert await all_records(stores) == records
@@ -165,7 +166,24 @@ async def test_migration_copies_everything_and_switches_the_kind(tmp_path, sourc
     with pytest.raises(StoreKindMismatch):
         async with open_stores(source, tmp_path):
             pass
-    assert (tmp_path / f"{source}-store.old").is_dir()
+    (backup,) = migrated.backups
+    assert backup.is_dir() and backup.name.startswith(f"{source}-store.old-")
+
+
+async def test_every_migration_keeps_its_own_backup(tmp_path):
+    """sqlite -> memory -> sqlite -> memory -> sqlite: four backups, none replaced."""
+    async with open_stores("sqlite", tmp_path) as stores:
+        await fill(stores, n_queues=2)
+    backups = []
+    for target in ("memory", "sqlite", "memory", "sqlite"):
+        migrated = await migrate_store(tmp_path, target)
+        assert migrated[0] == 2
+        backups.extend(migrated.backups)
+    assert len(backups) == len(set(backups)) == 4
+    assert all(path.is_dir() for path in backups)
+    assert sorted(p.name.split("-store.old-")[0] for p in backups) == ["memory"] * 2 + [
+        "sqlite"
+    ] * 2
 
 
 async def test_migrating_to_the_current_kind_copies_nothing(tmp_path):

@@ -21,13 +21,19 @@ import trio
 
 from ..router import RouterInfo
 from ..settings.config import ConfigError, RouterConfig, StartupError
+from ..settings.config_file import KEYS, Key, display
 
 log = logging.getLogger("smp-router")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 RELOAD_SIGNAL, DRAIN_SIGNAL = signal.SIGHUP, signal.SIGUSR2
 SIGNALS = (*STOP_SIGNALS, RELOAD_SIGNAL, DRAIN_SIGNAL)
-SECRETS = frozenset({"password", "control_admin_password", "control_user_password"})
+SECRETS = frozenset({
+    "password", "control_admin_password", "control_user_password", "proxy_password",
+})
+# The configuration file's key of each setting: the log names what the operator writes.
+_KEY_OF_SETTING: dict[str, Key] = {key.setting: key for key in KEYS}
+_LABELS = {"idle_timeout": "[INACTIVE_CLIENTS] ttl"}  # settings the file sets another way
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +70,7 @@ async def run_until_stopped(
             elif signum == DRAIN_SIGNAL:
                 period = router.config.drain_period
                 if router.start_drain(period):
-                    log.warning("draining on SIGUSR2 over %g s", period)
+                    log.info("draining on SIGUSR2 over %g s", period)
             else:
                 log.info("stopping on %s", signal.Signals(signum).name)
                 break
@@ -83,8 +89,8 @@ def reload_configuration(info: RouterInfo, reload: Reload) -> bool:
         log.error("SIGHUP: the configuration was not reloaded, nothing changed: %s", e)
         return False
     changed = [*reloaded.done, *(_change(name, before, router.config) for name in live)]
-    log.warning("SIGHUP: configuration reloaded; %s",
-                "; ".join(changed) if changed else "nothing changed")
+    log.info("SIGHUP: configuration reloaded; %s",
+             "; ".join(changed) if changed else "nothing changed")
     if restart:
         log.warning("SIGHUP: these settings change only with a restart: %s",
                     ", ".join(_change(name, before, reloaded.config) for name in restart))
@@ -92,8 +98,14 @@ def reload_configuration(info: RouterInfo, reload: Reload) -> bool:
 
 
 def _change(name: str, before: RouterConfig, after: RouterConfig) -> str:
+    """`KEY OLD -> NEW` with the file's key and values as the file writes them."""
+    key = _KEY_OF_SETTING.get(name)
+    label = _LABELS.get(name, name) if key is None else f"[{key.section}] {key.name}"
     if name in SECRETS:
-        return f"{name} changed"
+        return f"{label} changed"
     if name == "information":
-        return "information changed"
-    return f"{name} {getattr(before, name)} -> {getattr(after, name)}"
+        return "[INFORMATION] changed"
+    old, new = getattr(before, name), getattr(after, name)
+    if key is not None:
+        old, new = display(key, old) or "unset", display(key, new) or "unset"
+    return f"{label} {old} -> {new}"

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from argparse import SUPPRESS
 from collections.abc import Sequence
@@ -143,8 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
+PRIVATE_UMASK = 0o077  # what the router creates is its own: stores, stats, logs, keys
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The stores hold queue keys and undelivered messages; SQLite and the journal
+    # create files (WAL, message files) without a mode of the router's choosing.
+    # Restored on return, for a program that calls main() in its own process.
+    previous_umask = os.umask(PRIVATE_UMASK)
     try:
         if args.command in ("serve", "gateway"):
             settings = effective_settings(args)
@@ -178,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK  # a SIGINT before the signal handler was in place
     except BaseException as e:  # noqa: BLE001 - the one place that turns failures into exit codes
         return _report(e)
+    finally:
+        os.umask(previous_umask)
 
 
 def _reloader(args: argparse.Namespace) -> Reload:
@@ -191,9 +201,9 @@ def _reloader(args: argparse.Namespace) -> Reload:
         check_store_key_of(args, config)
         log_file = settings["log_file"]
         _setup_logging(str(settings["log_level"]), log_file)  # type: ignore[arg-type]
-        done = [f"log file {log_file} opened again"] if log_file is not None else []
+        done = [f"[LOG] file {log_file} opened again"] if log_file is not None else []
         if settings["log_level"] != level[0]:
-            done.append(f"log level {level[0]} -> {settings['log_level']}")
+            done.append(f"[LOG] level {level[0]} -> {settings['log_level']}")
             level[0] = str(settings["log_level"])
         return Reloaded(config, tuple(done))
 

@@ -21,13 +21,16 @@ async def migrate(data_dir: Path, to_kind: str) -> None:
     """Stop the router first: the data directory must not be in use while it is copied."""
     bar = ProgressBar(sys.stderr)
     try:
-        queues, messages = await migrate_store(data_dir, to_kind, progress=bar.update)
+        migrated = await migrate_store(data_dir, to_kind, progress=bar.update)
     except ValueError as e:
         raise ConfigError(str(e)) from e
     finally:
         bar.close()
+    queues, messages = migrated
     print(f"{data_dir}: {queues} queues and {messages} messages now in a {to_kind} store "
           "(counts checked)", flush=True)
+    for backup in migrated.backups:
+        print(f"the old store is kept in {backup} (delete it when no longer needed)", flush=True)
     config_file = data_dir / CONFIG_FILE_NAME
     if config_file.is_file():
         print(set_store_key(config_file, to_kind), flush=True)

@@ -32,9 +32,15 @@ async def serve(config: RouterConfig, reload: Reload) -> None:
                             "as %s; set public_host if clients know it by another name",
                             config.advertised_host)
             start_gc_policy(nursery, info.router)
-            print(f"smp-router listening on {info.url} address {info.address}", flush=True)
+            print(ready_line(info), flush=True)
             await run_until_stopped(info, reload, show_information, signals)
             nursery.cancel_scope.cancel()
+
+
+def ready_line(info: RouterInfo) -> str:
+    """The line `serve` prints once it accepts clients: the smp:// address first (SMP
+    over TLS, what SimpleX apps speak), then the WebSocket URL of the same port."""
+    return f"smp-router listening at {info.address} and {info.url}"
 
 
 def show_information(info: RouterInfo) -> None:

@@ -19,6 +19,7 @@ from ..settings.config import (
 )
 from ..settings.config_file import (
     CONFIG_FILE_NAME,
+    DAY,
     DEFAULTS,
     INFORMATION_KEYS,
     KEYS,
@@ -28,6 +29,7 @@ from ..settings.config_file import (
     parse_count,
     parse_number,
     parse_port_number,
+    plain_number,
     read_config_file,
 )
 from ..settings.store_key import check_store_key
@@ -90,6 +92,9 @@ TOPICS = {
 }
 
 
+_FILE_UNITS = {DAY: "days"}  # the unit of a key whose flag takes seconds (Key.scale)
+
+
 def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     """One flag per key of the settings table (config_file.KEYS) that has one, in a group
     per section, each flag's help the key's with its default and the key it overrides;
@@ -108,7 +113,10 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
         if key.default is None:
             default_text = ""
         elif key.flag_parse is not None:  # the flag's own unit: the setting's value
-            default_text = f"default {key.default:g}; "
+            in_file = display(key, key.default)
+            unit = _FILE_UNITS.get(key.scale, "")
+            default_text = f"default {plain_number(key.default)} = {in_file} {unit}; "
+            where = f"{where}, in {unit}" if unit else where
         else:
             default_text = f"default {display(key, key.default)}; "
         metavar = "{" + ",".join(key.choices) + "}" if key.choices else _metavar(key)

@@ -234,10 +234,14 @@ class Commands:
         return _reply(verified, LNK(queue.sender_id, link.fixed_data, link.user_data))
 
     async def _rkey(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        """RKEY replaces a contact queue's recipient keys; a queue here has one recipient
-        key, so it is refused as the reference refuses it on a queue that is not a
-        contact queue."""
-        return _reply(verified, AUTH)
+        """RKEY replaces the recipient keys of a contact queue, as the reference does; any
+        other queue is AUTH (docs/protocol.md#rkey)."""
+        cmd: RKEY = verified.command  # type: ignore[assignment]
+        queue = verified.queue
+        if queue is None or queue.queue_mode != b"C":
+            return _reply(verified, AUTH)
+        error = await self._context.queues.set_recipient_keys(queue.recipient_id, cmd.rcv_keys)
+        return _reply(verified, error or _OK)
 
     # --- service subscriptions (services.py) ------------------------------------------
 

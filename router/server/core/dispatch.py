@@ -295,6 +295,8 @@ class Dispatcher:
             key = _skey_key(queue, cmd.sender_key)  # type: ignore[union-attr]
         else:
             queue = await queues.get_queue(Party.RECIPIENT, t.entity_id)
+            if queue is not None and queue.more_recipient_keys:
+                return self._verified_by_any_key(conn, t, cmd, queue, version)
             key = None if queue is None else queue.recipient_key
         signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
         verified = verify_authorization(
@@ -304,6 +306,21 @@ class Dispatcher:
         if not verified or key is None:
             return SERVICE if kind in _SERVICE and conn.service is None else AUTH
         return Verified(t.corr_id, t.entity_id, cmd, queue, version)
+
+    def _verified_by_any_key(
+        self, conn: Connection, t: Transmission, cmd: Command, queue: QueueRecord, version: int
+    ) -> Verified | ErrorType:
+        """A queue with several recipient keys (RKEY) takes a command signed by any of
+        them. Every key is tried, whichever matches, so the time depends on how many
+        keys the queue has, never on which one signed (docs/protocol.md#rkey)."""
+        signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
+        matched = False
+        for key in queue.recipient_keys:
+            matched |= verify_authorization(
+                t.authorization, key, signed, corr_id=t.corr_id,
+                router_dh_private=conn.router_dh_private,
+            )
+        return Verified(t.corr_id, t.entity_id, cmd, queue, version) if matched else AUTH
 
 
 def _may_be_overtaken(cmd: Command) -> bool:

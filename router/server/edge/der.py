@@ -5,6 +5,11 @@ The router's identity is the SHA-256 of its certificate's DER (docs/protocol.md#
 so the certificate only has to be a stable, well-formed byte string signed by
 the identity key. Building it by hand keeps the project free of a general
 X.509 dependency; the output parses with OpenSSL (`openssl x509 -inform DER`).
+
+The identity certificate is marked as a CA (basicConstraints CA:TRUE, critical, as
+the reference's generated CA certificate; keyUsage keyCertSign) and the online
+one as an end entity (CA:FALSE, keyUsage digitalSignature), so X.509 tools accept
+the chain: `openssl verify -CAfile identity.pem online.pem`.
 """
 
 from __future__ import annotations
@@ -13,6 +18,12 @@ from datetime import UTC, datetime
 
 ED25519_OID = (1, 3, 101, 112)
 COMMON_NAME_OID = (2, 5, 4, 3)
+KEY_USAGE_OID = (2, 5, 29, 15)
+BASIC_CONSTRAINTS_OID = (2, 5, 29, 19)
+# keyUsage bits (RFC 5280 §4.2.1.3) as DER named BIT STRING contents: the count of
+# unused bits, then the bits with the trailing zero bits left out.
+DIGITAL_SIGNATURE = b"\x07\x80"  # bit 0
+KEY_CERT_SIGN = b"\x02\x04"  # bit 5
 # RFC 5280 §4.1.2.5: the "no well-defined expiration" date.
 NO_EXPIRY = "99991231235959Z"
 
@@ -83,11 +94,35 @@ def ed25519_algorithm() -> bytes:
     return sequence(oid(ED25519_OID))  # RFC 8410: no parameters
 
 
+def boolean(value: bool) -> bytes:
+    return tlv(0x01, b"\xff" if value else b"\x00")
+
+
+def octet_string(data: bytes) -> bytes:
+    return tlv(0x04, data)
+
+
+def extension(arcs: tuple[int, ...], critical: bool, value: bytes) -> bytes:
+    # DER leaves out a BOOLEAN equal to its DEFAULT (critical: FALSE)
+    return sequence(oid(arcs), *([boolean(True)] if critical else []), octet_string(value))
+
+
+def ca_extensions(is_ca: bool) -> bytes:
+    """[3] extensions: basicConstraints (cA's DEFAULT FALSE left out) and keyUsage."""
+    if is_ca:
+        constraints = extension(BASIC_CONSTRAINTS_OID, True, sequence(boolean(True)))
+        usage = extension(KEY_USAGE_OID, True, tlv(0x03, KEY_CERT_SIGN))
+    else:
+        constraints = extension(BASIC_CONSTRAINTS_OID, False, sequence())
+        usage = extension(KEY_USAGE_OID, True, tlv(0x03, DIGITAL_SIGNATURE))
+    return explicit(3, sequence(constraints, usage))
+
+
 def tbs_certificate(
     spki: bytes, serial: int, common_name: str, not_before: datetime, issuer: str | None = None
 ) -> bytes:
-    """The to-be-signed part of a v3 certificate for an Ed25519 SPKI: self-signed, or
-    issued by the certificate whose subject is `issuer`."""
+    """The to-be-signed part of a v3 certificate for an Ed25519 SPKI: self-signed (a
+    CA), or issued by the certificate whose subject is `issuer` (an end entity)."""
     subject = name(common_name)
     return sequence(
         explicit(0, integer(2)),  # version v3
@@ -97,6 +132,7 @@ def tbs_certificate(
         sequence(utc_time(not_before), generalized_time(NO_EXPIRY)),
         subject,
         spki,
+        ca_extensions(is_ca=issuer is None),
     )
 
 

@@ -181,7 +181,7 @@ def _save_online(data_dir: Path, identity: RouterIdentity) -> None:
 
 
 def save_identity(data_dir: Path, identity: RouterIdentity) -> None:
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write(data_dir / KEY_FILE, [identity.seed], mode=0o600)
     atomic_write(data_dir / CERT_FILE, [identity.certificate], mode=0o644)
     _save_online(data_dir, identity)

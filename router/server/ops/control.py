@@ -287,7 +287,7 @@ async def _drain(session: ControlSession, args: list[str]) -> list[str]:
                 f"{session.router.config.drain_period:g}: drain_period)"]
     if not session.router.start_drain(period):
         return ["error: the router is draining already"]
-    log.warning("control port: drain over %.0f s", period)
+    log.info("control port: drain over %.0f s", period)
     return [f"ok: draining: no new clients, the connected ones closed over {period:g} s, "
             "then the router stops"]
 

@@ -192,6 +192,21 @@ def _size(value: str) -> int | None:
     return int(match[1]) * _SIZE_UNITS[match[2].lower()]
 
 
+def size_text(n: int) -> str:
+    """A byte count as the file writes it: `512M`, `1G`; plain bytes if no unit divides it."""
+    for unit in ("T", "G", "M", "K"):
+        if n and n % _SIZE_UNITS[unit.lower()] == 0:
+            return f"{n // _SIZE_UNITS[unit.lower()]}{unit}"
+    return str(n)
+
+
+def plain_number(value: float) -> str:
+    """A number without an exponent: `1814400`, `0.1`, never `1.8144e+06`."""
+    if isinstance(value, int) or value.is_integer():
+        return str(int(value))
+    return format(value, "f").rstrip("0")
+
+
 def _choice(choices: tuple[str, ...]) -> Parser:
     def parse(value: str) -> str:
         if value not in choices:
@@ -510,10 +525,12 @@ def display(key: Key, value: object) -> str:
         return ""
     if isinstance(value, bool):
         return "on" if value else "off"
+    if key.parse is _size and isinstance(value, int):
+        return size_text(value)
     if key.scale != 1.0 and isinstance(value, int | float):
         value = value / key.scale
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+    if isinstance(value, float):
+        return plain_number(value)
     if isinstance(value, tuple):  # a list of names
         return ", ".join(value)
     return str(value)

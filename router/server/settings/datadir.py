@@ -44,11 +44,11 @@ def lock_data_dir(data_dir: Path, *, create: bool = True) -> Iterator[None]:
     has nothing to protect and the block runs without a lock.
     """
     if create:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     elif not data_dir.is_dir():
         yield
         return
-    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
