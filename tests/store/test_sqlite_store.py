@@ -17,6 +17,7 @@ from store.interfaces import (
     Party,
     QueueLinkData,
     QueueRecord,
+    ServiceQueues,
     StoreError,
     WriteResult,
 )
@@ -353,7 +354,7 @@ async def test_a_database_from_before_links_is_upgraded_and_keeps_its_queues(db_
         linked = replace(record(), queue_mode=b"C", link_id=new_id())
         assert await queues.add_queue(linked, replace(link, link_id=linked.link_id)) is None
     conn = sqlite3.connect(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (sqlite_schema.SCHEMA_VERSION,)
     conn.close()
     async with open_sqlite_database(db_path) as db:  # a second open changes nothing
         queues = await open_queue_store(db)
@@ -364,7 +365,7 @@ async def test_a_database_from_before_links_is_upgraded_and_keeps_its_queues(db_
 
 async def test_a_newer_schema_than_this_router_knows_is_refused(db_path):
     conn = sqlite3.connect(db_path)
-    conn.execute("PRAGMA user_version=3")
+    conn.execute(f"PRAGMA user_version={sqlite_schema.SCHEMA_VERSION + 1}")
     conn.close()
     with pytest.raises(StoreError, match="newer"):
         async with open_sqlite_database(db_path):
@@ -428,3 +429,18 @@ async def test_a_bulk_import_keeps_links_and_refuses_a_taken_link_id(db_path):
         assert await queues.queue_count() == 2
         with pytest.raises(ValueError):  # a record naming a link that is not given
             await queues.bulk_import([replace(record(), link_id=new_id())])
+
+
+async def test_a_database_from_before_services_releases_its_old_associations(db_path):
+    """Associations of schema 2 came from service keys no client can prove any more."""
+    old = replace(record(), updated_at=7)
+    write_v1_database(db_path, old)
+    conn = sqlite3.connect(db_path)
+    conn.executescript(f"BEGIN; {sqlite_schema.MIGRATIONS[2]} PRAGMA user_version=2; COMMIT;")
+    conn.execute("UPDATE queues SET rcv_service_id = ?", (b"old service",))
+    conn.commit()
+    conn.close()
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        assert (await queues.get_queue(Party.RECIPIENT, old.recipient_id)).rcv_service_id is None
+        assert await queues.service_summary(b"old service", Party.RECIPIENT) == ServiceQueues()
