@@ -243,10 +243,12 @@ class Commands:
 
     async def _subs(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """SOKS n now; the messages follow from the delivery task, then ALLS."""
-        return _reply(verified, SOKS(await self._context.services.subscribe_queues(client)))
+        figures = await self._context.services.subscribe_queues(client)
+        return _reply(verified, SOKS(figures.count, figures.ids_hash))
 
     async def _nsubs(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        return _reply(verified, SOKS(await self._context.services.subscribe_notifiers(client)))
+        figures = await self._context.services.subscribe_notifiers(client)
+        return _reply(verified, SOKS(figures.count, figures.ids_hash))
 
     # --- creating and securing ------------------------------------------------------
 

@@ -78,6 +78,7 @@ from router.protocol.types import (
 )
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 
+from ..edge.handshake import ServiceSession
 from .counters import Counters
 from .forwarded import Forwarded
 from .turns import (
@@ -247,10 +248,9 @@ class Dispatcher:
             return error_transmission(t.corr_id, t.entity_id, cmd, version)
         if allowed is not None and type(cmd) not in allowed:
             return error_transmission(t.corr_id, t.entity_id, CMD_PROHIBITED, version)
-        if t.service_sig is not None:
-            # The reference's service signatures need its client services, which this
-            # router does not accept (docs/protocol.md#service-signature).
-            return error_transmission(t.corr_id, t.entity_id, SERVICE, version)
+        refused = _service_refusal(conn, t, cmd)
+        if refused is not None:
+            return error_transmission(t.corr_id, t.entity_id, refused, version)
         result = await self._authorize(conn, t, cmd, version)
         if isinstance(result, ErrorType):
             return error_transmission(t.corr_id, t.entity_id, result, version)
@@ -297,6 +297,10 @@ class Dispatcher:
             queue = await queues.get_queue(Party.RECIPIENT, t.entity_id)
             key = None if queue is None else queue.recipient_key
         signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
+        if t.service_sig is not None:
+            # A queue key in a service session signs the certificate's hash first
+            # (docs/protocol.md#service-signature); only a ServiceSession gets here with one.
+            signed = conn.service.cert_hash + signed  # type: ignore[union-attr]
         verified = verify_authorization(
             t.authorization, key, signed, corr_id=t.corr_id,
             router_dh_private=conn.router_dh_private,
@@ -323,6 +327,43 @@ def _parse(t: Transmission, version: int) -> Command | ErrorType:
     except ProtocolError as e:
         return e.error
     return check_credentials(cmd, t) or cmd
+
+
+# The commands a service session signs with its session key besides the queue's
+# (the reference's `useServiceAuth`).
+_SERVICE_SIGNED = (NEW, SUB, NSUB)
+# The commands of each role's sessions (the reference's `partyClientRole`): a notifier
+# service subscribes notifiers, a proxy forwards; a messaging service does the rest.
+_NOTIFIER_ROLE = (NSUB, NSUBS, PING)
+_PROXY_ROLE = (RFWD, PING)
+
+
+def _service_refusal(conn: Connection, t: Transmission, cmd: Command) -> ErrorType | None:
+    """The reference's checks before any queue is looked up (`verifyQueueTransmission`):
+    a command outside the session's role is `CMD PROHIBITED`; a service signature where
+    none belongs, or none where one must be, or one that does not verify, `SERVICE`
+    (docs/protocol.md#service-signature)."""
+    session = conn.service if isinstance(conn.service, ServiceSession) else None
+    kind = type(cmd)
+    if session is not None:
+        if session.role == b"N":
+            allowed = kind in _NOTIFIER_ROLE
+        elif session.role == b"P":
+            allowed = kind in _PROXY_ROLE
+        else:
+            allowed = kind not in _NOTIFIER_ROLE[:2] and kind is not RFWD
+        if not allowed:
+            return CMD_PROHIBITED
+    if kind not in _SERVICE_SIGNED:
+        return None if t.service_sig is None else SERVICE
+    if session is None:
+        return None if t.service_sig is None else SERVICE
+    if t.service_sig is None:
+        return SERVICE
+    signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
+    if not verify_authorization(t.service_sig, session.service_key, signed, corr_id=t.corr_id):
+        return SERVICE
+    return None
 
 
 def _service_key(conn: Connection, entity_id: bytes) -> bytes | None:
