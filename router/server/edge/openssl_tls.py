@@ -59,9 +59,7 @@ def identity_openssl_context(identity: RouterIdentity) -> SSL.Context:
     leaf, *rest = identity.chain
     context.use_certificate(x509.load_der_x509_certificate(leaf))
     for cert in rest:
-        context.add_extra_chain_cert(
-            crypto.X509.from_cryptography(x509.load_der_x509_certificate(cert))
-        )
+        context.add_extra_chain_cert(x509.load_der_x509_certificate(cert))
     context.use_privatekey(Ed25519PrivateKey.from_private_bytes(identity.online_seed))
     context.check_privatekey()
     context.set_verify(SSL.VERIFY_PEER, _accept_any)
