@@ -21,6 +21,8 @@
     python -m bench transports   idle-connection memory, WebSocket vs native TLS
     python -m bench hotpath      CPU and task steps per message: router, minimal router, echo
     python -m bench proxy        sending through a proxy router vs straight
+    python -m bench tls_client_certs  TLS handshake and idle memory, before and after
+                                 client certificates (Python ssl vs pyOpenSSL)
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
@@ -43,7 +45,7 @@ NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores"
          "block-encryption", "transports")
 # benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
 OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts", "fairness",
-               "hotpath", "proxy")
+               "hotpath", "proxy", "tls_client_certs")
 
 
 def _sizes(text: str) -> tuple[int, ...]:
