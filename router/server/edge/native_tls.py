@@ -558,6 +558,11 @@ def _tls_state(
     if type(raw) is not trio.SocketStream:
         return none
     sock = getattr(raw.socket, "_sock", None)
+    if isinstance(stream, OpenSslStream):
+        if not isinstance(sock, socket.socket):
+            return none
+        tls_view, incoming_view, outgoing_view = stream.memory_bios()
+        return tls_view, incoming_view, outgoing_view, sock  # type: ignore[return-value]
     tls = getattr(stream, "_ssl_object", None)
     incoming = getattr(stream, "_incoming", None)
     outgoing = getattr(stream, "_outgoing", None)

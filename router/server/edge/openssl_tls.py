@@ -19,6 +19,7 @@ under one lock.
 from __future__ import annotations
 
 import datetime
+import ssl
 
 import trio
 from cryptography import x509
@@ -56,6 +57,8 @@ def identity_openssl_context(identity: RouterIdentity) -> SSL.Context:
     context.set_options(SSL.OP_NO_TICKET | SSL.OP_NO_RENEGOTIATION)
     # No resumption: every session id is a fresh tls-unique.
     context.set_session_cache_mode(SSL.SESS_CACHE_OFF)
+    # An idle connection gives its record buffers back, as Python's `ssl` does.
+    context.set_mode(SSL.MODE_RELEASE_BUFFERS)
     leaf, *rest = identity.chain
     context.use_certificate(x509.load_der_x509_certificate(leaf))
     for cert in rest:
@@ -69,6 +72,8 @@ def identity_openssl_context(identity: RouterIdentity) -> SSL.Context:
 
 class OpenSslStream(trio.abc.Stream):
     """A server-side TLS connection over `transport_stream`, driven through memory BIOs."""
+
+    __slots__ = ("transport_stream", "_tls", "_send_lock", "_receiving")
 
     def __init__(self, transport_stream: trio.abc.Stream, context: SSL.Context) -> None:
         self.transport_stream = transport_stream
@@ -186,6 +191,89 @@ class OpenSslStream(trio.abc.Stream):
             await self._flush()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+
+    def memory_bios(self) -> tuple[SslObjectView, IncomingView, OutgoingView]:
+        """The TLS object and its two buffers with the methods of `ssl.SSLObject` and
+        `ssl.MemoryBIO` that `TlsBlockTransport` drives its socket with, once the
+        handshake is done (native_tls.py: reads and writes without a scheduler pass)."""
+        return SslObjectView(self._tls), IncomingView(self._tls), OutgoingView(self._tls)
+
+
+class SslObjectView:
+    """`ssl.SSLObject.read`, `write` and `unwrap`, with its exceptions."""
+
+    __slots__ = ("_tls",)
+
+    def __init__(self, tls: SSL.Connection) -> None:
+        self._tls = tls
+
+    def read(self, max_bytes: int) -> bytes:
+        try:
+            return self._tls.recv(max_bytes)
+        except SSL.WantReadError:
+            raise ssl.SSLWantReadError("more bytes are needed") from None
+        except SSL.ZeroReturnError:
+            return b""
+        except SSL.Error as e:
+            raise ssl.SSLError(f"TLS error: {e}") from None
+
+    def write(self, data: bytes) -> int:
+        try:
+            self._tls.sendall(data)
+        except SSL.Error as e:
+            raise ssl.SSLError(f"TLS error: {e}") from None
+        return len(data)
+
+    def unwrap(self) -> None:
+        try:
+            self._tls.shutdown()  # close_notify into the outgoing buffer
+        except SSL.Error as e:
+            raise ssl.SSLError(f"TLS error: {e}") from None
+
+
+class IncomingView:
+    """`ssl.MemoryBIO.write` and `write_eof` of the bytes from the socket."""
+
+    __slots__ = ("_tls",)
+
+    def __init__(self, tls: SSL.Connection) -> None:
+        self._tls = tls
+
+    def write(self, data: bytes) -> int:
+        return self._tls.bio_write(data)
+
+    def write_eof(self) -> None:
+        self._tls.bio_shutdown()
+
+
+class OutgoingView:
+    """`ssl.MemoryBIO.pending` and `read` of the TLS records to send. pyOpenSSL tells
+    what is in its outgoing buffer only by reading it: `pending` keeps what it read."""
+
+    __slots__ = ("_tls", "_taken")
+
+    def __init__(self, tls: SSL.Connection) -> None:
+        self._tls = tls
+        self._taken = b""
+
+    @property
+    def pending(self) -> int:
+        if not self._taken:
+            self._taken = self._drain()
+        return len(self._taken)
+
+    def read(self) -> bytes:
+        data, self._taken = self._taken + self._drain(), b""
+        return data
+
+    def _drain(self) -> bytes:
+        parts = []
+        while True:
+            try:
+                parts.append(self._tls.bio_read(_CHUNK))
+            except SSL.WantReadError:
+                return b"".join(parts)
 
 
 # --- the service chain, checked as the reference checks it ------------------------------------
