@@ -5,8 +5,6 @@ encodings (service_tls_client.py)."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -30,8 +28,10 @@ from router.server.edge.native_tls import identity_tls_context
 NO_HASH = bytes(16)
 
 
-async def _hold_router(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    async with open_router(RouterConfig(end_batch_interval=0.02)) as router:
+async def _hold_router(
+    config: RouterConfig | None = None, *, task_status=trio.TASK_STATUS_IGNORED
+) -> None:
+    async with open_router(config or RouterConfig(end_batch_interval=0.02)) as router:
         async with trio.open_nursery() as nursery:
             edge = await nursery.start(
                 lambda task_status: serve_edge(
@@ -229,6 +229,26 @@ async def test_a_client_without_a_certificate_works_as_before(served):
     await client.aclose()
 
 
-def test_the_certificate_hash_is_sha256_of_the_identity_certificate():
-    cert = chain_of_two()
-    assert hashlib.sha256(cert.identity).digest() == hashlib.sha256(cert.chain[1]).digest()
+@pytest.mark.parametrize("store", ["memory", "journal", "sqlite"])
+async def test_services_and_their_queues_are_kept_across_a_restart(store, tmp_path):
+    """The memory store through its snapshot (a clean stop), the others as they write."""
+    config = RouterConfig(end_batch_interval=0.02, store=store, data_dir=tmp_path / "data")
+    cert = self_signed_cert()
+    async with trio.open_nursery() as nursery:
+        router, port = await nursery.start(_hold_router, config)
+        service = await connect_service(port, router.key_hash, cert)
+        queues = [await _new_queue(service) for _ in range(2)]
+        service_id = service.service_id
+        await service.aclose()
+        nursery.cancel_scope.cancel()
+    rids = [ids.rcv_id for ids, _, _ in queues]
+    async with trio.open_nursery() as nursery:
+        router, port = await nursery.start(_hold_router, config)
+        service = await connect_service(port, router.key_hash, cert)
+        assert service.service_id == service_id
+        soks = await service.subs(2, queue_ids_hash(rids))
+        assert parse_service_answer(soks.command) == (b"SOKS", 2, queue_ids_hash(rids))
+        alls = await service.next_event()
+        assert alls.command == b"ALLS"
+        await service.aclose()
+        nursery.cancel_scope.cancel()
