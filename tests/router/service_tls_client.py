@@ -233,6 +233,24 @@ class ServiceSession:
                     return event
                 self.events.append(event)
 
+    async def block(
+        self, commands: list[tuple[bytes, bytes, Ed25519PrivateKey]], *, service_signed: bool
+    ) -> list[Event]:
+        """Several commands in one block (`batchTransmissions`), their answers in order."""
+        pairs = [
+            self.transmission(e, c, k, service_signed=service_signed) for e, c, k in commands
+        ]
+        content = bytes((len(pairs),)) + b"".join(large(t) for _, t in pairs)
+        await self.stream.send_all(pad(content))
+        answers: dict[bytes, Event] = {}
+        while len(answers) < len(pairs):
+            for event in await self.receive():
+                if event.corr_id in {c for c, _ in pairs}:
+                    answers[event.corr_id] = event
+                else:
+                    self.events.append(event)
+        return [answers[c] for c, _ in pairs]
+
     async def next_event(self) -> Event:
         while not self.events:
             self.events.extend(await self.receive())

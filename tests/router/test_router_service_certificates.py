@@ -180,6 +180,35 @@ async def test_an_unsigned_sub_releases_a_queue_and_a_signed_one_takes_it_back(s
         await session.aclose()
 
 
+async def test_a_block_of_signed_subs_associates_its_queues_in_one_store_write(
+    served, monkeypatch
+):
+    router, port = served
+    owner = await _ordinary(port, router.key_hash)
+    queues = [await _new_queue(owner, service=False) for _ in range(4)]
+    service = await connect_service(port, router.key_hash, self_signed_cert())
+    calls = {"set_queues_service": 0, "set_service": 0}
+    store_class = type(router.queues)  # slotted: counted on the class, for this test
+    for name in calls:
+        original = getattr(store_class, name)
+
+        def counted(self, *args, _original=original, _name=name):
+            calls[_name] += 1
+            return _original(self, *args)
+
+        monkeypatch.setattr(store_class, name, counted)
+    answers = await service.block(
+        [(ids.rcv_id, encode(SUB()), key) for ids, key, _ in queues], service_signed=True
+    )
+    assert [service.decode(a) for a in answers] == [SOK(service.service_id)] * 4
+    assert calls == {"set_queues_service": 1, "set_service": 0}
+    rids = [ids.rcv_id for ids, _, _ in queues]
+    soks = await service.subs(4, queue_ids_hash(rids))
+    assert parse_service_answer(soks.command) == (b"SOKS", 4, queue_ids_hash(rids))
+    for session in (owner, service):
+        await session.aclose()
+
+
 async def test_a_notifier_service_subscribes_with_nsubs_and_gets_nmsg(served):
     router, port = served
     owner = await _ordinary(port, router.key_hash)

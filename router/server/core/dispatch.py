@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -178,6 +179,8 @@ class Dispatcher:
             else:
                 out.append(result)
         del raw_transmissions
+        if len(verified) > 1:
+            await self._associate_block(client, verified)
         observe = self._latencies.command
         overtakable = False  # an answer in `out` that a push could overtake
         for v, verifying in verified:
@@ -197,6 +200,41 @@ class Dispatcher:
             out.extend(await self._execute(client, v))
             observe(type(v.command).__name__, verifying + perf_counter() - started)
         return out
+
+    async def _associate_block(
+        self, client: ClientSubscriptions, verified: list[tuple[Verified, float]]
+    ) -> None:
+        """The SUBs (NSUBs) of a block that move queues to this connection's service or
+        away from another, in one store write per side; each command then finds its
+        queue associated already (docs/protocol.md#service-signature, "Association").
+        A store failure leaves the commands to associate their queues one by one."""
+        service_id = client.conn.service_id
+        moving: dict[Party, list[int]] = {Party.RECIPIENT: [], Party.NOTIFIER: []}
+        for i, (v, _) in enumerate(verified):
+            queue, kind = v.queue, type(v.command)
+            if queue is None:
+                continue
+            if kind is SUB and queue.rcv_service_id != service_id:
+                moving[Party.RECIPIENT].append(i)
+            elif kind is NSUB and queue.notifier is not None and (
+                queue.ntf_service_id != service_id
+            ):
+                moving[Party.NOTIFIER].append(i)
+        for party, indexes in moving.items():
+            if len(indexes) < 2:
+                continue  # one goes the usual way
+            rids = [verified[i][0].queue.recipient_id for i in indexes]  # type: ignore[union-attr]
+            try:
+                results = await self._queues.set_queues_service(rids, party, service_id)
+            except StoreError as e:
+                log.warning("associating a block's queues for %r failed: %s", client.conn, e)
+                continue
+            side = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
+            for i, error in zip(indexes, results, strict=True):
+                v, took = verified[i]
+                if error is None and v.queue is not None:
+                    queue = replace(v.queue, **{side: service_id})
+                    verified[i] = (replace(v, queue=queue), took)
 
     async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:
         try:
