@@ -372,8 +372,12 @@ def _parse(t: Transmission, version: int) -> Command | ErrorType:
 _SERVICE_SIGNED = (NEW, SUB, NSUB)
 # The commands of each role's sessions (the reference's `partyClientRole`): a notifier
 # service subscribes notifiers, a proxy forwards; a messaging service does the rest.
-_NOTIFIER_ROLE = (NSUB, NSUBS, PING)
-_PROXY_ROLE = (RFWD, PING)
+_NOTIFIER_COMMANDS = (NSUB, NSUBS)
+_ROLE_ALLOWS: dict[bytes, Callable[[type], bool]] = {
+    b"M": lambda kind: kind not in _NOTIFIER_COMMANDS and kind is not RFWD,
+    b"N": lambda kind: kind in _NOTIFIER_COMMANDS or kind is PING,
+    b"P": lambda kind: kind is RFWD or kind is PING,
+}
 
 
 def _service_refusal(conn: Connection, t: Transmission, cmd: Command) -> ErrorType | None:
@@ -383,15 +387,8 @@ def _service_refusal(conn: Connection, t: Transmission, cmd: Command) -> ErrorTy
     (docs/protocol.md#service-signature)."""
     session = conn.service if isinstance(conn.service, ServiceSession) else None
     kind = type(cmd)
-    if session is not None:
-        if session.role == b"N":
-            allowed = kind in _NOTIFIER_ROLE
-        elif session.role == b"P":
-            allowed = kind in _PROXY_ROLE
-        else:
-            allowed = kind not in _NOTIFIER_ROLE[:2] and kind is not RFWD
-        if not allowed:
-            return CMD_PROHIBITED
+    if session is not None and not _ROLE_ALLOWS[session.role](kind):
+        return CMD_PROHIBITED
     if kind not in _SERVICE_SIGNED:
         return None if t.service_sig is None else SERVICE
     if session is None:
