@@ -23,6 +23,7 @@
     python -m bench proxy        sending through a proxy router vs straight
     python -m bench tls_client_certs  TLS handshake and idle memory, before and after
                                  client certificates (Python ssl vs pyOpenSSL)
+    python -m bench service_subscribe  a service's queues: one SUBS vs SUBs in blocks
 
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
@@ -45,7 +46,7 @@ NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores"
          "block-encryption", "transports")
 # benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
 OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts", "fairness",
-               "hotpath", "proxy", "tls_client_certs")
+               "hotpath", "proxy", "tls_client_certs", "service_subscribe")
 
 
 def _sizes(text: str) -> tuple[int, ...]:

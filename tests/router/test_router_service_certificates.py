@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from service_tls_client import (
+
+from bench.service_client import (
     HandshakeRefused,
     chain_of_two,
     connect_service,
@@ -17,7 +18,6 @@ from service_tls_client import (
     plain_hello,
     self_signed_cert,
 )
-
 from router.protocol import crypto
 from router.protocol.ids_hash import queue_ids_hash
 from router.protocol.types import IDS, MSG, NEW, NID, NKEY, NMSG, NSUB, OK, SEND, SOK, SUB

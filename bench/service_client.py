@@ -1,7 +1,8 @@
-"""A service client over native TLS, written from the reference's handshake and
-encodings (simplexmq master: Transport.hs `SMPClientHandshake`, `clientService`,
-`CertChainPubKey`, `SMPServerHandshakeResponse`; Protocol.hs `transmissionP`,
-`tEncodeAuth`, `SUBS`/`SOKS`/`ENDS`/`ALLS`; Encoding.hs), not from the project's
+"""A service client over native TLS (the service tests, `bench service_subscribe`),
+written from the reference's handshake and encodings (simplexmq master:
+Transport.hs `SMPClientHandshake`, `clientService`, `CertChainPubKey`,
+`SMPServerHandshakeResponse`; Protocol.hs `transmissionP`, `tEncodeAuth`,
+`SUBS`/`SOKS`/`ENDS`/`ALLS`; Encoding.hs), not from the project's
 client. The project's pure codec is used only for NEW and SEND and to read IDS and
 MSG, which are not what this client tests.
 
