@@ -1,17 +1,20 @@
-"""Service subscriptions: SUBS, NSUBS, ENDS and ALLS (docs/protocol.md#services, #service-extension;
-docs/protocol.md#services).
+"""Service subscriptions: SUBS, NSUBS, ENDS and ALLS (docs/protocol.md#services,
+#service-subscriptions, #client-service, #service-extension).
 
-Theory of operation. A connection may prove a service identity in its client
-hello; `Connection.service_id` is then set.
+Theory of operation. A connection may prove a service identity: by its TLS
+client certificate and `clientService` (the reference's), or in its client
+hello (this router's extension); `Connection.service_id` is then set.
 
 - Association. A queue's recipient side belongs to the service of the last
-  connection that subscribed it (SUB, or NEW with subMode S); its notifier
-  side to the service of the last NSUB. A connection without a service
-  removes the association, so a later SUBS does not take the queue back
-  from its new subscriber. The store keeps the association
-  (`QueueStore.set_service`), so it survives restarts.
-- SUBS. The router reads the queues associated with the service, makes this
-  connection the service's subscriber, answers `SOKS n` and then catches up:
+  connection that subscribed it (SUB, or NEW with subMode S; any NEW in a
+  certificate service's session); its notifier side to the service of the last
+  NSUB. A connection without a service removes the association, so a later
+  SUBS does not take the queue back from its new subscriber. The store keeps
+  the association and each service's count and ids hash (`QueueStore.set_service`,
+  a block's at once by `set_queues_service`), so they survive restarts.
+- SUBS. The router reads the service's figures and queues, makes this
+  connection the service's subscriber, answers `SOKS n idsHash` with the
+  store's figures and then catches up:
   the connection's one delivery task walks the list, and for each queue that
   is still associated it registers the subscription (an individual
   subscriber elsewhere gets END) and pushes the queue's head message. When
@@ -22,7 +25,7 @@ hello; `Connection.service_id` is then set.
   `delivered` gate after their last await and set it before writing, so
   only one of them sends a given message.
 - Displacement. A second connection proving the same service that sends
-  SUBS takes over: the first gets `ENDS n` (n: the count of its own SOKS),
+  SUBS takes over: the first gets `ENDS n idsHash` (the figures of its own SOKS),
   loses its catch-up and, at once, every queue its walk subscribed or found
   subscribed (`ServiceSubscription.subs`); the queues move to the new
   connection as its catch-up reaches them. Meanwhile they are simply
