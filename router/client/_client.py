@@ -170,6 +170,11 @@ class SMPClient:
     # --- connection ----------------------------------------------------------
 
     @property
+    def certificate_service(self) -> bool:
+        """Whether this client acts for a service by its TLS client certificate."""
+        return self._conn.service is not None
+
+    @property
     def version(self) -> int:
         """The negotiated SMP version (9 or 10)."""
         return self._conn.version
