@@ -57,6 +57,10 @@ COMMANDS: dict[str, Command] = {
     "hotpath": Command("CPU and task steps per message: router, minimal router, echo",
                        own_options=True),
     "proxy": Command("sending through a proxy router vs straight", own_options=True),
+    "tls_client_certs": Command("TLS handshake and idle memory, before and after client "
+                                "certificates (Python ssl vs pyOpenSSL)", own_options=True),
+    "service_subscribe": Command("a service's queues: one SUBS vs SUBs in blocks",
+                                 own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }

@@ -30,10 +30,12 @@ from collections.abc import (
     Iterable,
     Iterator,
     MutableMapping,
+    Sequence,
 )
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
+from router.protocol.ids_hash import id_digest, ids_hash_bytes
 from router.protocol.types import AUTH, ErrorType
 
 from .interfaces import (
@@ -43,6 +45,8 @@ from .interfaces import (
     QueueLinkData,
     QueueRecord,
     QueueStatus,
+    ServiceQueues,
+    ServiceRecord,
 )
 
 # --- changes ----------------------------------------------------------------------
@@ -134,6 +138,12 @@ class SetService(_Update):
         side = "rcv_service_id" if self.party is Party.RECIPIENT else "ntf_service_id"
         return {side: self.service_id}
 
+    def changes_anything(self, rec: QueueRecord | None) -> bool:
+        if rec is None:
+            return False
+        side = rec.rcv_service_id if self.party is Party.RECIPIENT else rec.ntf_service_id
+        return side != self.service_id
+
 
 @dataclass(slots=True)
 class SetLink(_Update):
@@ -180,8 +190,18 @@ class DeleteQueue:
         return None
 
 
+@dataclass(slots=True)
+class AddService:
+    """A service identity stored (docs/protocol.md#services): not a change to a queue."""
+
+    service: ServiceRecord
+
+    sets_link: ClassVar[bool] = False
+
+
 LogRecord = (
-    CreateQueue
+    AddService
+    | CreateQueue
     | SecureQueue
     | AddNotifier
     | DeleteNotifier
@@ -201,6 +221,71 @@ def step(old: QueueRecord | None, rec: LogRecord) -> QueueRecord | None:
     whatever was there. A log the store wrote never relies on either rule.
     """
     return rec.after(old)
+
+
+# --- service associations, kept as counts and ids hashes ---------------------------------
+
+
+def service_sides(rec: QueueRecord | None) -> set[tuple[Party, bytes, bytes]]:
+    """(side, service id, the id that side hashes) of each associated side of a queue:
+    the recipient id for the recipient side, the notifier id for the notifier's."""
+    sides: set[tuple[Party, bytes, bytes]] = set()
+    if rec is None:
+        return sides
+    if rec.rcv_service_id is not None:
+        sides.add((Party.RECIPIENT, rec.rcv_service_id, rec.recipient_id))
+    if rec.notifier is not None and rec.ntf_service_id is not None:
+        sides.add((Party.NOTIFIER, rec.ntf_service_id, rec.notifier.notifier_id))
+    return sides
+
+
+def service_changes(
+    old: QueueRecord | None, new: QueueRecord | None
+) -> list[tuple[Party, bytes, int, int]]:
+    """What a change of a queue from `old` to `new` does to the services' figures:
+    (side, service id, count delta, digest to XOR into its ids hash)."""
+    before, after = service_sides(old), service_sides(new)
+    if before == after:
+        return []
+    return [
+        *((party, sid, -1, id_digest(qid)) for party, sid, qid in before - after),
+        *((party, sid, 1, id_digest(qid)) for party, sid, qid in after - before),
+    ]
+
+
+class ServiceTable:
+    """Service records by id and by (role, certificate hash), and the count and ids
+    hash of every service's queues on each side, changed by one step per association."""
+
+    __slots__ = ("by_id", "by_cert", "_figures")
+
+    def __init__(self) -> None:
+        self.by_id: dict[bytes, ServiceRecord] = {}
+        self.by_cert: dict[tuple[bytes, bytes], ServiceRecord] = {}
+        self._figures: dict[tuple[Party, bytes], list[int]] = {}  # [count, ids hash]
+
+    def add(self, service: ServiceRecord) -> None:
+        self.by_id[service.service_id] = service
+        self.by_cert[(service.role, service.cert_hash)] = service
+
+    def find(self, role: bytes, cert_hash: bytes) -> ServiceRecord | None:
+        return self.by_cert.get((role, cert_hash))
+
+    def change(self, party: Party, service_id: bytes, delta: int, digest: int) -> None:
+        key = (party, service_id)
+        figures = self._figures.get(key)
+        if figures is None:
+            figures = self._figures[key] = [0, 0]
+        figures[0] += delta
+        figures[1] ^= digest
+        if not figures[0]:
+            del self._figures[key]
+
+    def summary(self, service_id: bytes, party: Party) -> ServiceQueues:
+        figures = self._figures.get((party, service_id))
+        if figures is None:
+            return ServiceQueues()
+        return ServiceQueues(figures[0], ids_hash_bytes(figures[1]))
 
 
 # --- the table ---------------------------------------------------------------------
@@ -226,9 +311,15 @@ class QueueTable:
         "links",
         "rcv_services",
         "ntf_services",
+        "services",
     )
 
-    def __init__(self, queues: MutableMapping[bytes, QueueRecord] | None = None) -> None:
+    def __init__(
+        self,
+        queues: MutableMapping[bytes, QueueRecord] | None = None,
+        *,
+        services: bool = True,
+    ) -> None:
         self.queues: MutableMapping[bytes, QueueRecord] = {} if queues is None else queues
         self.senders: dict[bytes, bytes] = {}  # sender id -> recipient id
         self.notifiers: dict[bytes, bytes] = {}  # notifier id -> recipient id
@@ -236,8 +327,15 @@ class QueueTable:
         self.links: dict[bytes, QueueLinkData] = {}  # recipient id -> its link
         self.rcv_services: dict[bytes, set[bytes]] = {}  # service id -> recipient ids
         self.ntf_services: dict[bytes, set[bytes]] = {}
+        # Service records and figures; None in a cache of some records (SQLite's),
+        # whose figures could not be whole.
+        self.services: ServiceTable | None = ServiceTable() if services else None
 
     def apply(self, rec: LogRecord) -> None:
+        if type(rec) is AddService:
+            assert self.services is not None
+            self.services.add(rec.service)
+            return
         rid = rec.recipient_id
         queues = self.queues
         old = queues.get(rid)
@@ -305,6 +403,8 @@ class QueueTable:
         if rec.notifier is not None:
             self.notifiers[rec.notifier.notifier_id] = rid
             _add(self.ntf_services, rec.ntf_service_id, rid)
+        if self.services is not None:
+            self._count_services(rec, 1)
 
     def _unindex(self, rec: QueueRecord) -> None:
         rid = rec.recipient_id
@@ -317,6 +417,18 @@ class QueueTable:
             if self.notifiers.get(rec.notifier.notifier_id) == rid:
                 del self.notifiers[rec.notifier.notifier_id]
             _discard(self.ntf_services, rec.ntf_service_id, rid)
+        if self.services is not None:
+            self._count_services(rec, -1)
+
+    def _count_services(self, rec: QueueRecord, delta: int) -> None:
+        services = self.services
+        assert services is not None
+        if rec.rcv_service_id is not None:
+            services.change(Party.RECIPIENT, rec.rcv_service_id, delta, id_digest(rec.recipient_id))
+        if rec.notifier is not None and rec.ntf_service_id is not None:
+            services.change(
+                Party.NOTIFIER, rec.ntf_service_id, delta, id_digest(rec.notifier.notifier_id)
+            )
 
 
 def _same_index(old: QueueRecord, new: QueueRecord) -> bool:
@@ -550,6 +662,43 @@ class TableQueueStore:
 
     async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
         return self._table.service_queues(service_id, party)
+
+    async def set_queues_service(
+        self, recipient_ids: Sequence[bytes], party: Party, service_id: bytes | None
+    ) -> list[ErrorType | None]:
+        check_service_party(party)
+        now, results, changed = self._now(), [], False
+        for rid in recipient_ids:
+            decision = decide_set_service(self._queue(rid), party, service_id, now)
+            if isinstance(decision, ErrorType):
+                results.append(decision)
+                continue
+            results.append(None)
+            if not decision.changes_anything(self._queue(rid)):
+                continue
+            self._record(decision)
+            self._table.apply(decision)
+            changed = True
+        if changed and self._durable is not None:
+            await self._durable()  # one wait for the block's changes
+        return results
+
+    async def add_service(self, record: ServiceRecord) -> ServiceRecord:
+        services = self._table.services
+        assert services is not None
+        stored = services.find(record.role, record.cert_hash)
+        if stored is not None:
+            return stored
+        if record.service_id in services.by_id:
+            raise ValueError("a service id is given once")
+        await self._make(AddService(record))
+        return record
+
+    async def service_summary(self, service_id: bytes, party: Party) -> ServiceQueues:
+        check_service_party(party)
+        services = self._table.services
+        assert services is not None
+        return services.summary(service_id, party)
 
     async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
         return self._table.links.get(recipient_id)

@@ -27,6 +27,7 @@ from ._errors import (
     UpgradeRejected,
 )
 from ._proxied import ProxiedSession, ProxyError
+from ._service import ServiceCertificate
 from ._types import (
     AllReceivedEvent,
     ClientStatistics,
@@ -43,6 +44,7 @@ from ._types import (
 )
 
 __all__ = [
+    "ServiceCertificate",
     "DEFAULT_EVENT_BUFFER",
     "AllReceivedEvent",
     "BadResponse",

@@ -12,6 +12,7 @@ import json
 import ssl
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import trio
@@ -31,6 +32,7 @@ from router.protocol.types import (
     NEW,
     NID,
     NKEY,
+    NO_IDS_HASH,
     NSUB,
     NSUBS,
     OFF,
@@ -64,6 +66,7 @@ from ._proxied import (
     open_pres,
     prxy_command,
 )
+from ._service import ServiceCertificate
 from ._transport import connect_transport
 from ._types import (
     ClientStatistics,
@@ -90,6 +93,7 @@ async def open_client(
     service_seed: bytes | None = None,
     event_buffer: float = DEFAULT_EVENT_BUFFER,
     proxy_server: bool = False,
+    service_cert: ServiceCertificate | None = None,
 ) -> AsyncIterator[SMPClient]:
     """Connect, handshake, and yield a ready `SMPClient`; closed on exit.
 
@@ -102,19 +106,26 @@ async def open_client(
     subscribes more queues than that with messages waiting must read events
     while it subscribes. `proxy_server` is for a router connecting as a proxy
     (docs/protocol.md#private-message-routing): the hello says so, blocks are not
-    encrypted, and `SMPClient.session` keeps what forwarding needs.
+    encrypted, and `SMPClient.session` keeps what forwarding needs. With
+    `service_cert` (an ``smp://`` address only) the client acts for the service of
+    that TLS client certificate (docs/protocol.md#client-service): the router's
+    service id is `SMPClient.service_id`, and `subscribe_service` sends its figures.
     """
     address = parse_address(url_or_address, key_hash, secure=ssl_context is not None)
     try:
         async with trio.open_nursery() as nursery:
             # The web identity proof is for WebSocket; over TLS the TLS chain proves it.
             challenge = None if address.native else new_challenge()
+            client_cert = None
+            if service_cert is not None:
+                client_cert = (Path(service_cert.cert_file), Path(service_cert.key_file))
             transport = await connect_transport(nursery, address, ssl_context, challenge,
-                                                short_session_id=proxy_server)
+                                                short_session_id=proxy_server,
+                                                client_cert=client_cert)
             try:
                 session = await client_handshake(
                     transport, address.key_hash, versions, service_seed, challenge,
-                    proxy_server,
+                    proxy_server, service_cert,
                 )
             except BaseException:
                 await transport.aclose()
@@ -124,6 +135,9 @@ async def open_client(
             )
             client = SMPClient(conn, address, service_seed)
             client.session = session
+            if session.service is not None:
+                conn.service = session.service
+                client.service_id = session.service.service_id
             await nursery.start(conn.run)
             try:
                 yield client
@@ -147,11 +161,18 @@ class SMPClient:
         self.address = address
         self._service_seed = service_seed
         self.service_id: bytes | None = None
+        # The router's count and ids hash of the last SOKS (docs/protocol.md#service-subscriptions).
+        self.service_figures: tuple[int, bytes] | None = None
         self.session: Session | None = None  # the handshake's outcome, set by open_client
         if service_seed is not None:
             self.service_id = service_id(crypto.ed25519_public(service_seed))
 
     # --- connection ----------------------------------------------------------
+
+    @property
+    def certificate_service(self) -> bool:
+        """Whether this client acts for a service by its TLS client certificate."""
+        return self._conn.service is not None
 
     @property
     def version(self) -> int:
@@ -418,18 +439,26 @@ class SMPClient:
 
     # --- service subscriptions (docs/protocol.md#service-extension) -------------------------------
 
-    async def subscribe_service(self) -> int:
-        """SUBS for this client's service; returns how many queues it covers."""
-        return await self._service_command(SUBS())
+    async def subscribe_service(self, count: int = -1, ids_hash: bytes = NO_IDS_HASH) -> int:
+        """SUBS for this client's service; returns how many queues it covers. From v19
+        `count` and `ids_hash` are the client's own figures
+        (docs/protocol.md#service-subscriptions); `service_figures` has the router's."""
+        return await self._service_command(SUBS(count, ids_hash))
 
-    async def subscribe_service_notifications(self) -> int:
+    async def subscribe_service_notifications(
+        self, count: int = -1, ids_hash: bytes = NO_IDS_HASH
+    ) -> int:
         """NSUBS for this client's service; returns how many notifiers it covers."""
-        return await self._service_command(NSUBS())
+        return await self._service_command(NSUBS(count, ids_hash))
 
     async def _service_command(self, cmd: Command) -> int:
-        if self._service_seed is None or self.service_id is None:
-            raise ValueError("this client was opened without a service key")
-        soks = _expect(await self.command(self.service_id, cmd, self._service_seed), SOKS)
+        seed = self._service_seed
+        if seed is None and self._conn.service is not None:
+            seed = self._conn.service.session_seed  # a certificate service's session key
+        if seed is None or self.service_id is None:
+            raise ValueError("this client was opened without a service key or certificate")
+        soks = _expect(await self.command(self.service_id, cmd, seed), SOKS)
+        self.service_figures = (soks.count, soks.ids_hash)
         return soks.count
 
     # --- helpers -------------------------------------------------------------------------

@@ -48,7 +48,11 @@ from router.protocol.block import (
 from router.protocol.block_encryption import MAX_CONTENT as MAX_SEALED_CONTENT
 from router.protocol.block_encryption import BlockCipher
 from router.protocol.codec import decode_response, encode_command
-from router.protocol.transmission import decode_transmission, encode_transmission
+from router.protocol.transmission import (
+    authorized_bytes,
+    decode_transmission,
+    encode_transmission,
+)
 from router.protocol.types import (
     ALLS,
     DELD,
@@ -57,7 +61,10 @@ from router.protocol.types import (
     ERR,
     LARGE_MSG,
     MSG,
+    NEW,
     NMSG,
+    NSUB,
+    SUB,
     Command,
     ProtocolError,
     Response,
@@ -65,6 +72,7 @@ from router.protocol.types import (
 )
 
 from ._errors import BadResponse, ConnectionClosed
+from ._service import ServiceSessionKeys
 from ._transport import BlockTransport
 from ._types import (
     AllReceivedEvent,
@@ -109,6 +117,9 @@ class _Waiter:
             self.done.set()
 
 
+_SERVICE_SIGNED = (NEW, SUB, NSUB)  # what a service session signs with its session key too
+
+
 class Connection:
     """Correlates commands and responses over one handshaken transport."""
 
@@ -122,6 +133,8 @@ class Connection:
     ) -> None:
         self.version = version
         self.session_id = session_id
+        # A service session's keys (docs/protocol.md#service-signature): set by open_client.
+        self.service: ServiceSessionKeys | None = None
         # Block encryption from v11 (docs/protocol.md#block-encryption): every block
         # after the hellos, both ways.
         self._cipher = cipher
@@ -240,10 +253,20 @@ class Connection:
         self, corr_id: bytes, entity_id: bytes, cmd: Command | bytes, seed: bytes | None
     ) -> bytes:
         command = cmd if isinstance(cmd, bytes) else encode_command(cmd, self.version)
-        auth = b""
+        auth, service_sig = b"", None
         if seed is not None:
-            auth = crypto.authorize(seed, self.session_id, corr_id, entity_id, command)
-        return encode_transmission(Transmission(auth, corr_id, entity_id, command), self.version)
+            service = self.service
+            if service is not None and type(cmd) in _SERVICE_SIGNED:
+                # docs/protocol.md#service-signature: the queue key signs the certificate
+                # hash first; the session key signs the transmission itself.
+                signed = authorized_bytes(self.session_id, corr_id, entity_id, command)
+                auth = crypto.sign(seed, service.cert_hash + signed)
+                service_sig = crypto.sign(service.session_seed, signed)
+            else:
+                auth = crypto.authorize(seed, self.session_id, corr_id, entity_id, command)
+        return encode_transmission(
+            Transmission(auth, corr_id, entity_id, command, service_sig), self.version
+        )
 
     async def send_raw_block(self, block: bytes) -> None:
         """Send `block` as one WebSocket message (for malformed-input tests). On an

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from router.protocol import crypto, versions
 from router.protocol.block import pad_block, unpad_block
@@ -28,6 +28,7 @@ from router.protocol.handshake import (
     ClientHello,
     ServerHello,
     decode_server_hello,
+    decode_service_handshake_result,
     encode_client_hello,
     identity_matches,
     negotiate_version,
@@ -35,6 +36,7 @@ from router.protocol.handshake import (
 from router.protocol.types import ProtocolError
 
 from ._errors import HandshakeError, IdentityMismatch
+from ._service import ServiceCertificate, ServiceSessionKeys, service_hello
 from ._transport import BlockTransport
 
 
@@ -48,6 +50,8 @@ class Session:
     # Kept only by a router connecting as a proxy: with the router's key it makes the
     # session secret of forwarded commands (docs/protocol.md#private-message-routing).
     client_private: bytes | None = None
+    # A service by its certificate (docs/protocol.md#client-service): its session keys.
+    service: ServiceSessionKeys | None = None
 
 
 def new_challenge() -> bytes:
@@ -62,6 +66,7 @@ async def client_handshake(
     service_seed: bytes | None = None,
     challenge: bytes | None = None,
     proxy_server: bool = False,
+    service_cert: ServiceCertificate | None = None,
 ) -> Session:
     """Receive the server hello, answer it, and return the negotiated session.
 
@@ -97,10 +102,31 @@ async def client_handshake(
     if service_seed is not None:
         service = crypto.prove_service(service_seed, hello.session_id, key_hash)
     flag = proxy_server and versions.has_proxy_server_flag(version)
-    reply = ClientHello(version, key_hash, client_key, service, flag)
+    client_service = keys = None
+    if service_cert is not None:
+        if not versions.has_service_field(version):
+            raise HandshakeError(f"a service certificate needs v16, the router speaks {version}")
+        client_service, keys = service_hello(service_cert)
+    reply = ClientHello(version, key_hash, client_key, service, flag, client_service)
     await transport.send_block(pad_block(encode_client_hello(reply)))
+    if keys is not None:
+        keys = await _service_answer(transport, keys)
     return Session(version, hello.session_id, hello, cipher, router_dh_key,
-                   client_priv if proxy_server else None)
+                   client_priv if proxy_server else None, keys)
+
+
+async def _service_answer(
+    transport: BlockTransport, keys: ServiceSessionKeys
+) -> ServiceSessionKeys:
+    """The router's third block: the service id, or why the service was refused."""
+    try:
+        answer = decode_service_handshake_result(unpad_block(await transport.receive_block()))
+    except ProtocolError as e:
+        raise HandshakeError(f"unusable service answer: {e}") from e
+    if answer.service_id is None:
+        error = (answer.error or b"").decode("ascii", "replace")
+        raise HandshakeError(f"the router refused the service: {error}")
+    return replace(keys, service_id=answer.service_id)
 
 
 def _parse_server_hello(block: bytes) -> ServerHello:

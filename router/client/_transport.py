@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import math
 import ssl
+from pathlib import Path
 
 import trio
 import trio_websocket
@@ -227,8 +228,8 @@ class TlsTransport:
         self.tls_certificate = certificate  # the router's TLS certificate, DER
 
     @classmethod
-    async def connect(cls, address: RouterAddress, short_session_id: bool = False
-                      ) -> TlsTransport:
+    async def connect(cls, address: RouterAddress, short_session_id: bool = False,
+                      client_cert: tuple[Path, Path] | None = None) -> TlsTransport:
         """TCP and TLS with ALPN `smp/1`, within `CONNECT_TIMEOUT`.
 
         `short_session_id` is for a router connecting as a proxy: the session id is the
@@ -245,6 +246,8 @@ class TlsTransport:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE  # the key hash is checked, not a CA
         context.set_alpn_protocols([SMP_ALPN])
+        if client_cert is not None:  # a service's (docs/protocol.md#client-service)
+            context.load_cert_chain(*client_cert)
         stream: trio.SSLStream | None = None
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
@@ -317,8 +320,12 @@ async def connect_transport(
     ssl_context: ssl.SSLContext | None = None,
     challenge: bytes | None = None,
     short_session_id: bool = False,
+    client_cert: tuple[Path, Path] | None = None,
 ) -> BlockTransport:
-    """SMP over TLS for an ``smp://`` address, a WebSocket for a ``ws(s)://`` URL."""
+    """SMP over TLS for an ``smp://`` address, a WebSocket for a ``ws(s)://`` URL; a
+    client certificate only over TLS."""
     if address.native:
-        return await TlsTransport.connect(address, short_session_id)
+        return await TlsTransport.connect(address, short_session_id, client_cert)
+    if client_cert is not None:
+        raise ValueError("a client certificate needs an smp:// address (native TLS)")
     return await Transport.connect(nursery, address, ssl_context, challenge)

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import trio
 
+from router.protocol.ids_hash import queue_ids_hash
 from router.protocol.types import AUTH, NO_MSG, ErrorType
 
 from ._address import KEY_HASH_SIZE, has_key_hash, parse_address
@@ -100,6 +101,9 @@ class AgentStatistics:
     connect_failures: int
     messages: int  # messages handed to the application
     stale_dropped: int  # messages and events of replaced sessions dropped
+    # sessions of a certificate service whose SUBS figures differed from the router's,
+    # repaired by SUBs (docs/protocol.md#service-subscriptions)
+    service_drift: int = 0
 
 
 @asynccontextmanager
@@ -167,6 +171,7 @@ class Agent:
         self._workers: dict[SessionKey, _Worker] = {}
         self._send, self._receive = trio.open_memory_channel[AgentEvent](math.inf)
         self._connects = self._connect_failures = self._messages = self._stale = 0
+        self._service_drift = 0
         self._closing = False
 
     # --- what the application wants ----------------------------------------------------
@@ -262,6 +267,7 @@ class Agent:
             connect_failures=self._connect_failures,
             messages=self._messages,
             stale_dropped=self._stale,
+            service_drift=self._service_drift,
         )
 
     # --- used by the workers ------------------------------------------------------------
@@ -388,6 +394,14 @@ class _Worker:
 
     async def _subscriber(self, client: SMPClient, session: int, nursery: trio.Nursery) -> None:
         table, agent = self.agent._table, self.agent
+        if client.certificate_service:
+            try:
+                await self._subscribe_service(client, session, nursery)
+            except ConnectionClosed:
+                return
+            except BadResponse:
+                await client.aclose()
+                return
         while True:
             batch = table.take_batch(self.key, session, agent._batch_size)
             if not batch:
@@ -402,6 +416,31 @@ class _Worker:
                 await client.aclose()  # a router we cannot understand: start over
                 return
             self._apply(session, batch, errors, nursery)
+
+    async def _subscribe_service(
+        self, client: SMPClient, session: int, nursery: trio.Nursery
+    ) -> None:
+        """A client acting for a service by its certificate subscribes the session's
+        queues with one SUBS and its own count and ids hash
+        (docs/protocol.md#service-subscriptions). The same figures from the router:
+        every queue is up, its messages come with the router's walk. Others (drift: a
+        queue not associated with the service, or one the router has that the agent
+        has not): every queue goes the SUB way, which associates each with the service
+        again, so the next session's figures agree."""
+        table = self.agent._table
+        batch = table.take_batch(self.key, session, math.inf)  # type: ignore[arg-type]
+        if not batch:
+            return
+        for queue in batch:
+            client.add_queue(queue)  # the walk's messages are decrypted with its keys
+        own = (len(batch), queue_ids_hash(q.recipient_id for q in batch))
+        await client.subscribe_service(*own)
+        if client.service_figures == own:
+            self._apply(session, batch, [None] * len(batch), nursery)
+            return
+        self.agent._service_drift += 1
+        if table.resend(self.key, session, [q.recipient_id for q in batch]):
+            self.wake()
 
     def _apply(
         self,

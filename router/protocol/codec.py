@@ -47,6 +47,7 @@ from .types import (
     NID,
     NKEY,
     NMSG,
+    NO_IDS_HASH,
     NSUB,
     NSUBS,
     OFF,
@@ -82,8 +83,8 @@ MAX_SEND_FLAGS = 7  # 'T'/'F' plus up to 6 reserved bytes before the SP
 
 # --- parameter-less singletons ------------------------------------------------
 
-_PING, _SUB, _GET, _OFF, _DEL, _QUE, _NDEL, _NSUB, _SUBS, _NSUBS, _LDEL, _LGET = (
-    PING(), SUB(), GET(), OFF(), DEL(), QUE(), NDEL(), NSUB(), SUBS(), NSUBS(), LDEL(), LGET()
+_PING, _SUB, _GET, _OFF, _DEL, _QUE, _NDEL, _NSUB, _LDEL, _LGET = (
+    PING(), SUB(), GET(), OFF(), DEL(), QUE(), NDEL(), NSUB(), LDEL(), LGET()
 )
 _END, _DELD, _OK, _PONG, _ALLS = END(), DELD(), OK(), PONG(), ALLS()
 
@@ -105,6 +106,31 @@ def _no_params(value: object) -> Parse:
         if space_at >= 0:
             raise ProtocolError(CMD_SYNTAX, "unexpected parameters")
         return value
+
+    return parse
+
+
+def _ids_hash(p: Parser) -> bytes:
+    ids_hash = p.short_string()
+    if len(ids_hash) != len(NO_IDS_HASH):
+        raise p.fail("an ids hash has 16 bytes")
+    return ids_hash
+
+
+def _parse_service_sub(cls: type) -> Parse:
+    """SUBS / NSUBS (docs/protocol.md#service-subscriptions): no parameters before v19
+    (the reference reads them as -1 and no hash), the count and ids hash from v19."""
+
+    def parse(data: bytes, i: int, v: int) -> object:
+        if not versions.has_service_subscriptions(v):
+            if i >= 0:
+                raise ProtocolError(CMD_SYNTAX, "unexpected parameters")
+            return cls()
+        p = _params(data, i)
+        n = p.int64()
+        ids_hash = _ids_hash(p)
+        p.end()
+        return cls(n, ids_hash)
 
     return parse
 
@@ -313,8 +339,8 @@ _COMMAND_PARSERS: dict[bytes, Parse] = {
     b"NKEY": _parse_nkey,
     b"NDEL": _no_params(_NDEL),
     b"NSUB": _no_params(_NSUB),
-    b"SUBS": _no_params(_SUBS),
-    b"NSUBS": _no_params(_NSUBS),
+    b"SUBS": _parse_service_sub(SUBS),
+    b"NSUBS": _parse_service_sub(NSUBS),
     b"RKEY": _parse_rkey,
     b"LSET": _parse_lset,
     b"LDEL": _no_params(_LDEL),
@@ -392,8 +418,8 @@ _COMMAND_ENCODERS: dict[type, Callable[[object, int], bytes]] = {
     ),
     NDEL: lambda c, v: b"NDEL",
     NSUB: lambda c, v: b"NSUB",
-    SUBS: lambda c, v: b"SUBS",
-    NSUBS: lambda c, v: b"NSUBS",
+    SUBS: lambda c, v: _service_figures(b"SUBS", c.count, c.ids_hash, v),  # type: ignore[attr-defined]
+    NSUBS: lambda c, v: _service_figures(b"NSUBS", c.count, c.ids_hash, v),  # type: ignore[attr-defined]
     PRXY: _encode_prxy,  # type: ignore[dict-item]
     PFWD: _encode_pfwd,  # type: ignore[dict-item]
     RFWD: lambda c, v: b"RFWD " + c.enc_fwd_transmission,  # type: ignore[attr-defined]
@@ -463,13 +489,31 @@ def _parse_nmsg(data: bytes, i: int, v: int) -> NMSG:
 
 
 def _parse_count(cls: type) -> Parse:
+    """SOKS / ENDS: the count, and from v19 the ids hash."""
+
     def parse(data: bytes, i: int, v: int) -> object:
         p = _params(data, i)
         n = p.int64()
+        if not versions.has_service_subscriptions(v):
+            p.end()
+            return cls(n)
+        ids_hash = _ids_hash(p)
         p.end()
-        return cls(n)
+        return cls(n, ids_hash)
 
     return parse
+
+
+def _service_figures(tag: bytes, count: int, ids_hash: bytes, v: int) -> bytes:
+    if not versions.has_service_subscriptions(v):
+        return tag
+    return b"".join((tag, b" ", int64(count), ss(ids_hash)))
+
+
+def _service_answer(tag: bytes, count: int, ids_hash: bytes, v: int) -> bytes:
+    if not versions.has_service_subscriptions(v):
+        return tag + b" " + int64(count)
+    return b"".join((tag, b" ", int64(count), ss(ids_hash)))
 
 
 def _parse_info(data: bytes, i: int, v: int) -> INFO:
@@ -596,8 +640,8 @@ _RESPONSE_ENCODERS: dict[type, Callable[[object, int], bytes]] = {
     PONG: lambda r, v: b"PONG",
     INFO: lambda r, v: b"INFO " + r.json.encode(),  # type: ignore[attr-defined]
     ERR: _encode_err,  # type: ignore[dict-item]
-    SOKS: lambda r, v: b"SOKS " + int64(r.count),  # type: ignore[attr-defined]
-    ENDS: lambda r, v: b"ENDS " + int64(r.count),  # type: ignore[attr-defined]
+    SOKS: lambda r, v: _service_answer(b"SOKS", r.count, r.ids_hash, v),  # type: ignore[attr-defined]
+    ENDS: lambda r, v: _service_answer(b"ENDS", r.count, r.ids_hash, v),  # type: ignore[attr-defined]
     ALLS: lambda r, v: b"ALLS",
     LNK: lambda r, v: (  # type: ignore[attr-defined]
         b"LNK " + ss(r.sender_id) + large(r.fixed_data) + large(r.user_data)

@@ -377,3 +377,39 @@ def verify_tls_identity(
         _key_kind(online_spki) is KeyType.ED25519 and len(key_signature) == 64
         and _ed25519_ok(key_signature, raw_key(online_spki), key_object)
     )
+
+
+# --- a service's certificate and its key of the session (docs/protocol.md#client-service) -------
+
+
+def service_identity_certificate(chain: tuple[bytes, ...]) -> tuple[bytes, bytes] | None:
+    """(leaf, identity certificate) of a service's chain as the reference reads it
+    (`chainIdCaCerts`): one self-signed certificate is both; of 2 to 4, the first is
+    the leaf and the second the identity. None for an empty or longer chain."""
+    if len(chain) == 1:
+        return chain[0], chain[0]
+    if 2 <= len(chain) <= 4:
+        return chain[0], chain[1]
+    return None
+
+
+def verify_service_key(chain: tuple[bytes, ...], signed_key: bytes) -> tuple[bytes, bytes] | None:
+    """(identity certificate, the session's Ed25519 SPKI) if the chain's leaf has an
+    Ed25519 key that signed `signed_key` (an X.509 signed public key) and that key is
+    Ed25519; None otherwise (the reference's `HANDSHAKE BAD_AUTH`)."""
+    certs = service_identity_certificate(chain)
+    if certs is None:
+        return None
+    leaf, identity = certs
+    try:
+        leaf_spki = certificate_spki(leaf)
+        session_spki, signature = signed_object_parts(signed_key)
+    except ProtocolError:
+        return None
+    if _key_kind(leaf_spki) is not KeyType.ED25519 or len(signature) != 64:
+        return None
+    if _key_kind(session_spki) is not KeyType.ED25519:
+        return None
+    if not _ed25519_ok(signature, raw_key(leaf_spki), session_spki):
+        return None
+    return identity, session_spki

@@ -268,6 +268,46 @@ def decode_client_hello(data: bytes) -> ClientHello:
     return ClientHello(version, key_hash, client_key, service, proxy_server, client_service)
 
 
+# --- the router's answer to a clientService (docs/protocol.md#client-service) -----------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceHandshakeResult:
+    """The third handshake block, sent by the router only to a client hello with a
+    `clientService`: the service id (``'R' ss(serviceId)``) or a transport error
+    (``'E'`` and the error as the reference writes it, e.g. ``HANDSHAKE BAD_AUTH``)."""
+
+    service_id: bytes | None = None
+    error: bytes | None = None  # e.g. b"HANDSHAKE BAD_AUTH", b"HANDSHAKE BAD_SERVICE"
+
+
+SERVICE_BAD_AUTH = b"HANDSHAKE BAD_AUTH"  # the chain or the key's signature does not verify
+SERVICE_BAD_SERVICE = b"HANDSHAKE BAD_SERVICE"  # the service record could not be made
+
+
+def encode_service_handshake_result(result: ServiceHandshakeResult) -> bytes:
+    if (result.service_id is None) == (result.error is None):
+        raise ValueError("a service handshake result is a service id or an error")
+    if result.service_id is not None:
+        return b"R" + ss(result.service_id)
+    assert result.error is not None
+    return b"E" + result.error
+
+
+def decode_service_handshake_result(data: bytes) -> ServiceHandshakeResult:
+    p = Parser(data, error=HANDSHAKE)
+    tag = p.byte()
+    if tag == 0x52:  # 'R'
+        service_id = p.short_string()
+        return ServiceHandshakeResult(service_id=service_id)
+    if tag == 0x45:  # 'E'
+        error = p.rest()
+        if not error:
+            raise p.fail("empty service handshake error")
+        return ServiceHandshakeResult(error=error)
+    raise p.fail("bad service handshake result")
+
+
 def negotiate_version(
     server_min: int, server_max: int, client_min: int, client_max: int
 ) -> int | None:

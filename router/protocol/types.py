@@ -196,15 +196,25 @@ class NSUB:
     pass
 
 
+NO_IDS_HASH = bytes(16)  # the ids hash of no queue (docs/protocol.md#service-subscriptions)
+
+
 @dataclass(frozen=True, slots=True)
 class SUBS:
-    """Subscribe every queue associated with the connection's service (docs/protocol.md#services,
-    #service-extension)."""
+    """Subscribe every queue associated with the connection's service
+    (docs/protocol.md#service-subscriptions): from v19 with the count and ids hash
+    the service holds; before, as the reference reads it, -1 and no hash."""
+
+    count: int = -1
+    ids_hash: bytes = NO_IDS_HASH
 
 
 @dataclass(frozen=True, slots=True)
 class NSUBS:
-    pass
+    """SUBS for the notifier side of a notifier service's queues."""
+
+    count: int = -1
+    ids_hash: bytes = NO_IDS_HASH
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,12 +376,18 @@ class ERR:
 
 @dataclass(frozen=True, slots=True)
 class SOKS:
+    """The router's count and ids hash of the service's queues (the hash from v19)."""
+
     count: int
+    ids_hash: bytes = NO_IDS_HASH
 
 
 @dataclass(frozen=True, slots=True)
 class ENDS:
+    """A service subscription taken over by another session: what it held."""
+
     count: int
+    ids_hash: bytes = NO_IDS_HASH
 
 
 @dataclass(frozen=True, slots=True)

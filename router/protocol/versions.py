@@ -26,6 +26,10 @@ SERVICE_CERTS = 16  # service signature field in transmissions, clientService in
 NEW_NTF_CREDS = 17  # NEW with notifier credentials, IDS with the notifier
 CLIENT_NOTICES = 18  # ERR BLOCKED carries the client notice
 WEB_CLIENT = 19  # the server hello's web identity proof (signed challenge)
+# The reference's v19 (master): SUBS/NSUBS with count and ids hash, SOKS/ENDS with the
+# hash. The browser client's line numbers its web proof 19 too; the router serves both
+# at 19 (docs/protocol.md#two-v19s).
+SERVICE_SUBSCRIPTIONS = 19
 
 # The versions this codec encodes and decodes.
 CODEC_VERSION_MIN = SENDER_AUTH_KEY
@@ -57,7 +61,8 @@ VERSION_ADDITIONS: dict[int, str] = {
     SERVICE_CERTS: "service signature byte, clientService in the client hello, SOK",
     NEW_NTF_CREDS: "NEW with notifier credentials, IDS with the notifier",
     CLIENT_NOTICES: "client notices in ERR BLOCKED",
-    WEB_CLIENT: "web identity proof: the signed challenge in the server hello",
+    WEB_CLIENT: "web identity proof: the signed challenge in the server hello;"
+    " SUBS/NSUBS with count and ids hash, SOKS/ENDS with the ids hash",
 }
 
 # Longest SEND body per version (docs/protocol.md#limits): block encryption takes 16
@@ -116,6 +121,11 @@ def has_new_notifier(v: int) -> bool:
 
 def has_client_notices(v: int) -> bool:
     return v >= CLIENT_NOTICES
+
+
+def has_service_subscriptions(v: int) -> bool:
+    """SUBS and NSUBS carry the service's count and ids hash; SOKS and ENDS the hash."""
+    return v >= SERVICE_SUBSCRIPTIONS
 
 
 def has_web_identity_proof(v: int) -> bool:

@@ -72,3 +72,20 @@ def certificate_spki(cert: bytes) -> bytes:
         raise _fail("certificate without a public key")
     _, start, end = fields[5]
     return tbs[start:end]
+
+
+_ED25519_ALGORITHM = bytes.fromhex("300506032b6570")  # SEQUENCE { OID 1.3.101.112 }
+
+
+def _der(tag: int, value: bytes) -> bytes:
+    n = len(value)
+    if n < 0x80:
+        return bytes((tag, n)) + value
+    length = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes((tag, 0x80 | len(length))) + length + value
+
+
+def ed25519_signed_object(obj: bytes, signature: bytes) -> bytes:
+    """``SEQUENCE { object, Ed25519, BIT STRING signature }``: a signed key as a service
+    sends its session key (docs/protocol.md#client-service)."""
+    return _der(0x30, obj + _ED25519_ALGORITHM + _der(0x03, b"\x00" + signature))

@@ -18,7 +18,9 @@ already accepted; `serve_router(config)` does both on its own listener
 from __future__ import annotations
 
 import logging
+import secrets
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
@@ -29,8 +31,9 @@ from urllib.parse import urlsplit
 import trio
 from trio_websocket import WebSocketConnection
 
+from router.protocol.handshake import SERVICE_ID_SIZE
 from store.factory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, store_dir
-from store.interfaces import MessageStore, Party, QueueStore
+from store.interfaces import MessageStore, Party, QueueStore, ServiceRecord
 from store.memory.stores import MemoryMessageStore, MemoryQueueStore
 
 from .core.blocked import BlockedQueues
@@ -246,6 +249,8 @@ class Router:
                 transport.web_challenge,
                 session_id=None if native is None else native.session_id,
                 legacy=native is not None and native.legacy,
+                peer_chain=() if native is None else native.peer_chain,
+                services=self._service_id,
             )
             transport.established()
             if handshake.proxy_server:
@@ -280,6 +285,14 @@ class Router:
             # within close_timeout.
             with trio.CancelScope(shield=scope.cancel_called):
                 await transport.aclose(0 if transport.stalled else self.config.close_timeout)
+
+    async def _service_id(self, role: bytes, cert: bytes, cert_hash: bytes) -> bytes:
+        """The id of the service of this certificate and role, made on its first
+        session (docs/protocol.md#client-service)."""
+        record = ServiceRecord(
+            secrets.token_bytes(SERVICE_ID_SIZE), role, cert, cert_hash, int(time.time())
+        )
+        return (await self.queues.add_service(record)).service_id
 
     def _cleanup(self, client: ClientSubscriptions) -> None:
         """Forget the connection and every subscription it still holds."""

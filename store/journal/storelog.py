@@ -53,14 +53,14 @@ from ..durability import (
 )
 from ..interfaces import StoreError
 from ..kinds import closing_opener
-from ..queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore
+from ..queue_table import AddService, CreateQueue, LogRecord, QueueTable, TableQueueStore
 from .logfile import LogCorruptError, encode_line, iter_log, log
 from .storelog_format import (
     compact_records,
     decode_record,
     encode_record,
+    snapshot_changes,
     snapshot_lines,
-    snapshot_record,
 )
 
 __all__ = [  # the records and the fold are in store/queue_table.py
@@ -160,7 +160,8 @@ def open_log(path: Path, *, backups: int, skip_corrupt: bool) -> QueueTable:
         atomic_write(path, ())
         return QueueTable()
     table, compacted = _replay_file(path, skip_corrupt)
-    if compacted and len(table.queues) == compacted:
+    services = 0 if table.services is None else len(table.services.by_id)
+    if compacted and len(table.queues) + services == compacted:
         prune_backups(path, backups)  # the log is already its own snapshot
     else:
         try:
@@ -178,9 +179,10 @@ def open_log(path: Path, *, backups: int, skip_corrupt: bool) -> QueueTable:
 def _replay_file(path: Path, skip_corrupt: bool) -> tuple[QueueTable, int]:
     """The log's state, and its line count if the log is exactly a snapshot (else 0).
 
-    A log is its own snapshot when every line is a `create` in canonical form
-    (what `encode_record` writes), in strictly increasing order, and no two
-    create the same queue (the caller compares the count with the table's).
+    A log is its own snapshot when every line is a `create` or an `add_service`
+    in canonical form (what `encode_record` writes), in strictly increasing
+    order, and no two create the same queue or service (the caller compares the
+    count with the table's).
     Checking that while reading spares a second pass over the file.
     """
     table = QueueTable()
@@ -193,7 +195,7 @@ def _replay_file(path: Path, skip_corrupt: bool) -> tuple[QueueTable, int]:
             continue
         if canonical:
             canonical = (
-                isinstance(rec, CreateQueue)
+                isinstance(rec, (CreateQueue, AddService))
                 and line > previous
                 and encode_line(encode_record(rec))[:-1] == line
             )
@@ -210,7 +212,7 @@ def iter_snapshot_lines(table: QueueTable) -> Iterator[str]:
     lines start with their checksum in fixed-width lowercase hex, so they sort
     by checksum first; only the rare lines that share one are compared whole.
     """
-    records = [snapshot_record(table, r) for r in table.queues.values()]
+    records = snapshot_changes(table)
     crcs = array("L", map(_snapshot_crc, records))
     order = sorted(range(len(records)), key=crcs.__getitem__)
     i = 0
@@ -223,12 +225,12 @@ def iter_snapshot_lines(table: QueueTable) -> Iterator[str]:
         i = j
 
 
-def _snapshot_line(create: CreateQueue) -> str:
-    return encode_line(encode_record(create))[:-1].decode("ascii")
+def _snapshot_line(change: LogRecord) -> str:
+    return encode_line(encode_record(change))[:-1].decode("ascii")
 
 
-def _snapshot_crc(create: CreateQueue) -> int:
-    return zlib.crc32(encode_record(create).encode("ascii"))
+def _snapshot_crc(change: LogRecord) -> int:
+    return zlib.crc32(encode_record(change).encode("ascii"))
 
 
 # --- the store -------------------------------------------------------------------------

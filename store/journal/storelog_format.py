@@ -13,9 +13,19 @@ import re
 from collections.abc import Iterable
 from typing import TypeVar
 
-from ..interfaces import QUEUE_MODES, NotifierCreds, Party, QueueLinkData, QueueRecord, QueueStatus
+from ..interfaces import (
+    QUEUE_MODES,
+    SERVICE_ROLES,
+    NotifierCreds,
+    Party,
+    QueueLinkData,
+    QueueRecord,
+    QueueStatus,
+    ServiceRecord,
+)
 from ..queue_table import (
     AddNotifier,
+    AddService,
     CreateQueue,
     DeleteLink,
     DeleteNotifier,
@@ -39,7 +49,9 @@ _STATUS_BY_NAME = {v: k for k, v in _STATUS.items()}
 _PARTY = {Party.RECIPIENT: "r", Party.NOTIFIER: "n"}
 _PARTY_BY_NAME = {v: k for k, v in _PARTY.items()}
 _MODE_BY_NAME = {m.decode("ascii"): m for m in QUEUE_MODES}
+_ROLE_BY_NAME = {r.decode("ascii"): r for r in SERVICE_ROLES}
 _FIELDS = {  # every field a record may have, in the order they are written
+    "add_service": ("ts svc role cert chash", "ts svc role cert chash"),
     "create": (
         "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc mode lid lfix lusr rkeys",
         "ts rid sid rkey rdh secure status",
@@ -108,6 +120,15 @@ def _create_fields(r: QueueRecord, link: QueueLinkData | None) -> list[tuple[str
 def _fields(rec: LogRecord) -> tuple[str, list[tuple[str, str | None]]]:
     if isinstance(rec, CreateQueue):
         return "create", _create_fields(rec.record, rec.link)
+    if isinstance(rec, AddService):
+        s = rec.service
+        return "add_service", [
+            ("ts", str(s.created_at)),
+            ("svc", b64(s.service_id)),
+            ("role", s.role.decode("ascii")),
+            ("cert", b64(s.cert)),
+            ("chash", b64(s.cert_hash)),
+        ]
     head = [("ts", str(rec.ts)), ("rid", b64(rec.recipient_id))]
     if isinstance(rec, SecureQueue):
         return "secure", head + [("skey", b64(rec.sender_key))]
@@ -223,6 +244,14 @@ def decode_record(payload: str) -> LogRecord:
     op, f = _split(payload)
     if op == "create":
         return _decode_create(f)
+    if op == "add_service":
+        return AddService(ServiceRecord(
+            service_id=unb64(f["svc"]),
+            role=_enum(_ROLE_BY_NAME, f["role"], "service role"),
+            cert=unb64(f["cert"]),
+            cert_hash=unb64(f["chash"]),
+            created_at=_int(f["ts"]),
+        ))
     ts, rid = _int(f["ts"]), unb64(f["rid"])
     if op == "secure":
         return SecureQueue(ts, rid, unb64(f["skey"]))
@@ -252,9 +281,19 @@ def snapshot_record(table: QueueTable, record: QueueRecord) -> CreateQueue:
     return CreateQueue(record, table.links.get(record.recipient_id))
 
 
+def snapshot_changes(table: QueueTable) -> list[LogRecord]:
+    """The changes of a compacted log: one `add_service` per service, one `create` per queue."""
+    services = [] if table.services is None else table.services.by_id.values()
+    return [
+        *(AddService(s) for s in services),
+        *(snapshot_record(table, r) for r in table.queues.values()),
+    ]
+
+
 def snapshot_lines(table: QueueTable) -> list[str]:
-    """The compacted log of a state: one `create` line per queue, sorted, without LF."""
-    lines = (encode_line(encode_record(snapshot_record(table, r))) for r in table.queues.values())
+    """The compacted log of a state: one `add_service` line per service and one
+    `create` line per queue, sorted, without LF."""
+    lines = (encode_line(encode_record(rec)) for rec in snapshot_changes(table))
     return sorted(line[:-1].decode("ascii") for line in lines)
 
 

@@ -21,6 +21,7 @@ fsync, rename, fsync of the directory).
 
 from __future__ import annotations
 
+import itertools
 import struct
 import time
 import zlib
@@ -39,6 +40,7 @@ from ..interfaces import (
     QueueLinkData,
     QueueRecord,
     QueueStatus,
+    ServiceRecord,
     WriteResult,
 )
 from ..queue_table import CreateQueue, LogRecord, QueueTable, TableQueueStore, decide_create
@@ -145,15 +147,30 @@ class MemoryQueueStore(TableQueueStore):
     def save(self, path: Path | str) -> int:
         """Write every queue record to `path` atomically; returns how many."""
         table = self._table
-        return write_snapshot(path, _QUEUES_MAGIC, _encode_records(table.records(), table.links))
+        services = () if table.services is None else table.services.by_id.values()
+        items = itertools.chain(
+            (_SERVICE_ITEM + item for item in _encode_services(services)),
+            (_QUEUE_ITEM + item for item in _encode_records(table.records(), table.links)),
+        )
+        return write_snapshot(path, _QUEUES_MAGIC, items)
 
     @classmethod
     def load(cls, path: Path | str, *, clock: Callable[[], float] = time.time) -> MemoryQueueStore:
         """A store holding the records of a snapshot written by `save`."""
         store = cls(clock=clock)
-        found = _magic_of(path)
-        magic = found if found in _QUEUES_MAGIC_OLDER else _QUEUES_MAGIC
-        for rec, link in _decode_records(read_snapshot(path, magic), magic):
+        magic = _magic_of(path)
+        if magic not in (_QUEUES_MAGIC_V1, _QUEUES_MAGIC_V2):
+            magic = _QUEUES_MAGIC
+        services = store._table.services
+        assert services is not None
+        for rd in read_snapshot(path, magic):
+            kind = rd.byte() if magic == _QUEUES_MAGIC else _QUEUE_ITEM[0]
+            if kind == _SERVICE_ITEM[0]:
+                services.add(_decode_service(rd))
+                continue
+            if kind != _QUEUE_ITEM[0]:
+                raise SnapshotError(f"{path}: unknown item kind {kind}")
+            rec, link = _decode_record(rd, magic)
             if store.add_queue_nowait(rec, link) is not None:
                 raise SnapshotError(f"{path}: duplicate queue ids in snapshot")
         return store
@@ -307,10 +324,13 @@ class MemoryMessageStore:
 # crc32 of everything before it (4 bytes). Each item is a tag byte followed by
 # fields; a byte string is a u32 length and the bytes (0xFFFFFFFF = None).
 
-_QUEUES_MAGIC = b"SMPQUEv3"  # v3 adds the recipient keys after the first (RKEY)
+# v3: each item starts with its kind (a queue, a service identity:
+# docs/protocol.md#services), and a queue ends with its recipient keys after the first (RKEY)
+_QUEUES_MAGIC = b"SMPQUEv3"
 _QUEUES_MAGIC_V2 = b"SMPQUEv2"  # still read: v2 added the queue mode and the link (v15)
 _QUEUES_MAGIC_V1 = b"SMPQUEv1"  # still read: a snapshot written before links
-_QUEUES_MAGIC_OLDER = (_QUEUES_MAGIC_V1, _QUEUES_MAGIC_V2)
+_QUEUE_ITEM = b"\x00"
+_SERVICE_ITEM = b"\x01"
 _MESSAGES_MAGIC = b"SMPMSGv1"
 _ITEM = b"\x01"
 _END = b"\x00"
@@ -451,47 +471,55 @@ def _encode_records(
         )
 
 
-def _decode_records(
-    items: Iterator[_Reader], magic: bytes
-) -> Iterator[tuple[QueueRecord, QueueLinkData | None]]:
-    for rd in items:
-        rid, sid, rkey, rdh, skey = (
-            rd.bytes_(),
-            rd.bytes_(),
-            rd.bytes_(),
-            rd.bytes_(),
-            rd.opt_bytes(),
+def _encode_services(services: Iterable[ServiceRecord]) -> Iterator[bytes]:
+    for s in services:
+        yield b"".join(
+            (_b(s.service_id), _b(s.role), _b(s.cert), _b(s.cert_hash), _I64.pack(s.created_at))
         )
-        snd_secure, status, has_ntf = rd.byte(), rd.byte(), rd.byte()
-        notifier = NotifierCreds(rd.bytes_(), rd.bytes_(), rd.bytes_()) if has_ntf else None
-        if status not in _STATUS_BY_CODE:
-            raise SnapshotError(f"unknown queue status code {status}")
-        rsvc, nsvc, updated_at = rd.opt_bytes(), rd.opt_bytes(), rd.i64()
-        mode, link = None, None
-        if magic != _QUEUES_MAGIC_V1:
-            mode, link_id = rd.opt_bytes(), rd.opt_bytes()
-            if link_id is not None:
-                link = QueueLinkData(link_id, rd.bytes_(), rd.bytes_())
-        more_keys: tuple[bytes, ...] = ()
-        if magic == _QUEUES_MAGIC:
-            more_keys = tuple(rd.bytes_() for _ in range(rd.u32()))
-        record = QueueRecord(
-            recipient_id=rid,
-            sender_id=sid,
-            recipient_key=rkey,
-            rcv_dh_secret=rdh,
-            sender_key=skey,
-            snd_secure=bool(snd_secure),
-            status=_STATUS_BY_CODE[status],
-            notifier=notifier,
-            rcv_service_id=rsvc,
-            ntf_service_id=nsvc,
-            updated_at=updated_at,
-            queue_mode=mode,
-            link_id=None if link is None else link.link_id,
-            more_recipient_keys=more_keys,
-        )
-        yield record, link
+
+
+def _decode_service(rd: _Reader) -> ServiceRecord:
+    return ServiceRecord(rd.bytes_(), rd.bytes_(), rd.bytes_(), rd.bytes_(), rd.i64())
+
+
+def _decode_record(rd: _Reader, magic: bytes) -> tuple[QueueRecord, QueueLinkData | None]:
+    rid, sid, rkey, rdh, skey = (
+        rd.bytes_(),
+        rd.bytes_(),
+        rd.bytes_(),
+        rd.bytes_(),
+        rd.opt_bytes(),
+    )
+    snd_secure, status, has_ntf = rd.byte(), rd.byte(), rd.byte()
+    notifier = NotifierCreds(rd.bytes_(), rd.bytes_(), rd.bytes_()) if has_ntf else None
+    if status not in _STATUS_BY_CODE:
+        raise SnapshotError(f"unknown queue status code {status}")
+    rsvc, nsvc, updated_at = rd.opt_bytes(), rd.opt_bytes(), rd.i64()
+    mode, link = None, None
+    if magic != _QUEUES_MAGIC_V1:
+        mode, link_id = rd.opt_bytes(), rd.opt_bytes()
+        if link_id is not None:
+            link = QueueLinkData(link_id, rd.bytes_(), rd.bytes_())
+    more_keys: tuple[bytes, ...] = ()
+    if magic == _QUEUES_MAGIC:
+        more_keys = tuple(rd.bytes_() for _ in range(rd.u32()))
+    record = QueueRecord(
+        recipient_id=rid,
+        sender_id=sid,
+        recipient_key=rkey,
+        rcv_dh_secret=rdh,
+        sender_key=skey,
+        snd_secure=bool(snd_secure),
+        status=_STATUS_BY_CODE[status],
+        notifier=notifier,
+        rcv_service_id=rsvc,
+        ntf_service_id=nsvc,
+        updated_at=updated_at,
+        queue_mode=mode,
+        link_id=None if link is None else link.link_id,
+        more_recipient_keys=more_keys,
+    )
+    return record, link
 
 
 def _encode_messages(queues: dict[bytes, deque[Message]]) -> Iterator[bytes]:

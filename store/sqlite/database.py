@@ -51,13 +51,14 @@ from ..interfaces import (
     QueueRecord,
     StoreError,
 )
-from ..queue_table import check_link_id
+from ..queue_table import check_link_id, service_changes
 from .schema import (
     INSERT_MESSAGE,
     INSERT_QUEUE,
     MIGRATIONS,
     SCHEMA,
     SCHEMA_VERSION,
+    change_service_figures,
     insert_row,
     message_row,
 )
@@ -339,7 +340,10 @@ class SqliteDatabase:
             )
             mid = conn.total_changes
             conn.executemany(INSERT_MESSAGE, (message_row(rid, m) for rid, m in messages))
-            return mid - before, conn.total_changes - mid
+            counts = mid - before, conn.total_changes - mid
+            for r in queues:
+                change_service_figures(conn, service_changes(None, r))
+            return counts
 
         return await self.write(op)
 

@@ -22,8 +22,8 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import trio
@@ -37,6 +37,8 @@ from ..interfaces import (
     Party,
     QueueLinkData,
     QueueRecord,
+    ServiceQueues,
+    ServiceRecord,
     StoreError,
 )
 from ..queue_table import (
@@ -55,21 +57,29 @@ from ..queue_table import (
     decide_set_recipient_keys,
     decide_set_service,
     decide_suspend,
+    service_changes,
     step,
 )
 from .database import SqliteDatabase
 from .schema import (
     INSERT_QUEUE,
+    INSERT_SERVICE,
     LINK_OF,
     LINK_PAGE,
     LIVE_BY,
     PAGE,
+    QUEUE_COLUMN_COUNT,
     QUEUE_COLUMNS,
     QUEUE_PAGE,
     SELECT_QUEUE,
+    SERVICE_BY_CERT,
+    SERVICE_FIGURES,
+    change_service_figures,
     insert_row,
     queue_row,
     record_from_row,
+    service_from_row,
+    service_row,
 )
 
 log = logging.getLogger(__name__)
@@ -160,7 +170,8 @@ class SqliteQueueStore:
         self._clock = clock
         # The cached records, oldest use first, with the indexes of the shared table.
         self._lru: OrderedDict[bytes, QueueRecord] = OrderedDict()  # oldest use first
-        self._cache = QueueTable(self._lru)  # the cached records, indexed as every table
+        # The cached records, indexed as every table (a cache cannot keep services' figures).
+        self._cache = QueueTable(self._lru, services=False)
         self._ids = _LiveIds()  # a lookup of any other id is a miss without the database
         self._locks = _KeyedLocks()
         self._deletes = 0  # bumped on every delete: a load that straddles one is discarded
@@ -254,11 +265,14 @@ class SqliteQueueStore:
     ) -> ErrorType | None:
         row = insert_row(record, link)
 
+        changes = service_changes(None, record)
+
         def op(conn: sqlite3.Connection) -> bool:
             try:
                 conn.execute(INSERT_QUEUE, row)
             except sqlite3.IntegrityError:
                 return False
+            change_service_figures(conn, changes)
             return True
 
         if isinstance(decide_create(self._ids, record, link), ErrorType):
@@ -368,6 +382,77 @@ class SqliteQueueStore:
         rows = await self.db.read(lambda conn: conn.execute(sql, (service_id,)).fetchall())
         return [record_from_row(row) for row in rows]
 
+    async def set_queues_service(
+        self, recipient_ids: Sequence[bytes], party: Party, service_id: bytes | None
+    ) -> list[ErrorType | None]:
+        check_service_party(party)
+        # The queues' locks in one order, so that two blocks never wait for each other.
+        async with AsyncExitStack() as locks:
+            for rid in sorted(set(recipient_ids)):
+                await locks.enter_async_context(self._locks.hold(rid))
+            return await self._set_queues_service(recipient_ids, party, service_id)
+
+    async def _set_queues_service(
+        self, recipient_ids: Sequence[bytes], party: Party, service_id: bytes | None
+    ) -> list[ErrorType | None]:
+        now = self._now()
+        results: list[ErrorType | None] = []
+        updates: dict[bytes, tuple[QueueRecord, QueueRecord]] = {}  # rid -> (before, after)
+        for rid in recipient_ids:
+            before = updates[rid][1] if rid in updates else await self._load(Party.RECIPIENT, rid)
+            decision = decide_set_service(before, party, service_id, now)
+            if isinstance(decision, ErrorType):
+                results.append(decision)
+                continue
+            results.append(None)
+            if decision.changes_anything(before):
+                after = step(before, decision)
+                assert before is not None and after is not None
+                first = updates[rid][0] if rid in updates else before
+                updates[rid] = (first, after)
+        if not updates:
+            return results
+        sql = (
+            f"UPDATE queues SET ({QUEUE_COLUMNS}) = ({','.join('?' * QUEUE_COLUMN_COUNT)}) "
+            "WHERE recipient_id = ? AND deleted_at IS NULL"
+        )
+
+        def op(conn: sqlite3.Connection) -> set[bytes]:
+            gone = set()
+            for rid, (before, after) in updates.items():
+                if conn.execute(sql, (*queue_row(after), rid)).rowcount == 0:
+                    gone.add(rid)  # the cache said live, the database says gone
+                    continue
+                change_service_figures(conn, service_changes(before, after))
+            return gone
+
+        gone = await self.db.write(op)  # one transaction for the block
+        for rid, (before, after) in updates.items():
+            if rid in gone:
+                self._cache_drop(after)
+            else:
+                self._cache_put(after, before)
+        pairs = zip(recipient_ids, results, strict=True)
+        return [AUTH if rid in gone else result for rid, result in pairs]
+
+    async def add_service(self, record: ServiceRecord) -> ServiceRecord:
+        key = (record.role, record.cert_hash)
+
+        def op(conn: sqlite3.Connection) -> tuple[Any, ...]:
+            conn.execute(INSERT_SERVICE, service_row(record))
+            return conn.execute(SERVICE_BY_CERT, key).fetchone()
+
+        stored = await self.db.read(lambda conn: conn.execute(SERVICE_BY_CERT, key).fetchone())
+        if stored is None:
+            stored = await self.db.write(op)
+        return service_from_row(stored)
+
+    async def service_summary(self, service_id: bytes, party: Party) -> ServiceQueues:
+        check_service_party(party)
+        key = (service_id, party.value)
+        row = await self.db.read(lambda conn: conn.execute(SERVICE_FIGURES, key).fetchone())
+        return ServiceQueues() if row is None else ServiceQueues(row[0], row[1])
+
     async def delete_queue(self, recipient_id: bytes) -> QueueRecord | ErrorType:
         now = self._now()
 
@@ -379,6 +464,7 @@ class SqliteQueueStore:
                     " AND deleted_at IS NULL",
                     (now, recipient_id),
                 )
+                change_service_figures(conn, service_changes(record_from_row(row), None))
             return row
 
         async with self._locks.hold(recipient_id):
@@ -415,7 +501,7 @@ class SqliteQueueStore:
 
     async def close(self) -> None:
         self._lru = OrderedDict()
-        self._cache = QueueTable(self._lru)
+        self._cache = QueueTable(self._lru, services=False)
         self._ids = _LiveIds()
 
     # --- internals ---------------------------------------------------------------
@@ -452,12 +538,14 @@ class SqliteQueueStore:
             f"UPDATE queues SET ({columns}) = ({','.join('?' * len(row))}) "
             "WHERE recipient_id = ? AND deleted_at IS NULL"
         )
+        changes = service_changes(previous, new)
 
         def op(conn: sqlite3.Connection) -> ErrorType | None:
             if unless is not None and unless(conn):
                 return refused
             if conn.execute(sql, (*row, new.recipient_id)).rowcount == 0:
                 return AUTH  # the cache said live, the database says gone
+            change_service_figures(conn, changes)
             return None
 
         error = await self.db.write(op)

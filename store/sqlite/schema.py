@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterable
 from typing import Any
+
+from router.protocol.ids_hash import ids_hash_bytes, ids_hash_int
 
 from ..interfaces import (
     Message,
@@ -11,9 +15,10 @@ from ..interfaces import (
     QueueLinkData,
     QueueRecord,
     QueueStatus,
+    ServiceRecord,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 PAGE = 1000  # rows per worker call when iterating
 
 
@@ -73,9 +78,28 @@ CREATE UNIQUE INDEX IF NOT EXISTS queues_link ON queues(link_id)
     3: """
 ALTER TABLE queues ADD COLUMN more_recipient_keys BLOB;
 """,  # RKEY: the recipient keys after the first (`pack_keys`), NULL for none
+    4: """
+CREATE TABLE IF NOT EXISTS services (
+    service_id BLOB PRIMARY KEY,
+    role BLOB NOT NULL,
+    cert BLOB NOT NULL,
+    cert_hash BLOB NOT NULL,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS services_cert ON services(role, cert_hash);
+CREATE TABLE IF NOT EXISTS service_queues (
+    service_id BLOB NOT NULL,
+    party TEXT NOT NULL,
+    queue_count INTEGER NOT NULL,
+    ids_hash BLOB NOT NULL,
+    PRIMARY KEY (service_id, party)
+) WITHOUT ROWID;
+UPDATE queues SET rcv_service_id = NULL, ntf_service_id = NULL
+    WHERE rcv_service_id IS NOT NULL OR ntf_service_id IS NOT NULL;
+""",  # services by certificate (docs/protocol.md#services) with their queues' count and
+    # ids hash; associations made before have no service record behind them, so they
+    # are released (their services subscribe the queues again).
 }
-
-
 
 # --- rows ------------------------------------------------------------------------
 
@@ -84,6 +108,7 @@ QUEUE_COLUMNS = (  # a record's columns; the link's data (link_fixed, link_user)
     "notifier_id, notifier_key, rcv_ntf_dh_secret, rcv_service_id, ntf_service_id, updated_at, "
     "queue_mode, link_id, more_recipient_keys"
 )
+QUEUE_COLUMN_COUNT = QUEUE_COLUMNS.count(",") + 1
 INSERT_QUEUE = (
     f"INSERT INTO queues ({QUEUE_COLUMNS}, link_fixed, link_user)"
     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -182,6 +207,46 @@ def unpack_keys(blob: bytes | None) -> tuple[bytes, ...]:
         keys.append(bytes(blob[i + 2 : i + 2 + n]))
         i += 2 + n
     return tuple(keys)
+
+
+SERVICE_COLUMNS = "service_id, role, cert, cert_hash, created_at"
+INSERT_SERVICE = (
+    f"INSERT INTO services ({SERVICE_COLUMNS}) VALUES (?,?,?,?,?)"
+    " ON CONFLICT DO NOTHING"
+)
+SERVICE_BY_CERT = f"SELECT {SERVICE_COLUMNS} FROM services WHERE role = ? AND cert_hash = ?"
+SERVICE_FIGURES = (
+    "SELECT queue_count, ids_hash FROM service_queues WHERE service_id = ? AND party = ?"
+)
+
+
+def service_row(s: ServiceRecord) -> tuple[Any, ...]:
+    return (s.service_id, s.role, s.cert, s.cert_hash, s.created_at)
+
+
+def service_from_row(row: tuple[Any, ...]) -> ServiceRecord:
+    return ServiceRecord(*row)
+
+
+def change_service_figures(
+    conn: sqlite3.Connection, changes: Iterable[tuple[Party, bytes, int, int]]
+) -> None:
+    """Apply `queue_table.service_changes` to the `service_queues` rows, in the
+    transaction that changes the queues (one row per service and side)."""
+    for party, service_id, delta, digest in changes:
+        key = (service_id, party.value)
+        row = conn.execute(SERVICE_FIGURES, key).fetchone()
+        count, value = (0, 0) if row is None else (row[0], ids_hash_int(row[1]))
+        count, value = count + delta, value ^ digest
+        if count:
+            conn.execute(
+                "INSERT INTO service_queues (service_id, party, queue_count, ids_hash)"
+                " VALUES (?,?,?,?) ON CONFLICT DO UPDATE SET"
+                " queue_count = excluded.queue_count, ids_hash = excluded.ids_hash",
+                (*key, count, ids_hash_bytes(value)),
+            )
+        elif row is not None:
+            conn.execute("DELETE FROM service_queues WHERE service_id = ? AND party = ?", key)
 
 
 def message_row(rid: bytes, m: Message) -> tuple[Any, ...]:

@@ -191,6 +191,11 @@ def test_what_the_versions_change_shows_in_the_golden_bytes():
     assert g[15]["command NEW"].endswith(
         b"C1" + b"\x18" + LID + b"\x18" + SID + b"\x00\x05fixed\x00\x04user")
     assert g[17]["command NEW"].endswith(b"user1\x2c" + ED + b"\x2c" + X2)
+    # v19: the count and ids hash of SUBS, SOKS, ENDS
+    assert g[18]["command SUBS"] == b"SUBS"
+    assert g[18]["answer 11 SOKS"] == b"SOKS " + bytes(7) + b"\x03"
+    assert g[19]["command SUBS"] == b"SUBS " + b"\xff" * 8 + b"\x10" + bytes(16)
+    assert g[19]["answer 11 SOKS"] == b"SOKS " + bytes(7) + b"\x03\x10" + bytes(16)
     # v19: the web proof
     assert g[18]["server-hello"].endswith(SIGNED_KEY)
     assert g[19]["server-hello"].endswith(SIGNED_KEY + b"\x40" + SIG)

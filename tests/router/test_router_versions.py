@@ -112,13 +112,18 @@ async def test_a_block_that_does_not_decrypt_ends_the_connection():
             await ws.get_message()
 
 
-async def test_a_client_service_certificate_in_the_hello_closes_the_connection():
+async def test_a_client_service_certificate_without_a_tls_one_is_bad_auth_then_closed():
+    """A WebSocket connection has no TLS client certificate to prove the chain against:
+    the reference's third block `E HANDSHAKE BAD_AUTH`, then the close
+    (docs/protocol.md#client-service)."""
     async with running_router() as info, await raw_ws(info) as ws:
         await ws.get_message()
         _, spki = crypto.new_x25519()
         service = ClientServiceCert(b"M", (b"certificate",), b"signed key")
         hello = ClientHello(16, info.key_hash, spki, client_service=service)
         await ws.send_message(pad_block(encode_client_hello(hello)))
+        with trio.fail_after(10):
+            assert unpad_block(await ws.get_message()) == b"EHANDSHAKE BAD_AUTH"
         with trio.fail_after(10), pytest.raises(trio_websocket.ConnectionClosed):
             await ws.get_message()
 

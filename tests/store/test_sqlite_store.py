@@ -17,6 +17,7 @@ from store.interfaces import (
     Party,
     QueueLinkData,
     QueueRecord,
+    ServiceQueues,
     StoreError,
     WriteResult,
 )
@@ -449,3 +450,18 @@ async def test_an_older_database_gets_the_recipient_keys_column_and_keeps_its_qu
     async with open_sqlite_database(db_path) as db:
         queues = await open_queue_store(db)
         assert (await queues.get_queue(Party.SENDER, old.sender_id)).recipient_keys == keys
+
+
+async def test_a_database_from_before_services_releases_its_old_associations(db_path):
+    """Associations of schema 2 came from service keys no client can prove any more."""
+    old = replace(record(), updated_at=7)
+    write_v1_database(db_path, old)
+    conn = sqlite3.connect(db_path)
+    conn.executescript(f"BEGIN; {sqlite_schema.MIGRATIONS[2]} PRAGMA user_version=2; COMMIT;")
+    conn.execute("UPDATE queues SET rcv_service_id = ?", (b"old service",))
+    conn.commit()
+    conn.close()
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)
+        assert (await queues.get_queue(Party.RECIPIENT, old.recipient_id)).rcv_service_id is None
+        assert await queues.service_summary(b"old service", Party.RECIPIENT) == ServiceQueues()

@@ -84,6 +84,9 @@ def camel(name: str) -> str:
 # Fields of NEW and IDS that versions 9 and 10 do not carry (docs/protocol.md#short-links):
 # the JavaScript codec leaves them out of what it decodes at those versions.
 LATER_FIELDS = {"link", "notifier", "link_id", "service_id"}
+# v19's service figures, which the v10 view has not: SUBS/NSUBS's count (-1 before
+# v19) and the ids hash of SUBS, NSUBS, SOKS and ENDS (none before v19).
+V19_DEFAULTS = {"ids_hash": bytes(16), "count": -1}
 
 
 def view(value: object) -> dict:
@@ -92,6 +95,8 @@ def view(value: object) -> dict:
     for f in fields(value):  # type: ignore[arg-type]
         v = getattr(value, f.name)
         if f.name in LATER_FIELDS and v is None:
+            continue
+        if f.name in V19_DEFAULTS and v == V19_DEFAULTS[f.name]:
             continue
         if isinstance(v, bytes):
             v = v.hex()

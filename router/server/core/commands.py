@@ -85,6 +85,7 @@ from store.interfaces import (
     WriteResult,
 )
 
+from ..edge.handshake import ServiceSession
 from .limits import MEMORY_FULL, NEW_RATE_LIMITED, NewQueueLimits, new_queue_limits
 from .subscriptions import ClientSubscriptions, Event, Sub, Subscriptions
 from .verified import Verified, error_transmission
@@ -247,10 +248,12 @@ class Commands:
 
     async def _subs(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """SOKS n now; the messages follow from the delivery task, then ALLS."""
-        return _reply(verified, SOKS(await self._context.services.subscribe_queues(client)))
+        figures = await self._context.services.subscribe_queues(client)
+        return _reply(verified, SOKS(figures.count, figures.ids_hash))
 
     async def _nsubs(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
-        return _reply(verified, SOKS(await self._context.services.subscribe_notifiers(client)))
+        figures = await self._context.services.subscribe_notifiers(client)
+        return _reply(verified, SOKS(figures.count, figures.ids_hash))
 
     # --- creating and securing ------------------------------------------------------
 
@@ -270,7 +273,12 @@ class Commands:
             return _reply(verified, NEW_RATE_LIMITED)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_dh_key)
-        service_id = client.conn.service_id if cmd.subscribe else None
+        # A queue made in a certificate service's session is the service's whatever its
+        # subMode (as the reference); with the hello extension only if subscribed here.
+        service_id = (
+            client.conn.service_id
+            if cmd.subscribe or isinstance(client.conn.service, ServiceSession) else None
+        )
         # The queue mode is kept from v15, where NEW states it (docs/protocol.md#short-links).
         queue_mode = cmd.queue_mode if verified.version >= versions.SHORT_LINKS else None
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -78,6 +79,7 @@ from router.protocol.types import (
 )
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 
+from ..edge.handshake import ServiceSession
 from .counters import Counters
 from .forwarded import Forwarded
 from .turns import (
@@ -177,6 +179,8 @@ class Dispatcher:
             else:
                 out.append(result)
         del raw_transmissions
+        if len(verified) > 1:
+            await self._associate_block(client, verified)
         observe = self._latencies.command
         overtakable = False  # an answer in `out` that a push could overtake
         for v, verifying in verified:
@@ -196,6 +200,41 @@ class Dispatcher:
             out.extend(await self._execute(client, v))
             observe(type(v.command).__name__, verifying + perf_counter() - started)
         return out
+
+    async def _associate_block(
+        self, client: ClientSubscriptions, verified: list[tuple[Verified, float]]
+    ) -> None:
+        """The SUBs (NSUBs) of a block that move queues to this connection's service or
+        away from another, in one store write per side; each command then finds its
+        queue associated already (docs/protocol.md#service-signature, "Association").
+        A store failure leaves the commands to associate their queues one by one."""
+        service_id = client.conn.service_id
+        moving: dict[Party, list[int]] = {Party.RECIPIENT: [], Party.NOTIFIER: []}
+        for i, (v, _) in enumerate(verified):
+            queue, kind = v.queue, type(v.command)
+            if queue is None:
+                continue
+            if kind is SUB and queue.rcv_service_id != service_id:
+                moving[Party.RECIPIENT].append(i)
+            elif kind is NSUB and queue.notifier is not None and (
+                queue.ntf_service_id != service_id
+            ):
+                moving[Party.NOTIFIER].append(i)
+        for party, indexes in moving.items():
+            if len(indexes) < 2:
+                continue  # one goes the usual way
+            rids = [verified[i][0].queue.recipient_id for i in indexes]  # type: ignore[union-attr]
+            try:
+                results = await self._queues.set_queues_service(rids, party, service_id)
+            except StoreError as e:
+                log.warning("associating a block's queues for %r failed: %s", client.conn, e)
+                continue
+            side = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
+            for i, error in zip(indexes, results, strict=True):
+                v, took = verified[i]
+                if error is None and v.queue is not None:
+                    queue = replace(v.queue, **{side: service_id})
+                    verified[i] = (replace(v, queue=queue), took)
 
     async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:
         try:
@@ -247,10 +286,9 @@ class Dispatcher:
             return error_transmission(t.corr_id, t.entity_id, cmd, version)
         if allowed is not None and type(cmd) not in allowed:
             return error_transmission(t.corr_id, t.entity_id, CMD_PROHIBITED, version)
-        if t.service_sig is not None:
-            # The reference's service signatures need its client services, which this
-            # router does not accept (docs/protocol.md#service-signature).
-            return error_transmission(t.corr_id, t.entity_id, SERVICE, version)
+        refused = _service_refusal(conn, t, cmd)
+        if refused is not None:
+            return error_transmission(t.corr_id, t.entity_id, refused, version)
         result = await self._authorize(conn, t, cmd, version)
         if isinstance(result, ErrorType):
             return error_transmission(t.corr_id, t.entity_id, result, version)
@@ -299,6 +337,10 @@ class Dispatcher:
                 return self._verified_by_any_key(conn, t, cmd, queue, version)
             key = None if queue is None else queue.recipient_key
         signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
+        if t.service_sig is not None:
+            # A queue key in a service session signs the certificate's hash first
+            # (docs/protocol.md#service-signature); only a ServiceSession gets here with one.
+            signed = conn.service.cert_hash + signed  # type: ignore[union-attr]
         verified = verify_authorization(
             t.authorization, key, signed, corr_id=t.corr_id,
             router_dh_private=conn.router_dh_private,
@@ -340,6 +382,40 @@ def _parse(t: Transmission, version: int) -> Command | ErrorType:
     except ProtocolError as e:
         return e.error
     return check_credentials(cmd, t) or cmd
+
+
+# The commands a service session signs with its session key besides the queue's
+# (the reference's `useServiceAuth`).
+_SERVICE_SIGNED = (NEW, SUB, NSUB)
+# The commands of each role's sessions (the reference's `partyClientRole`): a notifier
+# service subscribes notifiers, a proxy forwards; a messaging service does the rest.
+_NOTIFIER_COMMANDS = (NSUB, NSUBS)
+_ROLE_ALLOWS: dict[bytes, Callable[[type], bool]] = {
+    b"M": lambda kind: kind not in _NOTIFIER_COMMANDS and kind is not RFWD,
+    b"N": lambda kind: kind in _NOTIFIER_COMMANDS or kind is PING,
+    b"P": lambda kind: kind is RFWD or kind is PING,
+}
+
+
+def _service_refusal(conn: Connection, t: Transmission, cmd: Command) -> ErrorType | None:
+    """The reference's checks before any queue is looked up (`verifyQueueTransmission`):
+    a command outside the session's role is `CMD PROHIBITED`; a service signature where
+    none belongs, or none where one must be, or one that does not verify, `SERVICE`
+    (docs/protocol.md#service-signature)."""
+    session = conn.service if isinstance(conn.service, ServiceSession) else None
+    kind = type(cmd)
+    if session is not None and not _ROLE_ALLOWS[session.role](kind):
+        return CMD_PROHIBITED
+    if kind not in _SERVICE_SIGNED:
+        return None if t.service_sig is None else SERVICE
+    if session is None:
+        return None if t.service_sig is None else SERVICE
+    if t.service_sig is None:
+        return SERVICE
+    signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
+    if not verify_authorization(t.service_sig, session.service_key, signed, corr_id=t.corr_id):
+        return SERVICE
+    return None
 
 
 def _service_key(conn: Connection, entity_id: bytes) -> bytes | None:

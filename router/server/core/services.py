@@ -1,17 +1,20 @@
-"""Service subscriptions: SUBS, NSUBS, ENDS and ALLS (docs/protocol.md#services, #service-extension;
-docs/protocol.md#services).
+"""Service subscriptions: SUBS, NSUBS, ENDS and ALLS (docs/protocol.md#services,
+#service-subscriptions, #client-service, #service-extension).
 
-Theory of operation. A connection may prove a service identity in its client
-hello; `Connection.service_id` is then set.
+Theory of operation. A connection may prove a service identity: by its TLS
+client certificate and `clientService` (the reference's), or in its client
+hello (this router's extension); `Connection.service_id` is then set.
 
 - Association. A queue's recipient side belongs to the service of the last
-  connection that subscribed it (SUB, or NEW with subMode S); its notifier
-  side to the service of the last NSUB. A connection without a service
-  removes the association, so a later SUBS does not take the queue back
-  from its new subscriber. The store keeps the association
-  (`QueueStore.set_service`), so it survives restarts.
-- SUBS. The router reads the queues associated with the service, makes this
-  connection the service's subscriber, answers `SOKS n` and then catches up:
+  connection that subscribed it (SUB, or NEW with subMode S; any NEW in a
+  certificate service's session); its notifier side to the service of the last
+  NSUB. A connection without a service removes the association, so a later
+  SUBS does not take the queue back from its new subscriber. The store keeps
+  the association and each service's count and ids hash (`QueueStore.set_service`,
+  a block's at once by `set_queues_service`), so they survive restarts.
+- SUBS. The router reads the service's figures and queues, makes this
+  connection the service's subscriber, answers `SOKS n idsHash` with the
+  store's figures and then catches up:
   the connection's one delivery task walks the list, and for each queue that
   is still associated it registers the subscription (an individual
   subscriber elsewhere gets END) and pushes the queue's head message. When
@@ -22,7 +25,7 @@ hello; `Connection.service_id` is then set.
   `delivered` gate after their last await and set it before writing, so
   only one of them sends a given message.
 - Displacement. A second connection proving the same service that sends
-  SUBS takes over: the first gets `ENDS n` (n: the count of its own SOKS),
+  SUBS takes over: the first gets `ENDS n idsHash` (the figures of its own SOKS),
   loses its catch-up and, at once, every queue its walk subscribed or found
   subscribed (`ServiceSubscription.subs`); the queues move to the new
   connection as its catch-up reaches them. Meanwhile they are simply
@@ -47,7 +50,7 @@ import trio
 
 from router.protocol.codec import encode_response_transmission
 from router.protocol.types import ALLS
-from store.interfaces import MessageStore, Party, QueueRecord, QueueStore
+from store.interfaces import MessageStore, Party, QueueRecord, QueueStore, ServiceQueues
 
 from .subscriptions import CatchUp, ClientSubscriptions, Subscriptions
 
@@ -56,7 +59,6 @@ if TYPE_CHECKING:
     from .notifications import Notifications
 
 CATCH_UP_STEP = 64  # queues looked at between two checks for other delivery work
-_ALLS = encode_response_transmission(b"", b"", ALLS())
 
 
 class Services:
@@ -89,15 +91,20 @@ class Services:
 
     # --- SUBS ------------------------------------------------------------------------
 
-    async def subscribe_queues(self, client: ClientSubscriptions) -> int:
-        """SUBS: take the service over and set up the catch-up; returns n for SOKS."""
+    async def subscribe_queues(self, client: ClientSubscriptions) -> ServiceQueues:
+        """SUBS: take the service over and set up the catch-up; returns the figures
+        for SOKS: the count and ids hash the store keeps
+        (docs/protocol.md#service-subscriptions)."""
         service_id = client.conn.service_id
         assert service_id is not None  # the dispatcher lets SUBS through only then
+        figures = await self._queues.service_summary(service_id, Party.RECIPIENT)
         records = await self._queues.service_queues(service_id, Party.RECIPIENT)
-        self._subscriptions.take_over_service(client, Party.RECIPIENT, len(records))
+        self._subscriptions.take_over_service(
+            client, Party.RECIPIENT, figures.count, figures.ids_hash
+        )
         # Started once the SOKS is on its way (ClientSubscriptions.start_catch_up).
         client.next_catch_up = CatchUp(service_id, [r.recipient_id for r in records])
-        return len(records)
+        return figures
 
     async def catch_up_step(self, client: ClientSubscriptions) -> None:
         """Called by the delivery task: a few queues of the walk, then ALLS at the end."""
@@ -111,7 +118,8 @@ class Services:
                 walk.delivered += 1
         if client.catch_up is walk and walk.done:
             client.catch_up = None
-            await client.conn.push([_ALLS])
+            alls = encode_response_transmission(b"", b"", ALLS(), client.conn.version)
+            await client.conn.push([alls])
         else:
             await trio.lowlevel.checkpoint()  # queues without messages never wait
 
@@ -144,17 +152,20 @@ class Services:
 
     # --- NSUBS ------------------------------------------------------------------------
 
-    async def subscribe_notifiers(self, client: ClientSubscriptions) -> int:
-        """NSUBS: take the service's notifiers over; returns n for SOKS."""
+    async def subscribe_notifiers(self, client: ClientSubscriptions) -> ServiceQueues:
+        """NSUBS: take the service's notifiers over; returns the figures for SOKS."""
         service_id = client.conn.service_id
         assert service_id is not None
+        figures = await self._queues.service_summary(service_id, Party.NOTIFIER)
         records = await self._queues.service_queues(service_id, Party.NOTIFIER)
         subscriptions = self._subscriptions
-        held = subscriptions.take_over_service(client, Party.NOTIFIER, len(records))
+        held = subscriptions.take_over_service(
+            client, Party.NOTIFIER, figures.count, figures.ids_hash
+        )
         for record in records:
             if record.notifier is not None:
                 nid = record.notifier.notifier_id
                 subscriptions.subscribe_notifier(client, nid)
                 self._notifications.subscribed(nid)
                 held.notifier_ids.add(nid)
-        return len(records)
+        return figures

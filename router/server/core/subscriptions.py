@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, ClassVar
 import trio
 
 from router.protocol.codec import encode_response_transmission
-from router.protocol.types import DELD, END, ENDS
+from router.protocol.types import DELD, END, ENDS, NO_IDS_HASH
 from store.interfaces import Message, Party, StoreError
 
 from .pending_pushes import Deliveries
@@ -322,6 +322,7 @@ class ServiceSubscription:
 
     client: ClientSubscriptions
     count: int  # the n of its SOKS
+    ids_hash: bytes = NO_IDS_HASH  # the ids hash of its SOKS (v19)
     subs: set[Sub] = field(default_factory=set)  # recipient side
     notifier_ids: set[bytes] = field(default_factory=set)  # notifier side
 
@@ -335,14 +336,15 @@ class _ServiceRegistry:
         self._held: dict[bytes, ServiceSubscription] = {}
 
     def take_over(
-        self, service_id: bytes, client: ClientSubscriptions, count: int
+        self, service_id: bytes, client: ClientSubscriptions, count: int, ids_hash: bytes
     ) -> ServiceSubscription | None:
         """Make `client` the holder; the other one's subscription it replaces."""
         previous = self._held.get(service_id)
         if previous is not None and previous.client is client:
-            previous.count = count  # SUBS again: what the first one holds stays held
+            # SUBS again: what the first one holds stays held
+            previous.count, previous.ids_hash = count, ids_hash
             return None
-        self._held[service_id] = ServiceSubscription(client, count)
+        self._held[service_id] = ServiceSubscription(client, count, ids_hash)
         return previous
 
     def held_by(self, service_id: bytes, client: ClientSubscriptions) -> ServiceSubscription | None:
@@ -633,14 +635,15 @@ class Subscriptions:
     # --- services (docs/protocol.md#services) -----------------------------------------
 
     def take_over_service(
-        self, client: ClientSubscriptions, party: Party, count: int
+        self, client: ClientSubscriptions, party: Party, count: int,
+        ids_hash: bytes = NO_IDS_HASH,
     ) -> ServiceSubscription:
         """Make `client` its service's holder on `party`'s side; the previous
         holder loses what its service subscription held and gets ENDS."""
         service_id = client.conn.service_id
         assert service_id is not None  # the dispatcher lets SUBS / NSUBS through only then
         registry = self._services[party]
-        previous = registry.take_over(service_id, client, count)
+        previous = registry.take_over(service_id, client, count, ids_hash)
         if previous is not None:
             self._end_service(previous, party)
         held = registry.held_by(service_id, client)
@@ -660,8 +663,9 @@ class Subscriptions:
             self._detach_notifier(client, nid)
         service_id = client.conn.service_id
         assert service_id is not None
+        ends = ENDS(previous.count, previous.ids_hash)
         client.conn.push_events(
-            [encode_response_transmission(b"", service_id, ENDS(previous.count))]
+            [encode_response_transmission(b"", service_id, ends, client.conn.version)]
         )
 
 

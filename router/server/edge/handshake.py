@@ -4,17 +4,27 @@ The router sends its hello first (the versions it serves, a fresh random 32-byte
 session id, its certificate chain, its X25519 key of this connection signed by
 the online key, and, when the WebSocket URL carried a challenge, the signature
 of the web identity proof), then waits a bounded time for the client hello. A
-version outside the range, a key hash other than the router's, a `clientService`
-(docs/protocol.md#client-service), or a service proof (this router's hello
-extension, docs/protocol.md#service-extension) that does not verify closes the
-connection without an error block. A valid proof is kept for the service
-commands. From v11 a client that sent its X25519 key (and is not a proxy) gets
+version outside the range, a key hash other than the router's, or a service proof
+(this router's hello extension, docs/protocol.md#service-extension) that does
+not verify closes the connection without an error block. A valid proof is kept
+for the service commands.
+
+A `clientService` (v16, docs/protocol.md#client-service) is checked as the
+reference checks it: its chain must be the TLS client certificate chain of the
+connection, its leaf's Ed25519 key must sign the session's Ed25519 key, else the
+router answers with a third block `E HANDSHAKE BAD_AUTH` and closes; then the
+service of that certificate and role is looked up or made (`ServiceLookup`;
+`HANDSHAKE BAD_SERVICE` if the store fails) and the third block carries its id.
+
+From v11 a client that sent its X25519 key (and is not a proxy) gets
 block encryption (docs/protocol.md#block-encryption).
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
@@ -22,23 +32,43 @@ import trio
 from router.protocol import versions
 from router.protocol.block import pad_block, unpad_block
 from router.protocol.block_encryption import BlockCipher, dh_secret
-from router.protocol.crypto import verify_service_proof
+from router.protocol.crypto import verify_service_key, verify_service_proof
 from router.protocol.handshake import (
+    SERVICE_BAD_AUTH,
+    SERVICE_BAD_SERVICE,
     SMP_VERSION_MAX,
     SMP_VERSION_MIN,
     ClientHello,
+    ClientServiceCert,
     ServerHello,
+    ServiceHandshakeResult,
     ServiceProof,
     decode_client_hello,
     encode_server_hello,
+    encode_service_handshake_result,
 )
 from router.protocol.keys import raw_key
 from router.protocol.types import ProtocolError
+from store.interfaces import StoreError
 
 from .block_stream import BlockStream, TransportClosed
 from .identity import RouterIdentity
 
 SESSION_ID_SIZE = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSession:
+    """A service proven by its TLS client certificate (docs/protocol.md#client-service)."""
+
+    service_id: bytes
+    role: bytes  # b"M", b"N" or b"P"
+    cert_hash: bytes  # SHA-256 of the identity certificate: queue keys sign it first
+    service_key: bytes  # Ed25519 SPKI of the session's key: it signs SUBS and service signatures
+
+
+# (role, identity certificate, its SHA-256) -> the service's id; raises StoreError.
+ServiceLookup = Callable[[bytes, bytes, bytes], Awaitable[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +83,7 @@ class Handshake:
     router_dh_private: bytes | None = None
     cipher: BlockCipher | None = None  # block encryption, from v11
     proxy_server: bool = False
+    client_service: ServiceSession | None = None  # v16: a service by its certificate
 
 
 async def server_handshake(
@@ -64,6 +95,8 @@ async def server_handshake(
     *,
     session_id: bytes | None = None,
     legacy: bool = False,
+    peer_chain: tuple[bytes, ...] = (),
+    services: ServiceLookup | None = None,
 ) -> Handshake:
     """Run the router side of the handshake; TransportClosed if the client fails it.
 
@@ -95,10 +128,11 @@ async def server_handshake(
         raise TransportClosed(f"client asked for version {client.version}")
     if client.key_hash != key_hash:
         raise TransportClosed("client hello names another router identity")
+    client_service = None
     if client.client_service is not None:
-        # The reference proves it against the TLS client certificate, which this
-        # transport has none of (docs/protocol.md#client-service).
-        raise TransportClosed("client hello carries a service certificate")
+        client_service = await _service_session(
+            transport, client.client_service, peer_chain, services
+        )
     service = client.service
     if service is not None and not verify_service_proof(service, session_id, key_hash):
         raise TransportClosed("client hello carries a service proof that does not verify")
@@ -115,8 +149,39 @@ async def server_handshake(
         cipher = BlockCipher.for_router(session_id, secret)
     return Handshake(
         client.version, session_id, client.client_key, client.service, private, cipher,
-        client.proxy_server,
+        client.proxy_server, client_service,
     )
+
+
+async def _service_session(
+    transport: BlockStream,
+    service: ClientServiceCert,
+    peer_chain: tuple[bytes, ...],
+    services: ServiceLookup | None,
+) -> ServiceSession:
+    """The checks of the reference's `getClientService`, then the third block."""
+    proven = None
+    if services is not None and peer_chain and peer_chain == service.cert_chain:
+        proven = verify_service_key(service.cert_chain, service.signed_key)
+    if proven is None:
+        await _refuse_service(transport, SERVICE_BAD_AUTH)
+        raise TransportClosed("client service certificate or key does not verify")
+    assert services is not None
+    identity, session_key = proven
+    cert_hash = hashlib.sha256(identity).digest()
+    try:
+        service_id = await services(service.role, identity, cert_hash)
+    except StoreError as e:
+        await _refuse_service(transport, SERVICE_BAD_SERVICE)
+        raise TransportClosed(f"service record not stored: {e}") from e
+    answer = encode_service_handshake_result(ServiceHandshakeResult(service_id=service_id))
+    await transport.send_block(pad_block(answer))
+    return ServiceSession(service_id, service.role, cert_hash, session_key)
+
+
+async def _refuse_service(transport: BlockStream, error: bytes) -> None:
+    block = pad_block(encode_service_handshake_result(ServiceHandshakeResult(error=error)))
+    await transport.send_block(block)
 
 
 def _parse_client_hello(block: bytes) -> ClientHello:

@@ -47,6 +47,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 
 import trio
+from OpenSSL import SSL
 from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
@@ -113,7 +114,7 @@ class EdgeListener:
         hook: RequestHook,
         limits: EdgeLimits,
         tls: ssl.SSLContext | None,
-        identity_tls: ssl.SSLContext | None = None,
+        identity_tls: SSL.Context | None = None,
     ) -> None:
         self._listener = listener
         self._handler = handler
@@ -370,7 +371,7 @@ async def serve_edge(
     hook: RequestHook = accept_every_upgrade,
     limits: EdgeLimits = DEFAULT_LIMITS,
     tls: ssl.SSLContext | None = None,
-    identity_tls: ssl.SSLContext | None = None,
+    identity_tls: SSL.Context | None = None,
     task_status: trio.TaskStatus[EdgeListener] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on `host:port` (0: a free port) until cancelled; reports the `EdgeListener`

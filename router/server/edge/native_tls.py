@@ -34,12 +34,12 @@ import math
 import select
 import socket
 import ssl
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+from OpenSSL import SSL
 
 from router.protocol.block import BLOCK_SIZE
 
@@ -53,6 +53,7 @@ from .block_stream import (
     send_on_socket,
 )
 from .identity import RouterIdentity
+from .openssl_tls import OpenSslStream, identity_openssl_context, service_chain_error
 
 SMP_ALPN = "smp/1"
 HTTP_ALPN = "http/1.1"
@@ -68,8 +69,6 @@ _PEEK_INTERVAL = 0.01  # seconds between two looks at a client hello still arriv
 _EXT_SERVER_NAME = 0
 _EXT_ALPN = 16
 _KEEPALIVE_PROBES = 3
-# PKCS#8 wrapping of a 32-byte Ed25519 private seed (RFC 8410 §7).
-_ED25519_PKCS8_PREFIX = bytes.fromhex("302e020100300506032b657004220420")
 
 
 # --- the client hello, read for the certificate choice --------------------------------
@@ -138,22 +137,12 @@ def _server_context() -> ssl.SSLContext:
     return context
 
 
-def identity_tls_context(identity: RouterIdentity) -> ssl.SSLContext:
+def identity_tls_context(identity: RouterIdentity) -> SSL.Context:
     """The TLS context whose certificate chain is the router's identity chain: the
-    online certificate (its key signs the handshake) and the identity certificate."""
-    context = _server_context()
-    pem_chain = "".join(ssl.DER_cert_to_PEM_cert(cert) for cert in identity.chain)
-    der_key = _ED25519_PKCS8_PREFIX + identity.online_seed
-    pem_key = ssl.DER_cert_to_PEM_cert(der_key).replace("CERTIFICATE", "PRIVATE KEY")
-    # The ssl module loads keys from files only: a private directory, gone at once.
-    with tempfile.TemporaryDirectory(prefix="smp-router-tls-") as folder:
-        chain_path, key_path = Path(folder) / "chain.pem", Path(folder) / "key.pem"
-        chain_path.write_text(pem_chain)
-        key_path.touch(mode=0o600)
-        key_path.write_text(pem_key)
-        context.load_cert_chain(chain_path, key_path)
-    context.set_alpn_protocols([SMP_ALPN, HTTP_ALPN])
-    return context
+    online certificate (its key signs the handshake) and the identity certificate.
+    A pyOpenSSL context, so that a service's self-signed client certificate can be
+    accepted (openssl_tls.py)."""
+    return identity_openssl_context(identity)
 
 
 def web_tls_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -198,7 +187,7 @@ class NativeEdge:
     SMP over TLS (a `TlsBlockTransport`)."""
 
     def __init__(
-        self, identity_context: ssl.SSLContext, web_context: ssl.SSLContext | None,
+        self, identity_context: SSL.Context, web_context: ssl.SSLContext | None,
         limits: EdgeLimits,
     ) -> None:
         self._identity = identity_context
@@ -216,7 +205,11 @@ class NativeEdge:
         if head[0] != TLS_HANDSHAKE_RECORD:
             return raw if self._web is None else None
         context = self._context_for(read_client_hello_offer(head))
-        tls = trio.SSLStream(raw, context, server_side=True)
+        tls: trio.SSLStream | OpenSslStream
+        if isinstance(context, SSL.Context):
+            tls = OpenSslStream(raw, context)
+        else:
+            tls = trio.SSLStream(raw, context, server_side=True)
         try:
             await tls.do_handshake()
         except (*STREAM_GONE, ssl.SSLError):
@@ -233,16 +226,26 @@ class NativeEdge:
                 return ReplayedStream(tls, early) if early else None
         elif agreed is None:
             return tls
-        session_id = tls.get_channel_binding("tls-unique")
+        peer_chain: tuple[bytes, ...] = ()
+        if isinstance(tls, OpenSslStream):
+            session_id = tls.tls_unique()
+            peer_chain = tls.peer_chain()
+            if service_chain_error(peer_chain) is not None:
+                await trio.aclose_forcefully(tls)  # the reference rejects it in the handshake
+                return None
+        else:
+            session_id = tls.get_channel_binding("tls-unique")
         if session_id is None:
             return None
         _keep_alive(raw, self._limits)
-        return TlsBlockTransport(
+        transport = TlsBlockTransport(
             tls, remote, self._limits, session_id, legacy=agreed is None,
             on_established=on_established,
         )
+        transport.peer_chain = peer_chain
+        return transport
 
-    def _context_for(self, offer: ClientHelloOffer | None) -> ssl.SSLContext:
+    def _context_for(self, offer: ClientHelloOffer | None) -> SSL.Context | ssl.SSLContext:
         if self._web is None:
             return self._identity
         if offer is not None and SMP_ALPN in offer.alpn:
@@ -324,12 +327,12 @@ class TlsBlockTransport(WritesSocketNow):
     __slots__ = (
         "_stream", "_tls", "_incoming", "_outgoing", "_socket", "_limits",
         "_on_established", "_buffer", "_writing", "_unsent",
-        "remote", "stalled", "web_challenge", "session_id", "legacy",
+        "remote", "stalled", "web_challenge", "session_id", "legacy", "peer_chain",
     )
 
     def __init__(
         self,
-        stream: trio.SSLStream,
+        stream: trio.SSLStream | OpenSslStream,
         remote: str,
         limits: EdgeLimits,
         session_id: bytes,
@@ -349,6 +352,8 @@ class TlsBlockTransport(WritesSocketNow):
         self.web_challenge: bytes | None = None
         self.session_id = session_id  # tls-unique
         self.legacy = legacy  # no ALPN agreed: the legacy version range
+        # The client's certificate chain, leaf first (a service's: docs/protocol.md#client-service).
+        self.peer_chain: tuple[bytes, ...] = ()
 
     def established(self) -> None:
         if self._on_established is not None:
@@ -542,7 +547,7 @@ class TlsBlockTransport(WritesSocketNow):
 
 
 def _tls_state(
-    stream: trio.SSLStream,
+    stream: trio.SSLStream | OpenSslStream,
 ) -> tuple[ssl.SSLObject | None, ssl.MemoryBIO | None, ssl.MemoryBIO | None, socket.socket | None]:
     """The TLS object, its two memory buffers and the non-blocking socket under a
     `trio.SSLStream` over plain TCP, taken over after the handshake; Nones for any
@@ -553,6 +558,11 @@ def _tls_state(
     if type(raw) is not trio.SocketStream:
         return none
     sock = getattr(raw.socket, "_sock", None)
+    if isinstance(stream, OpenSslStream):
+        if not isinstance(sock, socket.socket):
+            return none
+        tls_view, incoming_view, outgoing_view = stream.memory_bios()
+        return tls_view, incoming_view, outgoing_view, sock  # type: ignore[return-value]
     tls = getattr(stream, "_ssl_object", None)
     incoming = getattr(stream, "_incoming", None)
     outgoing = getattr(stream, "_outgoing", None)

@@ -1,0 +1,22 @@
+"""The benchmarks of client certificates and service subscriptions, at a size that
+runs in seconds: what they count must come out whole."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from bench import service_subscribe, tls_client_certs
+
+
+@pytest.mark.parametrize("way", ["subs", "sub"])
+def test_both_ways_of_subscribing_get_every_waiting_message(way):
+    figures = trio.run(service_subscribe._run, way, 300, 12)
+    assert figures["messages"] == 12
+    assert figures["seconds"] > 0
+
+
+def test_the_tls_benchmark_measures_both_ways(capsys):
+    assert tls_client_certs.main(["--handshakes", "3", "--idle", "3"]) == 0
+    table = capsys.readouterr().out
+    assert "| handshake_ms |" in table and "| idle_rss_bytes |" in table
