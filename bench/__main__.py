@@ -18,6 +18,7 @@
     python -m bench charts [DIR] draw the charts again from saved figures
     python -m bench block-encryption  CPU per message and idle-connection memory, v10 vs v19
     python -m bench fairness     another client's PING during a flood of signed DEL/KEY/NEW blocks
+    python -m bench storm        a reconnect storm of signed SUB blocks on every store kind
     python -m bench transports   idle-connection memory, WebSocket vs native TLS
     python -m bench hotpath      CPU and task steps per message: router, minimal router, echo
     python -m bench proxy        sending through a proxy router vs straight
@@ -25,8 +26,8 @@
 `--quick` runs a small version of each and writes it to a new scratch directory
 (printed), leaving the committed figures in bench/results alone; `--out DIR`
 writes anywhere. Each run prints its table, the text of its `.md` file.
-`relay`, `storelog_start`, `framing`, `compaction`, `charts`, `fairness`, `hotpath` and
-`proxy` take their own options (`python -m bench relay --help`).
+`relay`, `storelog_start`, `framing`, `compaction`, `charts`, `fairness`, `hotpath`,
+`proxy` and `storm` take their own options (`python -m bench relay --help`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ NAMES = ("memory", "memray", "throughput", "burst", "scale", "profile", "stores"
          "block-encryption", "transports")
 # benchmarks with command lines of their own: `python -m bench NAME ARGS` is `NAME.main(ARGS)`
 OWN_OPTIONS = ("relay", "storelog_start", "framing", "compaction", "charts", "fairness",
-               "hotpath", "proxy")
+               "hotpath", "proxy", "storm")
 
 
 def _sizes(text: str) -> tuple[int, ...]:
