@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,9 @@ from router.client import SMPClient, open_client
 from router.protocol.block import BatchPacker
 from router.protocol.types import MSG, OK, SOK, SUB
 from store import open_stores
-from store.interfaces import Message
+from store.interfaces import Message, NotifierCreds, Party, QueueLinkData, QueueRecord
+from store.sqlite.database import DB_FILE, open_sqlite_database
+from store.sqlite.queues import DEFAULT_CACHE_SIZE, open_queue_store
 
 from . import harness, identities
 from .fairness import PING_INTERVAL, _lines, _ping_ms, _stop, summary_ms
@@ -50,6 +54,7 @@ from .fairness import PING_INTERVAL, _lines, _ping_ms, _stop, summary_ms
 KINDS = ["memory", "journal", "sqlite"]
 QUEUES, CONNECTIONS = 200_000, 2_000
 QUICK_QUEUES, QUICK_CONNECTIONS = 400, 8
+CACHE_RECORDS, QUICK_CACHE_RECORDS = 20_000, 2_000  # records cached to weigh one
 CONNECT_AT_ONCE = 64  # handshakes in flight (the router's per-address cap is 128)
 FILL_CHUNK = 5_000
 START_TIMEOUT = 600.0
@@ -83,6 +88,50 @@ async def _fill(kind: str, data_dir: Path, queues: int, messages_every: int) -> 
                     raise harness.BenchError(f"{kind}: queue {rec.recipient_id!r}: {error}")
             for rid, msg in msgs:
                 await stores.messages.write_message(rid, msg, 128)
+
+
+# --- what a cached record costs --------------------------------------------------------
+
+
+def _full_record(i: int) -> QueueRecord:
+    """A record with every optional part: a notifier, a link and both services."""
+    rec = identities.queue_record(i, secured=True)
+    return replace(rec, notifier=NotifierCreds(os.urandom(24), os.urandom(44), os.urandom(32)),
+                   link_id=os.urandom(24), rcv_service_id=os.urandom(24),
+                   ntf_service_id=os.urandom(24), queue_mode=b"M")
+
+
+async def _cache_cost(count: int, make: Any, tmp: Path) -> float:
+    """Bytes of Python memory (tracemalloc) per record the SQLite store's record cache
+    holds, cache and indexes included, filled as a storm fills it (`get_queues`)."""
+    records = [make(i) for i in range(count)]
+    async with open_sqlite_database(tmp / DB_FILE, fsync="never") as db:
+        store = await open_queue_store(db, cache_size=count)
+        links = [(r.recipient_id, QueueLinkData(r.link_id, b"f" * 100, b"u" * 100))
+                 for r in records if r.link_id is not None]
+        await store.bulk_import(records, links=links)  # indexes the ids, caches nothing
+        ids = [r.recipient_id for r in records]
+        del records
+        await store.get_queues(Party.RECIPIENT, ids[:1])  # the worker thread, started
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for first in range(0, count, 100):
+            await store.get_queues(Party.RECIPIENT, ids[first : first + 100])
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert store.cached_count() == count
+        await store.close()
+    return (after - before) / count
+
+
+async def cache_costs(count: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="smp-bench-cache-") as tmp:
+        plain = await _cache_cost(count, lambda i: identities.queue_record(i, secured=True),
+                                  Path(tmp) / "plain")
+        full = await _cache_cost(count, _full_record, Path(tmp) / "full")
+    return {"records": count, "plain_bytes": plain, "full_bytes": full,
+            "default_cache_size": DEFAULT_CACHE_SIZE,
+            "default_cache_mb": DEFAULT_CACHE_SIZE * full / 2**20}
 
 
 # --- the load (its own process) ---------------------------------------------------------
@@ -301,11 +350,24 @@ def run(*, quick: bool = False, queues: int | None = None, connections: int | No
     queues = queues or (QUICK_QUEUES if quick else QUEUES)
     connections = connections or (QUICK_CONNECTIONS if quick else CONNECTIONS)
     results = trio.run(_run_kinds, kinds or KINDS, queues, connections, messages_every)
-    text = table(results)
+    cache = trio.run(cache_costs, QUICK_CACHE_RECORDS if quick else CACHE_RECORDS)
+    text = table(results) + "\n\n" + cache_table(cache)
     harness.write_results("storm", {"parameters": {
         "queues": queues, "connections": connections, "messages_every": messages_every,
-        "client_versions": CLIENT_VERSIONS}, "results": results}, text, out)
+        "client_versions": CLIENT_VERSIONS}, "results": results, "record_cache": cache},
+        text, out)
+    print(text)
     return results
+
+
+def cache_table(cache: dict[str, Any]) -> str:
+    return harness.md_table(
+        ["SQLite record cache", "bytes per cached record", "default size, records",
+         "default size, MB (full records)"],
+        [["a storm's record (sender key, no notifier)", f"{cache['plain_bytes']:.0f}",
+          f"{cache['default_cache_size']:,}", ""],
+         ["every part (notifier, link, services)", f"{cache['full_bytes']:.0f}",
+          f"{cache['default_cache_size']:,}", f"{cache['default_cache_mb']:.1f}"]])
 
 
 def main(argv: list[str]) -> int:
@@ -327,13 +389,12 @@ def main(argv: list[str]) -> int:
     if out is None and args.quick:
         out = Path(tempfile.mkdtemp(prefix="smp-bench-storm-"))
     try:
-        results = run(quick=args.quick, queues=args.queues, connections=args.connections,
-                      kinds=args.kinds, messages_every=args.messages_every, out=out)
+        run(quick=args.quick, queues=args.queues, connections=args.connections,
+            kinds=args.kinds, messages_every=args.messages_every, out=out)
     except harness.BenchError as exc:
         print(f"python -m bench storm: error: {exc}", file=sys.stderr)
         return 1
     print(f"results: {out or harness.RESULTS_DIR}")
-    print(table(results))
     return 0
 
 
