@@ -1,7 +1,7 @@
 """storm: a reconnect storm on every store kind, side by side in one run.
 
     python -m bench storm [--queues 200000] [--connections 2000] [--kinds memory,journal,sqlite]
-                          [--messages-every K] [--quick] [--out DIR]
+                          [--messages-every K] [--root KIND=DIR] [--quick] [--out DIR]
 
 Every client of a relay subscribes its queues again at once, as after a restart or a
 network blip. For each store kind: `--queues` queues (`bench.identities`) are written
@@ -19,7 +19,9 @@ connection sends its blocks and reads every answer. Measured:
   their difference per subscription.
 
 `--messages-every K` puts a message in every K-th queue (0: none, as the issue's
-storm): those SUBs answer with their MSG. The kinds are a list (`KINDS`): a new
+storm): those SUBs answer with their MSG. `--root KIND=DIR` adds a run of store KIND
+with the router of another source tree DIR (e.g. the commit before, to compare in
+one run; its store files must be this tree's format). The kinds are a list (`KINDS`): a new
 store kind is one more entry. `--quick` runs a small storm into a scratch directory.
 """
 
@@ -40,9 +42,9 @@ from typing import Any
 import psutil
 import trio
 
-from router.client import SMPClient, open_client
+from router.client import MessageEvent, SMPClient, UndecryptedMessageEvent, open_client
 from router.protocol.block import BatchPacker
-from router.protocol.types import MSG, OK, SOK, SUB
+from router.protocol.types import OK, SOK, SUB
 from store import open_stores
 from store.interfaces import Message, NotifierCreds, Party, QueueLinkData, QueueRecord
 from store.sqlite.database import DB_FILE, open_sqlite_database
@@ -59,7 +61,7 @@ CONNECT_AT_ONCE = 64  # handshakes in flight (the router's per-address cap is 12
 FILL_CHUNK = 5_000
 START_TIMEOUT = 600.0
 CLIENT_VERSIONS = (6, 10)  # the issue's clients: v10
-_LOAD_ENV = "STORM_LOAD_NICE"
+_LOAD_ENV = "STORM_LOAD_NICE"  # 1: the load process runs at nice 19
 
 
 # --- the store, filled before the router starts -----------------------------------------
@@ -161,27 +163,30 @@ def _sub_blocks(client: SMPClient, first: int, count: int) -> list[tuple[bytes, 
     return blocks
 
 
-async def _storm(client: SMPClient, blocks: list[tuple[bytes, int]],
+async def _storm(client: SMPClient, blocks: list[tuple[bytes, int]], messages: int,
                  counts: dict[str, int]) -> None:
+    """Send the blocks, read every SUB's answer and the `messages` MSGs of the queues
+    with a message (a MSG is a client event: its queue is the router's, not the client's)."""
     async def send() -> None:
         for block, _ in blocks:
             await client.send_raw_block(block)
 
+    async def receive_messages() -> None:
+        for _ in range(messages):
+            event = await client.next_event()
+            counts["messages"] += isinstance(event, MessageEvent | UndecryptedMessageEvent)
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(send)
-        expected = sum(n for _, n in blocks)
-        answered = 0
-        while answered < expected:
+        nursery.start_soon(receive_messages)
+        for _ in range(sum(n for _, n in blocks)):
             t = await client.next_raw_transmission()
-            if not t.corr_id:  # a queue's head, with its SUB's answer or after it
-                counts["messages"] += isinstance(t.response, MSG)
-                continue
-            answered += 1
             if not isinstance(t.response, OK | SOK):
                 counts["errors"] += 1
 
 
-async def _load(address: str, first: int, queues: int, connections: int) -> dict[str, Any]:
+async def _load(address: str, first: int, queues: int, connections: int,
+                messages_every: int) -> dict[str, Any]:
     counts = {"subs": queues, "errors": 0, "messages": 0}
     per_connection = harness.split(queues, connections)
     async with trio.open_nursery() as nursery:
@@ -197,7 +202,9 @@ async def _load(address: str, first: int, queues: int, connections: int) -> dict
                 connecting.start_soon(connect_one)
         plans, start = [], first
         for client, n in zip(clients, per_connection, strict=True):
-            plans.append((client, _sub_blocks(client, start, n)))
+            messages = sum(1 for i in range(start, start + n)
+                           if messages_every and i % messages_every == 0)
+            plans.append((client, _sub_blocks(client, start, n), messages))
             start += n
         print("ready", flush=True)
         stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
@@ -205,22 +212,23 @@ async def _load(address: str, first: int, queues: int, connections: int) -> dict
             pass
         began = time.perf_counter()
         async with trio.open_nursery() as storming:
-            for client, blocks in plans:
-                storming.start_soon(_storm, client, blocks, counts)
+            for client, blocks, messages in plans:
+                storming.start_soon(_storm, client, blocks, messages, counts)
         counts["seconds"] = time.perf_counter() - began
-        counts["blocks"] = sum(len(blocks) for _, blocks in plans)
+        counts["blocks"] = sum(len(blocks) for _, blocks, _ in plans)
         nursery.cancel_scope.cancel()
     return counts
 
 
 def load_main(argv: list[str]) -> None:
-    """`python -m bench.storm load ADDRESS FIRST QUEUES CONNECTIONS`: prints `ready` once
-    every connection is open and its SUBs are signed, storms on a `go` line from stdin,
-    then prints what it got as one JSON line."""
-    address, first, queues, connections = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
-    if os.environ.get(_LOAD_ENV, "1") == "1":
-        os.nice(19)  # the router is what is measured: the load yields the CPU to it
-    print(json.dumps(trio.run(_load, address, first, queues, connections)), flush=True)
+    """`python -m bench.storm load ADDRESS FIRST QUEUES CONNECTIONS MESSAGES_EVERY`: prints
+    `ready` once every connection is open and its SUBs are signed, storms on a `go` line
+    from stdin, then prints what it got as one JSON line."""
+    address, first, queues, connections, messages_every = argv[0], *map(int, argv[1:5])
+    if os.environ.get(_LOAD_ENV) == "1":
+        os.nice(19)
+    print(json.dumps(trio.run(_load, address, first, queues, connections, messages_every)),
+          flush=True)
 
 
 async def _ping_on_a_clock(client: SMPClient, samples: list[float]) -> None:
@@ -250,15 +258,17 @@ def _router_command(kind: str, data_dir: Path, connections: int) -> list[str]:
 
 
 async def _one_kind(kind: str, queues: int, connections: int, messages_every: int,
-                    tmp: Path) -> dict[str, Any]:
-    data_dir = tmp / kind
+                    tmp: Path, root: Path | None = None) -> dict[str, Any]:
+    label = kind if root is None else f"{kind} ({root})"
+    data_dir = tmp / label.replace("/", "_")
     began = time.perf_counter()
     await _fill(kind, data_dir, queues, messages_every)
     filled = time.perf_counter() - began
-    root = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parent.parent
     router = await trio.lowlevel.open_process(
         _router_command(kind, data_dir, connections), stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, cwd=root)
+        stderr=subprocess.DEVNULL, cwd=root or here,
+        env={**os.environ, "PYTHONPATH": str(root or here)})
     load = None
     try:
         lines = _lines(router.stdout)
@@ -268,7 +278,8 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         ps = psutil.Process(router.pid)
         load = await trio.lowlevel.open_process(
             [sys.executable, "-m", "bench.storm", "load", address, "0", str(queues),
-             str(connections)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root)
+             str(connections), str(messages_every)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=here)
         load_lines = _lines(load.stdout)
         with trio.fail_after(START_TIMEOUT):
             ready = await load_lines.__anext__()
@@ -301,7 +312,7 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         await _stop(router)
     subs = result["subs"]
     return {
-        "kind": kind, "queues": queues, "connections": connections,
+        "kind": label, "queues": queues, "connections": connections,
         "messages_every": messages_every, "fill_s": filled,
         "storm_s": result["seconds"], "subs_per_s": subs / result["seconds"],
         "router_cpu_s": cpu_seconds, "cpu_us_per_sub": cpu_seconds / subs * 1e6,
@@ -311,13 +322,15 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
     }
 
 
-async def _run_kinds(kinds: list[str], queues: int, connections: int,
+async def _run_kinds(runs: list[tuple[str, Path | None]], queues: int, connections: int,
                      messages_every: int) -> list[dict[str, Any]]:
     results = []
     with tempfile.TemporaryDirectory(prefix="smp-bench-storm-") as tmp:
-        for kind in kinds:
-            harness.log(f"storm: {kind}, {queues:,} queues over {connections:,} connections")
-            results.append(await _one_kind(kind, queues, connections, messages_every, Path(tmp)))
+        for kind, root in runs:
+            harness.log(f"storm: {kind}{'' if root is None else f' ({root})'}, {queues:,} "
+                        f"queues over {connections:,} connections")
+            results.append(await _one_kind(kind, queues, connections, messages_every, Path(tmp),
+                                           root))
     return results
 
 
@@ -346,10 +359,11 @@ def _ms(value: float | None) -> str:
 
 def run(*, quick: bool = False, queues: int | None = None, connections: int | None = None,
         kinds: list[str] | None = None, messages_every: int = 0,
-        out: Path | None = None) -> list[dict[str, Any]]:
+        roots: list[tuple[str, Path]] = (), out: Path | None = None) -> list[dict[str, Any]]:
     queues = queues or (QUICK_QUEUES if quick else QUEUES)
     connections = connections or (QUICK_CONNECTIONS if quick else CONNECTIONS)
-    results = trio.run(_run_kinds, kinds or KINDS, queues, connections, messages_every)
+    runs = [*((kind, root) for kind, root in roots), *((kind, None) for kind in kinds or KINDS)]
+    results = trio.run(_run_kinds, runs, queues, connections, messages_every)
     cache = trio.run(cache_costs, QUICK_CACHE_RECORDS if quick else CACHE_RECORDS)
     text = table(results) + "\n\n" + cache_table(cache)
     harness.write_results("storm", {"parameters": {
@@ -370,6 +384,13 @@ def cache_table(cache: dict[str, Any]) -> str:
           f"{cache['default_cache_size']:,}", f"{cache['default_cache_mb']:.1f}"]])
 
 
+def _root(text: str) -> tuple[str, Path]:
+    kind, _, root = text.partition("=")
+    if kind not in KINDS or not root:
+        raise argparse.ArgumentTypeError(f"{text!r}: KIND=DIR, KIND one of {', '.join(KINDS)}")
+    return kind, Path(root).resolve()
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "load":
         load_main(argv[1:])
@@ -381,6 +402,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kinds", type=lambda t: t.split(","), help="e.g. journal,sqlite")
     parser.add_argument("--messages-every", type=int, default=0,
                         help="a message in every K-th queue (0: none)")
+    parser.add_argument("--root", action="append", default=[], type=_root,
+                        help="KIND=DIR: also the store KIND with the router of source tree DIR")
     parser.add_argument("--quick", action="store_true", help="a small storm, scratch output")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
                         "with --quick a new scratch directory)")
@@ -390,7 +413,7 @@ def main(argv: list[str]) -> int:
         out = Path(tempfile.mkdtemp(prefix="smp-bench-storm-"))
     try:
         run(quick=args.quick, queues=args.queues, connections=args.connections,
-            kinds=args.kinds, messages_every=args.messages_every, out=out)
+            kinds=args.kinds, messages_every=args.messages_every, roots=args.root, out=out)
     except harness.BenchError as exc:
         print(f"python -m bench storm: error: {exc}", file=sys.stderr)
         return 1
