@@ -61,6 +61,8 @@ COMMANDS: dict[str, Command] = {
                                 "certificates (Python ssl vs pyOpenSSL)", own_options=True),
     "service_subscribe": Command("a service's queues: one SUBS vs SUBs in blocks",
                                  own_options=True),
+    "storm": Command("a reconnect storm of signed SUB blocks on every store kind",
+                     own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }

@@ -639,6 +639,12 @@ class TableQueueStore:
     async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
         return self._table.get(party, entity_id)
 
+    async def get_queues(
+        self, party: Party, entity_ids: Sequence[bytes]
+    ) -> list[QueueRecord | None]:
+        get = self._table.get
+        return [get(party, entity_id) for entity_id in entity_ids]
+
     async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
         return await self._make(decide_secure(self._queue(recipient_id), sender_key, self._now()))
 

@@ -164,7 +164,8 @@ class Router:
         ))
         self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies,
                                      counters=counters,
-                                     awaits_ack=self.subscriptions.awaits_ack)
+                                     awaits_ack=self.subscriptions.awaits_ack,
+                                     subscribe_run=commands.subscribe_run)
         self._serving = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )

@@ -43,7 +43,7 @@ nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,6 +180,14 @@ class JournalMessageStore:
     async def peek_message(self, recipient_id: bytes) -> Message | None:
         q = self._queues.get(recipient_id)
         return self._head(q) if q is not None and q.visible else None
+
+    async def peek_messages(self, recipient_ids: Sequence[bytes]) -> list[Message | None]:
+        # A head not read yet is one pread of its file, as for `peek_message`.
+        heads: list[Message | None] = []
+        for rid in recipient_ids:
+            q = self._queues.get(rid)
+            heads.append(self._head(q) if q is not None and q.visible else None)
+        return heads
 
     async def delete_message(
         self, recipient_id: bytes, msg_id: bytes

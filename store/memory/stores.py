@@ -26,7 +26,7 @@ import struct
 import time
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -204,6 +204,10 @@ class MemoryMessageStore:
     async def peek_message(self, recipient_id: bytes) -> Message | None:
         q = self._queues.get(recipient_id)
         return q[0] if q else None
+
+    async def peek_messages(self, recipient_ids: Sequence[bytes]) -> list[Message | None]:
+        queues = self._queues
+        return [q[0] if (q := queues.get(rid)) else None for rid in recipient_ids]
 
     async def delete_message(
         self, recipient_id: bytes, msg_id: bytes

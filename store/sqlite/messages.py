@@ -1,17 +1,27 @@
 """The SQLite message store: one table, ordered per queue. `SqliteMessageStore`
-keeps no cache: the head of a queue is one indexed read."""
+keeps no cache: the head of a queue is one indexed read, and the heads of a
+block's queues (`peek_messages`) one statement per chunk of ids, in one worker call."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from ..interfaces import (
     Message,
     WriteResult,
 )
 from .database import SqliteDatabase
-from .schema import HEAD, INSERT_MESSAGE, MESSAGE_PAGE, PAGE, message_from_row, message_row
+from .schema import (
+    HEAD,
+    INSERT_MESSAGE,
+    MAX_IN_IDS,
+    MESSAGE_PAGE,
+    PAGE,
+    heads_of,
+    message_from_row,
+    message_row,
+)
 
 # --- message store -------------------------------------------------------------------
 
@@ -45,6 +55,23 @@ class SqliteMessageStore:
     async def peek_message(self, recipient_id: bytes) -> Message | None:
         row = await self.db.read(lambda conn: conn.execute(HEAD, (recipient_id,)).fetchone())
         return None if row is None else message_from_row(row[1:])
+
+    async def peek_messages(self, recipient_ids: Sequence[bytes]) -> list[Message | None]:
+        ids = list(dict.fromkeys(recipient_ids))
+        if not ids:
+            return []
+
+        def op(conn: sqlite3.Connection) -> dict[bytes, Message]:
+            chunk = min(conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER), MAX_IN_IDS)
+            heads = {}
+            for start in range(0, len(ids), chunk):
+                part = ids[start : start + chunk]
+                for row in conn.execute(heads_of(len(part)), part):
+                    heads[row[0]] = message_from_row(row[1:])
+            return heads
+
+        heads = await self.db.read(op)
+        return [heads.get(rid) for rid in recipient_ids]
 
     async def delete_message(
         self, recipient_id: bytes, msg_id: bytes

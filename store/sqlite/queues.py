@@ -11,7 +11,11 @@ records (a `QueueTable`, store/queue_table.py, over an OrderedDict), bounded to
 `cache_size` records with least-recently-used eviction, loaded on a miss and
 always updated after the database commit, never before. Misses load under a
 per-id lock with a second look into the cache after the lock is taken, so
-concurrent misses for one queue read the database once. Deleting a queue is a soft delete (the row
+concurrent misses for one queue read the database once. A block's lookups
+(`get_queues`) read every uncached record in one worker call (`SELECT ... WHERE
+id IN (...)`, in chunks under SQLite's variable limit): a reconnect storm costs one
+read per block, not one per queue, so the store needs no warm cache to take its
+clients back (bench/RESULTS.md, "Reconnect storm"). Deleting a queue is a soft delete (the row
 gets `deleted_at`); `compact()` removes rows deleted longer than
 `deleted_ttl` ago, and runs when the store opens.
 """
@@ -24,6 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -67,6 +72,7 @@ from .schema import (
     LINK_OF,
     LINK_PAGE,
     LIVE_BY,
+    MAX_IN_IDS,
     PAGE,
     QUEUE_COLUMN_COUNT,
     QUEUE_COLUMNS,
@@ -76,6 +82,7 @@ from .schema import (
     SERVICE_FIGURES,
     change_service_figures,
     insert_row,
+    live_in,
     queue_row,
     record_from_row,
     service_from_row,
@@ -88,6 +95,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DELETED_TTL = 24 * 3600  # seconds a soft-deleted queue row is kept
 DEFAULT_CACHE_SIZE = 16_384  # queue records kept in memory (about 0.6 KB each)
+# Reads of a block's records that a write straddled before its uncached records are
+# looked up one by one (a write between the read and the cache fill may be newer).
+_BATCH_ATTEMPTS = 3
 
 
 class _KeyedLocks:
@@ -175,6 +185,7 @@ class SqliteQueueStore:
         self._ids = _LiveIds()  # a lookup of any other id is a miss without the database
         self._locks = _KeyedLocks()
         self._deletes = 0  # bumped on every delete: a load that straddles one is discarded
+        self._writes = 0  # bumped on every change of a stored record: the same, for a batch
 
     async def load_ids(self) -> None:
         """Read the ids of every live queue into the index (when the store opens)."""
@@ -255,6 +266,53 @@ class SqliteQueueStore:
                 self._cache_put(rec)
                 return rec
 
+    async def _load_many(
+        self, party: Party, entity_ids: list[bytes], found: dict[bytes, QueueRecord | None]
+    ) -> None:
+        """Fill `found` with the records of `entity_ids` (live, uncached, distinct): one
+        worker call for all of them, cached as `_load` caches one."""
+        for _ in range(_BATCH_ATTEMPTS):
+            writes = self._writes
+            rows = await self.db.read(partial(_select_live, party=party, entity_ids=entity_ids))
+            if writes == self._writes:
+                break
+            # A change committed meanwhile: its record may be newer than the row read.
+            entity_ids = self._still_wanted(party, entity_ids, found)
+            if not entity_ids:
+                return
+        else:
+            for entity_id in entity_ids:
+                found[entity_id] = await self._load(party, entity_id)
+            return
+        for entity_id in entity_ids:
+            found[entity_id] = None  # unless a row says otherwise below
+        key_of = _PARTY_KEY[party]
+        for row in rows:
+            rec = record_from_row(row)
+            entity_id = key_of(rec)
+            cached = self._cache.queues.get(rec.recipient_id)
+            if cached is None:
+                self._cache_put(rec)
+            elif self._cached(party, entity_id) is not cached:
+                continue  # the cached record, newer, no longer has this id
+            else:
+                rec = cached
+            found[entity_id] = rec
+
+    def _still_wanted(
+        self, party: Party, entity_ids: list[bytes], found: dict[bytes, QueueRecord | None]
+    ) -> list[bytes]:
+        """The ids of `entity_ids` that are neither cached nor gone now (the others go
+        into `found`)."""
+        wanted = []
+        for entity_id in entity_ids:
+            rec = self._cached(party, entity_id)
+            if rec is None and self._ids.taken(party, entity_id):
+                wanted.append(entity_id)
+            else:
+                found[entity_id] = rec
+        return wanted
+
     def _now(self) -> int:
         return int(self._clock())
 
@@ -285,6 +343,17 @@ class SqliteQueueStore:
 
     async def get_queue(self, party: Party, entity_id: bytes) -> QueueRecord | None:
         return await self._load(party, entity_id)
+
+    async def get_queues(
+        self, party: Party, entity_ids: Sequence[bytes]
+    ) -> list[QueueRecord | None]:
+        """Cached and unknown ids as `get_queue` answers them (no database read), every
+        other one in a single worker call."""
+        found: dict[bytes, QueueRecord | None] = {}
+        wanted = self._still_wanted(party, list(dict.fromkeys(entity_ids)), found)
+        if wanted:
+            await self._load_many(party, wanted, found)
+        return [found[entity_id] for entity_id in entity_ids]
 
     async def secure_queue(self, recipient_id: bytes, sender_key: bytes) -> ErrorType | None:
         async with self._locks.hold(recipient_id):
@@ -427,6 +496,7 @@ class SqliteQueueStore:
             return gone
 
         gone = await self.db.write(op)  # one transaction for the block
+        self._writes += 1
         for rid, (before, after) in updates.items():
             if rid in gone:
                 self._cache_drop(after)
@@ -472,6 +542,7 @@ class SqliteQueueStore:
             if row is None:
                 return AUTH
             self._deletes += 1
+            self._writes += 1
             rec = self._cache.queues.get(recipient_id) or record_from_row(row)
             self._cache_drop(rec)
             return rec
@@ -549,12 +620,34 @@ class SqliteQueueStore:
             return None
 
         error = await self.db.write(op)
+        self._writes += 1
         if error is None:
             self._cache_put(new, previous)
         elif error is AUTH:
             self._cache_drop(new)
         return error
 
+
+
+_PARTY_KEY: dict[Party, Callable[[QueueRecord], bytes | None]] = {
+    Party.RECIPIENT: lambda rec: rec.recipient_id,
+    Party.SENDER: lambda rec: rec.sender_id,
+    Party.NOTIFIER: _notifier_id,
+    Party.LINK: lambda rec: rec.link_id,
+}
+
+
+def _select_live(
+    conn: sqlite3.Connection, *, party: Party, entity_ids: list[bytes]
+) -> list[tuple[Any, ...]]:
+    """The live rows with these ids of `party`, in as few statements as SQLite's limit
+    on a statement's variables allows."""
+    chunk = min(conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER), MAX_IN_IDS)
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(entity_ids), chunk):
+        ids = entity_ids[start : start + chunk]
+        rows += conn.execute(live_in(party, len(ids)), ids).fetchall()
+    return rows
 
 
 def _link_columns(decision: Decision) -> tuple[bytes | None, bytes | None] | None:

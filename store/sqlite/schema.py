@@ -120,6 +120,31 @@ LIVE_BY = {
     Party.NOTIFIER: SELECT_QUEUE + " AND notifier_id = ?",
     Party.LINK: SELECT_QUEUE + " AND link_id = ?",
 }
+_PARTY_COLUMN = {
+    Party.RECIPIENT: "recipient_id",
+    Party.SENDER: "sender_id",
+    Party.NOTIFIER: "notifier_id",
+    Party.LINK: "link_id",
+}
+# Ids in one `IN (...)` (SQLite's own limit may be lower: SQLITE_LIMIT_VARIABLE_NUMBER).
+MAX_IN_IDS = 999
+
+
+def live_in(party: Party, count: int) -> str:
+    """The live rows whose `party` id is one of `count` ids (a block's lookups)."""
+    return f"{SELECT_QUEUE} AND {_PARTY_COLUMN[party]} IN ({','.join('?' * count)})"
+
+
+def heads_of(count: int) -> str:
+    """The head of each of `count` queues that has one: (recipient id, message columns)."""
+    ids = ",".join(["(?)"] * count)
+    return (
+        f"WITH ids(rid) AS (VALUES {ids}) SELECT ids.rid, {_HEAD_COLUMNS} FROM ids"
+        " JOIN messages m ON m.seq = (SELECT seq FROM messages WHERE recipient_id = ids.rid"
+        " ORDER BY seq LIMIT 1)"
+    )
+
+
 LINK_OF = (
     "SELECT link_id, link_fixed, link_user FROM queues"
     " WHERE recipient_id = ? AND deleted_at IS NULL AND link_id IS NOT NULL"
@@ -129,6 +154,7 @@ LINK_PAGE = (
     f" WHERE deleted_at IS NULL AND link_id IS NOT NULL AND pk > ? ORDER BY pk LIMIT {PAGE}"
 )
 MESSAGE_COLUMNS = "msg_id, ts, flags, body, quota"
+_HEAD_COLUMNS = "m.msg_id, m.ts, m.flags, m.body, m.quota"
 INSERT_MESSAGE = (
     "INSERT INTO messages (recipient_id, msg_id, ts, flags, body, quota) VALUES (?,?,?,?,?,?)"
 )

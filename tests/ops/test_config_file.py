@@ -32,6 +32,7 @@ NON_DEFAULT = {
     ("STORE_LOG", "data_dir"): ("/srv/smp", Path("/srv/smp")),
     ("STORE_LOG", "fsync"): ("always", "always"),
     ("STORE_LOG", "skip_corrupt"): ("on", True),
+    ("STORE_LOG", "queue_cache"): ("5000", 5000),
     ("STORE_LOG", "quota"): ("7", 7),
     ("STORE_LOG", "expire_messages_days"): ("2", 2 * 86400.0),
     ("STORE_LOG", "expire_interval"): ("60", 60.0),

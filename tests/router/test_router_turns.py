@@ -65,14 +65,14 @@ async def test_costly_blocks_take_turns_and_cheap_blocks_pass_them(
     costly_now = most = 0
     finished: list[str] = []
 
-    async def slow_execute(self, subscriber, v):
+    async def slow_execute(self, subscriber, v, *run):
         nonlocal costly_now, most
         costly = isinstance(v.command, SUB)
         costly_now += costly
         most = max(most, costly_now)
         try:
             await trio.sleep(STEP)
-            return await execute(self, subscriber, v)
+            return await execute(self, subscriber, v, *run)
         finally:
             costly_now -= costly
 
@@ -198,10 +198,10 @@ async def test_a_message_pushed_during_a_pause_follows_the_answer_of_its_sub(
             execute = dispatch.Dispatcher._execute
             subscribing = trio.Event()
 
-            async def noted_execute(self, subscriber, v):
+            async def noted_execute(self, subscriber, v, *run):
                 if isinstance(v.command, SUB):
                     subscribing.set()  # the block of SUBs is in its second pass
-                return await execute(self, subscriber, v)
+                return await execute(self, subscriber, v, *run)
 
             monkeypatch.setattr(dispatch.Dispatcher, "_execute", noted_execute)
             received: list = []

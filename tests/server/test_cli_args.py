@@ -32,6 +32,7 @@ def test_every_serve_flag_reaches_the_configuration():
         ["serve", "--port", "abc"],
         ["serve", "--delivery", "threads"],
         ["serve", "--quota", "0"],
+        ["serve", "--queue-cache", "0"],
         ["serve", "--port", "70000"],
         ["serve", "--password", "a b"],
         ["serve", "--message-ttl", "0"],
@@ -68,3 +69,14 @@ def test_init_creates_an_identity_and_prints_its_fingerprint(tmp_path, capsys):
     assert config_line == f"configuration written: {tmp_path / 'smp-router.ini'}"
     assert address_line.startswith(f"address: smp://{identity_line.rsplit(' ', 1)[1]}@")
     assert next_line == f"next: smp-router serve --data-dir {tmp_path}"
+
+
+@pytest.mark.parametrize(("store", "options"), [
+    ("sqlite", {"cache_size": 100}), ("journal", {}), ("memory", {}),
+])
+def test_the_queue_cache_flag_sizes_the_sqlite_stores_record_cache(store, options):
+    args = build_parser().parse_args([
+        "serve", "--store", store, "--data-dir", "/tmp/d", "--queue-cache", "100"])
+    assert config_from_args(args).store_options == options
+    default = build_parser().parse_args(["serve", "--store", store, "--data-dir", "/tmp/d"])
+    assert config_from_args(default).store_options == {}

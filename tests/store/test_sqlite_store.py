@@ -465,3 +465,85 @@ async def test_a_database_from_before_services_releases_its_old_associations(db_
         queues = await open_queue_store(db)
         assert (await queues.get_queue(Party.RECIPIENT, old.recipient_id)).rcv_service_id is None
         assert await queues.service_summary(b"old service", Party.RECIPIENT) == ServiceQueues()
+
+
+# --- a block's lookups (get_queues, peek_messages) -------------------------------------
+
+
+async def test_a_blocks_lookups_read_the_database_once_and_fill_the_cache(db_path):
+    records = [record() for _ in range(50)]
+    async with open_sqlite_database(db_path) as db:
+        await (await open_queue_store(db)).bulk_import(records)
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db)  # a fresh process: nothing cached yet
+        ids = [r.sender_id for r in records] + [new_id()]
+        reads = db.reads
+        assert await queues.get_queues(Party.SENDER, ids) == [*records, None]
+        assert db.reads == reads + 1
+        assert queues.cached_count() == len(records)
+        for rec in records:
+            assert await queues.get_queue(Party.RECIPIENT, rec.recipient_id) == rec
+        assert await queues.get_queues(Party.SENDER, ids) == [*records, None]
+        assert db.reads == reads + 1  # cached and unknown ids: no read at all
+
+
+async def test_a_block_larger_than_the_cache_is_answered_in_one_read(db_path):
+    records = [record() for _ in range(20)]
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, cache_size=5)
+        await queues.bulk_import(records)
+        reads = db.reads
+        ids = [r.recipient_id for r in records]
+        assert await queues.get_queues(Party.RECIPIENT, ids) == records
+        assert db.reads == reads + 1
+        assert queues.cached_count() == 5
+
+
+async def test_a_blocks_read_straddling_a_change_never_caches_the_older_row(
+    db_path, monkeypatch
+):
+    """The row is read, then the queue is secured and its record evicted before the
+    read's answer is taken in: the block and every later lookup see the sender key."""
+    rec, other = record(), record()
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, cache_size=1)
+        await queues.bulk_import([rec, other])
+        read_done, go_on = trio.Event(), trio.Event()
+        plain_read = db.read
+
+        async def held_read(op):
+            result = await plain_read(op)
+            if not read_done.is_set():
+                read_done.set()
+                await go_on.wait()
+            return result
+
+        monkeypatch.setattr(db, "read", held_read)
+        key = os.urandom(44)
+        found = []
+
+        async def block() -> None:
+            found.extend(await queues.get_queues(Party.SENDER, [rec.sender_id]))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(block)
+                await read_done.wait()
+                assert await queues.secure_queue(rec.recipient_id, key) is None
+                await queues.get_queue(Party.RECIPIENT, other.recipient_id)  # evicts rec
+                go_on.set()
+        assert found[0].sender_key == key
+        assert (await queues.get_queue(Party.SENDER, rec.sender_id)).sender_key == key
+
+
+async def test_the_heads_of_a_block_are_one_read(db_path):
+    async with open_sqlite_database(db_path) as db:
+        store = SqliteMessageStore(db)
+        ids = [new_id() for _ in range(30)]
+        heads = {rid: msg(ts=i) for i, rid in enumerate(ids[::2])}
+        for rid, m in heads.items():
+            await store.write_message(rid, m, 10)
+            await store.write_message(rid, msg(), 10)
+        reads = db.reads
+        assert await store.peek_messages(ids) == [heads.get(rid) for rid in ids]
+        assert db.reads == reads + 1

@@ -14,6 +14,7 @@ from pathlib import Path
 from store import read_store_kind
 
 from ..settings.config import (
+    DEFAULT_QUEUE_CACHE,
     ConfigError,
     RouterConfig,
 )
@@ -215,6 +216,8 @@ def _store_options(s: dict[str, object], store: str) -> dict[str, object]:
     options: dict[str, object] = {"skip_corrupt": True} if s["skip_corrupt"] else {}
     if store == "memory" and s["after_failed_save"]:
         options["after_failed_save"] = True
+    if store == "sqlite" and s["queue_cache"] != DEFAULT_QUEUE_CACHE:
+        options["cache_size"] = s["queue_cache"]
     return options
 
 

@@ -173,12 +173,61 @@ class Commands:
             self._new_limits = NewQueueLimits(config)  # every bucket starts at its new size
 
     async def execute(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        refused = self._blocked_answer(verified)
+        if refused is not None:
+            return refused
+        return await self._handlers[type(verified.command)](client, verified)
+
+    def _blocked_answer(self, verified: Verified) -> list[bytes] | None:
         blocked = self._context.blocked.reasons  # a plain dict: empty on most routers
         if blocked and verified.queue is not None and type(verified.command) is not DEL:
             reason = blocked.get(verified.queue.recipient_id)
             if reason is not None:  # blocked from the control port; only DEL still works
                 return _reply(verified, blocked_error(reason))
-        return await self._handlers[type(verified.command)](client, verified)
+        return None
+
+    async def subscribe_run(self, client: ClientSubscriptions, run: list[Verified]) -> SubRun:
+        """Consecutive SUBs of a block, of distinct queues: each is registered and holds
+        its answer, then the heads of all of them are read in one store call; each
+        answers later with `SubRun.finish`, in its turn (dispatch.py). What each answers
+        is what `_sub` alone answers: its head is read after it is registered, and a
+        write the read missed is pushed after its answer (`Subscriptions.answering`)."""
+        started = perf_counter()
+        begun: list[_SubBegun | list[bytes] | BaseException] = []
+        for verified in run:
+            try:
+                begun.append(self._blocked_answer(verified)
+                             or await self._sub_begin(client, verified))
+            except Exception as e:  # re-raised by finish, answered as the handler's would be
+                begun.append(e)
+        heads: dict[bytes, Message | None] | BaseException = {}
+        ids = [b.recipient_id for b in begun if isinstance(b, _SubBegun)]
+        if ids:
+            try:
+                heads = dict(zip(ids, await self._context.messages.peek_messages(ids),
+                                 strict=True))
+            except Exception as e:
+                heads = e
+            except BaseException:  # cancelled: nobody will finish them
+                for b in begun:
+                    if isinstance(b, _SubBegun):
+                        self._context.subscriptions.answered(b.sub)
+                raise
+        return SubRun(self, client, begun, heads, (perf_counter() - started) / len(run))
+
+    def _sub_finish(self, client: ClientSubscriptions, begun: _SubBegun,
+                    msg: Message | None, missed: int | None) -> list[bytes]:
+        """The end of a SUB once its head was read: the MSG with its answer, or a
+        write its read missed pushed after it."""
+        sub = begun.sub
+        if not self._context.subscriptions.can_push(client, sub):
+            return begun.out  # taken by another connection meanwhile
+        if msg is not None:
+            begun.out.append(self._context.deliverer.message_transmission(
+                b"", begun.recipient_id, sub, msg, begun.box_key))
+        elif missed is not None:  # a write landed after the read
+            self._context.deliverer.push_later(client, sub, missed, begun.box_key)
+        return begun.out
 
     # --- no queue -------------------------------------------------------------
 
@@ -413,6 +462,21 @@ class Commands:
         return _reply(verified, _OK)
 
     async def _sub(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        begun = await self._sub_begin(client, verified)
+        if not isinstance(begun, _SubBegun):
+            return begun
+        subscriptions = self._context.subscriptions
+        try:
+            msg = await self._context.messages.peek_message(begun.recipient_id)
+        finally:
+            missed = subscriptions.answered(begun.sub)
+        return self._sub_finish(client, begun, msg, missed)
+
+    async def _sub_begin(
+        self, client: ClientSubscriptions, verified: Verified
+    ) -> _SubBegun | list[bytes]:
+        """A SUB up to the read of its head: the queue is this connection's, and holds
+        its answer (`Subscriptions.answering`); or the SUB's answer, if it is refused."""
         rid = verified.entity_id
         sub = client.queues.get(rid)
         if sub is not None and sub.get_mode:
@@ -433,18 +497,7 @@ class Commands:
         self._context.counters.subscriptions_ok += 1
         self._context.queue_active(rid)
         subscriptions.answering(sub)
-        try:
-            msg = await self._context.messages.peek_message(rid)
-        finally:
-            missed = subscriptions.answered(sub)
-        if not subscriptions.can_push(client, sub):
-            return out  # taken by another connection meanwhile
-        if msg is not None:
-            out.append(self._context.deliverer.message_transmission(
-                b"", rid, sub, msg, queue.rcv_dh_secret))
-        elif missed is not None:  # a write landed after the read
-            self._context.deliverer.push_later(client, sub, missed, queue.rcv_dh_secret)
-        return out
+        return _SubBegun(rid, sub, queue.rcv_dh_secret, out)
 
     async def _get(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         rid = verified.entity_id
@@ -537,6 +590,47 @@ class Commands:
         self._context.notifications.subscribed(nid)
         self._context.counters.notifier_subscriptions_ok += 1
         return _reply(verified, SOK(client.conn.service_id))
+
+
+@dataclass(slots=True)
+class _SubBegun:
+    """A SUB registered and holding its answer, its head not read yet."""
+
+    recipient_id: bytes  # as the client named it
+    sub: Sub
+    box_key: bytes  # the queue's rcv_dh_secret, for its MSG
+    out: list[bytes]  # its answer so far (SOK)
+
+
+class SubRun:
+    """A run of SUBs prepared by `Commands.subscribe_run`, answered one by one."""
+
+    __slots__ = ("_commands", "_client", "_begun", "_heads", "seconds_each")
+
+    def __init__(
+        self, commands: Commands, client: ClientSubscriptions,
+        begun: list[_SubBegun | list[bytes] | BaseException],
+        heads: dict[bytes, Message | None] | BaseException, seconds_each: float,
+    ) -> None:
+        self._commands = commands
+        self._client = client
+        self._begun = begun
+        self._heads = heads
+        self.seconds_each = seconds_each
+
+    def finish(self, index: int) -> list[bytes]:
+        """The `index`th SUB's answers; raises what its handler would have raised."""
+        begun = self._begun[index]
+        if isinstance(begun, BaseException):
+            raise begun
+        if not isinstance(begun, _SubBegun):
+            return begun
+        heads = self._heads
+        missed = self._commands._context.subscriptions.answered(begun.sub)
+        if isinstance(heads, BaseException):
+            raise heads
+        return self._commands._sub_finish(self._client, begun, heads[begun.recipient_id],
+                                          missed)
 
 
 async def _add_with_fresh_ids(

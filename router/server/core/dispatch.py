@@ -29,6 +29,20 @@ queue the block has just subscribed) follows them; the rest are returned at
 the end. The
 block's END/DELD events still wait for all of them (serving.py).
 
+Store reads by the block, not by the command. Pass 1 parses every transmission
+first, then reads the records of all the queues they name with one
+`QueueStore.get_queues` per party (one `SELECT ... WHERE id IN (...)` on SQLite),
+and verifies each against its record: the same records the lookups one by one
+would have read before any command of the block runs, and a missing queue is
+verified against the dummy key as before. In pass 2 a run of consecutive SUBs of
+distinct queues is prepared together (`Commands.subscribe_run`): each is
+registered and holds its answer (`Subscriptions.answering`), then the heads of
+all of them are read with one `MessageStore.peek_messages`, after every
+registration, so the no-gap argument of a single SUB holds for each (a write
+after the read is remembered and pushed after the answer, services.py,
+delivery.py); each SUB then answers in its turn with the head read. The answers
+are those the commands one by one give (bench/RESULTS.md, "Reconnect storm").
+
 A block that does not parse at all gets one `ERR BLOCK` with empty corrId and
 entity id. A bug in a handler is logged and answered `ERR INTERNAL`; it never
 reaches the connection, let alone the router.
@@ -37,11 +51,11 @@ reaches the connection, let alone the router.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from router.protocol.block import decode_batch_content, unpad_block
 from router.protocol.codec import check_credentials, decode_command
@@ -112,6 +126,30 @@ _OVERTAKABLE = frozenset({SUB, NSUB, ACK, GET, SUBS, NSUBS})
 
 # Runs one verified command for its subscriber (commands.py).
 Execute = Callable[["ClientSubscriptions", Verified], Awaitable[list[bytes]]]
+# A block's records as pass 1 read them, by (party, entity id).
+Records = dict[tuple[Party, bytes], QueueRecord | None]
+
+
+class SubRun(Protocol):
+    """A run of SUBs prepared together (`Commands.subscribe_run`)."""
+
+    seconds_each: float  # the preparation's time, shared by the run's SUBs
+
+    def finish(self, index: int) -> list[bytes]:
+        """The answers of the run's `index`th SUB (raises as its handler would)."""
+
+
+# Prepares a run of consecutive SUBs of distinct queues (commands.py).
+SubscribeRun = Callable[["ClientSubscriptions", list[Verified]], Awaitable[SubRun]]
+
+
+class _Parsed(NamedTuple):
+    """A transmission whose syntax and credentials passed, before its authorization."""
+
+    t: Transmission
+    cmd: Command
+    version: int
+    seconds: float  # parsing it
 ClientAwaitsAck = Callable[["ClientSubscriptions", bytes, bytes], bool]
 
 
@@ -119,15 +157,17 @@ _BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
 
 class Dispatcher:
     __slots__ = ("_queues", "_execute_command", "turns", "_latencies", "_forwarded",
-                 "_awaits_ack")
+                 "_awaits_ack", "_subscribe_run")
 
     def __init__(
         self, queues: QueueStore, execute: Execute, latencies: Latencies,
         turns: Turns | None = None, counters: Counters | None = None,
         awaits_ack: ClientAwaitsAck = lambda client, recipient_id, msg_id: False,
+        subscribe_run: SubscribeRun | None = None,
     ) -> None:
         self._queues = queues
         self._execute_command = execute
+        self._subscribe_run = subscribe_run  # None: every SUB reads its head alone
         self._latencies = latencies
         self.turns = turns or Turns()
         # Whether an ACK is of the message in flight to that client (subscriptions.py).
@@ -169,21 +209,34 @@ class Dispatcher:
         conn = client.conn
         out: list[bytes] = []
         verified: list[tuple[Verified, float]] = []  # with the time its verification took
-        for raw in raw_transmissions:
+        version = conn.version
+        parsed = [self._parse_guarded(raw, version) for raw in raw_transmissions]
+        records: Records | None = None
+        if len(parsed) > 1:
+            started = perf_counter()
+            records = await self._read_records(conn, parsed)
+            share = (perf_counter() - started) / len(parsed)
+        for raw, p in zip(raw_transmissions, parsed, strict=True):
             if turn is not None:
                 await turn.spend(verification_cost(raw))
+            if isinstance(p, bytes):
+                out.append(p)
+                continue
             started = perf_counter()
-            result = await self._verify_guarded(conn, raw)
+            result = await self._authorize_guarded(conn, p, records)
             if isinstance(result, Verified):
-                verified.append((result, perf_counter() - started))
+                seconds = perf_counter() - started + p.seconds
+                verified.append((result, seconds if records is None else seconds + share))
             else:
                 out.append(result)
-        del raw_transmissions
+        del raw_transmissions, parsed, records
         if len(verified) > 1:
             await self._associate_block(client, verified)
         observe = self._latencies.command
         overtakable = False  # an answer in `out` that a push could overtake
-        for v, verifying in verified:
+        run: SubRun | None = None  # the SUBs from `run_start` to `run_end` prepared together
+        run_start = run_end = 0
+        for index, (v, verifying) in enumerate(verified):
             if turn is not None:
                 if turn.due:
                     turn.end()
@@ -196,8 +249,18 @@ class Dispatcher:
                     await turn.begin()
                 turn.charge(execution_cost(type(v.command).__name__))
                 overtakable = overtakable or _may_be_overtaken(v.command)
+            if index >= run_end and type(v.command) is SUB and self._subscribe_run is not None:
+                run_end = _sub_run_end(verified, index)
+                run_start, run = index, None
+                if run_end - index > 1:
+                    run = await self._subscribe_run(
+                        client, [w for w, _ in verified[index:run_end]])
             started = perf_counter()
-            out.extend(await self._execute(client, v))
+            if run is not None and index < run_end:
+                out.extend(await self._execute(client, v, run, index - run_start))
+                verifying += run.seconds_each
+            else:
+                out.extend(await self._execute(client, v))
             observe(type(v.command).__name__, verifying + perf_counter() - started)
         return out
 
@@ -236,19 +299,54 @@ class Dispatcher:
                     queue = replace(v.queue, **{side: service_id})
                     verified[i] = (replace(v, queue=queue), took)
 
-    async def _verify_guarded(self, conn: Connection, raw: bytes) -> Verified | bytes:
+
+    async def _read_records(self, conn: Connection, parsed: list[_Parsed | bytes]) -> Records:
+        """The records of every queue the block names, one store call per party; what
+        a failed call would have read is left to the lookups one by one."""
+        wanted: dict[Party, list[bytes]] = {}
+        for p in parsed:
+            if not isinstance(p, bytes) and (party := _lookup_party(p.cmd)) is not None:
+                wanted.setdefault(party, []).append(p.t.entity_id)
+        records: Records = {}
+        for party, ids in wanted.items():
+            try:
+                found = await self._queues.get_queues(party, ids)
+            except StoreError as e:
+                log.warning("queue lookups of a block from %r failed: %s", conn, e)
+                continue
+            records.update(zip(((party, i) for i in ids), found, strict=True))
+        return records
+
+    def _parse_guarded(self, raw: bytes, version: int) -> _Parsed | bytes:
         try:
-            return await self._verify(conn, raw)
+            return _parse_transmission(raw, version)
+        except Exception:
+            log.exception("parsing a transmission failed")
+            return error_transmission(b"", b"", INTERNAL)
+
+    async def _authorize_guarded(
+        self, conn: Connection, p: _Parsed, records: Records | None
+    ) -> Verified | bytes:
+        try:
+            result = await self._authorize(conn, p.t, p.cmd, p.version, records)
         except StoreError as e:  # the queue lookup failed: answer what the store says
             log.warning("queue lookup for %r failed: %s", conn, e)
             return error_transmission(b"", b"", e.error)
         except Exception:
             log.exception("verifying a transmission from %r failed", conn)
             return error_transmission(b"", b"", INTERNAL)
+        if isinstance(result, ErrorType):
+            return error_transmission(p.t.corr_id, p.t.entity_id, result, p.version)
+        return result
 
-    async def _execute(self, client: ClientSubscriptions, v: Verified) -> list[bytes]:
+    async def _execute(
+        self, client: ClientSubscriptions, v: Verified, run: SubRun | None = None,
+        position: int = 0,
+    ) -> list[bytes]:
         conn = client.conn
         try:
+            if run is not None:
+                return run.finish(position)
             if type(v.command) is RFWD:
                 return await self._forwarded.answer(client, v)
             return await self._execute_command(client, v)
@@ -277,25 +375,27 @@ class Dispatcher:
     ) -> Verified | bytes:
         if version is None:
             version = conn.version
-        try:
-            t = decode_transmission(raw, version)
-        except ProtocolError as e:
-            return error_transmission(b"", b"", e.error, version)
-        cmd = _parse(t, version)
-        if isinstance(cmd, ErrorType):
-            return error_transmission(t.corr_id, t.entity_id, cmd, version)
-        if allowed is not None and type(cmd) not in allowed:
-            return error_transmission(t.corr_id, t.entity_id, CMD_PROHIBITED, version)
-        refused = _service_refusal(conn, t, cmd)
-        if refused is not None:
-            return error_transmission(t.corr_id, t.entity_id, refused, version)
-        result = await self._authorize(conn, t, cmd, version)
+        p = _parse_transmission(raw, version, allowed)
+        if isinstance(p, bytes):
+            return p
+        result = await self._authorize(conn, p.t, p.cmd, version)
         if isinstance(result, ErrorType):
-            return error_transmission(t.corr_id, t.entity_id, result, version)
+            return error_transmission(p.t.corr_id, p.t.entity_id, result, version)
         return result
 
+    async def _lookup(
+        self, party: Party, entity_id: bytes, records: Records | None
+    ) -> QueueRecord | None:
+        """The record pass 1 read for the block (`_read_records`), else the store's."""
+        if records is not None:
+            key = (party, entity_id)
+            if key in records:
+                return records[key]
+        return await self._queues.get_queue(party, entity_id)
+
     async def _authorize(
-        self, conn: Connection, t: Transmission, cmd: Command, version: int
+        self, conn: Connection, t: Transmission, cmd: Command, version: int,
+        records: Records | None = None,
     ) -> Verified | ErrorType:
         """Look the queue up by the party the command speaks for and check the signature.
 
@@ -303,36 +403,32 @@ class Dispatcher:
         still runs (`verify_authorization` uses a dummy key), so the answer time does
         not reveal which queues or keys exist (docs/protocol.md#behaviour).
         """
+        refused = _service_refusal(conn, t, cmd)
+        if refused is not None:
+            return refused
         kind = type(cmd)
         if kind in _UNVERIFIED:
             return Verified(t.corr_id, t.entity_id, cmd, None, version)
-        queues = self._queues
+        party = _lookup_party(cmd)
+        queue = None if party is None else await self._lookup(party, t.entity_id, records)
         if kind is LGET:
             # Unsigned: the link id is the capability (docs/protocol.md#short-links).
-            queue = await queues.get_queue(Party.LINK, t.entity_id)
             return Verified(t.corr_id, t.entity_id, cmd, queue, version)
         if kind is NEW:
-            key, queue = cmd.rcv_auth_key, None  # type: ignore[union-attr]
+            key = cmd.rcv_auth_key  # type: ignore[union-attr]
         elif kind is SEND:
-            queue = await queues.get_queue(Party.SENDER, t.entity_id)
             if queue is not None and queue.sender_key is None and not t.authorization:
                 return Verified(t.corr_id, t.entity_id, cmd, queue, version)  # unsecured queue
             if not t.authorization:
                 return AUTH
             key = None if queue is None else queue.sender_key
-        elif kind is SKEY:
-            queue = await queues.get_queue(Party.SENDER, t.entity_id)
+        elif kind is SKEY or kind is LKEY:
             key = _skey_key(queue, cmd.sender_key)  # type: ignore[union-attr]
         elif kind is NSUB:
-            queue = await queues.get_queue(Party.NOTIFIER, t.entity_id)
             key = None if queue is None or queue.notifier is None else queue.notifier.notifier_key
         elif kind in _SERVICE:
-            key, queue = _service_key(conn, t.entity_id), None
-        elif kind is LKEY:
-            queue = await queues.get_queue(Party.LINK, t.entity_id)
-            key = _skey_key(queue, cmd.sender_key)  # type: ignore[union-attr]
+            key = _service_key(conn, t.entity_id)
         else:
-            queue = await queues.get_queue(Party.RECIPIENT, t.entity_id)
             if queue is not None and queue.more_recipient_keys:
                 return self._verified_by_any_key(conn, t, cmd, queue, version)
             key = None if queue is None else queue.recipient_key
@@ -363,6 +459,51 @@ class Dispatcher:
                 router_dh_private=conn.router_dh_private,
             )
         return Verified(t.corr_id, t.entity_id, cmd, queue, version) if matched else AUTH
+
+
+_PARTY_OF = {LGET: Party.LINK, LKEY: Party.LINK, SEND: Party.SENDER, SKEY: Party.SENDER,
+             NSUB: Party.NOTIFIER}
+_NO_LOOKUP = frozenset({*_UNVERIFIED, NEW, *_SERVICE})
+
+
+def _lookup_party(cmd: Command) -> Party | None:
+    """Whose id the command's entity id is (its queue is looked up by it); None: the
+    command names no queue."""
+    kind = type(cmd)
+    if kind in _NO_LOOKUP:
+        return None
+    return _PARTY_OF.get(kind, Party.RECIPIENT)
+
+
+def _sub_run_end(verified: Sequence[tuple[Verified, float]], start: int) -> int:
+    """The end of the run of consecutive SUBs from `start` whose queues are distinct:
+    a queue twice is answered twice, the second time after the first's answer."""
+    seen = set()
+    end = start
+    while end < len(verified):
+        v = verified[end][0]
+        if type(v.command) is not SUB or v.entity_id in seen:
+            break
+        seen.add(v.entity_id)
+        end += 1
+    return end
+
+
+def _parse_transmission(
+    raw: bytes, version: int, allowed: tuple[type, ...] | None = None
+) -> _Parsed | bytes:
+    """The transmission and its command, or the `ERR` it is answered with."""
+    started = perf_counter()
+    try:
+        t = decode_transmission(raw, version)
+    except ProtocolError as e:
+        return error_transmission(b"", b"", e.error, version)
+    cmd = _parse(t, version)
+    if isinstance(cmd, ErrorType):
+        return error_transmission(t.corr_id, t.entity_id, cmd, version)
+    if allowed is not None and type(cmd) not in allowed:
+        return error_transmission(t.corr_id, t.entity_id, CMD_PROHIBITED, version)
+    return _Parsed(t, cmd, version, perf_counter() - started)
 
 
 def _may_be_overtaken(cmd: Command) -> bool:

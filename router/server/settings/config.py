@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from store.durability import FsyncPolicy
+from store.sqlite.queues import DEFAULT_CACHE_SIZE
 
 from .edge_limits import CONFIGURABLE_BOUNDS, EdgeLimits, EdgeSettings
 
@@ -41,6 +42,7 @@ DEFAULT_CONTROL_LOGIN_DELAY = 0.5
 DEFAULT_CONTROL_LOCKOUT_AFTER = 10
 DEFAULT_CONTROL_MAX_SESSIONS = 16
 DEFAULT_METRICS_MAX_CONNECTIONS = 8
+DEFAULT_QUEUE_CACHE = DEFAULT_CACHE_SIZE  # queue records the sqlite store keeps in memory
 DEFAULT_MEMORY_STORE_MAX_BYTES = 1 << 30  # message bodies the memory store holds at most
 DEFAULT_DRAIN_PERIOD = 30.0  # seconds over which a drain closes the connected clients
 # The proxy (docs/protocol.md#private-message-routing): its connections to destination

@@ -52,6 +52,7 @@ from .config import (
     DEFAULT_PROXY_IDLE_TIMEOUT,
     DEFAULT_PROXY_MAX_CONNECTIONS,
     DEFAULT_PROXY_MAX_CONNECTIONS_PER_ADDRESS,
+    DEFAULT_QUEUE_CACHE,
     DEFAULT_STATS_INTERVAL,
     DELIVERY_MODES,
     FSYNC_POLICIES,
@@ -268,6 +269,9 @@ KEYS: tuple[Key, ...] = (
     Key("STORE_LOG", "skip_corrupt", "skip_corrupt", _bool, False,
         "on: start even if a store log has a corrupt line (it is left out)", switch=True,
         flag_help="start even if a store log has a corrupt line (it is left out)"),
+    Key("STORE_LOG", "queue_cache", "queue_cache", parse_count, DEFAULT_QUEUE_CACHE,
+        "sqlite store: queue records kept in memory, about 0.6 KB each (1.6 KB with a "
+        "notifier and a link; bench/RESULTS.md)"),
     Key("STORE_LOG", "quota", "quota", parse_count, 128,
         "messages per queue before ERR QUOTA"),
     Key("STORE_LOG", "expire_messages_days", "message_ttl", parse_number, DEFAULT_MESSAGE_TTL,
