@@ -4,6 +4,7 @@
                                  per queue, message, connection, subscription, traffic, storm
     python -m bench memory --sweep      idle subscriptions and connections, 1k .. 200k
     python -m bench memory --breakdown  allocation sites and the type census of one load
+    python -m bench memory --storm      RSS per subscription after a reconnect storm
     python -m bench memray       a memory scenario with the router under memray
     python -m bench throughput   SEND -> MSG -> ACK rate and latency vs a WebSocket echo
     python -m bench burst        10,000 queues get one message at the same moment
@@ -71,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "and subscriptions")
     parser.add_argument("--sweep", action="store_true",
                         help="memory: bytes per idle subscription from 1k to 200k (--sizes)")
+    parser.add_argument("--storm", action="store_true",
+                        help="memory: only what a reconnect storm leaves, beside quiet "
+                             "subscribing")
     parser.add_argument("--stores", type=lambda t: tuple(t.split(",")),
                         help="memory: store kinds, e.g. memory,sqlite (default: all three)")
     parser.add_argument("--store", default="memory", help="memray: the store kind")
@@ -149,8 +153,12 @@ def _run(args: argparse.Namespace) -> object:
                               max_connections=100 if args.quick else 1000)
         from . import memory_profile
 
+        stores = args.stores or memory_profile.STORES
+        stormy = memory.storm(memory.QUICK_STORM if args.quick else memory.STORM, stores)
+        if args.storm:
+            return stormy
         return memory_profile.run(memory_profile.QUICK if args.quick else memory_profile.DEFAULT,
-                                  stores=args.stores or memory_profile.STORES)
+                                  stores=stores)
     if args.name == "block-encryption":
         from . import block_encryption
 
