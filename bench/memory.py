@@ -299,7 +299,8 @@ QUICK_STORM = StormSize(queues=10_000, connections=100, quiet_subscriptions=2_00
 SETTLE_TIMEOUT = 60.0  # the collector policy trims 10 s after a wave (gc_policy.py)
 
 
-def storm_growth(store: str, queues: int, connections: int, subscriptions: int) -> dict:
+def storm_growth(store: str, queues: int, connections: int, subscriptions: int,
+                 settle_timeout: float = SETTLE_TIMEOUT) -> dict:
     """RSS growth per subscription when `connections` connections subscribe
     `subscriptions` of `queues` stored queues at once (each its share in blocks of
     about 100 SUBs): read just after (a full gc), once the router's collector policy
@@ -316,9 +317,10 @@ def storm_growth(store: str, queues: int, connections: int, subscriptions: int) 
             seconds, _ = subscribe(workers, per_worker, 0, subscriptions)
             router.call("full_collection")
             after = router.call("allocator")
-            settled = _settled_rss(router, trims)
+            settled = _settled_rss(router, trims, settle_timeout)
             trimmed = router.call("malloc_trim")["rss"]
             answered = router.call("stats")["statistics"]["subscriptions"]
+            threads = router.ps.num_threads()
 
     def per(value_after: int | None, key: str) -> float | None:
         if value_after is None or before.get(key) is None:
@@ -328,6 +330,7 @@ def storm_growth(store: str, queues: int, connections: int, subscriptions: int) 
     return {
         "store": store, "queues": queues, "connections": connections,
         "subscriptions": subscriptions, "subscribed": answered, "seconds": seconds,
+        "threads": threads,
         "rss_before": before["rss"], "rss_after": after["rss"],
         "per_subscription_rss": per(after["rss"], "rss"),
         "per_subscription_settled": per(settled, "rss"),
@@ -338,10 +341,31 @@ def storm_growth(store: str, queues: int, connections: int, subscriptions: int) 
     }
 
 
-def _settled_rss(router: RouterProcess, trims_before: int) -> int | None:
+def storm_traced(store: str, queues: int, connections: int, subscriptions: int) -> dict:
+    """The same storm in a router with tracemalloc on: live bytes per subscription
+    after it, and the peak of live bytes during it per connection (what the blocks
+    being worked on hold at once, among which the subscriptions are allocated)."""
+    extra = ["--store", store, "--fsync", "never"]
+    with RouterProcess(SINGLE_TASK, tracemalloc=True, extra=extra) as router:
+        router.call("preload", start=0, count=queues)
+        with WorkerGroup(router.address, WORKERS) as workers:
+            per_worker = connect(workers, connections)
+            router.call("full_collection")
+            before = router.call("traced")
+            router.call("trace_reset_peak")
+            subscribe(workers, per_worker, 0, subscriptions)
+            peak = router.call("traced", gc=False)["traced_peak"]
+            router.call("full_collection")
+            after = router.call("traced")["traced"]
+    return {"live_per_subscription": (after - before["traced"]) / subscriptions,
+            # the peak counts tracemalloc's own snapshots too: its unfiltered total
+            "peak_per_connection": (peak - before["traced_unfiltered"]) / connections}
+
+
+def _settled_rss(router: RouterProcess, trims_before: int, timeout: float) -> int | None:
     """RSS once the collector policy has trimmed the heap after the wave (None if it
-    did not within SETTLE_TIMEOUT, or runs no policy)."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT
+    did not within `timeout` seconds, or runs no policy)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         policy = router.call("gc_policy")
         if not policy.get("running"):
@@ -353,18 +377,21 @@ def _settled_rss(router: RouterProcess, trims_before: int) -> int | None:
 
 
 def storm(size: StormSize = STORM, stores: tuple[str, ...] = STORE_KINDS,
-          name: str = "memory-storm") -> dict[str, Any]:
+          name: str = "memory-storm", settle_timeout: float = SETTLE_TIMEOUT) -> dict[str, Any]:
     """Per store kind, in one run: the storm and the quiet case, each in a router of its
     own holding the same queues."""
     rows = []
     for store in stores:
         log(f"memory: {store} store, storm of {size.queues:,} SUBs over "
             f"{size.connections:,} connections")
-        stormy = storm_growth(store, size.queues, size.connections, size.queues)
+        stormy = storm_growth(store, size.queues, size.connections, size.queues,
+                              settle_timeout)
         log(f"memory: {store} store, {size.quiet_subscriptions:,} SUBs over "
             f"{size.quiet_connections} connections")
         quiet = storm_growth(store, size.queues, size.quiet_connections,
-                             size.quiet_subscriptions)
+                             size.quiet_subscriptions, settle_timeout)
+        log(f"memory: {store} store, the storm traced")
+        stormy.update(storm_traced(store, size.queues, size.connections, size.queues))
         rows.append({"store": store, "storm": stormy, "quiet": quiet})
     result = {"parameters": size.as_dict(), "stores": rows}
     write_results(name, result, storm_table(result))
@@ -378,7 +405,8 @@ def storm_table(result: dict[str, Any]) -> str:
            f"({p['quiet_subscriptions']:,} over {p['quiet_connections']} connections)", "",
            "just after = after a full gc; settled = once the router's collector policy "
            "has ended the wave (its malloc_trim); trimmed = after one more malloc_trim; "
-           "pymalloc = its arenas' growth and its bytes in use, just after.", ""]
+           "pymalloc = its arenas' growth and its bytes in use, just after; live and "
+           "peak from a third router with tracemalloc on (storm only).", ""]
     rows = []
     for row in result["stores"]:
         for case in ("storm", "quiet"):
@@ -387,8 +415,10 @@ def storm_table(result: dict[str, Any]) -> str:
                          r["per_subscription_settled"], r["per_subscription_trimmed"],
                          r["per_subscription_pymalloc_arenas"],
                          r["per_subscription_pymalloc_in_use"],
-                         r["per_subscription_malloc_free"], r["seconds"]])
+                         r["per_subscription_malloc_free"], r.get("live_per_subscription"),
+                         r.get("peak_per_connection"), r["threads"], r["seconds"]])
     out.append(md_table(["store", "case", "subscribed", "B/sub just after", "B/sub settled",
                          "B/sub trimmed", "pymalloc arenas B/sub", "pymalloc in use B/sub",
-                         "malloc free B/sub", "seconds"], rows))
+                         "malloc free B/sub", "live B/sub (traced)",
+                         "peak live B/conn during it (traced)", "threads", "seconds"], rows))
     return "\n".join(out)
