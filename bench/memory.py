@@ -16,6 +16,7 @@ is taken from one run; figures are medians over the repetitions.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from router.server.settings.config import (
@@ -295,14 +296,17 @@ STORM = StormSize(queues=100_000, connections=1_000, quiet_subscriptions=20_000,
                   quiet_connections=4)
 QUICK_STORM = StormSize(queues=10_000, connections=100, quiet_subscriptions=2_000,
                         quiet_connections=4)
+SETTLE_TIMEOUT = 30.0  # the collector policy ends a wave 10 s after it stops growing
 
 
-def storm_growth(store: str, queues: int, connections: int, subscriptions: int) -> dict:
+def storm_growth(store: str, queues: int, connections: int, subscriptions: int,
+                 settle_timeout: float = SETTLE_TIMEOUT) -> dict:
     """RSS growth per subscription when `connections` connections subscribe
     `subscriptions` of `queues` stored queues at once (each its share in blocks of
-    about 100 SUBs): read just after (a full gc) and after `malloc_trim` (what the
-    router's collector policy runs once a wave has settled, gc_policy.py), from the
-    trimmed RSS before; with pymalloc's arenas and bytes in use beside it."""
+    about 100 SUBs), from the trimmed RSS before: just after (a full gc), once the
+    router's collector policy has ended the wave (its own `malloc_trim`, gc_policy.py;
+    None if it did not within `settle_timeout` seconds), and after one more
+    `malloc_trim`; with pymalloc's arenas and bytes in use beside it."""
     extra = ["--store", store, "--fsync", "never"]
     with RouterProcess(SINGLE_TASK, extra=extra) as router:
         router.call("preload", start=0, count=queues)
@@ -311,8 +315,10 @@ def storm_growth(store: str, queues: int, connections: int, subscriptions: int) 
             router.call("full_collection")
             before = {**router.call("allocator"), "rss": router.call("malloc_trim")["rss"]}
             seconds, _ = subscribe(workers, per_worker, 0, subscriptions)
+            trims = router.call("gc_policy").get("trims", 0)
             router.call("full_collection")
             after = router.call("allocator")
+            settled = _settled_rss(router, trims, settle_timeout)
             trimmed = router.call("malloc_trim")["rss"]
             answered = router.call("stats")["statistics"]["subscriptions"]
             threads = router.ps.num_threads()
@@ -328,6 +334,7 @@ def storm_growth(store: str, queues: int, connections: int, subscriptions: int) 
         "threads": threads,
         "rss_before": before["rss"], "rss_after": after["rss"],
         "per_subscription_rss": per(after["rss"], "rss"),
+        "per_subscription_settled": per(settled, "rss"),
         "per_subscription_trimmed": per(trimmed, "rss"),
         "per_subscription_pymalloc_arenas": per(after.get("pymalloc_arenas"), "pymalloc_arenas"),
         "per_subscription_pymalloc_in_use": per(after.get("pymalloc_in_use"), "pymalloc_in_use"),
@@ -356,19 +363,34 @@ def storm_traced(store: str, queues: int, connections: int, subscriptions: int) 
             "peak_per_connection": (peak - before["traced_unfiltered"]) / connections}
 
 
+def _settled_rss(router: RouterProcess, trims_before: int, timeout: float) -> int | None:
+    """RSS once the collector policy has trimmed the heap after the storm (it does
+    when a wave has settled); None if it did not within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        policy = router.call("gc_policy")
+        if not policy.get("running"):
+            return None
+        if policy.get("trims", 0) > trims_before:
+            return router.call("stats")["rss"]
+        time.sleep(0.5)
+    return None
+
+
 def storm(size: StormSize = STORM, stores: tuple[str, ...] = STORE_KINDS,
-          name: str = "memory-storm") -> dict[str, Any]:
+          name: str = "memory-storm", settle_timeout: float = SETTLE_TIMEOUT) -> dict[str, Any]:
     """Per store kind, in one run: the storm and the quiet case, each in a router of its
     own holding the same queues."""
     rows = []
     for store in stores:
         log(f"memory: {store} store, storm of {size.queues:,} SUBs over "
             f"{size.connections:,} connections")
-        stormy = storm_growth(store, size.queues, size.connections, size.queues)
+        stormy = storm_growth(store, size.queues, size.connections, size.queues,
+                              settle_timeout)
         log(f"memory: {store} store, {size.quiet_subscriptions:,} SUBs over "
             f"{size.quiet_connections} connections")
         quiet = storm_growth(store, size.queues, size.quiet_connections,
-                             size.quiet_subscriptions)
+                             size.quiet_subscriptions, settle_timeout)
         log(f"memory: {store} store, the storm traced")
         stormy.update(storm_traced(store, size.queues, size.connections, size.queues))
         rows.append({"store": store, "storm": stormy, "quiet": quiet})
@@ -382,21 +404,23 @@ def storm_table(result: dict[str, Any]) -> str:
     out = [f"### RSS growth per subscription: a storm ({p['queues']:,} SUBs over "
            f"{p['connections']:,} connections at once) beside quiet subscribing "
            f"({p['quiet_subscriptions']:,} over {p['quiet_connections']} connections)", "",
-           "From the trimmed RSS before: just after = after a full gc; trimmed = after "
-           "malloc_trim(0), as the router's collector policy does once a wave has "
-           "settled; pymalloc = its arenas' growth and its bytes in use, just after; live "
+           "From the trimmed RSS before: just after = after a full gc; settled = once "
+           "the router's collector policy has ended the wave (its own malloc_trim; – "
+           "if not within 30 s); trimmed = after one more malloc_trim(0); pymalloc = "
+           "its arenas' growth and its bytes in use, just after; live "
            "and peak from a third router with tracemalloc on (storm only).", ""]
     rows = []
     for row in result["stores"]:
         for case in ("storm", "quiet"):
             r = row[case]
             rows.append([row["store"], case, r["subscribed"], r["per_subscription_rss"],
-                         r["per_subscription_trimmed"],
+                         r.get("per_subscription_settled"), r["per_subscription_trimmed"],
                          r["per_subscription_pymalloc_arenas"],
                          r["per_subscription_pymalloc_in_use"],
                          r["per_subscription_malloc_free"], r.get("live_per_subscription"),
                          r.get("peak_per_connection"), r["threads"], r["seconds"]])
-    out.append(md_table(["store", "case", "subscribed", "B/sub just after", "B/sub trimmed",
+    out.append(md_table(["store", "case", "subscribed", "B/sub just after", "B/sub settled",
+                         "B/sub trimmed",
                          "pymalloc arenas B/sub", "pymalloc in use B/sub",
                          "malloc free B/sub", "live B/sub (traced)",
                          "peak live B/conn during it (traced)", "threads", "seconds"], rows))

@@ -25,7 +25,8 @@ ARENAS_PER_SUBSCRIPTION = 300  # bytes of pymalloc arenas a subscription may lea
 
 
 def test_a_storm_of_sub_blocks_leaves_arenas_near_what_its_subscriptions_use():
-    grown = memory.storm_growth("memory", QUEUES, CONNECTIONS, QUEUES)
+    grown = memory.storm_growth("memory", QUEUES, CONNECTIONS, QUEUES,
+                                 settle_timeout=0)
     assert grown["subscribed"] == QUEUES
     assert grown["per_subscription_pymalloc_in_use"] < ARENAS_PER_SUBSCRIPTION / 2, grown
     assert grown["per_subscription_pymalloc_arenas"] <= ARENAS_PER_SUBSCRIPTION, grown
@@ -36,7 +37,7 @@ def test_the_storm_table_has_the_storm_beside_the_quiet_case(
     monkeypatch.setattr(harness, "RESULTS_DIR", tmp_path)
     size = memory.StormSize(queues=400, connections=8, quiet_subscriptions=100,
                             quiet_connections=2)
-    memory.storm(size, stores=("journal",))
+    memory.storm(size, stores=("journal",), settle_timeout=0)
     data = json.loads((tmp_path / "memory-storm.json").read_text())
     assert [row["store"] for row in data["stores"]] == ["journal"]
     for row in data["stores"]:
