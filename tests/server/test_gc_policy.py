@@ -97,34 +97,6 @@ async def test_a_settled_wave_hands_free_heap_back(monkeypatch):
     assert trimmed == [0] and policy.trims == 1 and len(nodes) == 3000
 
 
-async def test_a_wave_frozen_young_is_a_wave_too(monkeypatch):
-    """During a reconnect storm most new objects are frozen by the young hook and
-    never reach the oldest generation: the wave ends, and hands the heap back, once
-    they stop coming."""
-    trimmed: list[int] = []
-    monkeypatch.setattr(gc_policy, "_malloc_trim", lambda pad: trimmed.append(pad) or 1)
-    policy = GcPolicy(budget=10**9, young_budget=5000, settle=0.2, settle_floor=10_000,
-                      check_interval=0.01, full_interval=None)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(policy.run, lambda: 0)
-        with trio.fail_after(5):
-            while policy.freezes == 0:  # the objects there at its start: a first wave
-                await trio.sleep(0.01)
-        first = len(trimmed)
-        gc.disable()  # no automatic pass: the nodes stay young until frozen
-        try:
-            nodes = [Node() for _ in range(20_000)]
-            gc.collect(1)
-        finally:
-            gc.enable()
-        assert policy.young_freezes >= 1 and old_objects() < 10_000
-        with trio.fail_after(5):
-            while len(trimmed) == first:
-                await trio.sleep(0.01)
-        nursery.cancel_scope.cancel()
-    assert trimmed[-1] == 0 and len(nodes) == 20_000
-
-
 async def test_a_quiet_time_collection_frees_cycles_that_died_frozen():
     cycles = []
     for _ in range(1000):

@@ -29,8 +29,7 @@ often enough; whatever arrives meanwhile then waits, unwalked, to be frozen.
   and the pass walks nothing. Young cyclic garbage frozen so waits for the
   quiet-time collection;
 - settle: once it has stopped growing for `settle` seconds after at least
-  `settle_floor` objects reached it or were frozen young (a wave of
-  reconnections is over), the same
+  `settle_floor` objects reached it (a wave of reconnections is over), the same
   freeze runs, so that at a steady state the passes walk almost nothing; and
   the C heap's free pages go back to the system (glibc's `malloc_trim`): a wave
   of SUB blocks leaves megabytes of freed 16 KB buffers between live objects,
@@ -130,7 +129,6 @@ class GcPolicy:
     longest_trim_ms: float = 0.0
     last_full_ms: float | None = None
     _since_full: float = field(default=0.0, repr=False)
-    _young_frozen: int = field(default=0, repr=False)  # frozen by the hook since the last look
 
     async def run(self, connections_opened: Callable[[], int]) -> None:
         """Watch the collector until cancelled; `connections_opened` counts connections
@@ -153,7 +151,6 @@ class GcPolicy:
         if young > self.young_budget:
             gc.freeze()  # the lists the pass is about to walk are empty now
             self.young_freezes += 1
-            self._young_frozen += young  # part of the wave, never seen in the oldest
 
     async def _watch(self, connections_opened: Callable[[], int]) -> None:
         last_size = 0
@@ -165,16 +162,9 @@ class GcPolicy:
             await trio.sleep(self.check_interval)
             now = trio.current_time()
             size = len(gc.get_objects(generation=2))
-            # A wave is what reached the oldest generation and what the hook froze
-            # young: during a reconnect storm most of it is the latter, and a wave
-            # counted without it ended (and was trimmed) mid-storm, leaving the free
-            # heap of the storm's blocks unreturned (bench/RESULTS.md, "The memory a
-            # reconnect storm leaves").
-            grown = max(0, size - last_size) + self._young_frozen
-            self._young_frozen = 0
-            if grown:
+            if size > last_size:
                 last_growth = now
-                wave += grown
+                wave += size - last_size
             opened = connections_opened()
             if opened != last_connections:
                 last_connections, last_connection_at = opened, now
