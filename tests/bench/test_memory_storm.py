@@ -8,7 +8,8 @@ small-object allocator frees an arena only once every object in it is gone, so
 arenas that grew by far more than the subscriptions' own objects are the storm's
 temporaries pinned by a few long-lived objects allocated among them. Before the
 blocks in progress were bounded, this storm grew them by ~520 B per subscription
-(a `Sub` is a 48-byte block, its map entries a malloc'd table); now ~100 - 160.
+(a `Sub` is a 48-byte block, its map entries a malloc'd table); now ~50 - 110
+(arenas are 1 MiB: 52 B per subscription here).
 """
 
 from __future__ import annotations
