@@ -12,6 +12,10 @@ after each phase, after a full gc:
 
 The two modes run back to back at every size and repetition, so their ratio
 is taken from one run; figures are medians over the repetitions.
+
+`storm` (`python -m bench memory --storm`, and the first part of `python -m bench
+memory`) measures what a reconnect storm leaves beside quiet subscribing, per store
+kind (its docstring and `storm_growth`'s).
 """
 
 from __future__ import annotations
