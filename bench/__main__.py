@@ -30,10 +30,11 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "memory": Command("where the memory goes: per store kind and delivery mode, per queue, "
-                      "message, connection, subscription, traffic, storm; --sweep: idle "
+                      "message, connection, subscription, traffic, storm; --storm: RSS per "
+                      "subscription after a reconnect storm; --sweep: idle "
                       "subscriptions and connections, 1k .. 200k; --breakdown: allocation "
                       "sites and the type census of one load",
-                      ("sizes", "sweep", "breakdown", "stores")),
+                      ("sizes", "sweep", "breakdown", "storm", "stores")),
     "memray": Command("a memory scenario with the router under memray", ("store", "delivery")),
     "throughput": Command("SEND -> MSG -> ACK rate and latency vs a WebSocket echo",
                           ("duration", "clients")),
@@ -89,6 +90,8 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
                                           "connections and subscriptions"}),
     "sweep": ("--sweep", {"action": "store_true",
                           "help": "bytes per idle subscription from 1k to 200k (--sizes)"}),
+    "storm": ("--storm", {"action": "store_true",
+                          "help": "only what a reconnect storm leaves, beside quiet subscribing"}),
     "stores": ("--stores", {"type": lambda t: tuple(t.split(",")),
                             "help": "store kinds, e.g. memory,sqlite (default: all three)"}),
     "store": ("--store", {"default": "memory", "help": "the store kind"}),
@@ -189,8 +192,12 @@ def _run(args: argparse.Namespace) -> object:
                               max_connections=100 if args.quick else 1000)
         from . import memory_profile
 
+        stores = args.stores or memory_profile.STORES
+        stormy = memory.storm(memory.QUICK_STORM if args.quick else memory.STORM, stores)
+        if args.storm:
+            return stormy
         return memory_profile.run(memory_profile.QUICK if args.quick else memory_profile.DEFAULT,
-                                  stores=args.stores or memory_profile.STORES)
+                                  stores=stores)
     if args.name == "block-encryption":
         from . import block_encryption
 

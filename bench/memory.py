@@ -12,13 +12,23 @@ after each phase, after a full gc:
 
 The two modes run back to back at every size and repetition, so their ratio
 is taken from one run; figures are medians over the repetitions.
+
+`storm` (`python -m bench memory --storm`, and the first part of `python -m bench
+memory`) measures what a reconnect storm leaves beside quiet subscribing, per store
+kind (its docstring and `storm_growth`'s).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from router.server.settings.config import DELIVERY_MODES, PER_QUEUE_TASK, SINGLE_TASK
+from router.server.settings.config import (
+    DELIVERY_MODES,
+    PER_QUEUE_TASK,
+    SINGLE_TASK,
+    STORE_KINDS,
+)
 
 from .harness import (
     RouterProcess,
@@ -277,4 +287,153 @@ def breakdown_table(result: dict[str, Any]) -> str:
                          [[t["allocated_at"], t["router_line"], t["bytes"], t["objects"]]
                           for t in r["sites"]]), "",
                 md_table(["type", "objects", "bytes"], r["types"]), ""]
+    return "\n".join(out)
+
+
+# --- what a reconnect storm leaves -----------------------------------------------------
+
+class StormSize:
+    def __init__(self, queues: int, connections: int, quiet_subscriptions: int,
+                 quiet_connections: int) -> None:
+        self.queues, self.connections = queues, connections
+        self.quiet_subscriptions, self.quiet_connections = quiet_subscriptions, quiet_connections
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+# As a relay's reconnection: every connection sends its ~100 signed SUBs in one block,
+# all at once; beside it the same kind of subscriptions made by a few connections.
+STORM = StormSize(queues=100_000, connections=1_000, quiet_subscriptions=20_000,
+                  quiet_connections=4)
+QUICK_STORM = StormSize(queues=10_000, connections=100, quiet_subscriptions=2_000,
+                        quiet_connections=4)
+SETTLE_TIMEOUT = 30.0  # the collector policy ends a wave 10 s after it stops growing
+
+
+def storm_growth(store: str, queues: int, connections: int, subscriptions: int,
+                 settle_timeout: float = SETTLE_TIMEOUT) -> dict:
+    """RSS growth per subscription when `connections` connections subscribe
+    `subscriptions` of `queues` stored queues at once (each its share in blocks of
+    about 100 SUBs), from the trimmed RSS before: just after (a full gc), once the
+    router's collector policy has ended the wave (its own `malloc_trim`, gc_policy.py;
+    None if it did not within `settle_timeout` seconds), and after one more
+    `malloc_trim`; with pymalloc's arenas and bytes in use beside it."""
+    extra = ["--store", store, "--fsync", "never"]
+    with RouterProcess(SINGLE_TASK, extra=extra) as router:
+        router.call("preload", start=0, count=queues)
+        with WorkerGroup(router.address, WORKERS) as workers:
+            per_worker = connect(workers, connections)
+            router.call("full_collection")
+            before = {**router.call("allocator"), "rss": router.call("malloc_trim")["rss"]}
+            seconds, _ = subscribe(workers, per_worker, 0, subscriptions)
+            trims = router.call("gc_policy").get("trims", 0)
+            router.call("full_collection")
+            after = router.call("allocator")
+            settled = _settled_rss(router, trims, settle_timeout)
+            trimmed = router.call("malloc_trim")["rss"]
+            answered = router.call("stats")["statistics"]["subscriptions"]
+            threads = router.ps.num_threads()
+
+    def per(value_after: int | None, key: str) -> float | None:
+        if value_after is None or before.get(key) is None:
+            return None
+        return (value_after - before[key]) / subscriptions
+
+    return {
+        "store": store, "queues": queues, "connections": connections,
+        "subscriptions": subscriptions, "subscribed": answered, "seconds": seconds,
+        "threads": threads,
+        "rss_before": before["rss"], "rss_after": after["rss"],
+        "per_subscription_rss": per(after["rss"], "rss"),
+        "per_subscription_settled": per(settled, "rss"),
+        "per_subscription_trimmed": per(trimmed, "rss"),
+        "per_subscription_pymalloc_arenas": per(after.get("pymalloc_arenas"), "pymalloc_arenas"),
+        "per_subscription_pymalloc_in_use": per(after.get("pymalloc_in_use"), "pymalloc_in_use"),
+        "per_subscription_malloc_free": per(after.get("malloc_free"), "malloc_free"),
+    }
+
+
+def storm_traced(store: str, queues: int, connections: int, subscriptions: int) -> dict:
+    """The same storm in a router with tracemalloc on: live bytes per subscription
+    after it, and the peak of live bytes during it per connection (what the blocks
+    being worked on hold at once, among which the subscriptions are allocated)."""
+    extra = ["--store", store, "--fsync", "never"]
+    with RouterProcess(SINGLE_TASK, tracemalloc=True, extra=extra) as router:
+        router.call("preload", start=0, count=queues)
+        with WorkerGroup(router.address, WORKERS) as workers:
+            per_worker = connect(workers, connections)
+            router.call("full_collection")
+            before = router.call("traced")
+            router.call("trace_reset_peak")
+            subscribe(workers, per_worker, 0, subscriptions)
+            peak = router.call("traced", gc=False)["traced_peak"]
+            router.call("full_collection")
+            after = router.call("traced")["traced"]
+    return {"live_per_subscription": (after - before["traced"]) / subscriptions,
+            # the peak counts tracemalloc's own snapshots too: its unfiltered total
+            "peak_per_connection": (peak - before["traced_unfiltered"]) / connections}
+
+
+def _settled_rss(router: RouterProcess, trims_before: int, timeout: float) -> int | None:
+    """RSS once the collector policy has trimmed the heap after the storm (it does
+    when a wave has settled); None if it did not within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        policy = router.call("gc_policy")
+        if not policy.get("running"):
+            return None
+        if policy.get("trims", 0) > trims_before:
+            return router.call("stats")["rss"]
+        time.sleep(0.5)
+    return None
+
+
+def storm(size: StormSize = STORM, stores: tuple[str, ...] = STORE_KINDS,
+          name: str = "memory-storm", settle_timeout: float = SETTLE_TIMEOUT) -> dict[str, Any]:
+    """Per store kind, in one run: the storm and the quiet case, each in a router of its
+    own holding the same queues."""
+    rows = []
+    for store in stores:
+        log(f"memory: {store} store, storm of {size.queues:,} SUBs over "
+            f"{size.connections:,} connections")
+        stormy = storm_growth(store, size.queues, size.connections, size.queues,
+                              settle_timeout)
+        log(f"memory: {store} store, {size.quiet_subscriptions:,} SUBs over "
+            f"{size.quiet_connections} connections")
+        quiet = storm_growth(store, size.queues, size.quiet_connections,
+                             size.quiet_subscriptions, settle_timeout)
+        log(f"memory: {store} store, the storm traced")
+        stormy.update(storm_traced(store, size.queues, size.connections, size.queues))
+        rows.append({"store": store, "storm": stormy, "quiet": quiet})
+    result = {"parameters": size.as_dict(), "stores": rows}
+    write_results(name, result, storm_table(result))
+    return result
+
+
+def storm_table(result: dict[str, Any]) -> str:
+    p = result["parameters"]
+    out = [f"### RSS growth per subscription: a storm ({p['queues']:,} SUBs over "
+           f"{p['connections']:,} connections at once) beside quiet subscribing "
+           f"({p['quiet_subscriptions']:,} over {p['quiet_connections']} connections)", "",
+           "From the trimmed RSS before: just after = after a full gc; settled = once "
+           "the router's collector policy has ended the wave (its own malloc_trim; – "
+           "if not within 30 s); trimmed = after one more malloc_trim(0); pymalloc = "
+           "its arenas' growth and its bytes in use, just after; live "
+           "and peak from a third router with tracemalloc on (storm only).", ""]
+    rows = []
+    for row in result["stores"]:
+        for case in ("storm", "quiet"):
+            r = row[case]
+            rows.append([row["store"], case, r["subscribed"], r["per_subscription_rss"],
+                         r.get("per_subscription_settled"), r["per_subscription_trimmed"],
+                         r["per_subscription_pymalloc_arenas"],
+                         r["per_subscription_pymalloc_in_use"],
+                         r["per_subscription_malloc_free"], r.get("live_per_subscription"),
+                         r.get("peak_per_connection"), r["threads"], r["seconds"]])
+    out.append(md_table(["store", "case", "subscribed", "B/sub just after", "B/sub settled",
+                         "B/sub trimmed",
+                         "pymalloc arenas B/sub", "pymalloc in use B/sub",
+                         "malloc free B/sub", "live B/sub (traced)",
+                         "peak live B/conn during it (traced)", "threads", "seconds"], rows))
     return "\n".join(out)

@@ -365,3 +365,83 @@ async def test_a_block_of_acks_of_pushed_messages_needs_no_place(router):
             while len(answers) < len(queues):
                 answers.extend(await recipient.receive())
             assert [a.response for a in answers] == [ERR(NO_MSG)] * len(queues)
+
+
+async def test_at_most_in_progress_blocks_are_between_their_first_turn_and_their_last():
+    """A crowd of costly blocks: each holds what it parsed from its first turn to its
+    last, so only `in_progress` of them may be there at once; the others start in
+    arrival order as those finish, and those in progress still take turns."""
+    places = Turns(at_once=2, budget=10, in_progress=4)
+    started: list[int] = []
+    finished: list[int] = []
+    finished_before: dict[int, int] = {}  # block -> blocks finished when it started
+    now = most = 0
+    go = trio.Event()
+
+    async def block(index: int) -> None:
+        nonlocal now, most
+        turn = places.turn()
+        try:
+            await turn.begin()
+            started.append(index)
+            finished_before[index] = len(finished)
+            now += 1
+            most = max(most, now)
+            await go.wait()
+            for _ in range(5):
+                await turn.spend(6)
+            now -= 1
+            finished.append(index)
+        finally:
+            turn.finish()
+
+    async with trio.open_nursery() as nursery:
+        for index in range(20):
+            nursery.start_soon(block, index)
+            await trio.testing.wait_all_tasks_blocked()
+        go.set()
+    assert most == 4, most
+    assert sorted(started[:4]) == [0, 1, 2, 3], started
+    # the fifth block to arrive starts once one has finished, the sixth once two have...
+    assert all(finished_before[i] >= i - 3 for i in range(4, 20)), finished_before
+    assert sorted(finished) == list(range(20))
+    statistics = places.statistics()
+    assert statistics.borrowed_tokens == 0
+    assert places._in_progress.value == 4  # every place in progress given back
+
+
+async def test_a_block_that_steps_aside_lets_a_waiting_block_start():
+    """A block waiting on its client (dispatch.py: its answers cannot leave) gives its
+    place in progress to the next block, and queues again for one afterwards."""
+    places = Turns(at_once=1, budget=10, in_progress=1)
+    log: list[str] = []
+    client_reads = trio.Event()
+
+    async def slow_reader() -> None:
+        turn = places.turn()
+        try:
+            await turn.begin()
+            log.append("slow begins")
+            turn.step_aside()
+            await client_reads.wait()
+            await turn.begin()
+            log.append("slow resumes")
+        finally:
+            turn.finish()
+
+    async def other() -> None:
+        turn = places.turn()
+        try:
+            await turn.begin()
+            log.append("other")
+        finally:
+            turn.finish()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slow_reader)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(other)
+        await trio.testing.wait_all_tasks_blocked()
+        assert log == ["slow begins", "other"], log
+        client_reads.set()
+    assert log == ["slow begins", "other", "slow resumes"], log

@@ -169,6 +169,12 @@ class Connection:
         """Whether a batch pushed now would have to wait for room."""
         return self._pending_batches >= self._max_pending
 
+    def push_may_wait(self) -> bool:
+        """Whether a batch pushed now may have to wait for the client to read: the
+        pending list is full while another task writes, or the socket did not take
+        all of an earlier write (a block in progress then steps aside, turns.py)."""
+        return self._unflushed or (self._writing and self.outbox_full())
+
     def push_nowait(self, transmissions: list[bytes]) -> None:
         """Leave a batch to be written without waiting (by whoever is writing, else
         by the delivery task); `trio.WouldBlock` if the pending list is full.

@@ -200,7 +200,7 @@ class Dispatcher:
             await turn.begin()
             return await self._answer(client, decode_batch_content(content), turn)
         finally:
-            turn.end()
+            turn.finish()
 
     async def _answer(
         self, client: ClientSubscriptions, raw_transmissions: list[bytes], turn: Pacing | None
@@ -244,6 +244,8 @@ class Dispatcher:
                         # The answers so far leave before anything the pause lets in: a
                         # MSG pushed meanwhile for a queue this block subscribed comes
                         # after its OK (docs/architecture.md, "Ordering").
+                        if conn.push_may_wait():
+                            turn.step_aside()  # a slow reader holds up no other block
                         await conn.push(out)
                         out, overtakable = [], False
                     await turn.begin()

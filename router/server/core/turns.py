@@ -56,6 +56,21 @@ Those bytes are the block's content without its padding (dispatch.py): a few
 hundred bytes per command rather than the 16 KB block, which for a wave of
 reconnecting clients was most of the router's peak.
 
+Blocks in progress are bounded too: at most `IN_PROGRESS` costly blocks,
+router-wide, are between their first turn and their last; the others wait for
+their first in arrival order, as bytes. A block in progress holds everything
+it has parsed, verified and answered so far (about 50 KB for 100 SUBs), so
+were each waiting block to get its first turn before any finished, a storm
+of 1,000 such blocks would hold 50 MB of these at once, and every `Sub` the
+storm makes would be allocated among them: CPython's small-object allocator
+returns an arena to the system only once every object in it is freed, so
+those few long-lived objects kept the storm's arenas, ~550 B of RSS per
+subscription for a 48-byte `Sub` (bench/RESULTS.md, "The memory a reconnect
+storm leaves"). Within the bound the blocks still take turns as above. A
+block that waits for its client to read its answers gives its place in
+progress up (`step_aside`, dispatch.py), so clients that do not read hold up
+no other block.
+
 A place is held across the store's awaits of the block's commands (a durable
 store's group commit): a turn is bounded in units of work, not in time, so
 on the journal and SQLite stores a costly block may hold its place while it
@@ -83,6 +98,7 @@ HASHED = 2048  # bytes an authorization's check hashes per unit (0.5 unit per KB
 FREE_COST = 30  # a block of at most this is answered without a turn
 TURN_BUDGET = 40  # units a block spends in one turn (then yields)
 AT_ONCE = 2  # costly blocks worked on at a time, router-wide
+IN_PROGRESS = 16  # costly blocks between their first turn and their last, router-wide
 
 _AUTHORIZATION_COST = {64: ED25519, 114: ED25519, 80: X25519_AUTHENTICATOR}
 # By the command's tag (docs/protocol.md#command-table), which is its type's name.
@@ -142,14 +158,16 @@ class Turns:
     """The router's places for costly blocks (one for the router, shared by every
     connection's dispatcher)."""
 
-    __slots__ = ("_places", "budget")
+    __slots__ = ("_places", "_in_progress", "budget")
 
-    def __init__(self, at_once: int = AT_ONCE, budget: int = TURN_BUDGET) -> None:
+    def __init__(self, at_once: int = AT_ONCE, budget: int = TURN_BUDGET,
+                 in_progress: int = IN_PROGRESS) -> None:
         self._places = trio.CapacityLimiter(at_once)
+        self._in_progress = trio.Semaphore(in_progress)  # FIFO: arrival order
         self.budget = budget
 
     def turn(self) -> Turn:
-        return Turn(self._places, self.budget)
+        return Turn(self._places, self.budget, self._in_progress)
 
     def statistics(self) -> trio.CapacityLimiterStatistics:
         return self._places.statistics()
@@ -173,6 +191,16 @@ class Pacing(ABC):
     def end(self) -> None:  # noqa: B027 - only a turn has a place to give back
         """Give back what `begin` took, if anything."""
 
+    def step_aside(self) -> None:
+        """`end`, and give up the place in progress too, for a wait that does not
+        depend on the router (a client that reads its answers slowly): the next
+        `begin` queues for one again, behind the blocks that came meanwhile."""
+        self.end()
+
+    def finish(self) -> None:
+        """The block is done: give back everything."""
+        self.step_aside()
+
     @property
     def due(self) -> bool:
         """This turn's budget is spent: the block should let the others go first."""
@@ -194,19 +222,27 @@ class Pacing(ABC):
 
 
 class Turn(Pacing):
-    """One costly block's turns: `begin` waits for a place, `end` gives it back (to
-    the oldest block waiting; with none waiting, acquiring a free place still
-    yields to the scheduler's other tasks). Between `end` and `begin` the block
-    holds no place, whatever it waits for."""
+    """One costly block's turns: the first `begin` waits for a place in progress,
+    then each `begin` waits for a place, `end` gives it back (to the oldest block
+    waiting; with none waiting, acquiring a free place still yields to the
+    scheduler's other tasks). Between `end` and `begin` the block holds no place,
+    whatever it waits for; it keeps its place in progress until `finish` (or
+    `step_aside`)."""
 
-    __slots__ = ("_places", "_holding")
+    __slots__ = ("_places", "_holding", "_in_progress", "_admitted")
 
-    def __init__(self, places: trio.CapacityLimiter, budget: int) -> None:
+    def __init__(self, places: trio.CapacityLimiter, budget: int,
+                 in_progress: trio.Semaphore | None = None) -> None:
         super().__init__(budget)
         self._places = places
         self._holding = False
+        self._in_progress = in_progress
+        self._admitted = False
 
     async def begin(self) -> None:
+        if not self._admitted and self._in_progress is not None:
+            await self._in_progress.acquire()
+            self._admitted = True
         await self._places.acquire()
         self._holding = True
         self._left = self._budget
@@ -216,6 +252,12 @@ class Turn(Pacing):
         if self._holding:
             self._holding = False
             self._places.release()
+
+    def step_aside(self) -> None:
+        self.end()
+        if self._admitted:
+            self._admitted = False
+            self._in_progress.release()  # type: ignore[union-attr]
 
 
 class Slices(Pacing):
