@@ -30,7 +30,10 @@ def test_every_module_with_a_main_is_a_listed_benchmark():
     modules = {p.stem for p in (ROOT / "bench").glob("*.py")
                if "\ndef main(" in p.read_text() and p.stem != "__main__"}
     own = {name for name, command in COMMANDS.items() if command.own_options}
-    assert modules - set(COMMANDS) <= {"router_process", "echo", "minimal_router", "memray_run"}
+    # proxy_attack is `python -m bench proxy --attack`
+    assert modules - set(COMMANDS) <= {
+        "router_process", "echo", "minimal_router", "memray_run", "proxy_attack"
+    }
     assert own <= modules
 
 
