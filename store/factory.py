@@ -41,6 +41,7 @@ from .kinds import (
 )
 from .memory import opener as memory_opener
 from .memory.opener import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT
+from .postgres import opener as postgres_opener
 from .sqlite import opener as sqlite_opener
 
 __all__ = [  # the names the rest of the router takes from here
@@ -93,6 +94,7 @@ STORE_KINDS: dict[str, StoreKind[Any]] = {
     "memory": memory_opener.KIND,
     "journal": journal_opener.KIND,
     "sqlite": sqlite_opener.KIND,
+    "postgres": postgres_opener.KIND,
 }
 
 
