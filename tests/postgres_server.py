@@ -113,3 +113,22 @@ def stop_shared_server() -> None:
     if _server is not None:
         _server.stop()
         _server = None
+
+
+def postgres_store_options(data_dir: Path | str) -> dict[str, object]:
+    """`RouterConfig.store_options` of a postgres-store router on `data_dir`: the test
+    run's server, and the schema that belongs to that directory (a restarted router on
+    the same directory finds its data)."""
+    return {"db_connection": shared_server().url, "db_schema": schema_for(data_dir),
+            "db_pool_size": 4}
+
+
+def router_store_settings(kind: str, data_dir: Path | str | None) -> dict[str, object]:
+    """The RouterConfig settings that choose store `kind` on `data_dir`."""
+    settings: dict[str, object] = {"store": kind}
+    if kind != "memory":
+        settings["data_dir"] = data_dir
+    if kind == "postgres":
+        assert data_dir is not None
+        settings["store_options"] = postgres_store_options(data_dir)
+    return settings

@@ -73,18 +73,43 @@ async def open_postgres_stores(
             _write_note(store_dir, db)
         queues = await open_queue_store(db, deleted_ttl=options.db_deleted_ttl)
         messages = PostgresMessageStore(db)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(db.keep_lock)
-            nursery.start_soon(_compact_periodically, queues)
-            try:
-                yield Stores("postgres", queues, messages, store_dir,
-                             bulk_import=queues.bulk_import)
-            finally:
-                nursery.cancel_scope.cancel()
-                await messages.close()
-                await queues.close()
+        background = _Background()
+        background.start(db.keep_lock)
+        background.start(_compact_periodically, queues)
+        try:
+            yield Stores("postgres", queues, messages, store_dir, bulk_import=queues.bulk_import)
+        finally:
+            background.cancel()
+            await messages.close()
+            await queues.close()
     finally:
         await db.close()
+
+
+class _Background:
+    """Tasks that live as long as the stores. Not a nursery: the router enters and leaves
+    its stores' context in different cancel scopes (it closes them shielded), which a
+    nursery inside that context does not allow."""
+
+    def __init__(self) -> None:
+        self._scopes: list[trio.CancelScope] = []
+
+    def start(self, fn, *args) -> None:
+        scope = trio.CancelScope()
+        self._scopes.append(scope)
+
+        async def run() -> None:
+            with scope:
+                try:
+                    await fn(*args)
+                except Exception:  # a bug: logged, and the stores go on without the task
+                    log.exception("postgres store: background task %s failed", fn.__name__)
+
+        trio.lowlevel.spawn_system_task(run, name=f"postgres-store.{fn.__name__}")
+
+    def cancel(self) -> None:
+        for scope in self._scopes:
+            scope.cancel()
 
 
 def _write_note(store_dir: Path, db: PostgresDatabase) -> None:
