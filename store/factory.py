@@ -187,10 +187,15 @@ async def migrate_store(
     *,
     fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
     progress: Progress | None = None,
+    source_settings: dict[str, Any] | None = None,
     **settings: Any,
 ) -> tuple[int, int]:
     """Copy every queue and message of the directory's current kind into `to_kind`,
-    check the counts, and switch the directory over; returns (queues, messages) copied."""
+    check the counts, and switch the directory over; returns (queues, messages) copied.
+
+    `settings` are the new kind's options, `source_settings` the current kind's (a kind
+    whose data is not in the directory, postgres, needs them to be found). A destination
+    that already holds queues (a database schema used before) is refused."""
     data_dir = Path(data_dir)
     from_kind = read_store_kind(data_dir)
     if from_kind is None:
@@ -198,10 +203,16 @@ async def migrate_store(
     options = store_options(to_kind, fsync=fsync, **settings)  # fails before touching anything
     if from_kind == to_kind:
         return 0, 0
+    source_options = store_options(from_kind, **(source_settings or {}))
     final, tmp = store_dir(data_dir, to_kind), data_dir / f"{to_kind}-store.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    async with open_stores(from_kind, data_dir) as src:
+    async with open_stores(from_kind, data_dir, source_options) as src:
         async with store_opener(to_kind)(tmp, options) as dst:
+            if held := await dst.queues.queue_count():
+                raise ValueError(
+                    f"the {to_kind} store to migrate into already holds {held} queues "
+                    "(name an empty database schema, or empty this one)"
+                )
             counts = await copy_stores(src, dst, progress)
             await check_copy(src, dst, counts)
     _set_aside(final, data_dir / f"{to_kind}-store.old")

@@ -17,7 +17,7 @@ import trio
 from postgres_server import schema_for, shared_server
 
 from router.protocol.types import AUTH
-from store import open_stores
+from store import migrate_store, open_stores, read_store_kind
 from store.interfaces import (
     EMPTY_IDS_HASH,
     Message,
@@ -397,3 +397,51 @@ def _database(schema: str):
             await database.close()
 
     return opened()
+
+
+# --- migration ------------------------------------------------------------------------------
+
+
+async def test_migration_journal_postgres_sqlite_postgres_keeps_every_queue_link_and_message(
+    tmp_path,
+):
+    from test_store_factory import add_links, all_links, all_records, contents, fill
+
+    data = tmp_path / "data"
+    url = shared_server().url
+    first, second = schema_for(tmp_path / "first"), schema_for(tmp_path / "second")
+    async with open_stores("journal", data) as stores:
+        expected = await fill(stores, n_queues=6)
+        links = await add_links(stores)
+        records = await all_records(stores)
+    n_messages = sum(map(len, expected.values()))
+
+    async def holds_everything(kind: str, **settings) -> None:
+        async with open_stores(kind, data, **settings) as stores:
+            assert await all_records(stores) == records, kind
+            assert await all_links(stores) == links, kind
+            for rid, link in links.items():
+                found = await stores.queues.get_queue(Party.LINK, link.link_id)
+                assert found is not None and found.recipient_id == rid, kind
+            held = await contents(stores)
+            assert {rid: held[rid] for rid in expected} == expected, kind
+            assert sum(map(len, held.values())) == n_messages, kind
+            # the queue past its quota still refuses writes until it is emptied
+            full = list(expected)[-1]
+            assert await stores.messages.write_message(full, msg(), 100) is (
+                WriteResult.QUOTA_EXCEEDED)
+
+    to_first = {"db_connection": url, "db_schema": first}
+    assert await migrate_store(data, "postgres", **to_first) == (len(records), n_messages)
+    await holds_everything("postgres", **to_first)
+    # the refused write above added nothing: the counts are the same on the way out
+    assert await migrate_store(data, "sqlite", source_settings=to_first) == (
+        len(records), n_messages)
+    await holds_everything("sqlite")
+    with pytest.raises(ValueError, match="already holds"):
+        await migrate_store(data, "postgres", **to_first)  # the old schema is the backup
+    assert read_store_kind(data) == "sqlite"
+    to_second = {"db_connection": url, "db_schema": second}
+    assert await migrate_store(data, "postgres", **to_second) == (len(records), n_messages)
+    await holds_everything("postgres", **to_second)
+    assert (data / "sqlite-store.old").is_dir() and (data / "journal-store.old").is_dir()
