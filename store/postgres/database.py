@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -53,6 +54,8 @@ CONNECT_TIMEOUT = 10.0  # seconds to reach the database when opening
 POOL_TIMEOUT = 10.0  # seconds a call waits for a connection before ERR STORE
 UNAVAILABLE = store_error("database unavailable")
 NO_SPACE = store_error("database or disk is full")
+LOCK_WAIT = 3.0  # seconds a start waits for the schema's lock before refusing
+LOCK_RETRY = 0.1
 LOCK_CLASS = 0x534D5052  # "SMPR": the advisory lock's first key; the schema's hash the second
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -126,7 +129,7 @@ class PostgresDatabase:
 
     def _open(self) -> None:
         self._lock_conn = self._connect_for_lock()
-        self._take_lock(self._lock_conn)
+        self._take_lock(self._lock_conn, wait=LOCK_WAIT)
         with self._lock_conn.transaction():
             self._migrate(self._lock_conn)
         options = f"-c search_path={self.schema}"
@@ -151,10 +154,17 @@ class PostgresDatabase:
                 f"cannot reach the database {redacted(self.url)}: {_first_line(e)}"
             ) from e
 
-    def _take_lock(self, conn: psycopg.Connection) -> None:
-        row = conn.execute(
-            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)
-        ).fetchone()
+    def _take_lock(self, conn: psycopg.Connection, wait: float = 0.0) -> None:
+        """Take the schema's lock, trying for `wait` seconds: a router killed a moment ago
+        holds it until PostgreSQL notices its connection is gone."""
+        deadline = time.monotonic() + wait
+        while True:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)
+            ).fetchone()
+            if (row and row[0]) or time.monotonic() >= deadline:
+                break
+            time.sleep(LOCK_RETRY)
         if not (row and row[0]):
             raise SchemaLocked(
                 f"another router uses schema {self.schema} of {redacted(self.url)} "
