@@ -198,6 +198,8 @@ class PostgresDatabase:
             await trio.to_thread.run_sync(self._check_lock, abandon_on_cancel=True)
 
     def _check_lock(self) -> None:
+        if self._pool is None:
+            return  # closed (or closing): the lock goes with the store
         conn = self._lock_conn
         if conn is not None and not conn.closed:
             try:
@@ -214,6 +216,9 @@ class PostgresDatabase:
         except (psycopg.Error, SchemaLocked) as e:
             conn.close()
             log.error("%s: the schema's lock could not be taken again: %s", self.where, e)
+            return
+        if self._pool is None:  # closed meanwhile
+            conn.close()
             return
         self._lock_conn = conn
         log.warning("%s: the schema's lock was taken again", self.where)
