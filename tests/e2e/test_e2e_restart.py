@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 from e2e_helpers import assert_no_more_events
-from postgres_server import router_store_settings
+from postgres_server import postgres_store_options
 
 from router.client import (
     MessageEvent,
@@ -33,7 +33,8 @@ QUOTA_SIZE = 3
 @asynccontextmanager
 async def running_router(kind: str, data_dir: Path) -> AsyncIterator[RouterInfo]:
     """A router on the data directory, stopped cleanly (cancelled) on exit."""
-    config = RouterConfig(port=0, quota=QUOTA_SIZE, **router_store_settings(kind, data_dir))
+    database = {"store_options": postgres_store_options(data_dir)} if kind == "postgres" else {}
+    config = RouterConfig(port=0, store=kind, data_dir=data_dir, quota=QUOTA_SIZE, **database)
     async with trio.open_nursery() as nursery:
         yield await nursery.start(serve_router, config)
         nursery.cancel_scope.cancel()
