@@ -15,7 +15,11 @@
    router is started on it; the figure is the time from starting the process
    to the line it prints once it listens, next to the same for an empty data
    directory (the interpreter's own start), and the time a SIGTERM takes to
-   stop it (the memory store writes its snapshot then).
+   stop it (the memory store writes its snapshot then). "on disk" counts the data
+   directory, and for the postgres store its schema's tables and indexes.
+
+The postgres store runs on `SMP_BENCH_POSTGRES` (a postgresql:// URL), else on a
+private PostgreSQL the run starts in a temporary directory (Debian's `postgresql`).
 
 Every figure is a median over `repeats` runs.
 """
@@ -41,6 +45,7 @@ from router.server.settings.config import STORE_KINDS, RouterConfig
 from store import Message, QueueRecord, open_stores
 
 from .harness import log, md_table, median, write_results
+from .postgres_server import PostgresServer, schema_for
 
 QUOTA = RouterConfig().quota  # the router's default
 
@@ -52,6 +57,7 @@ KINDS = (
     ("sqlite", "batch"),
     ("sqlite", "always"),
     ("sqlite", "never"),
+    ("postgres", "batch"),
 )
 QUEUES = 32
 CONNECTIONS = 4
@@ -74,7 +80,8 @@ class Router:
         exe = Path(sys.executable).with_name("smp-router")
         head = [str(exe)] if exe.exists() else [sys.executable, "-m", "router.server"]
         args = ["serve", "--port", "0", "--store", kind, "--data-dir", str(data_dir),
-                "--fsync", fsync, "--quota", "100000", "--no-stats-log", "--log-level", "warning"]
+                "--fsync", fsync, "--quota", "100000", "--no-stats-log", "--log-level", "warning",
+                *_database_flags(kind, data_dir)]
         t0 = time.perf_counter()
         self.proc = subprocess.Popen([*head, *args], stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
@@ -92,6 +99,42 @@ class Router:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(START_TIMEOUT)
         return time.perf_counter() - t0
+
+
+# The PostgreSQL the postgres store runs on: `SMP_BENCH_POSTGRES` (a postgresql:// URL),
+# else a private server this run starts (bench/postgres_server.py) and stops.
+_postgres: dict[str, Any] = {}
+
+
+def _postgres_url() -> str:
+    if "url" not in _postgres:
+        url = os.environ.get("SMP_BENCH_POSTGRES")
+        if url is None:
+            server = _postgres["server"] = PostgresServer()
+            server.start()
+            url = server.url
+        _postgres["url"] = url
+    return _postgres["url"]
+
+
+def _stop_postgres() -> None:
+    server = _postgres.pop("server", None)
+    _postgres.clear()
+    if server is not None:
+        server.stop()
+
+
+def _database_settings(kind: str, data_dir: Path) -> dict[str, Any]:
+    """The postgres store's settings for a data directory (a schema of its own)."""
+    if kind != "postgres":
+        return {}
+    return {"db_connection": _postgres_url(), "db_schema": schema_for(data_dir)}
+
+
+def _database_flags(kind: str, data_dir: Path) -> list[str]:
+    settings = _database_settings(kind, data_dir)
+    return [part for name, value in settings.items()
+            for part in (f"--{name.replace('_', '-')}", str(value))]
 
 
 # --- 1. throughput -------------------------------------------------------------------------
@@ -169,7 +212,8 @@ def throughput(kind: str, fsync: str, duration: float, warmup: float) -> float:
 async def _fill(kind: str, data_dir: Path, n: int) -> None:
     """n queues with one message each, written through the store API (fsync never)."""
     now = int(time.time())
-    async with open_stores(kind, data_dir, fsync="never") as stores:
+    async with open_stores(kind, data_dir, fsync="never",
+                           **_database_settings(kind, data_dir)) as stores:
         batch_q: list[QueueRecord] = []
         batch_m: list[tuple[bytes, Message]] = []
         for i in range(n):
@@ -194,6 +238,8 @@ def restart(kind: str, n: int, repeats: int) -> dict[str, Any]:
         trio.run(_fill, kind, data_dir, n)
         fill = time.perf_counter() - t0
         disk = sum(f.stat().st_size for f in data_dir.rglob("*") if f.is_file())
+        if kind == "postgres":
+            disk += trio.run(_schema_bytes, data_dir)
         starts, stops, empties = [], [], []
         for _ in range(repeats):
             empty = Router(kind, empty_dir / str(len(empties)))
@@ -208,6 +254,22 @@ def restart(kind: str, n: int, repeats: int) -> dict[str, Any]:
             "stop_s": median(stops)}
 
 
+async def _schema_bytes(data_dir: Path) -> int:
+    """The database's size of the schema's tables and indexes."""
+    import psycopg
+
+    query = ("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+             " JOIN pg_namespace n ON n.oid = c.relnamespace"
+             " WHERE n.nspname = %s AND c.relkind = 'r'")
+    schema = schema_for(data_dir)
+
+    def size() -> int:
+        with psycopg.connect(_postgres_url()) as conn:
+            return int(conn.execute(query, (schema,)).fetchone()[0])
+
+    return await trio.to_thread.run_sync(size)
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 
@@ -216,6 +278,13 @@ def run(*, quick: bool = False, repeats: int = 3, duration: float | None = None,
     duration = duration or (1.0 if quick else DURATION)
     warmup = 0.5 if quick else WARMUP
     n = sizes[0] if sizes else (QUICK_RESTART_QUEUES if quick else RESTART_QUEUES)
+    try:
+        return _run(repeats, duration, warmup, n)
+    finally:
+        _stop_postgres()
+
+
+def _run(repeats: int, duration: float, warmup: float, n: int) -> dict[str, Any]:
     rates: dict[tuple[str, str], list[float]] = {k: [] for k in KINDS}
     for r in range(repeats):
         for kind, fsync in KINDS:

@@ -44,6 +44,7 @@ from .kinds import (
 )
 from .memory import opener as memory_opener
 from .memory.opener import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT
+from .postgres import opener as postgres_opener
 from .sqlite import opener as sqlite_opener
 
 __all__ = [  # the names the rest of the router takes from here
@@ -96,6 +97,7 @@ STORE_KINDS: dict[str, StoreKind[Any]] = {
     "memory": memory_opener.KIND,
     "journal": journal_opener.KIND,
     "sqlite": sqlite_opener.KIND,
+    "postgres": postgres_opener.KIND,
 }
 
 
@@ -199,11 +201,16 @@ async def migrate_store(
     *,
     fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
     progress: Progress | None = None,
+    source_settings: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Migrated:
     """Copy every queue and message of the directory's current kind into `to_kind`,
     check the counts, and switch the directory over; returns (queues, messages) copied,
-    with the backups made."""
+    with the backups made.
+
+    `settings` are the new kind's options, `source_settings` the current kind's (a kind
+    whose data is not in the directory, postgres, needs them to be found). A destination
+    that already holds queues (a database schema used before) is refused."""
     data_dir = Path(data_dir)
     from_kind = read_store_kind(data_dir)
     if from_kind is None:
@@ -211,10 +218,16 @@ async def migrate_store(
     options = store_options(to_kind, fsync=fsync, **settings)  # fails before touching anything
     if from_kind == to_kind:
         return Migrated(0, 0)
+    source_options = store_options(from_kind, **(source_settings or {}))
     final, tmp = store_dir(data_dir, to_kind), data_dir / f"{to_kind}-store.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    async with open_stores(from_kind, data_dir) as src:
+    async with open_stores(from_kind, data_dir, source_options) as src:
         async with store_opener(to_kind)(tmp, options) as dst:
+            if held := await dst.queues.queue_count():
+                raise ValueError(
+                    f"the {to_kind} store to migrate into already holds {held} queues "
+                    "(name an empty database schema, or empty this one)"
+                )
             counts = await copy_stores(src, dst, progress)
             await check_copy(src, dst, counts)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

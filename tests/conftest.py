@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from postgres_server import stop_shared_server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_postgres() -> Iterator[None]:
+    """The PostgreSQL that tests start on first use (tests/postgres_server.py) stops with
+    the run."""
+    yield
+    stop_shared_server()
 
 
 @pytest.fixture(autouse=True)

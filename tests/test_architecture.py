@@ -35,7 +35,7 @@ STORE_LAYERS = (
     ("store.interfaces",),  # the two interfaces every kind implements
     ("store.durability",),  # fsync, atomic writes, group commits
     ("store.queue_table", "store.kinds"),  # the queue table; what every kind's opener gives
-    ("store.memory", "store.journal", "store.sqlite"),  # one folder per kind
+    ("store.memory", "store.journal", "store.sqlite", "store.postgres"),  # one folder per kind
     ("store.factory",),  # opens the kind a data directory holds
     ("store",),
 )

@@ -19,6 +19,7 @@ from store import SnapshotError, StoreKindMismatch, open_stores, store_options
 from store.factory import store_dir
 from store.interfaces import MessageStore, QueueStore, StoreError
 from store.journal.storelog import LogCorruptError, StoreLogError
+from store.postgres.opener import DatabaseUnavailable, SchemaLocked, SchemaTooNew
 from store.sqlite.database import DB_FILE
 
 from .settings.config import ConfigError, RouterConfig
@@ -48,6 +49,8 @@ async def open_router_stores(
             raise StoreOpenError(
                 f"cannot open the {config.store} store {_location(config)}: {e}"
             ) from e
+        except (DatabaseUnavailable, SchemaLocked, SchemaTooNew) as e:
+            raise StoreOpenError(f"cannot open the postgres store: {e}") from e
         except (StoreKindMismatch, ValueError) as e:
             raise ConfigError(str(e)) from e
         yield stores.queues, stores.messages

@@ -10,7 +10,8 @@ while it is still starting, that is while it recovers and compacts its files);
 finally a clean start drains every queue with GET/ACK and stops on SIGTERM.
 Each start listens on a new port, read from the line the router prints.
 
-The default suite runs CYCLES cycles per durable store; the `stress` variant
+The default suite runs CYCLES cycles per durable store (POSTGRES_CYCLES on the
+postgres store, against the test run's own PostgreSQL); the `stress` variant
 runs STRESS_CYCLES with more senders and queues (`pytest -m stress tests/crash`).
 `SMP_CRASH_SEED` replays the random choices of a run (the seed is printed on
 failure); the timings of a real process never replay exactly.
@@ -32,6 +33,7 @@ from pathlib import Path
 import pytest
 import trio
 from crash_history import History, Outcome, check
+from postgres_server import postgres_store_options
 
 from router.client import (
     ConnectionClosed,
@@ -42,6 +44,7 @@ from router.client import (
 )
 
 CYCLES = 20
+POSTGRES_CYCLES = 5  # each start also connects to the database: a few seconds a cycle
 STRESS_CYCLES = 200
 EARLY_KILL = 0.2  # share of cycles killed while the router is still starting
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
@@ -65,6 +68,10 @@ class CrashRun:
             "serve", "--port", "0", "--store", self.kind, "--data-dir", str(self.data_dir),
             "--quota", "100000", "--log-level", "warning", "--no-stats-log",
         ]
+        if self.kind == "postgres":
+            options = postgres_store_options(self.data_dir)
+            args += ["--db-connection", str(options["db_connection"]),
+                     "--db-schema", str(options["db_schema"])]
         if SMP_ROUTER.exists():
             return [str(SMP_ROUTER), *args]
         return [sys.executable, "-m", "router.server", *args]
@@ -214,12 +221,13 @@ async def crash_and_check(
     print(summary)
 
 
-@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+@pytest.mark.parametrize("kind", ["journal", "sqlite", "postgres"])
 async def test_sigkill_at_random_moments_loses_reorders_and_repeats_nothing(kind, tmp_path):
-    await crash_and_check(kind, tmp_path, cycles=CYCLES, senders=3, queues=4)
+    cycles = POSTGRES_CYCLES if kind == "postgres" else CYCLES
+    await crash_and_check(kind, tmp_path, cycles=cycles, senders=3, queues=4)
 
 
 @pytest.mark.stress
-@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+@pytest.mark.parametrize("kind", ["journal", "sqlite", "postgres"])
 async def test_sigkill_stress_many_cycles(kind, tmp_path):
     await crash_and_check(kind, tmp_path, cycles=STRESS_CYCLES, senders=6, queues=16)

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
+from postgres_server import router_store_settings
 
 from router.server import DELIVERY_MODES, RouterConfig, RouterInfo, serve_router
 
@@ -52,10 +53,12 @@ def router_factory(
     numbers = itertools.count()
 
     async def start(**overrides: object) -> RouterInfo:
-        settings = {**TEST_DEFAULTS, "delivery": delivery, "store": store_kind}
-        if store_kind != "memory":
-            settings["data_dir"] = tmp_path / f"router-{next(numbers)}"
+        settings = {**TEST_DEFAULTS, "delivery": delivery,
+                    **router_store_settings(store_kind, tmp_path / f"router-{next(numbers)}")}
         settings.update(overrides)
+        if settings["store"] == "postgres" and "store_options" not in overrides:
+            # the schema follows the data directory, when a test names one
+            settings.update(router_store_settings("postgres", settings["data_dir"]))
         return await nursery.start(serve_router, RouterConfig(**settings))
 
     return start

@@ -16,6 +16,7 @@ import random
 import statistics
 import time
 
+import pytest
 import trio
 
 from router.client import SMPClient, open_client
@@ -49,6 +50,16 @@ async def _median_ratio(client: SMPClient, existing: bytes, samples: int) -> tup
     t_missing = statistics.median(missing_times)
     t_wrong_key = statistics.median(wrong_key_times)
     return t_missing, t_wrong_key, t_missing / t_wrong_key
+
+
+# Every store, postgres included (its lookups are database reads), unless
+# SMP_E2E_STORES narrows them.
+STORES = os.environ.get("SMP_E2E_STORES", "memory,journal,sqlite,postgres").split(",")
+
+
+@pytest.fixture(params=[kind for kind in STORES if kind])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
 
 
 async def test_sub_on_a_missing_queue_takes_as_long_as_sub_with_a_wrong_key(router):

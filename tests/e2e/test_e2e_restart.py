@@ -1,6 +1,6 @@
 """Clean restarts: everything a client relies on survives two restarts in a row, on
 every store kind (memory saves a snapshot when it stops; journal and sqlite keep
-their files), and a deleted queue stays deleted."""
+their files, postgres its database), and a deleted queue stays deleted."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 from e2e_helpers import assert_no_more_events
+from postgres_server import postgres_store_options
 
 from router.client import (
     MessageEvent,
@@ -25,14 +26,15 @@ from router.protocol import crypto
 from router.protocol.types import AUTH, QUOTA
 from router.server import RouterConfig, RouterInfo, serve_router
 
-STORES = ["memory", "journal", "sqlite"]
+STORES = ["memory", "journal", "sqlite", "postgres"]
 QUOTA_SIZE = 3
 
 
 @asynccontextmanager
 async def running_router(kind: str, data_dir: Path) -> AsyncIterator[RouterInfo]:
     """A router on the data directory, stopped cleanly (cancelled) on exit."""
-    config = RouterConfig(port=0, store=kind, data_dir=data_dir, quota=QUOTA_SIZE)
+    database = {"store_options": postgres_store_options(data_dir)} if kind == "postgres" else {}
+    config = RouterConfig(port=0, store=kind, data_dir=data_dir, quota=QUOTA_SIZE, **database)
     async with trio.open_nursery() as nursery:
         yield await nursery.start(serve_router, config)
         nursery.cancel_scope.cancel()

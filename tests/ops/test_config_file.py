@@ -41,6 +41,13 @@ NON_DEFAULT = {
     ("STORE_LOG", "stats_log"): ("/srv/stats.csv", Path("/srv/stats.csv")),
     ("STORE_LOG", "stats_interval"): ("600", 600),
     ("STORE_LOG", "after_failed_save"): ("on", True),
+    ("STORE_LOG", "store_queues"): ("database", "postgres"),
+    ("STORE_LOG", "store_messages"): ("database", "postgres"),
+    ("STORE_LOG", "db_connection"): ("postgresql://smp:pw@db.example/smp",
+                                     "postgresql://smp:pw@db.example/smp"),
+    ("STORE_LOG", "db_schema"): ("relay_one", "relay_one"),
+    ("STORE_LOG", "db_pool_size"): ("4", 4),
+    ("STORE_LOG", "db_deleted_ttl"): ("2", 2 * 86400.0),
     ("AUTH", "new_queues"): ("off", False),
     ("AUTH", "create_password"): ("s3cret#1", "s3cret#1"),
     ("AUTH", "control_port_admin_password"): ("adm", "adm"),
@@ -125,7 +132,8 @@ def test_every_key_reaches_the_router_configuration(tmp_path):
     for section in dict.fromkeys(s for s, _ in NON_DEFAULT):
         lines.append(f"[{section}]")
         lines += [f"{name}: {text}" for (s, name), (text, _) in NON_DEFAULT.items()
-                  if s == section and name not in ("store", "stats_log", "log_stats")]
+                  if s == section and name not in ("store", "stats_log", "log_stats",
+                                                   "store_queues", "store_messages")]
     path = tmp_path / "all.ini"
     path.write_text("\n".join(lines) + "\n")
     config = config_from_args(build_parser().parse_args(

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import trio
+from postgres_server import router_store_settings
 
 from router.client import open_client
 from router.protocol import (
@@ -39,9 +40,7 @@ from router.server import RouterConfig, RouterInfo, serve_router
 
 @asynccontextmanager
 async def running_router(store_kind: str, data_dir):
-    options: dict[str, object] = {"store": store_kind}
-    if store_kind != "memory":
-        options["data_dir"] = data_dir
+    options = router_store_settings(store_kind, data_dir)
     async with trio.open_nursery() as nursery:
         info: RouterInfo = await nursery.start(
             serve_router, RouterConfig(host="127.0.0.1", port=0, **options)

@@ -18,10 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_server import schema_for, shared_server
 
 from store.journal.messages import open_journal
 from store.journal.storelog import open_store_log
 from store.memory.stores import MemoryMessageStore, MemoryQueueStore
+from store.postgres.database import PostgresDatabase
+from store.postgres.messages import PostgresMessageStore
+from store.postgres.queues import PostgresQueueStore
+from store.postgres.queues import open_queue_store as open_postgres_queue_store
 from store.sqlite.database import DB_FILE, open_sqlite_database
 from store.sqlite.messages import SqliteMessageStore
 from store.sqlite.queues import SqliteQueueStore, open_queue_store
@@ -95,11 +100,44 @@ async def _sqlite_messages(path: Path) -> AsyncIterator[SqliteMessageStore]:
             await store.close()
 
 
+@asynccontextmanager
+async def _postgres_database(path: Path) -> AsyncIterator[PostgresDatabase]:
+    """The schema of the test run's PostgreSQL that belongs to `path`: fresh for a new
+    path, the same one when a persistent store is opened again on its path."""
+    db = PostgresDatabase(shared_server().url, schema=schema_for(path), pool_size=4)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+@asynccontextmanager
+async def _postgres_queues(path: Path) -> AsyncIterator[PostgresQueueStore]:
+    async with _postgres_database(path) as db:
+        store = await open_postgres_queue_store(db)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+@asynccontextmanager
+async def _postgres_messages(path: Path) -> AsyncIterator[PostgresMessageStore]:
+    async with _postgres_database(path) as db:
+        store = PostgresMessageStore(db)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
 QUEUE_BACKENDS: list[StoreBackend] = [
     StoreBackend("memory", _memory_queues),
     StoreBackend("memory-snapshot", _snapshot_queues, persistent=True),
     StoreBackend("sqlite", _sqlite_queues, persistent=True),
     StoreBackend("store-log", lambda p: open_store_log(p / "queues.log"), persistent=True),
+    StoreBackend("postgres", _postgres_queues, persistent=True),
 ]
 
 MESSAGE_BACKENDS: list[StoreBackend] = [
@@ -107,6 +145,7 @@ MESSAGE_BACKENDS: list[StoreBackend] = [
     StoreBackend("memory-snapshot", _snapshot_messages, persistent=True),
     StoreBackend("sqlite", _sqlite_messages, persistent=True),
     StoreBackend("journal", open_journal, persistent=True),
+    StoreBackend("postgres", _postgres_messages, persistent=True),
 ]
 
 

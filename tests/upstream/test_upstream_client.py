@@ -18,6 +18,7 @@ import os
 import pytest
 import trio
 from nacl import bindings
+from postgres_server import router_store_settings
 from upstream_helpers import UpstreamRepl, run_node_script, upstream_repl
 
 from router.client import MessageEvent, open_client
@@ -34,14 +35,13 @@ from router.protocol import (
 )
 from router.server import RouterConfig, RouterInfo, serve_router
 
-STORES = ["memory", "journal", "sqlite"]
+STORES = ["memory", "journal", "sqlite", "postgres"]
 
 
 @pytest.fixture(params=STORES)
 async def router(request, nursery: trio.Nursery, tmp_path) -> RouterInfo:
-    settings: dict[str, object] = {"host": "127.0.0.1", "port": 0, "store": request.param}
-    if request.param != "memory":
-        settings["data_dir"] = tmp_path / "router"
+    settings = {"host": "127.0.0.1", "port": 0,
+                **router_store_settings(request.param, tmp_path / "router")}
     return await nursery.start(serve_router, RouterConfig(**settings))
 
 

@@ -63,7 +63,7 @@ from ..settings.datadir import lock_data_dir
 from .check import config_check
 from .init import init_data_dir, renew_online_cert
 from .lifecycle import Reload, Reloaded
-from .migrate import migrate
+from .migrate import database_settings, migrate
 from .serve import serve
 from .settings import (
     PORT,
@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--to", choices=STORE_KINDS, required=True, dest="to_kind",
                          help="the store kind to move to; the directory's smp-router.ini "
                          "is set to it if it names a kind")
+    migrate.add_argument("--db-connection", metavar="URL",
+                         help="postgres store (either side): the database, a postgresql:// "
+                         "URL (default: smp-router.ini's db_connection)")
+    migrate.add_argument("--db-schema", metavar="NAME",
+                         help="postgres store: its schema (default: smp-router.ini's "
+                         "db_schema, else smp_server)")
     migrate.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                          help="log level while it runs (default info)")
     config = commands.add_parser("config", help="check the configuration")
@@ -180,7 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_control_commands(effective_settings(args), args.role,
                                         _control_lines(args.words))
         with lock_data_dir(args.data_dir, create=False):
-            trio.run(migrate, args.data_dir, args.to_kind)
+            database = database_settings(
+                args.data_dir, {"db_connection": args.db_connection, "db_schema": args.db_schema}
+            )
+            trio.run(migrate, args.data_dir, args.to_kind, database)
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_OK  # a SIGINT before the signal handler was in place

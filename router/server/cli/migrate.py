@@ -8,20 +8,44 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from store import migrate_store
+from store import migrate_store, read_store_kind
 
 from ..settings.config import (
     ConfigError,
 )
-from ..settings.config_file import CONFIG_FILE_NAME
+from ..settings.config_file import CONFIG_FILE_NAME, read_config_file
 from ..settings.store_key import set_store_key
 
+DATABASE_SETTINGS = ("db_connection", "db_schema", "db_pool_size")
 
-async def migrate(data_dir: Path, to_kind: str) -> None:
-    """Stop the router first: the data directory must not be in use while it is copied."""
+
+def database_settings(data_dir: Path, flags: dict[str, object]) -> dict[str, object]:
+    """The postgres store's settings: the data directory's smp-router.ini [STORE_LOG]
+    db_* keys, replaced by the flags given."""
+    settings: dict[str, object] = {}
+    config_file = data_dir / CONFIG_FILE_NAME
+    if config_file.is_file():
+        from_file = read_config_file(config_file)
+        settings.update({k: v for k, v in from_file.items() if k in DATABASE_SETTINGS})
+    settings.update({k: v for k, v in flags.items() if v is not None})
+    return settings
+
+
+async def migrate(
+    data_dir: Path, to_kind: str, database: dict[str, object] | None = None
+) -> None:
+    """Stop the router first: the data directory must not be in use while it is copied.
+
+    `database`: the postgres store's settings, for whichever side is postgres."""
     bar = ProgressBar(sys.stderr)
+    database = database or {}
+    from_kind = read_store_kind(data_dir)
     try:
-        migrated = await migrate_store(data_dir, to_kind, progress=bar.update)
+        migrated = await migrate_store(
+            data_dir, to_kind, progress=bar.update,
+            source_settings=database if from_kind == "postgres" else None,
+            **(database if to_kind == "postgres" else {}),
+        )
     except ValueError as e:
         raise ConfigError(str(e)) from e
     finally:

@@ -37,7 +37,7 @@ from ..settings.store_key import check_store_key
 
 # Settings `config check` shows as "(set)", never in clear.
 SECRET_SETTINGS = ("password", "control_admin_password", "control_user_password",
-                   "proxy_password")
+                   "proxy_password", "db_connection")
 # The kind a fresh data directory gets without --store: with fsync batch it needs
 # one sync per group of writes where the journal syncs every queue file written,
 # and it opens without reading every queue (docs/stores.md, bench/RESULTS-stores.md).
@@ -218,11 +218,34 @@ def _store_options(s: dict[str, object], store: str) -> dict[str, object]:
         options["after_failed_save"] = True
     if store == "sqlite" and s["queue_cache"] != DEFAULT_QUEUE_CACHE:
         options["cache_size"] = s["queue_cache"]
+    if store == "postgres":
+        for name in POSTGRES_SETTINGS:
+            if s.get(name) is not None:
+                value = s[name]
+                options[name] = int(value) if name == "db_deleted_ttl" else value  # type: ignore[call-overload]
     return options
 
 
+POSTGRES_SETTINGS = ("db_connection", "db_schema", "db_pool_size", "db_deleted_ttl")
+
+
+def _store_kind(s: dict[str, object]) -> str | None:
+    """`store`, or postgres when the reference router's store_queues/store_messages say
+    `database`; ConfigError when the two contradict each other."""
+    store = s["store"]
+    database = s.get("store_queues") or s.get("store_messages")
+    if database is None:
+        return store  # type: ignore[return-value]
+    if store not in (None, database):
+        raise ConfigError(
+            f"store = {store} contradicts store_queues/store_messages = database "
+            "(the postgres store): keep one of them"
+        )
+    return database  # type: ignore[return-value]
+
+
 def config_from_settings(s: dict[str, object]) -> RouterConfig:
-    store, data_dir = store_and_data_dir(s["store"], s["data_dir"])  # type: ignore[arg-type]
+    store, data_dir = store_and_data_dir(_store_kind(s), s["data_dir"])  # type: ignore[arg-type]
     stats_log = s["stats_log"]
     if stats_log is None and data_dir is not None:
         stats_log = data_dir / STATS_LOG_NAME

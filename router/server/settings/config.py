@@ -21,7 +21,7 @@ from .edge_limits import CONFIGURABLE_BOUNDS, EdgeLimits, EdgeSettings
 SINGLE_TASK = "single-task"
 PER_QUEUE_TASK = "per-queue-task"
 DELIVERY_MODES = (SINGLE_TASK, PER_QUEUE_TASK)
-STORE_KINDS = ("memory", "journal", "sqlite")
+STORE_KINDS = ("memory", "journal", "sqlite", "postgres")
 FSYNC_POLICIES = tuple(policy.value for policy in FsyncPolicy)  # never, batch, always
 DEFAULT_MESSAGE_TTL = 21 * 24 * 3600  # seconds (docs/protocol.md#limits)
 DEFAULT_EXPIRE_INTERVAL = 2 * 3600  # seconds between expiration passes (docs/protocol.md#limits)
@@ -74,7 +74,7 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
 
     host: str = "127.0.0.1"
     port: int = 5224  # 0 picks a free port
-    store: str = "memory"  # memory | journal | sqlite
+    store: str = "memory"  # memory | journal | sqlite | postgres
     data_dir: Path | None = None  # identity and durable stores; None: nothing kept
     delivery: str = SINGLE_TASK  # or PER_QUEUE_TASK, the design it replaces
     quota: int = 128  # messages per queue before QUOTA (msgQueueQuota)

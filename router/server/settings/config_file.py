@@ -208,6 +208,28 @@ def plain_number(value: float) -> str:
     return format(value, "f").rstrip("0")
 
 
+def _database_store(value: str) -> str:
+    """The reference router's store_queues/store_messages: `database` is the postgres store."""
+    if value != "database":
+        raise ValueError(
+            f"only database (PostgreSQL) is taken here, not {value!r}; choose another kind "
+            "with the store key"
+        )
+    return "postgres"
+
+
+def _postgres_url(value: str) -> str | None:
+    if value and not value.startswith(("postgresql://", "postgres://")):
+        raise ValueError("must be a postgresql:// URL")
+    return value or None
+
+
+def _sql_name(value: str) -> str | None:
+    if value and not re.match(r"^[a-z_][a-z0-9_]{0,62}$", value):
+        raise ValueError(f"must be a lower-case SQL name (letters, digits, _), not {value!r}")
+    return value or None
+
+
 def _choice(choices: tuple[str, ...]) -> Parser:
     def parse(value: str) -> str:
         if value not in choices:
@@ -254,8 +276,27 @@ class Key:
 # The order here is the order of the file `init` writes and `config check` prints.
 KEYS: tuple[Key, ...] = (
     Key("STORE_LOG", "store", "store", _choice(STORE_KINDS), None,
-        "memory, journal or sqlite; default: the kind already in the data directory, else "
-        "sqlite"),
+        "memory, journal, sqlite or postgres; default: the kind already in the data "
+        "directory, else sqlite"),
+    Key("STORE_LOG", "store_queues", "store_queues", _database_store, None,
+        "database: queues in PostgreSQL (the reference router's key; the same as "
+        "store = postgres)", flag=None),
+    Key("STORE_LOG", "store_messages", "store_messages", _database_store, None,
+        "database: messages in PostgreSQL (the reference router's key; the same as "
+        "store = postgres)", flag=None),
+    Key("STORE_LOG", "db_connection", "db_connection", _postgres_url, None,
+        "postgres store: the database, a postgresql:// URL (default: "
+        "postgresql://smp@/smp_server_store)",
+        flag_help="postgres store: the database, a postgresql:// URL (other users see it "
+        "in `ps`: put a password in the file's db_connection or in ~/.pgpass)"),
+    Key("STORE_LOG", "db_schema", "db_schema", _sql_name, None,
+        "postgres store: the schema that holds the router's tables (default: smp_server)"),
+    Key("STORE_LOG", "db_pool_size", "db_pool_size", parse_count, None,
+        "postgres store: connections to the database at most (default: 10)"),
+    Key("STORE_LOG", "db_deleted_ttl", "db_deleted_ttl", parse_number, None,
+        "postgres store: days a deleted queue's row is kept before it is removed "
+        "(default: 21)", scale=DAY, flag_help="postgres store: seconds a deleted queue's "
+        "row is kept before it is removed (default: 21 days)", flag_parse=parse_number),
     Key("STORE_LOG", "data_dir", "data_dir", _path, None,
         "identity, stores and stats log; default: the data directory this file is in "
         "(with --config: ~/.local/share/smp-router)", flag=None),
@@ -527,6 +568,8 @@ def display(key: Key, value: object) -> str:
     """A setting as it would be written in the file."""
     if value is None:
         return ""
+    if key.parse is _database_store:
+        return "database"
     if isinstance(value, bool):
         return "on" if value else "off"
     if key.parse is _size and isinstance(value, int):

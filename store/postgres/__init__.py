@@ -1,0 +1,1 @@
+"""The "postgres" store kind: queues, links, services and messages in PostgreSQL."""
