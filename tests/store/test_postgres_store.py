@@ -444,4 +444,5 @@ async def test_migration_journal_postgres_sqlite_postgres_keeps_every_queue_link
     to_second = {"db_connection": url, "db_schema": second}
     assert await migrate_store(data, "postgres", **to_second) == (len(records), n_messages)
     await holds_everything("postgres", **to_second)
-    assert (data / "sqlite-store.old").is_dir() and (data / "journal-store.old").is_dir()
+    backups = {p.name.split(".old-")[0] for p in data.glob("*-store.old-*") if p.is_dir()}
+    assert {"sqlite-store", "journal-store"} <= backups
