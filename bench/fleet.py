@@ -331,7 +331,7 @@ class LeanConnection:
                                     SMP_VERSION_MIN, LEGACY_VERSION)
         if version is None:
             raise Refused("no common version")
-        reply = ClientHello(version, fleet.key_hash, fleet.client_key, None)
+        reply = ClientHello(version, fleet.key_hash, fleet.client_key)
         await self._send_blocks([pad_block(encode_client_hello(reply))])
         self.session_id = hello.session_id
         self.subscribed = 0

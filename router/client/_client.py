@@ -18,7 +18,7 @@ from typing import TypeVar
 import trio
 
 from router.protocol import crypto
-from router.protocol.handshake import SMP_VERSION_MAX, SMP_VERSION_MIN, service_id
+from router.protocol.handshake import SMP_VERSION_MAX, SMP_VERSION_MIN
 from router.protocol.types import (
     ACK,
     DEL,
@@ -90,7 +90,6 @@ async def open_client(
     *,
     ssl_context: ssl.SSLContext | None = None,
     versions: tuple[int, int] = (SMP_VERSION_MIN, SMP_VERSION_MAX),
-    service_seed: bytes | None = None,
     event_buffer: float = DEFAULT_EVENT_BUFFER,
     proxy_server: bool = False,
     service_cert: ServiceCertificate | None = None,
@@ -99,12 +98,11 @@ async def open_client(
 
     `url_or_address` is ``smp://<keyHash>@host:port`` (SMP over TLS, checked
     against the key hash, docs/protocol.md#native-tls) or a ``ws(s)://`` URL with
-    `key_hash`. An `ssl_context` makes a WebSocket connection use TLS (wss). With
-    `service_seed` (an Ed25519 seed) the client proves in its hello that it
-    acts for that service (docs/protocol.md#service-extension). `event_buffer` bounds the events
-    waiting to be read; when it is full the reader waits, so a client that
-    subscribes more queues than that with messages waiting must read events
-    while it subscribes. `proxy_server` is for a router connecting as a proxy
+    `key_hash`. An `ssl_context` makes a WebSocket connection use TLS (wss).
+    `event_buffer` bounds the events waiting to be read; when it is full the
+    reader waits, so a client that subscribes more queues than that with
+    messages waiting must read events while it subscribes. `proxy_server` is
+    for a router connecting as a proxy
     (docs/protocol.md#private-message-routing): the hello says so, blocks are not
     encrypted, and `SMPClient.session` keeps what forwarding needs. With
     `service_cert` (an ``smp://`` address only) the client acts for the service of
@@ -124,7 +122,7 @@ async def open_client(
                                                 client_cert=client_cert)
             try:
                 session = await client_handshake(
-                    transport, address.key_hash, versions, service_seed, challenge,
+                    transport, address.key_hash, versions, challenge,
                     proxy_server, service_cert,
                 )
             except BaseException:
@@ -133,7 +131,7 @@ async def open_client(
             conn = Connection(
                 transport, session.version, session.session_id, event_buffer, session.cipher
             )
-            client = SMPClient(conn, address, service_seed)
+            client = SMPClient(conn, address)
             client.session = session
             if session.service is not None:
                 conn.service = session.service
@@ -154,18 +152,13 @@ async def open_client(
 class SMPClient:
     """One connection to a router, speaking as recipient, sender and notifier."""
 
-    def __init__(
-        self, conn: Connection, address: RouterAddress, service_seed: bytes | None = None
-    ) -> None:
+    def __init__(self, conn: Connection, address: RouterAddress) -> None:
         self._conn = conn
         self.address = address
-        self._service_seed = service_seed
         self.service_id: bytes | None = None
         # The router's count and ids hash of the last SOKS (docs/protocol.md#service-subscriptions).
         self.service_figures: tuple[int, bytes] | None = None
         self.session: Session | None = None  # the handshake's outcome, set by open_client
-        if service_seed is not None:
-            self.service_id = service_id(crypto.ed25519_public(service_seed))
 
     # --- connection ----------------------------------------------------------
 
@@ -437,7 +430,7 @@ class SMPClient:
         self.add_notifier(creds)
         _expect(await self.command(creds.notifier_id, NSUB(), creds.notifier_seed), OK, SOK)
 
-    # --- service subscriptions (docs/protocol.md#service-extension) -------------------------------
+    # --- service subscriptions (docs/protocol.md#service-subscriptions) ---------------------------
 
     async def subscribe_service(self, count: int = -1, ids_hash: bytes = NO_IDS_HASH) -> int:
         """SUBS for this client's service; returns how many queues it covers. From v19
@@ -452,11 +445,10 @@ class SMPClient:
         return await self._service_command(NSUBS(count, ids_hash))
 
     async def _service_command(self, cmd: Command) -> int:
-        seed = self._service_seed
-        if seed is None and self._conn.service is not None:
-            seed = self._conn.service.session_seed  # a certificate service's session key
-        if seed is None or self.service_id is None:
-            raise ValueError("this client was opened without a service key or certificate")
+        service = self._conn.service
+        if service is None or self.service_id is None:
+            raise ValueError("this client was opened without a service certificate")
+        seed = service.session_seed  # the session key the certificate signed
         soks = _expect(await self.command(self.service_id, cmd, seed), SOKS)
         self.service_figures = (soks.count, soks.ids_hash)
         return soks.count

@@ -63,7 +63,6 @@ async def client_handshake(
     transport: BlockTransport,
     key_hash: bytes,
     versions_range: tuple[int, int] = (SMP_VERSION_MIN, SMP_VERSION_MAX),
-    service_seed: bytes | None = None,
     challenge: bytes | None = None,
     proxy_server: bool = False,
     service_cert: ServiceCertificate | None = None,
@@ -98,16 +97,13 @@ async def client_handshake(
         except ProtocolError as e:
             raise HandshakeError(f"unusable router key: {e}") from e
         cipher = BlockCipher.for_client(hello.session_id, secret)
-    service = None
-    if service_seed is not None:
-        service = crypto.prove_service(service_seed, hello.session_id, key_hash)
     flag = proxy_server and versions.has_proxy_server_flag(version)
     client_service = keys = None
     if service_cert is not None:
         if not versions.has_service_field(version):
             raise HandshakeError(f"a service certificate needs v16, the router speaks {version}")
         client_service, keys = service_hello(service_cert)
-    reply = ClientHello(version, key_hash, client_key, service, flag, client_service)
+    reply = ClientHello(version, key_hash, client_key, flag, client_service)
     await transport.send_block(pad_block(encode_client_hello(reply)))
     if keys is not None:
         keys = await _service_answer(transport, keys)

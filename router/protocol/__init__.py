@@ -43,10 +43,8 @@ from .crypto import (
     encrypt_ntf_meta,
     new_ed25519,
     new_x25519,
-    prove_service,
     sign,
     verify_authorization,
-    verify_service_proof,
     x25519_public,
 )
 from .encoding import Parser, bool_, encode_key, int64, large, maybe, ss, word16
@@ -60,20 +58,16 @@ from .errors import (
     proxy_transport_error,
 )
 from .handshake import (
-    SERVICE_MARKER,
     SMP_VERSION_MAX,
     SMP_VERSION_MIN,
     ClientHello,
     ClientServiceCert,
     ServerHello,
-    ServiceProof,
     decode_client_hello,
     decode_server_hello,
     encode_client_hello,
     encode_server_hello,
     negotiate_version,
-    service_id,
-    service_signed_bytes,
     web_challenge,
     web_proof_signed_bytes,
 )
@@ -188,14 +182,14 @@ __all__ = [
     "encode_response_transmission", "ProxyErrorParts", "proxy_broker_error",
     "proxy_error_parts", "proxy_protocol_error", "proxy_transport_error",
     # handshake
-    "SERVICE_MARKER", "SMP_VERSION_MAX", "SMP_VERSION_MIN", "ClientHello", "ClientServiceCert",
-    "ServerHello", "ServiceProof", "decode_client_hello", "decode_server_hello",
-    "encode_client_hello", "encode_server_hello", "negotiate_version", "service_id",
-    "service_signed_bytes", "web_challenge", "web_proof_signed_bytes",
+    "SMP_VERSION_MAX", "SMP_VERSION_MIN", "ClientHello", "ClientServiceCert",
+    "ServerHello", "decode_client_hello", "decode_server_hello",
+    "encode_client_hello", "encode_server_hello", "negotiate_version",
+    "web_challenge", "web_proof_signed_bytes",
     # crypto
     "AUTHENTICATOR_SIZE", "MSG_ENC_SIZE", "MSG_PADDED_SIZE", "NTF_META_ENC_SIZE", "MessageBody",
     "authorize", "box_key", "cb_authenticator", "cb_nonce", "decrypt_msg_body",
     "decrypt_ntf_meta", "ed25519_public", "encrypt_msg_body",
-    "encrypt_ntf_meta", "new_ed25519", "new_x25519", "prove_service", "sign",
-    "verify_authorization", "verify_service_proof", "x25519_public",
+    "encrypt_ntf_meta", "new_ed25519", "new_x25519", "sign",
+    "verify_authorization", "x25519_public",
 ]

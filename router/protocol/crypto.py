@@ -25,7 +25,7 @@ from nacl.exceptions import CryptoError
 from nacl.exceptions import RuntimeError as NaclRuntimeError
 
 from .encoding import ss
-from .handshake import ServiceProof, service_signed_bytes, web_proof_signed_bytes
+from .handshake import web_proof_signed_bytes
 from .keys import KeyType, ed25519_spki, key_type, raw_key, x25519_spki
 from .sodium import unbound
 from .transmission import authorized_bytes
@@ -204,24 +204,6 @@ def verify_authorization(
         _ed25519_ok(authorization[:64], _DUMMY_ED25519_PK, authorized)
         return False
     return False
-
-
-# --- service proof (client hello extension) ---------------------------------------
-
-
-def prove_service(seed32: bytes, session_id: bytes, key_hash: bytes) -> ServiceProof:
-    """The client hello's proof of holding the service key `seed32`."""
-    service_key = ed25519_public(seed32)
-    signature = sign(seed32, service_signed_bytes(session_id, key_hash, service_key))
-    return ServiceProof(service_key, signature)
-
-
-def verify_service_proof(proof: ServiceProof, session_id: bytes, key_hash: bytes) -> bool:
-    """True if the proof's signature is valid for this session and router."""
-    if _key_kind(proof.service_key) is not KeyType.ED25519 or len(proof.signature) != 64:
-        return False
-    data = service_signed_bytes(session_id, key_hash, proof.service_key)
-    return _ed25519_ok(proof.signature, raw_key(proof.service_key), data)
 
 
 # --- per-queue boxes (docs/protocol.md#encryption) ------------------------------------------------

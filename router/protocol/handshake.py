@@ -1,5 +1,5 @@
-"""Handshake blocks (docs/protocol.md#handshake-router-hello, #handshake-client-hello) and the
-service extension of this router.
+"""Handshake blocks (docs/protocol.md#handshake-router-hello, #handshake-client-hello,
+#client-service).
 
 The server hello goes first::
 
@@ -9,17 +9,12 @@ The server hello goes first::
 (the cert part from maxVer 7, the web identity proof from maxVer 19) and the client
 answers with::
 
-    word16 version | ss(keyHash) | [ss(X25519 SPKI)] | [proxyServer] | [clientService]
-        | ["SVC1" ss(serviceKey) ss(sig)] | ignored
+    word16 version | ss(keyHash) | [ss(X25519 SPKI)] | [proxyServer] | [clientService] | ignored
 
 (the key from v7, proxyServer from v14, clientService from v16: `versions`).
-"SVC1" and what follows is this router's service extension: the client proves
-it holds an Ed25519 service key by signing `service_signed_bytes` (session id,
-key hash and the service key itself). It comes after every field the negotiated
-version defines, where a peer that does not know it stops parsing. Hellos are
-block content (not padded) and may carry trailing bytes, which are ignored. A
-marker without an X25519 client key before it makes the hello malformed.
-Failures raise `ProtocolError(HANDSHAKE)`.
+Hellos are block content (not padded) and may carry trailing bytes after the
+fields of their version, which are ignored, as the reference's parser
+(`parseOnly smpP`) ignores them. Failures raise `ProtocolError(HANDSHAKE)`.
 """
 
 from __future__ import annotations
@@ -35,8 +30,6 @@ from .keys import KeyType, key_type
 from .types import HANDSHAKE, ProtocolError
 from .versions import SMP_VERSION_MAX, SMP_VERSION_MIN  # noqa: F401  (re-exported)
 
-SERVICE_MARKER = b"SVC1"
-SERVICE_CONTEXT = b"SMP-SERVICE"
 SERVICE_ID_SIZE = 24
 
 
@@ -50,15 +43,6 @@ class ServerHello:
     # v19 (docs/protocol.md#web-identity-proof): the online key's signature over the
     # WebSocket URL's challenge and the session id.
     web_proof: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceProof:
-    """Possession of a service key: its Ed25519 SPKI and a signature over
-    `service_signed_bytes(session_id, key_hash, service_key)`."""
-
-    service_key: bytes
-    signature: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +64,6 @@ class ClientHello:
     version: int
     key_hash: bytes
     client_key: bytes | None = None  # X25519 SPKI
-    service: ServiceProof | None = None  # this router's service extension
     proxy_server: bool = False  # v14: a router connecting as a proxy (no block encryption)
     client_service: ClientServiceCert | None = None  # v16
 
@@ -188,10 +171,6 @@ def encode_client_hello(h: ClientHello) -> bytes:
             parts += [b"1", service.role, _encode_cert_part(service.cert_chain, service.signed_key)]
     elif h.client_service is not None:
         raise ValueError("clientService needs v16")
-    if h.service is not None:
-        if h.client_key is None:
-            raise ValueError("the service extension needs the client key before it")
-        parts += [SERVICE_MARKER, ss(h.service.service_key), ss(h.service.signature)]
     return b"".join(parts)
 
 
@@ -206,32 +185,6 @@ def _x25519_key(p: Parser) -> bytes | None:
         pass
     p.pos = start
     return None
-
-
-def _service_proof(p: Parser) -> ServiceProof | None:
-    if p.data[p.pos : p.pos + len(SERVICE_MARKER)] != SERVICE_MARKER:
-        return None
-    p.pos += len(SERVICE_MARKER)
-    service_key = p.short_string()
-    signature = p.short_string()
-    try:
-        kind = key_type(service_key)
-    except ProtocolError:
-        raise p.fail("service key is not a key") from None
-    if kind is not KeyType.ED25519 or len(signature) != 64:
-        raise p.fail("service key must be Ed25519 with a 64-byte signature")
-    return ServiceProof(service_key, signature)
-
-
-def _misplaced_marker(p: Parser) -> bool:
-    """True if the service marker stands where the client key should be, or right
-    after a short string that is not an X25519 key: a service hello without its
-    client key, which would otherwise be read as a hello proving no service."""
-    rest = p.data[p.pos :]
-    if rest.startswith(SERVICE_MARKER):
-        return True
-    after_key = 1 + rest[0] if rest else 0
-    return rest[after_key : after_key + len(SERVICE_MARKER)] == SERVICE_MARKER
 
 
 def _client_service(p: Parser) -> ClientServiceCert | None:
@@ -255,17 +208,10 @@ def decode_client_hello(data: bytes) -> ClientHello:
         return ClientHello(version, key_hash)
     client_key = _x25519_key(p)
     if not versions.has_proxy_server_flag(version):
-        if client_key is None:
-            if _misplaced_marker(p):
-                raise p.fail("service extension without an X25519 client key before it")
-            return ClientHello(version, key_hash)
-        return ClientHello(version, key_hash, client_key, _service_proof(p))
+        return ClientHello(version, key_hash, client_key)
     proxy_server = p.bool_()
     client_service = _client_service(p) if versions.has_service_field(version) else None
-    service = _service_proof(p)
-    if service is not None and client_key is None:
-        raise p.fail("service extension without an X25519 client key before it")
-    return ClientHello(version, key_hash, client_key, service, proxy_server, client_service)
+    return ClientHello(version, key_hash, client_key, proxy_server, client_service)
 
 
 # --- the router's answer to a clientService (docs/protocol.md#client-service) -----------------
@@ -315,16 +261,6 @@ def negotiate_version(
     low = max(server_min, client_min)
     high = min(server_max, client_max)
     return high if low <= high else None
-
-
-def service_signed_bytes(session_id: bytes, key_hash: bytes, service_key: bytes) -> bytes:
-    """What the service key signs in the client hello."""
-    return b"".join((SERVICE_CONTEXT, ss(session_id), ss(key_hash), ss(service_key)))
-
-
-def service_id(service_key: bytes) -> bytes:
-    """The entity id of SUBS / NSUBS / ENDS: SHA-256 of the service key's SPKI, first 24 bytes."""
-    return hashlib.sha256(service_key).digest()[:SERVICE_ID_SIZE]
 
 
 # --- the web identity proof (docs/protocol.md#web-identity-proof) ---------------------

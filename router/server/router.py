@@ -250,7 +250,9 @@ class Router:
                 transport.web_challenge,
                 session_id=None if native is None else native.session_id,
                 legacy=native is not None and native.legacy,
-                peer_chain=() if native is None else native.peer_chain,
+                # the client certificate chain the edge verified (native TLS; none
+                # over WebSocket); an in-memory transport may carry one
+                peer_chain=getattr(transport, "peer_chain", ()),
                 services=self._service_id,
             )
             transport.established()

@@ -20,15 +20,12 @@ from router.protocol.types import (
     NEW,
     NID,
     NSUB,
-    NSUBS,
     OFF,
     OK,
     QUE,
     QUOTA,
     SEND,
     SKEY,
-    SOKS,
-    SUBS,
     Response,
 )
 
@@ -131,22 +128,7 @@ async def test_enable_notifications_sets_up_keys_that_open_the_router_s_nmsg_met
     assert creds.ntf_box_key == seen["ntf_box"]
 
 
-async def test_service_subscriptions_are_sent_for_the_service_id_and_signed_by_its_key():
-    seed, spki = crypto.new_ed25519()
-
-    async def script(conn: PeerConnection) -> None:
-        for count in (3, 4):
-            [(t, cmd)] = await conn.receive_commands(1)
-            assert isinstance(cmd, (SUBS, NSUBS)) and signed_by(conn, t, spki)
-            await conn.send([(t.corr_id, t.entity_id, SOKS(count))])
-
-    with trio.fail_after(10):
-        async with fake_peer(script) as peer, open_client(peer.address, service_seed=seed) as c:
-            assert await c.subscribe_service() == 3
-            assert await c.subscribe_service_notifications() == 4
-
-
-async def test_service_subscriptions_need_a_service_key():
+async def test_service_subscriptions_need_a_service_certificate():
     async def script(conn: PeerConnection) -> None:
         await trio.sleep_forever()
 

@@ -14,9 +14,7 @@ from router.protocol import (
     authorized_bytes,
     crypto,
     key_type,
-    service_id,
     verify_authorization,
-    verify_service_proof,
 )
 from router.protocol.types import PING, PONG
 
@@ -61,7 +59,7 @@ async def test_the_client_hello_carries_the_key_hash_and_a_fresh_x25519_key():
     assert first.key_hash == KEY_HASH == second.key_hash
     assert key_type(first.client_key) is KeyType.X25519
     assert first.client_key != second.client_key
-    assert first.service is None
+    assert first.client_service is None
 
 
 async def test_signatures_cover_the_session_id_from_the_server_hello():
@@ -79,19 +77,6 @@ async def test_signatures_cover_the_session_id_from_the_server_hello():
         async with fake_peer(script) as peer, open_client(peer.address) as c:
             await c.command(b"entity", PING(), key_seed=seed)
             assert checked.is_set()
-
-
-async def test_a_service_key_is_proved_in_the_client_hello():
-    seed, spki = crypto.new_ed25519()
-    with trio.fail_after(10):
-        async with fake_peer(answer_pings) as peer:
-            async with open_client(peer.address, service_seed=seed) as c:
-                await c.ping()
-                session_id = c.session_id
-                assert c.service_id == service_id(spki)
-    proof = peer.hellos[0].service
-    assert proof is not None and proof.service_key == spki
-    assert verify_service_proof(proof, session_id, KEY_HASH)
 
 
 async def test_a_certificate_chain_that_matches_the_key_hash_is_accepted():

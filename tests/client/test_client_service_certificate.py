@@ -11,6 +11,7 @@ from loopback_router import running_router
 from bench.service_client import chain_of_two
 from router.client import ServiceCertificate, open_client
 from router.protocol.ids_hash import queue_ids_hash
+from router.protocol.types import NO_IDS_HASH
 
 
 def _certificate(role: bytes = b"M") -> ServiceCertificate:
@@ -38,6 +39,16 @@ async def test_a_service_client_keeps_its_id_and_subscribes_its_queues_with_subs
                 assert service.service_figures == (2, queue_ids_hash(rids))
                 bodies = {(await service.next_event()).body for _ in queues}
                 assert bodies == {b"while away"}
+
+
+async def test_a_notifier_service_sends_nsubs_signed_by_its_session_key():
+    # The router answers SOKS only to NSUBS for this session's service id signed by the
+    # session key the certificate signed (docs/protocol.md#service-errors).
+    with trio.fail_after(30):
+        async with running_router() as info:
+            async with open_client(info.address, service_cert=_certificate(b"N")) as notifier:
+                assert await notifier.subscribe_service_notifications(0, NO_IDS_HASH) == 0
+                assert notifier.service_figures == (0, NO_IDS_HASH)
 
 
 async def test_a_service_certificate_over_websocket_is_refused():

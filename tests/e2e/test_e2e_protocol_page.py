@@ -1,8 +1,9 @@
 """What docs/protocol.md promises a second implementer, against the real router.
 
-Each test names the section of the page it pins: message expiration, handshake
-failures and the service extension of the client hello, the SOKS count, the
-order of checks for SUBS, and how END and ENDS divide a takeover.
+Each test names the section of the page it pins: message expiration, the bytes
+after the client hello's fields, the SOKS count, the order of checks for SUBS,
+and how END and ENDS divide a takeover. Services connect by their TLS client
+certificate (docs/protocol.md#client-service) over the router's native TLS.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import trio
 import trio_websocket
 from e2e_helpers import assert_no_more_events, create_queues, raw_block
 
+from bench.service_client import chain_of_two
 from router.client import (
     AllReceivedEvent,
     EndEvent,
     MessageEvent,
+    ServiceCertificate,
     ServiceEndEvent,
     open_client,
 )
@@ -28,12 +31,7 @@ from router.protocol import crypto
 from router.protocol.block import BLOCK_SIZE, decode_batch, pad_block, unpad_block
 from router.protocol.codec import decode_response, encode_command
 from router.protocol.encoding import ss
-from router.protocol.handshake import (
-    SERVICE_CONTEXT,
-    SERVICE_MARKER,
-    decode_server_hello,
-    service_id,
-)
+from router.protocol.handshake import decode_server_hello
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import (
     ACK,
@@ -43,7 +41,6 @@ from router.protocol.types import (
     NSUBS,
     OK,
     SERVICE,
-    SOKS,
     SUBS,
     Transmission,
 )
@@ -86,8 +83,10 @@ def client_key() -> bytes:
     return crypto.new_x25519()[1]
 
 
-def extension(service_key: bytes, signature: bytes) -> bytes:
-    return SERVICE_MARKER + ss(service_key) + ss(signature)
+def certificate(role: bytes = b"M") -> ServiceCertificate:
+    """A service's TLS client certificate (a chain of two) for `open_client`."""
+    cert_file, key_file = chain_of_two().files()
+    return ServiceCertificate(cert_file, key_file, role)
 
 
 def head(info: RouterInfo, version: int = 10) -> bytes:
@@ -95,10 +94,9 @@ def head(info: RouterInfo, version: int = 10) -> bytes:
 
 
 async def raw_subs(
-    ws: trio_websocket.WebSocketConnection, session_id: bytes, seed: bytes
+    ws: trio_websocket.WebSocketConnection, session_id: bytes, seed: bytes, sid: bytes
 ) -> object:
-    """SUBS signed with the service key over the raw WebSocket; its answer."""
-    sid = service_id(crypto.ed25519_public(seed))
+    """SUBS for service id `sid` signed with `seed` over the raw WebSocket; its answer."""
     corr_id = secrets.token_bytes(24)
     command = encode_command(SUBS())
     signature = crypto.authorize(seed, session_id, corr_id, sid, command)
@@ -169,74 +167,26 @@ async def test_the_ack_of_an_expired_message_answers_the_next_one(router_factory
             assert body == b"fresh"
 
 
-# --- handshake failures and the service extension ---------------------------------------------
+# --- bytes after the client hello's fields (docs/protocol.md#handshake-client-hello) ----------
 
-
-async def test_a_service_proof_that_does_not_verify_closes_without_an_error_block(one_router):
-    seed, service_key = crypto.new_ed25519()
-    other_session = crypto.prove_service(seed, b"\x00" * 32, one_router.key_hash)
-
-    def hello(session_id: bytes) -> bytes:
-        return head(one_router) + ss(client_key()) + extension(
-            service_key, other_session.signature
-        )
-
-    with trio.fail_after(10):
-        async with raw_hello(one_router, hello) as (ws, _):
-            await assert_closed_without_a_block(ws)
-
-
-async def test_the_service_context_is_signed_as_raw_bytes_without_a_length_byte(one_router):
-    seed, service_key = crypto.new_ed25519()
-
-    def signed_as(context: bytes) -> HelloBytes:
-        def hello(session_id: bytes) -> bytes:
-            data = context + ss(session_id) + ss(one_router.key_hash) + ss(service_key)
-            signature = crypto.sign(seed, data)
-            return head(one_router) + ss(client_key()) + extension(service_key, signature)
-
-        return hello
-
-    with trio.fail_after(10):
-        async with raw_hello(one_router, signed_as(ss(SERVICE_CONTEXT))) as (ws, _):
-            await assert_closed_without_a_block(ws)
-        async with raw_hello(one_router, signed_as(SERVICE_CONTEXT)) as (ws, session_id):
-            assert await raw_subs(ws, session_id, seed) == SOKS(0)
-
-
-async def test_the_service_extension_is_accepted_at_version_9(one_router):
-    seed, _ = crypto.new_ed25519()
-    with trio.fail_after(10):
-        async with open_client(one_router.address, versions=(9, 9), service_seed=seed) as client:
-            assert client.version == 9
-            await create_queues(client, 2, subscribe=True)
-            assert await client.subscribe_service() == 2
-
-
-async def test_bytes_after_the_service_signature_are_ignored(one_router):
-    seed, service_key = crypto.new_ed25519()
-
-    def hello(session_id: bytes) -> bytes:
-        proof = crypto.prove_service(seed, session_id, one_router.key_hash)
-        ext = extension(service_key, proof.signature)
-        return head(one_router) + ss(client_key()) + ext + b"any trailing bytes"
-
-    with trio.fail_after(10):
-        async with raw_hello(one_router, hello) as (ws, session_id):
-            assert await raw_subs(ws, session_id, seed) == SOKS(0)
+# What this router once read as its service extension: "SVC1", a service key, a signature.
+FORMER_EXTENSION = b"SVC1" + ss(crypto.new_ed25519()[1]) + ss(b"s" * 64)
 
 
 @pytest.mark.parametrize("version", [9, 10])
-async def test_the_service_marker_without_a_client_key_fails_the_handshake(one_router, version):
-    seed, service_key = crypto.new_ed25519()
+@pytest.mark.parametrize("with_key", [True, False])
+async def test_bytes_after_the_hellos_fields_are_ignored_and_prove_no_service(
+    one_router, version, with_key
+):
+    seed, _ = crypto.new_ed25519()
 
     def hello(session_id: bytes) -> bytes:
-        proof = crypto.prove_service(seed, session_id, one_router.key_hash)
-        return head(one_router, version) + extension(service_key, proof.signature)
+        key = ss(client_key()) if with_key else b""
+        return head(one_router, version) + key + FORMER_EXTENSION + b"any trailing bytes"
 
     with trio.fail_after(10):
-        async with raw_hello(one_router, hello) as (ws, _):
-            await assert_closed_without_a_block(ws)
+        async with raw_hello(one_router, hello) as (ws, session_id):
+            assert await raw_subs(ws, session_id, seed, b"s" * 24) == ERR(SERVICE)
 
 
 # --- SUBS: order of checks (docs/protocol.md#check-order, #service-errors) -----------------
@@ -247,7 +197,7 @@ async def test_subs_without_entity_or_signature_is_no_auth_with_or_without_a_ser
     with trio.fail_after(10):
         async with (
             open_client(one_router.address) as plain,
-            open_client(one_router.address, service_seed=seed) as service,
+            open_client(one_router.address, service_cert=certificate()) as service,
         ):
             assert service.service_id is not None
             for client in (plain, service):
@@ -255,7 +205,7 @@ async def test_subs_without_entity_or_signature_is_no_auth_with_or_without_a_ser
                     assert await client.command(b"", cmd, None) == ERR(CMD_NO_AUTH)
                     assert await client.command(b"", cmd, seed) == ERR(CMD_NO_AUTH)
                     assert await client.command(service.service_id, cmd, None) == ERR(CMD_NO_AUTH)
-            # with both present, a connection without a proven service gets SERVICE
+            # with both present, a connection that acts for no service gets SERVICE
             assert await plain.command(service.service_id, SUBS(), seed) == ERR(SERVICE)
 
 
@@ -264,9 +214,9 @@ async def test_subs_without_entity_or_signature_is_no_auth_with_or_without_a_ser
 
 async def test_soks_counts_suspended_queues_and_leaves_deleted_ones_out(router_factory):
     info = await router_factory()
-    seed, _ = crypto.new_ed25519()
+    messaging, notifying = certificate(), certificate(b"N")
     with trio.fail_after(20):
-        async with open_client(info.address, service_seed=seed) as service:
+        async with open_client(info.address, service_cert=messaging) as service:
             kept, suspended, deleted = await create_queues(service, 3, subscribe=True)
             await service.send(suspended.sender_id, b"waiting in a suspended queue")
             assert isinstance(await service.next_event(), MessageEvent)  # pushed on arrival
@@ -274,8 +224,12 @@ async def test_soks_counts_suspended_queues_and_leaves_deleted_ones_out(router_f
             await service.delete(deleted)
             await service.enable_notifications(kept)
             creds = await service.enable_notifications(suspended)
-            await service.subscribe_notifications(creds)  # associates this notifier only
-        async with open_client(info.address, service_seed=seed) as successor:
+        async with open_client(info.address, service_cert=notifying) as notifier:
+            await notifier.subscribe_notifications(creds)  # associates this notifier only
+        async with (
+            open_client(info.address, service_cert=messaging) as successor,
+            open_client(info.address, service_cert=notifying) as notifier,
+        ):
             for q in (kept, suspended):
                 successor.add_queue(q)
             assert await successor.subscribe_service() == 2
@@ -284,9 +238,9 @@ async def test_soks_counts_suspended_queues_and_leaves_deleted_ones_out(router_f
             assert isinstance(moved, MessageEvent)
             assert moved.recipient_id == suspended.recipient_id
             assert await successor.next_event() == AllReceivedEvent()
-            assert await successor.subscribe_service_notifications() == 1
+            assert await notifier.subscribe_service_notifications() == 1
             await successor.disable_notifications(suspended)
-            assert await successor.subscribe_service_notifications() == 0
+            assert await notifier.subscribe_service_notifications() == 0
 
 
 # --- takeover: END and ENDS (docs/protocol.md#end-and-ends) ----------------------------------
@@ -296,11 +250,11 @@ async def test_a_takeover_sends_one_ends_for_the_walked_queues_and_an_end_for_a_
     router_factory,
 ):
     info = await router_factory()
-    seed, _ = crypto.new_ed25519()
+    cert = certificate()
     with trio.fail_after(20):
         async with (
-            open_client(info.address, service_seed=seed) as first,
-            open_client(info.address, service_seed=seed) as second,
+            open_client(info.address, service_cert=cert) as first,
+            open_client(info.address, service_cert=cert) as second,
         ):
             walked = await create_queues(first, 2, subscribe=True)
             assert await first.subscribe_service() == 2
@@ -322,12 +276,12 @@ async def test_a_takeover_sends_one_ends_for_the_walked_queues_and_an_end_for_a_
 
 
 async def test_a_notifier_takeover_sends_one_ends_and_an_end_for_a_plain_nsub(one_router):
-    seed, _ = crypto.new_ed25519()
+    cert = certificate(b"N")
     with trio.fail_after(20):
         async with (
             open_client(one_router.address) as recipient,
-            open_client(one_router.address, service_seed=seed) as first,
-            open_client(one_router.address, service_seed=seed) as second,
+            open_client(one_router.address, service_cert=cert) as first,
+            open_client(one_router.address, service_cert=cert) as second,
         ):
             by_nsubs, by_nsub = await create_queues(recipient, 2)
             creds = await recipient.enable_notifications(by_nsubs)

@@ -1,45 +1,34 @@
-"""The service hello extension: a proven service connects, an unproven one is closed."""
+"""Services by TLS client certificate against a served router (docs/protocol.md#client-service):
+a service connects and its SUBS is answered; a hello whose chain is not the TLS one is
+refused with the third block; a client without a certificate gets ERR SERVICE for SUBS."""
 
 from __future__ import annotations
 
+import pytest
 import trio
-import trio_websocket
-from e2e_helpers import wait_closed
 
-from router.client import open_client
+from bench.service_client import HandshakeRefused, chain_of_two, connect_service
+from router.client import ServiceCertificate, open_client
 from router.protocol import crypto
-from router.protocol.block import pad_block, unpad_block
-from router.protocol.handshake import (
-    ClientHello,
-    ServiceProof,
-    decode_server_hello,
-    encode_client_hello,
-)
-from router.protocol.types import ERR, SERVICE, SOKS, SUBS
+from router.protocol.types import ERR, NO_IDS_HASH, SERVICE, SUBS
 
 
-async def test_a_client_proving_a_service_connects_and_service_commands_get_an_answer(router):
-    seed, _ = crypto.new_ed25519()
+async def test_a_service_by_certificate_connects_and_its_subs_is_answered(router):
+    cert_file, key_file = chain_of_two().files()
     with trio.fail_after(10):
-        async with open_client(router.address, service_seed=seed) as client:
+        async with open_client(
+            router.address, service_cert=ServiceCertificate(cert_file, key_file)
+        ) as client:
             assert client.service_id is not None
-            resp = await client.command(client.service_id, SUBS(), seed)
-            assert resp == SOKS(0)
+            assert await client.subscribe_service(0, NO_IDS_HASH) == 0
+        seed, _ = crypto.new_ed25519()
         async with open_client(router.address) as plain:
-            assert await plain.command(b"s" * 24, SUBS(), seed) == ERR(SERVICE)
+            assert await plain.command(b"s" * 24, SUBS(0, NO_IDS_HASH), seed) == ERR(SERVICE)
 
 
-async def test_a_service_proof_that_does_not_verify_closes_the_connection(router):
-    seed, service_key = crypto.new_ed25519()
-    _, client_key = crypto.new_x25519()
+async def test_a_service_chain_other_than_the_tls_one_is_refused(router):
     with trio.fail_after(10):
-        async with trio_websocket.open_websocket_url(router.url) as ws:
-            session_id = decode_server_hello(unpad_block(await ws.get_message())).session_id
-            # signed for another session
-            wrong = crypto.prove_service(seed, b"\x00" * 32, router.key_hash)
-            assert session_id != b"\x00" * 32
-            proof = ServiceProof(service_key, wrong.signature)
-            hello = ClientHello(10, router.key_hash, client_key, proof)
-            await ws.send_message(pad_block(encode_client_hello(hello)))
-            await wait_closed(ws)
-            assert ws.closed is not None
+        with pytest.raises(HandshakeRefused, match="HANDSHAKE BAD_AUTH"):
+            await connect_service(
+                router.port, router.key_hash, chain_of_two(), hello_chain=chain_of_two().chain
+            )

@@ -1,8 +1,6 @@
-"""Hellos, version negotiation and the service extension."""
+"""Hellos and version negotiation."""
 
 from __future__ import annotations
-
-import hashlib
 
 import pytest
 from hypothesis import given, settings
@@ -10,25 +8,18 @@ from hypothesis import strategies as st
 
 from router.protocol import (
     HANDSHAKE,
-    SERVICE_MARKER,
     SMP_VERSION_MAX,
     SMP_VERSION_MIN,
     ClientHello,
+    ClientServiceCert,
     ProtocolError,
     ServerHello,
-    ServiceProof,
     decode_client_hello,
     decode_server_hello,
-    ed25519_public,
     encode_client_hello,
     encode_server_hello,
     negotiate_version,
-    new_ed25519,
     new_x25519,
-    prove_service,
-    service_id,
-    service_signed_bytes,
-    verify_service_proof,
 )
 
 SESSION = b"s" * 32
@@ -93,73 +84,40 @@ def test_client_hello_ignores_trailing_bytes_that_are_not_the_extension():
     assert decode_client_hello(b"\x00\x09\x20" + KEY_HASH + b"\x03abc") == ClientHello(9, KEY_HASH)
 
 
-def service_hello() -> tuple[bytes, ClientHello]:
-    seed, _ = new_ed25519()
-    _, client_key = new_x25519()
-    return seed, ClientHello(10, KEY_HASH, client_key, prove_service(seed, SESSION, KEY_HASH))
-
-
-def test_service_extension_bytes_follow_the_client_key():
-    seed, hello = service_hello()
-    assert hello.service is not None and hello.client_key is not None
-    content = encode_client_hello(hello)
-    spki = ed25519_public(seed)
-    assert content == (
-        b"\x00\x0a\x20" + KEY_HASH + b"\x2c" + hello.client_key
-        + b"SVC1" + b"\x2c" + spki + b"\x40" + hello.service.signature
-    )
-    assert decode_client_hello(content) == hello
-
-
-def test_service_proof_verifies_for_its_session_and_router_only():
-    _, hello = service_hello()
-    proof = hello.service
-    assert proof is not None
-    assert verify_service_proof(proof, SESSION, KEY_HASH)
-    assert not verify_service_proof(proof, b"t" * 32, KEY_HASH)
-    assert not verify_service_proof(proof, SESSION, b"i" * 32)
-    _, other = new_ed25519()
-    assert not verify_service_proof(ServiceProof(other, proof.signature), SESSION, KEY_HASH)
-
-
-def test_service_signed_bytes_layout():
-    spki = ed25519_public(b"\x01" * 32)
-    assert service_signed_bytes(SESSION, KEY_HASH, spki) == (
-        b"SMP-SERVICE" + b"\x20" + SESSION + b"\x20" + KEY_HASH + b"\x2c" + spki
-    )
-
-
-def test_service_id_is_the_first_24_bytes_of_the_key_hash():
-    spki = ed25519_public(b"\x01" * 32)
-    assert service_id(spki) == hashlib.sha256(spki).digest()[:24]
+# What this router once read as its own service extension ("SVC1", a service key and
+# its signature after the hello's fields) is now trailing bytes like any other: the
+# reference parses the hello with `parseOnly`, which ignores what follows the fields,
+# and so does this router (docs/protocol.md#handshake-client-hello).
+FORMER_EXTENSION = b"SVC1" + b"\x2c" + bytes(44) + b"\x40" + b"s" * 64
 
 
 @pytest.mark.parametrize(
     "tail",
     [
-        SERVICE_MARKER,
-        SERVICE_MARKER + b"\x2c",
-        SERVICE_MARKER + b"\x05hello\x40" + b"s" * 64,  # not a key
-        SERVICE_MARKER + b"\x2c" + bytes(44) + b"\x40" + b"s" * 64,  # not an Ed25519 key
+        FORMER_EXTENSION,
+        b"SVC1",
+        b"SVC1\x2c",  # a short string that runs past the content
+        b"SVC1\x05hello\x40" + b"s" * 64,
     ],
 )
-def test_a_malformed_service_extension_is_a_handshake_error(tail):
+@pytest.mark.parametrize("with_key", [True, False])
+def test_bytes_after_the_fields_of_a_v10_hello_are_ignored(tail, with_key):
+    client_key = new_x25519()[1] if with_key else None
+    hello = ClientHello(10, KEY_HASH, client_key)
+    assert decode_client_hello(encode_client_hello(hello) + tail) == hello
+
+
+def test_bytes_after_the_fields_of_a_v19_hello_are_ignored():
     _, client_key = new_x25519()
-    content = encode_client_hello(ClientHello(10, KEY_HASH, client_key)) + tail
-    with pytest.raises(ProtocolError) as info:
-        decode_client_hello(content)
-    assert info.value.error == HANDSHAKE
+    for hello in (ClientHello(19, KEY_HASH, client_key), ClientHello(19, KEY_HASH)):
+        content = encode_client_hello(hello)
+        assert content.endswith(b"F0")  # proxyServer, clientService: the fields end here
+        assert decode_client_hello(content + FORMER_EXTENSION) == hello
 
 
-@pytest.mark.parametrize("version", [9, 10])
-def test_the_service_marker_without_a_client_key_is_a_malformed_hello(version):
-    # docs/protocol.md#service-extension: the marker must follow an X25519 client key
-    seed, _ = new_ed25519()
-    proof = prove_service(seed, SESSION, KEY_HASH)
-    extension = SERVICE_MARKER + b"\x2c" + proof.service_key + b"\x40" + proof.signature
-    head = version.to_bytes(2, "big") + b"\x20" + KEY_HASH
-    ed25519_key = b"\x2c" + proof.service_key  # a short string, but not an X25519 key
-    for content in (head + extension, head + SERVICE_MARKER, head + ed25519_key + extension):
+def test_a_v19_hello_whose_fields_do_not_parse_is_a_handshake_error():
+    head = (19).to_bytes(2, "big") + b"\x20" + KEY_HASH
+    for content in (head + FORMER_EXTENSION, head + b"F2", head + b"F1X"):
         with pytest.raises(ProtocolError) as info:
             decode_client_hello(content)
         assert info.value.error == HANDSHAKE
@@ -168,12 +126,6 @@ def test_the_service_marker_without_a_client_key_is_a_malformed_hello(version):
 def test_trailing_bytes_without_a_client_key_are_still_ignored():
     content = b"\x00\x0a\x20" + KEY_HASH + b"\x03abc" + b"SVC"
     assert decode_client_hello(content) == ClientHello(10, KEY_HASH)
-
-
-def test_encoding_the_extension_without_a_client_key_is_refused():
-    seed, _ = new_ed25519()
-    with pytest.raises(ValueError):
-        encode_client_hello(ClientHello(10, KEY_HASH, None, prove_service(seed, SESSION, KEY_HASH)))
 
 
 @settings(deadline=None)
@@ -190,7 +142,9 @@ def test_hellos_with_arbitrary_fields_decode_or_raise_protocol_error(version, ke
 @settings(deadline=None)
 @given(st.data())
 def test_mutated_service_hellos_decode_or_raise_protocol_error(data):
-    _, hello = service_hello()
+    _, client_key = new_x25519()
+    service = ClientServiceCert(b"M", (b"c" * 300, b"i" * 200), b"k" * 90)
+    hello = ClientHello(19, KEY_HASH, client_key, client_service=service)
     content = encode_client_hello(hello)
     i = data.draw(st.integers(0, len(content) - 1))
     mutated = content[:i] + bytes((data.draw(st.integers(0, 255)),)) + content[i + 1 :]

@@ -36,7 +36,6 @@ from router.protocol import (
     SUB,
     ClientHello,
     ServerHello,
-    ServiceProof,
     Transmission,
     authorize,
     authorized_bytes,
@@ -58,14 +57,10 @@ from router.protocol import (
     encode_transmission,
     encrypt_msg_body,
     pad_block,
-    prove_service,
     proxying,
-    service_id,
-    service_signed_bytes,
     sign,
     unpad_block,
     verify_authorization,
-    verify_service_proof,
     web_proof_signed_bytes,
     x25519_public,
 )
@@ -128,10 +123,6 @@ def _sub_block() -> bytes:
     return block
 
 
-def _service_proof() -> ServiceProof:
-    return prove_service(EX["service-seed"], SESSION_ID, KEY_HASH)
-
-
 def _new_command() -> bytes:
     cmd = NEW(EX["ed25519-spki"], EX["client-x25519-spki"], None, subscribe=True, snd_secure=True)
     return encode_command(cmd)
@@ -177,20 +168,11 @@ def _msg_key() -> bytes:
 COMPUTED = {
     "corr-id": lambda: bytes(range(1, 25)),
     "ed25519-spki": lambda: ed25519_public(EX["ed25519-seed"]),
-    "service-spki": lambda: ed25519_public(EX["service-seed"]),
     "client-x25519-spki": lambda: x25519_public(EX["client-x25519-private"]),
     "router-x25519-spki": lambda: x25519_public(EX["router-x25519-private"]),
     "router-hello": lambda: encode_server_hello(ServerHello(9, 19, SESSION_ID)),
     "client-hello": lambda: encode_client_hello(
         ClientHello(10, KEY_HASH, EX["client-x25519-spki"])
-    ),
-    "service-signed-bytes": lambda: service_signed_bytes(
-        SESSION_ID, KEY_HASH, EX["service-spki"]
-    ),
-    "service-signature": lambda: _service_proof().signature,
-    "service-id": lambda: service_id(EX["service-spki"]),
-    "service-client-hello": lambda: encode_client_hello(
-        ClientHello(10, KEY_HASH, EX["client-x25519-spki"], _service_proof())
     ),
     "ping-block": lambda: _ping_like(encode_command(PING())),
     "pong-block": lambda: encode_batches(
@@ -260,7 +242,7 @@ def _proxied_padded() -> bytes:
 
 
 # Private keys on the page: inputs, checked through the public keys derived from them.
-INPUTS = {"ed25519-seed", "service-seed", "client-x25519-private", "router-x25519-private"}
+INPUTS = {"ed25519-seed", "client-x25519-private", "router-x25519-private"}
 
 
 def test_every_example_on_the_page_is_checked_and_every_checked_one_is_on_the_page():
@@ -279,8 +261,6 @@ def test_the_example_inputs_are_the_published_test_vectors():
     # RFC 8032 7.1 tests 1 and 2, RFC 7748 6.1 (public keys), NaCl's box test (the shared key)
     assert EX["ed25519-spki"].endswith(bytes.fromhex(
         "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"))
-    assert EX["service-spki"].endswith(bytes.fromhex(
-        "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c"))
     assert EX["client-x25519-spki"].endswith(bytes.fromhex(
         "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"))
     assert EX["router-x25519-spki"].endswith(bytes.fromhex(
@@ -292,8 +272,6 @@ def test_stated_sizes_hold():
     assert len(EX["sub-authorized"]) == 86
     assert len(EX["new-command"]) == 97
     assert len(EX["ids-response"]) == 100
-    assert len(EX["service-signed-bytes"]) == 122
-    assert len(EX["service-client-hello"]) == 194
     [sub] = decode_batch(EX["sub-block"])
     assert len(sub) == 118
 
@@ -305,10 +283,8 @@ def test_the_examples_decode_back_to_what_they_show():
     assert decode_command(tr.command) == PING()
     assert decode_response(decode_transmission(decode_batch(EX["pong-block"])[0]).command) == PONG()
     assert decode_server_hello(EX["router-hello"]) == ServerHello(9, 19, SESSION_ID)
-    hello = decode_client_hello(EX["service-client-hello"])
-    assert hello.service == ServiceProof(EX["service-spki"], EX["service-signature"])
-    assert verify_service_proof(hello.service, SESSION_ID, KEY_HASH)
-    assert hashlib.sha256(EX["service-spki"]).digest()[:24] == EX["service-id"]
+    hello = decode_client_hello(EX["client-hello"])
+    assert hello == ClientHello(10, KEY_HASH, EX["client-x25519-spki"])
     assert verify_authorization(
         EX["sub-signature"], EX["ed25519-spki"], EX["sub-authorized"]
     )
@@ -324,10 +300,6 @@ def test_the_private_routing_example_pads_to_the_stated_size_and_answers_reverse
     answer_plain = len(content).to_bytes(2, "big") + content + b"#" * (16226 - 2 - len(content))
     answer = crypto_box_easy_afternm(answer_plain, EX["corr-id"][::-1], EX["msg-box-key"])
     assert proxying.decrypt_response(_proxied_request(), answer) == b"OK"
-
-
-def test_the_signed_service_context_has_no_length_byte():
-    assert EX["service-signed-bytes"][:12] == b"SMP-SERVICE" + b"\x20"
 
 
 # --- the command table -------------------------------------------------------------------

@@ -4,11 +4,20 @@ It sends the blocks a test builds and hands back the transmissions the router
 writes, with no client library between them: what a test asserts is what the
 router put on the wire. Pushed transmissions (MSG, END, ... with an empty
 correlation id) are kept in `events` in arrival order.
+
+A session can act for a service (docs/protocol.md#client-service): it speaks v19,
+sends the certificate chain and a session key its leaf signs in a `clientService`,
+and signs NEW, SUB and NSUB as a service session does. Over the memory pair there is
+no TLS, so the router's end is handed the chain as the client certificate a TLS edge
+would have verified (`MemoryBlockTransport.peer_chain`); the router checks the
+hello against it as over TLS. The TLS path itself is tested end to end in
+test_router_service_certificates.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -16,8 +25,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import trio
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from router.protocol import crypto
+from bench.service_client import ServiceCert, ed25519_spki, signed_key
+from router.protocol import crypto, versions
 from router.protocol.block import (
     BatchPacker,
     decode_batch,
@@ -29,12 +41,17 @@ from router.protocol.codec import decode_response, encode_command
 from router.protocol.crypto import MessageBody
 from router.protocol.handshake import (
     ClientHello,
+    ClientServiceCert,
     ServerHello,
     decode_server_hello,
+    decode_service_handshake_result,
     encode_client_hello,
-    service_id,
 )
-from router.protocol.transmission import decode_transmission, encode_transmission
+from router.protocol.transmission import (
+    authorized_bytes,
+    decode_transmission,
+    encode_transmission,
+)
 from router.protocol.types import (
     ACK,
     IDS,
@@ -43,6 +60,7 @@ from router.protocol.types import (
     NID,
     NKEY,
     NMSG,
+    NSUB,
     NSUBS,
     OK,
     PING,
@@ -61,6 +79,19 @@ from router.server.edge.transports import MemoryBlockTransport, memory_block_pai
 
 # entity id, command (or its raw bytes), signing seed
 Request = tuple[bytes, Command | bytes, bytes | None]
+
+SERVICE_VERSION = 19  # SUBS / NSUBS with the count and ids hash
+_SERVICE_SIGNED = (NEW, SUB, NSUB)  # signed by the session key too in a service session
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceKeys:
+    """What a service session signs with: its session key (the certificate's leaf
+    signed it in the hello) and the identity certificate's hash."""
+
+    service_id: bytes
+    session_seed: bytes
+    cert_hash: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +127,14 @@ class Notifier:
 class Session:
     def __init__(
         self, transport: MemoryBlockTransport, server_hello: ServerHello,
-        service_seed: bytes | None = None,
+        service: ServiceKeys | None = None, version: int = versions.LEGACY_VERSION,
     ) -> None:
         self.transport = transport
         self.server_hello = server_hello
         self.session_id = server_hello.session_id
-        self.service_seed = service_seed
-        self.service_id = None
-        if service_seed is not None:
-            self.service_id = service_id(crypto.ed25519_public(service_seed))
+        self.version = version  # what its transmissions are encoded and read at
+        self.service = service
+        self.service_id = None if service is None else service.service_id
         self.events: deque[Reply] = deque()
         self.blocks_received = 0
         self._corr_ids = (n.to_bytes(24, "big") for n in itertools.count(1))
@@ -115,11 +145,18 @@ class Session:
         self, entity_id: bytes, command: Command | bytes, seed: bytes | None
     ) -> bytes:
         corr_id = next(self._corr_ids)
-        body = command if isinstance(command, bytes) else encode_command(command)
-        auth = b"" if seed is None else crypto.authorize(
-            seed, self.session_id, corr_id, entity_id, body
-        )
-        return encode_transmission(Transmission(auth, corr_id, entity_id, body))
+        body = command if isinstance(command, bytes) else encode_command(command, self.version)
+        auth, service_sig = b"", None
+        if seed is not None:
+            signed = authorized_bytes(self.session_id, corr_id, entity_id, body)
+            if self.service is not None and isinstance(command, _SERVICE_SIGNED):
+                # docs/protocol.md#service-signature: the queue key signs the
+                # certificate hash first, the session key the authorized bytes.
+                service_sig = crypto.sign(self.service.session_seed, signed)
+                signed = self.service.cert_hash + signed
+            auth = crypto.sign(seed, signed)
+        t = Transmission(auth, corr_id, entity_id, body, service_sig)
+        return encode_transmission(t, self.version)
 
     async def send_block(self, block: bytes) -> None:
         await self.transport.send_block(block)
@@ -128,7 +165,7 @@ class Session:
         """The transmissions of the next block the router writes."""
         block = await self.transport.receive_block()
         self.blocks_received += 1
-        return [_reply(raw) for raw in decode_batch(block)]
+        return [_reply(raw, self.version) for raw in decode_batch(block)]
 
     async def commands(
         self, requests: Sequence[Request], *, msg_is_event: bool = True
@@ -137,7 +174,7 @@ class Session:
         same order. With `msg_is_event`, a MSG answering SUB or ACK goes to `events`
         (as a delivery) and reads as OK here."""
         raws = [self.transmission(*request) for request in requests]
-        corr_ids = [decode_transmission(raw).corr_id for raw in raws]
+        corr_ids = [decode_transmission(raw, self.version).corr_id for raw in raws]
         for corr_id, (_, command, _) in zip(corr_ids, requests, strict=True):
             if msg_is_event and isinstance(command, SUB | ACK):
                 self._msg_is_event.add(corr_id)
@@ -226,9 +263,10 @@ class Session:
         return Notifier(nid.notifier_id, seed, nid.srv_ntf_dh_key, box)
 
     async def service_command(self, command: SUBS | NSUBS) -> int:
-        """SUBS or NSUBS for this connection's service: the count SOKS answers."""
-        assert self.service_id is not None, "connect with a service_seed"
-        soks = await self.command(self.service_id, command, self.service_seed)
+        """SUBS or NSUBS for this connection's service, signed by the session key:
+        the count SOKS answers."""
+        assert self.service is not None, "connect with a service certificate"
+        soks = await self.command(self.service.service_id, command, self.service.session_seed)
         assert isinstance(soks, SOKS), soks
         return soks.count
 
@@ -258,32 +296,49 @@ def raw_block(*transmissions: Transmission) -> bytes:
     return packer.take_block()
 
 
-def _reply(raw: bytes) -> Reply:
-    t = decode_transmission(raw)
-    return Reply(t.corr_id, t.entity_id, decode_response(t.command))
+def _reply(raw: bytes, version: int) -> Reply:
+    t = decode_transmission(raw, version)
+    return Reply(t.corr_id, t.entity_id, decode_response(t.command, version))
 
 
 @asynccontextmanager
 async def connect(
     router: Router, *, version: int = 10, key_hash: bytes | None = None, hello: bool = True,
-    service_seed: bytes | None = None, capacity: int = 4,
+    service: ServiceCert | None = None, role: bytes = b"M", capacity: int = 4,
 ) -> AsyncIterator[Session]:
     """A client served by `router.serve_transport`, past the handshake unless `hello`
-    is False, proving the service key `service_seed` if given. On leaving, the
-    client end closes and the router's side must end."""
+    is False, acting for the service of the certificate `service` in `role` if
+    given (at v19). On leaving, the client end closes and the router's side must end."""
     client, served = memory_block_pair(capacity=capacity)
+    if service is not None:
+        served.peer_chain = tuple(service.chain)  # what a TLS edge would have verified
+        version = SERVICE_VERSION
     async with trio.open_nursery() as nursery:
         nursery.start_soon(router.serve_transport, served)
         server_hello = decode_server_hello(unpad_block(await client.receive_block()))
         key_hash = router.key_hash if key_hash is None else key_hash
-        client_key = service = None
-        if service_seed is not None:  # the proof follows a client key in the hello
-            client_key = crypto.new_x25519()[1]
-            service = crypto.prove_service(service_seed, server_hello.session_id, key_hash)
+        keys = None
         if hello:
-            client_hello = ClientHello(version, key_hash, client_key, service)
+            client_service = None
+            if service is not None:
+                session_key = Ed25519PrivateKey.generate()
+                signed = signed_key(ed25519_spki(session_key), service.leaf_key)
+                client_service = ClientServiceCert(role, tuple(service.chain), signed)
+            client_hello = ClientHello(version, key_hash, client_service=client_service)
             await client.send_block(pad_block(encode_client_hello(client_hello)))
+            if service is not None:
+                answer = decode_service_handshake_result(
+                    unpad_block(await client.receive_block())
+                )
+                assert answer.service_id is not None, answer
+                seed = session_key.private_bytes(
+                    serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                    serialization.NoEncryption(),
+                )
+                cert_hash = hashlib.sha256(service.identity).digest()
+                keys = ServiceKeys(answer.service_id, seed, cert_hash)
         try:
-            yield Session(client, server_hello, service_seed)
+            codec_version = versions.LEGACY_VERSION if service is None else SERVICE_VERSION
+            yield Session(client, server_hello, keys, codec_version)
         finally:
             await client.aclose()

@@ -25,7 +25,6 @@ import test_router_queues
 import trio
 from smp_session import Session
 
-from router.protocol import crypto
 from router.protocol.block import pad_block
 from router.protocol.handshake import ClientHello, encode_client_hello
 from router.server import Router, RouterConfig, open_router
@@ -104,25 +103,18 @@ async def _hold_router(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
 @asynccontextmanager
 async def _connect_over_tls(
     port: int, router: Router, *, version: int = 10, key_hash: bytes | None = None,
-    hello: bool = True, service_seed: bytes | None = None, capacity: int = 4,
+    hello: bool = True, capacity: int = 4,
 ) -> AsyncIterator[Session]:
-    """`smp_session.connect`, over TLS to the router's listener."""
+    """`smp_session.connect`, over TLS to the router's listener (no service: the
+    service scenarios are over TLS in test_router_service_certificates)."""
     with trio.fail_after(10):
         connection = await tls_connect(port, router.key_hash)
     blocks = _TlsBlocks(connection)
     key_hash = router.key_hash if key_hash is None else key_hash
-    client_key = service = None
-    if service_seed is not None:
-        client_key = crypto.new_x25519()[1]
-        service = crypto.prove_service(
-            service_seed, connection.server_hello.session_id, key_hash
-        )
     if hello:
-        await blocks.send_block(pad_block(encode_client_hello(
-            ClientHello(version, key_hash, client_key, service)
-        )))
+        await blocks.send_block(pad_block(encode_client_hello(ClientHello(version, key_hash))))
     try:
-        yield Session(blocks, connection.server_hello, service_seed)  # type: ignore[arg-type]
+        yield Session(blocks, connection.server_hello)  # type: ignore[arg-type]
     finally:
         await blocks.aclose()
 

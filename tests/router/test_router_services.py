@@ -1,4 +1,8 @@
-"""Service subscriptions at the router: SUBS catch-up and ALLS, takeover with ENDS, NSUBS."""
+"""Service subscriptions at the router: SUBS catch-up and ALLS, takeover with ENDS, NSUBS.
+
+The services are by certificate (docs/protocol.md#client-service) over the in-memory
+pair (smp_session: the router's end carries the chain a TLS edge would have verified).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import trio
 from router_scale import scaled
 from smp_session import Queue, Reply, Session, connect
 
+from bench.service_client import ServiceCert, self_signed_cert
 from router.protocol import crypto
 from router.protocol.types import (
     ACK,
@@ -24,6 +29,7 @@ from router.protocol.types import (
     NSUBS,
     OK,
     SEND,
+    SOK,
     SUB,
     SUBS,
 )
@@ -41,10 +47,15 @@ def sends(queues: list[Queue], bodies: list[bytes]) -> list:
     return [(q.sender_id, SEND(b"F", b), None) for q, b in zip(queues, bodies, strict=True)]
 
 
-async def service_queues(router: Router, seed: bytes, n: int) -> list[Queue]:
+async def service_queues(router: Router, cert: ServiceCert, n: int) -> list[Queue]:
     """`n` queues created with subMode S by a connection of the service: all associated."""
-    async with connect(router, service_seed=seed) as creator:
+    async with connect(router, service=cert) as creator:
         return await creator.create_queues(n, subscribe=True)
+
+
+def ends_count(event: Reply) -> int:
+    assert isinstance(event.response, ENDS), event
+    return event.response.count
 
 
 async def catch_up(client: Session, router: Router) -> tuple[int, list[Reply], set[int]]:
@@ -72,14 +83,14 @@ def opened(by_queue: dict[bytes, Queue], event: Reply) -> bytes:
 async def check_catch_up_and_takeover(
     router: Router, delivery: str, n_queues: int, n_full: int
 ) -> None:
-    seed, _ = crypto.new_ed25519()
-    queues = await service_queues(router, seed, n_queues)
+    cert = self_signed_cert()
+    queues = await service_queues(router, cert, n_queues)
     by_queue = {q.recipient_id: q for q in queues}
     full = queues[:n_full]
     async with connect(router) as sender:
         assert set(await sender.commands(sends(full, [body(i) for i in range(n_full)]))) == {OK()}
 
-    async with connect(router, service_seed=seed) as first:
+    async with connect(router, service=cert) as first:
         count, messages, task_counts = await catch_up(first, router)
         assert count == n_queues
         assert Counter(opened(by_queue, m) for m in messages) == Counter(
@@ -99,11 +110,11 @@ async def check_catch_up_and_takeover(
                 for m in acked]
         assert set(await first.commands(acks)) <= {OK()}
 
-        async with connect(router, service_seed=seed) as second:
+        async with connect(router, service=cert) as second:
             count, moved, _ = await catch_up(second, router)
             assert count == n_queues
             ended = await first.next_event()
-            assert (ended.entity_id, ended.response) == (first.service_id, ENDS(n_queues))
+            assert (ended.entity_id, ends_count(ended)) == (first.service_id, n_queues)
             assert sorted((m.entity_id, m.response.msg_id) for m in moved) == sorted(
                 (m.entity_id, m.response.msg_id) for m in unacked
             )
@@ -150,14 +161,14 @@ async def test_messages_sent_while_subs_catches_up_are_delivered_exactly_once(
 ):
     # A small outbox keeps the catch-up waiting on the client, so SENDs land meanwhile.
     router = await router_factory(send_queue_size=2)
-    seed, _ = crypto.new_ed25519()
+    cert = self_signed_cert()
     n = scaled(store_kind, 1000)
     part = n * 3 // 10
-    queues = await service_queues(router, seed, n)
+    queues = await service_queues(router, cert, n)
     by_queue = {q.recipient_id: q for q in queues}
     waiting, empty = queues[:part], queues[part:2 * part]
     with trio.fail_after(60):
-        async with connect(router) as sender, connect(router, service_seed=seed) as service:
+        async with connect(router) as sender, connect(router, service=cert) as service:
             before = sends(waiting, [b"before %d" % i for i in range(part)])
             assert set(await sender.commands(before)) == {OK()}
             during = sends(empty, [b"during %d" % i for i in range(part)])
@@ -180,15 +191,15 @@ async def test_messages_sent_while_subs_catches_up_are_delivered_exactly_once(
 
 
 async def test_after_a_takeover_new_messages_go_to_the_new_service_connection(router):
-    seed, _ = crypto.new_ed25519()
-    [q] = await service_queues(router, seed, 1)
+    cert = self_signed_cert()
+    [q] = await service_queues(router, cert, 1)
     with trio.fail_after(10):
-        async with connect(router) as sender, connect(router, service_seed=seed) as first, \
-                connect(router, service_seed=seed) as second:
+        async with connect(router) as sender, connect(router, service=cert) as first, \
+                connect(router, service=cert) as second:
             assert await first.service_command(SUBS()) == 1
             assert (await first.next_event()).response == ALLS()
             assert await second.service_command(SUBS()) == 1
-            assert (await first.next_event()).response == ENDS(1)
+            assert ends_count(await first.next_event()) == 1
             assert (await second.next_event()).response == ALLS()
             await sender.send(q.sender_id, b"after the takeover")
             _, pushed = await second.next_message(q)
@@ -199,10 +210,10 @@ async def test_after_a_takeover_new_messages_go_to_the_new_service_connection(ro
 async def test_subs_again_on_the_same_connection_delivers_what_is_waiting_and_not_in_flight(
     router,
 ):
-    seed, _ = crypto.new_ed25519()
-    q1, q2 = await service_queues(router, seed, 2)
+    cert = self_signed_cert()
+    q1, q2 = await service_queues(router, cert, 2)
     with trio.fail_after(10):
-        async with connect(router) as sender, connect(router, service_seed=seed) as service:
+        async with connect(router) as sender, connect(router, service=cert) as service:
             await sender.send(q1.sender_id, b"one")
             assert await service.service_command(SUBS()) == 2
             first, opened_first = await service.next_message(q1)
@@ -220,9 +231,9 @@ async def test_subs_again_on_the_same_connection_delivers_what_is_waiting_and_no
 
 
 async def test_a_queue_subscribed_by_a_plain_connection_leaves_the_service(router):
-    seed, _ = crypto.new_ed25519()
+    cert = self_signed_cert()
     with trio.fail_after(10):
-        async with connect(router, service_seed=seed) as service, connect(router) as plain:
+        async with connect(router, service=cert) as service, connect(router) as plain:
             q1, q2, q3 = await service.create_queues(3, subscribe=True)
             assert await plain.recipient(q2, SUB()) == OK()
             ended = await service.next_event()
@@ -231,46 +242,49 @@ async def test_a_queue_subscribed_by_a_plain_connection_leaves_the_service(route
             assert (await service.next_event()).response == ALLS()
             # and a queue made elsewhere joins the service when a service connection SUBs it
             other = await plain.create_queue()
-            assert await service.recipient(other, SUB()) == OK()
+            assert await service.recipient(other, SUB()) == SOK(service.service_id)
             assert await service.service_command(SUBS()) == 3
 
 
-async def test_create_only_queues_join_the_service_only_when_subscribed(router):
-    seed, _ = crypto.new_ed25519()
+async def test_any_new_in_a_service_session_joins_the_service_whatever_its_submode(router):
+    cert = self_signed_cert()
     with trio.fail_after(10):
-        async with connect(router, service_seed=seed) as service:
-            q = await service.create_queue(subscribe=False)
-            assert await service.service_command(SUBS()) == 0
-            assert (await service.next_event()).response == ALLS()
-            assert await service.recipient(q, SUB()) == OK()
+        async with connect(router, service=cert) as service:
+            await service.create_queue(subscribe=False)
             assert await service.service_command(SUBS()) == 1
+            assert (await service.next_event()).response == ALLS()
 
 
 async def test_subs_for_another_service_or_with_another_key_is_refused_with_auth(router):
-    seed, _ = crypto.new_ed25519()
+    cert = self_signed_cert()
     other_seed, _ = crypto.new_ed25519()
     with trio.fail_after(10):
-        async with connect(router, service_seed=seed) as service:
-            assert service.service_id is not None
+        async with connect(router, service=cert) as service, \
+                connect(router, service=cert, role=b"N") as notifier:
+            assert service.service is not None and notifier.service is not None
+            seed = service.service.session_seed
             assert await service.command(service.service_id, SUBS(), other_seed) == ERR(AUTH)
             assert await service.command(b"x" * 24, SUBS(), seed) == ERR(AUTH)
-            assert await service.command(b"x" * 24, NSUBS(), seed) == ERR(AUTH)
-            assert await service.command(service.service_id, NSUBS(), seed) != ERR(AUTH)
+            assert await service.command(service.service_id, SUBS(), seed) != ERR(AUTH)
+            seed = notifier.service.session_seed
+            assert await notifier.command(b"x" * 24, NSUBS(), seed) == ERR(AUTH)
+            assert await notifier.command(notifier.service_id, NSUBS(), seed) != ERR(AUTH)
 
 
 async def test_nsubs_subscribes_the_services_notifiers_and_a_second_connection_takes_them(
     router,
 ):
-    seed, _ = crypto.new_ed25519()
+    cert = self_signed_cert()
     with trio.fail_after(20):
         async with connect(router) as recipient:
             queues = await recipient.create_queues(5)
             notifiers = [await recipient.enable_notifications(q) for q in queues]
-            async with connect(router, service_seed=seed) as first_ntf:
+            async with connect(router, service=cert, role=b"N") as first_ntf:
                 responses = await first_ntf.commands(
                     [(n.notifier_id, NSUB(), n.seed) for n in notifiers]
                 )
-                assert responses == [OK()] * 5  # each NSUB joins the notifier to the service
+                # each service-signed NSUB joins the notifier to the service
+                assert responses == [SOK(first_ntf.service_id)] * 5
 
             async def notified(client: Session) -> set[bytes]:
                 flagged = [(q.sender_id, SEND(b"T", b"hi"), None) for q in queues]
@@ -279,14 +293,16 @@ async def test_nsubs_subscribes_the_services_notifiers_and_a_second_connection_t
                 assert all(isinstance(e.response, NMSG) for e in events)
                 return {e.entity_id for e in events}
 
-            async with connect(router, service_seed=seed) as ntf, \
-                    connect(router, service_seed=seed) as successor:
+            async with connect(router, service=cert, role=b"N") as ntf, \
+                    connect(router, service=cert, role=b"N") as successor, \
+                    connect(router, service=cert) as messaging:
                 assert await ntf.service_command(NSUBS()) == 5
                 assert await notified(ntf) == {n.notifier_id for n in notifiers}
                 assert await successor.service_command(NSUBS()) == 5
                 ended = await ntf.next_event()
-                assert (ended.entity_id, ended.response) == (ntf.service_id, ENDS(5))
+                assert (ended.entity_id, ends_count(ended)) == (ntf.service_id, 5)
                 assert await notified(successor) == {n.notifier_id for n in notifiers}
                 assert await ntf.no_more_events()
-                # the recipient side of this service has no queues: NSUBS is separate
-                assert await successor.service_command(SUBS()) == 0
+                # the certificate's messaging service is another service, with no queues
+                assert messaging.service_id != successor.service_id
+                assert await messaging.service_command(SUBS()) == 0

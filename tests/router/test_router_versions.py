@@ -88,7 +88,7 @@ async def test_blocks_are_encrypted_from_v11_and_plain_for_a_proxy_or_a_client_w
             async with await raw_ws(info) as ws:
                 hello = decode_server_hello(unpad_block(await ws.get_message()))
                 priv, spki = crypto.new_x25519()
-                reply = ClientHello(19, info.key_hash, spki if with_key else None, None, proxy)
+                reply = ClientHello(19, info.key_hash, spki if with_key else None, proxy)
                 await ws.send_message(pad_block(encode_client_hello(reply)))
                 ping = encode_transmission(Transmission(b"", b"c" * 24, b"", b"PING"), 19)
                 content = bytes((1,)) + len(ping).to_bytes(2, "big") + ping

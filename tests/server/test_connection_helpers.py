@@ -30,7 +30,7 @@ class QuietHandler:
 
 def new_connection(conn_id: int):
     client, served = memory_block_pair()
-    handshake = Handshake(10, bytes([conn_id]) * 32, None, None)
+    handshake = Handshake(10, bytes([conn_id]) * 32, None)
     return client, Connection(conn_id, served, handshake, 4)
 
 

@@ -80,7 +80,7 @@ def block(key: bytes) -> bytes:
 
 
 def connection(transport: ScriptedTransport) -> Connection:
-    handshake = Handshake(10, b"s" * 32, None, None)
+    handshake = Handshake(10, b"s" * 32, None)
     return Connection(1, transport, handshake, send_queue_size=4)  # type: ignore[arg-type]
 
 

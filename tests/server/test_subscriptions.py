@@ -14,18 +14,19 @@ from hypothesis import strategies as st
 from memory_connections import connection as memory_connection
 
 from router.protocol.codec import decode_response
-from router.protocol.handshake import ServiceProof
 from router.protocol.transmission import decode_transmission
 from router.protocol.types import ENDS
 from router.server.core.connection import Connection
 from router.server.core.counters import Counters
 from router.server.core.subscriptions import ClientSubscriptions, Event, Subscriptions
+from router.server.edge.handshake import ServiceSession
 from store.interfaces import Message, Party
 
 QUEUES = [bytes([q]) * 24 for q in range(4)]
 NOTIFIERS = [bytes([0x80 + n]) * 24 for n in range(3)]
 CONNECTIONS = 3
-SERVICE = ServiceProof(b"service key", b"signature")  # connections 0 and 1 prove it
+# connections 0 and 1 act for it, as the edge hands the core a proven service
+SERVICE = ServiceSession(b"s" * 24, b"M", b"c" * 32, b"session key")
 
 
 def connection(conn_id: int) -> Connection:

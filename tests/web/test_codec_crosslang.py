@@ -199,7 +199,7 @@ def test_javascript_reads_python_blocks_hellos_and_boxes(node: str, tmp_path: Pa
     assert hello["value"]["sessionId"] == session_id.hex() and hello["same"]
     assert len(hello_certs["value"]["certChain"]) == 2 and hello_certs["same"]
     assert client_hello["value"] == {
-        "version": 10, "keyHash": key_hash.hex(), "clientKey": x.hex(), "service": None,
+        "version": 10, "keyHash": key_hash.hex(), "clientKey": x.hex(),
     }
     decoded_blocks, rest = rest[: len(blocks)], rest[len(blocks) :]
     assert [t for b in decoded_blocks for t in b["value"]] == [t.hex() for t in transmissions]

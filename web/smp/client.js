@@ -38,7 +38,6 @@ const EMPTY = new Uint8Array(0);
  * @property {[number, number]} [versions] the SMP versions to offer, [min, max]
  * @property {number} [timeout] ms for opening the connection and the handshake (default 15000)
  * @property {boolean} [confirm] confirm with one PING when the identity cannot be checked (default true)
- * @property {Uint8Array | null} [serviceSeed] Ed25519 seed of a service this connection acts for
  * @property {number} [commandTimeout] ms a command waits for its answer (default 30000; 0: no limit)
  * @property {number} [pingInterval] ms of silence before a keepalive PING (default 30000; 0: none)
  * @property {number} [pingTimeout] ms a keepalive PING has to be answered (default 15000)
@@ -52,9 +51,7 @@ const EMPTY = new Uint8Array(0);
  * (Uint8Array). Options: `WebSocket` (the constructor to use, by default the
  * global one), `versions` ([min, max], default [9, 19]), `timeout` (ms for the
  * connection and the handshake, default 15000), `confirm` (default true: make
- * sure here that the router accepts the hello, see below), `serviceSeed` (an
- * Ed25519 seed: the hello proves this connection acts for that service, see
- * docs/protocol.md "Service subscriptions"), `commandTimeout` (ms a command
+ * sure here that the router accepts the hello, see below), `commandTimeout` (ms a command
  * waits for its answer before it rejects with CommandTimeout, default 30000;
  * 0: wait as long as the connection lasts), `pingInterval` (ms of silence from
  * the router after which the client sends PING, default 30000; 0: never) and
@@ -110,14 +107,8 @@ export async function connect(url, keyHash, options = {}) {
       const secret = crypto.dhSecret(clientPriv, crypto.helloDhKey(hello.signedKey));
       cipher = BlockCipher.forClient(hello.sessionId, secret);
     }
-    const serviceSeed = options.serviceSeed ?? null;
-    const service = serviceSeed ? await crypto.proveService(serviceSeed, hello.sessionId, keyHash) : null;
-    socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey, service })));
+    socket.send(padBlock(encodeClientHello({ version, keyHash, clientKey })));
     const client = new SMPClient(socket, version, hello.sessionId, url, options, cipher);
-    if (service) {
-      client.serviceSeed = serviceSeed;
-      client.serviceId = await crypto.serviceId(service.serviceKey);
-    }
     if (!identityChecked && (options.confirm ?? true)) await confirmHello(client);
     return client;
   } catch (e) {
@@ -278,10 +269,6 @@ export class SMPClient {
     this.lastReceived = Date.now();
     /** @private */
     this.keepaliveTimer = null;
-    /** @type {Uint8Array | null} set by connect() for a service connection */
-    this.serviceSeed = null;
-    /** @type {Uint8Array | null} set by connect() for a service connection */
-    this.serviceId = null;
     /** @private */
     this.corrPrefix = crypto.randomBytes(16);
     /** @private */
@@ -632,10 +619,6 @@ export class SMPClient {
         return { type: "deleted", recipientId: entityId };
       case "NMSG":
         return this.notificationEvent(entityId, response);
-      case "ENDS":
-        return { type: "service-end", serviceId: entityId, count: response.count };
-      case "ALLS":
-        return { type: "all-received" };
       default:
         return null;
     }
@@ -869,32 +852,6 @@ export class SMPClient {
    */
   async disableNotifications(queue, options = {}) {
     await this.recipientOk(queue, { type: "NDEL" }, options);
-  }
-
-  // --- service subscriptions ------------------------------------------------
-
-  /**
-   * SUBS: every queue associated with this connection's service; resolves to their count.
-   * @param {import("./types.js").CommandOptions} [options]
-   * @returns {Promise<number>}
-   */
-  async subscribeService(options = {}) {
-    return this.serviceCommand("SUBS", options);
-  }
-
-  /**
-   * NSUBS: the same for the service's notifiers.
-   * @param {import("./types.js").CommandOptions} [options]
-   * @returns {Promise<number>}
-   */
-  async subscribeServiceNotifications(options = {}) {
-    return this.serviceCommand("NSUBS", options);
-  }
-
-  /** @private */
-  async serviceCommand(type, options = {}) {
-    if (!this.serviceSeed) throw new TypeError("this client was connected without a serviceSeed");
-    return expect(await this.command(this.serviceId, { type }, this.serviceSeed, options), "SOKS").count;
   }
 
   // --- helpers --------------------------------------------------------------

@@ -11,7 +11,7 @@ import { CMD_SYNTAX, CRYPTO, LARGE_MSG, ProtocolError } from "./errors.js";
 import { KeyType, ed25519Spki, keyType, rawKey, x25519Spki } from "./keys.js";
 import nacl from "./nacl.js";
 import * as signing from "./signing.js";
-import { identityCertificate, serviceSignedBytes } from "./handshake.js";
+import { identityCertificate } from "./handshake.js";
 import { authorizedBytes } from "./transmission.js";
 
 export const MSG_PADDED_SIZE = 16106;
@@ -245,12 +245,6 @@ export function encryptNtfMeta(key32, msgId, ts, nonce = nacl.randomBytes(NONCE_
   return { nonce, encMeta: nacl.box.after(pad(meta, NTF_META_PADDED_SIZE), nonce, key32) };
 }
 
-/** The client hello's proof of holding the service key `seed32`: {serviceKey, signature}. */
-export async function proveService(seed32, sessionId, keyHash) {
-  const serviceKey = ed25519Public(seed32);
-  return { serviceKey, signature: await sign(seed32, serviceSignedBytes(sessionId, keyHash, serviceKey)) };
-}
-
 /**
  * SHA-256 of `data` with WebCrypto, or null where there is none: browsers
  * give `crypto.subtle` only to secure contexts (https, or http on localhost).
@@ -271,12 +265,6 @@ export async function identityMatches(hello, keyHash) {
   if (!certificate) return null;
   const digest = await sha256(certificate);
   return digest && equal(digest, keyHash);
-}
-
-/** The entity id of SUBS / NSUBS / ENDS: SHA-256 of the service SPKI, first 24 bytes. */
-export async function serviceId(serviceKey) {
-  const digest = await globalThis.crypto.subtle.digest("SHA-256", serviceKey);
-  return new Uint8Array(digest).slice(0, 24);
 }
 
 /** The raw X25519 shared secret (not nacl.box.before of it): block encryption's input. */

@@ -2,7 +2,7 @@
 //
 //   serverHello = word16 minVer | word16 maxVer | ss(sessionId) | [certChain signedKey [ss(webProof)]] | ignored
 //   clientHello = word16 version | ss(keyHash) | [ss(client X25519 SPKI)] | [proxyServer] | [clientService]
-//                 | [serviceExt] | ignored
+//                 | ignored
 //
 // (web proof from maxVer 19, proxyServer from 14, clientService from 16: versions.js).
 // Hellos are block content (not padded). Failures throw ProtocolError(HANDSHAKE).
@@ -10,14 +10,11 @@
 import { concat } from "./bytes.js";
 import { Parser, large, ss, word16 } from "./encoding.js";
 import { HANDSHAKE, ProtocolError } from "./errors.js";
-import { KeyType, keyType } from "./keys.js";
 import * as versions from "./versions.js";
 
 // The range this client asks for (docs/protocol.md#versions).
 export const SMP_VERSION_MIN = versions.CODEC_VERSION_MIN;
 export const SMP_VERSION_MAX = versions.CODEC_VERSION_MAX;
-export const SERVICE_MARKER = Uint8Array.of(0x53, 0x56, 0x43, 0x31); // "SVC1"
-const SERVICE_CONTEXT = Uint8Array.of(0x53, 0x4d, 0x50, 0x2d, 0x53, 0x45, 0x52, 0x56, 0x49, 0x43, 0x45); // "SMP-SERVICE"
 
 /** {minVersion, maxVersion, sessionId, certChain: [], signedKey: null | bytes, webProof: null | bytes}. */
 export function decodeServerHello(data) {
@@ -72,29 +69,21 @@ export function identityCertificate(certChain) {
   return certChain.length > 1 ? certChain[1] : certChain[0];
 }
 
-/**
- * The client hello. `service` ({serviceKey, signature}, see crypto.proveService)
- * is the service extension of docs/protocol.md; it needs `clientKey` before it.
- */
-export function encodeClientHello({ version, keyHash, clientKey = null, service = null }) {
+/** The client hello; a browser acts for no service, so its clientService is "0". */
+export function encodeClientHello({ version, keyHash, clientKey = null }) {
   const parts = [word16(version), ss(keyHash)];
   if (clientKey) parts.push(ss(clientKey));
   if (versions.hasProxyServerFlag(version)) parts.push(Uint8Array.of(0x46)); // proxyServer F
   if (versions.hasServiceField(version)) parts.push(Uint8Array.of(0x30)); // clientService: none
-  if (service) {
-    if (!clientKey) throw new RangeError("the service extension needs the client key before it");
-    parts.push(SERVICE_MARKER, ss(service.serviceKey), ss(service.signature));
-  }
   return concat(...parts);
 }
 
-/** {version, keyHash, clientKey, service}: what the router reads (for tests). */
+/** {version, keyHash, clientKey}: what the router reads (for tests); trailing bytes are ignored. */
 export function decodeClientHello(data) {
   const p = new Parser(data, 0, HANDSHAKE);
   const version = p.word16();
   const keyHash = p.shortString();
   let clientKey = null;
-  let service = null;
   if (versions.hasHelloKeys(version) && !p.atEnd()) {
     const start = p.pos;
     try {
@@ -105,27 +94,12 @@ export function decodeClientHello(data) {
   }
   if (versions.hasProxyServerFlag(version)) p.bool();
   if (versions.hasServiceField(version) && p.byte() !== 0x30) throw p.fail("clientService is not read here");
-  const marker = p.data.subarray(p.pos, p.pos + SERVICE_MARKER.length);
-  if (clientKey && marker.length === SERVICE_MARKER.length && marker.every((b, i) => b === SERVICE_MARKER[i])) {
-    p.pos += SERVICE_MARKER.length;
-    const serviceKey = p.shortString();
-    const signature = p.shortString();
-    if (keyType(serviceKey) !== KeyType.ED25519 || signature.length !== 64) {
-      throw p.fail("service key must be Ed25519 with a 64-byte signature");
-    }
-    service = { serviceKey, signature };
-  }
-  return { version, keyHash, clientKey, service };
+  return { version, keyHash, clientKey };
 }
 
 /** What the router's online key signs for a web client (docs/protocol.md#web-identity-proof). */
 export function webProofSignedBytes(challenge, sessionId) {
   return concat(challenge, sessionId);
-}
-
-/** What the service key signs in the client hello. */
-export function serviceSignedBytes(sessionId, keyHash, serviceKey) {
-  return concat(SERVICE_CONTEXT, ss(sessionId), ss(keyHash), ss(serviceKey));
 }
 
 /** The highest version both ranges contain, or null if they do not meet. */

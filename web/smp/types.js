@@ -81,20 +81,6 @@
  */
 
 /**
- * The service's subscriptions moved to another connection (ENDS).
- * @typedef {object} ServiceEndEvent
- * @property {"service-end"} type
- * @property {Uint8Array} serviceId
- * @property {number} count
- */
-
-/**
- * Every message waiting for the service's queues was delivered (ALLS).
- * @typedef {object} AllReceivedEvent
- * @property {"all-received"} type
- */
-
-/**
  * A transmission the client could not place: an answer nobody waits for, or a push it does not know.
  * @typedef {object} RawEvent
  * @property {"raw"} type
@@ -107,7 +93,7 @@
 /**
  * What an SMPClient pushes to `onEvent` / `nextEvent`; tell them apart by `type`.
  * @typedef {MessageEvent | UndecryptedEvent | EndEvent | DeletedEvent | NotificationEvent
- *   | ServiceEndEvent | AllReceivedEvent | RawEvent} ClientEvent
+ *   | RawEvent} ClientEvent
  */
 
 /**
@@ -151,7 +137,7 @@
 /**
  * What an SMPAgent hands to its listeners.
  * @typedef {StatusEvent | UpEvent | RemovedEvent | SubscribeErrorEvent | AgentMessageEvent
- *   | ((NotificationEvent | ServiceEndEvent | AllReceivedEvent | RawEvent) & {client: import("./client.js").SMPClient})} AgentEvent
+ *   | ((NotificationEvent | RawEvent) & {client: import("./client.js").SMPClient})} AgentEvent
  */
 
 /**

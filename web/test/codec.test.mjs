@@ -180,7 +180,7 @@ describe("hellos", () => {
     const clientKey = concat(hex("302a300506032b656e032100"), range(32));
     const content = encodeClientHello({ version: 10, keyHash, clientKey });
     assert.equal(toHex(content.subarray(0, 3)), "000a20");
-    assert.deepEqual(decodeClientHello(content), { version: 10, keyHash, clientKey, service: null });
+    assert.deepEqual(decodeClientHello(content), { version: 10, keyHash, clientKey });
   });
 
   test("a server hello with a certificate chain and a signed key", () => {

@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import {
   BatchPacker, BlockCipher, authorizedBytes, chainInit, chainStep, concat, crypto, encodeClientHello,
   encodeCommand, encodeResponse, encodeServerHello, encodeTransmission, equal, fromHex, latin1,
-  serviceSignedBytes, toHex, webProofSignedBytes,
+  toHex, webProofSignedBytes,
 } from "../smp/index.js";
 
 const PAGE = process.env.SMP_PROTOCOL_PAGE ?? fileURLToPath(new URL("../../docs/protocol.md", import.meta.url));
@@ -86,18 +86,10 @@ const encryptedBlock = () => BlockCipher.forRouter(range(10, 41), range(10, 41))
 // Each example this client can compute, from the page's inputs.
 const COMPUTED = {
   "ed25519-spki": () => crypto.ed25519Public(ex("ed25519-seed")),
-  "service-spki": () => crypto.ed25519Public(ex("service-seed")),
   "client-x25519-spki": () => crypto.x25519Public(ex("client-x25519-private")),
   "router-x25519-spki": () => crypto.x25519Public(ex("router-x25519-private")),
   "router-hello": () => encodeServerHello({ minVersion: 9, maxVersion: 19, sessionId: SESSION_ID }),
   "client-hello": () => encodeClientHello({ version: 10, keyHash: KEY_HASH, clientKey: ex("client-x25519-spki") }),
-  "service-signed-bytes": () => serviceSignedBytes(SESSION_ID, KEY_HASH, ex("service-spki")),
-  "service-signature": async () => (await crypto.proveService(ex("service-seed"), SESSION_ID, KEY_HASH)).signature,
-  "service-id": () => crypto.serviceId(ex("service-spki")),
-  "service-client-hello": async () => encodeClientHello({
-    version: 10, keyHash: KEY_HASH, clientKey: ex("client-x25519-spki"),
-    service: await crypto.proveService(ex("service-seed"), SESSION_ID, KEY_HASH),
-  }),
   "ping-block": () => oneBlock(encodeTransmission({
     authorization: EMPTY, corrId: ex("corr-id"), entityId: EMPTY, command: encodeCommand({ type: "PING" }),
   })),
@@ -150,7 +142,7 @@ const COMPUTED = {
 // the Python tests, its first 48 bytes here. This client does not route privately
 // (PRXY/PFWD): the private routing examples are checked by the Python tests only.
 const INPUTS = new Set([
-  "corr-id", "ed25519-seed", "service-seed", "client-x25519-private", "router-x25519-private", "msg-plain",
+  "corr-id", "ed25519-seed", "client-x25519-private", "router-x25519-private", "msg-plain",
   "sub-authenticator", "encrypted-block-sha256",
   "prxy-command", "proxied-padded-head", "proxied-enc-head", "proxied-enc-sha256",
 ]);

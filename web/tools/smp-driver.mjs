@@ -103,7 +103,6 @@ class DurableUnderTest {
 const OPS = {
   async connect(a) {
     const options = a.versions ? { versions: a.versions } : {};
-    if (a.serviceSeed) options.serviceSeed = fromHex(a.serviceSeed);
     const c = await connect(a.url, fromHex(a.keyHash), options);
     clients.set(a.client, c);
     return { version: c.version, sessionId: toHex(c.sessionId) };
@@ -126,9 +125,6 @@ const OPS = {
   async newSigner() {
     const k = crypto.newEd25519();
     return { seed: toHex(k.seed), key: toHex(k.publicKey) };
-  },
-  async subscribeService(a) {
-    return { count: await client(a.client).subscribeService(), serviceId: toHex(client(a.client).serviceId) };
   },
   async subscribe(a) {
     await client(a.client).subscribe(queue(a.queue));

@@ -85,7 +85,6 @@ from store.interfaces import (
     WriteResult,
 )
 
-from ..edge.handshake import ServiceSession
 from .limits import MEMORY_FULL, NEW_RATE_LIMITED, NewQueueLimits, new_queue_limits
 from .subscriptions import ClientSubscriptions, Event, Sub, Subscriptions
 from .verified import Verified, error_transmission
@@ -322,12 +321,9 @@ class Commands:
             return _reply(verified, NEW_RATE_LIMITED)
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, cmd.rcv_dh_key)
-        # A queue made in a certificate service's session is the service's whatever its
-        # subMode (as the reference); with the hello extension only if subscribed here.
-        service_id = (
-            client.conn.service_id
-            if cmd.subscribe or isinstance(client.conn.service, ServiceSession) else None
-        )
+        # A queue made in a service's session is the service's whatever its subMode,
+        # as the reference has it (docs/protocol.md#service-signature).
+        service_id = client.conn.service_id
         # The queue mode is kept from v15, where NEW states it (docs/protocol.md#short-links).
         queue_mode = cmd.queue_mode if verified.version >= versions.SHORT_LINKS else None
 
@@ -335,7 +331,6 @@ class Commands:
             return QueueRecord(
                 secrets.token_bytes(ID_SIZE), sender_id, cmd.rcv_auth_key,
                 secret, None, bool(cmd.snd_secure),
-                # subMode S subscribes the queue here, so it joins this connection's service
                 rcv_service_id=service_id,
                 updated_at=int(time.time()),
                 queue_mode=queue_mode,

@@ -69,7 +69,6 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from router.protocol.block import BatchPacker
-from router.protocol.handshake import ServiceProof, service_id
 
 from ..edge.block_stream import BlockStream, TransportClosed, block_ready_check, sends_now
 from ..edge.handshake import Handshake, ServiceSession
@@ -118,17 +117,11 @@ class Connection:
         # X25519 authenticators are checked with it (docs/protocol.md#x25519-authenticator).
         self.router_dh_private = handshake.router_dh_private
         self.client_key = handshake.client_key  # with it, RFWD's box key (forwarded.py)
-        # A service: by its TLS client certificate (docs/protocol.md#client-service), or
-        # proven in the client hello (docs/protocol.md#service-extension).
-        self.service: ServiceProof | ServiceSession | None
-        if handshake.client_service is not None:
-            self.service = handshake.client_service
-            self.service_id: bytes | None = handshake.client_service.service_id
-        else:
-            self.service = handshake.service
-            self.service_id = (
-                None if self.service is None else service_id(self.service.service_key)
-            )
+        # A service, by its TLS client certificate (docs/protocol.md#client-service).
+        self.service: ServiceSession | None = handshake.client_service
+        self.service_id: bytes | None = (
+            None if self.service is None else self.service.service_id
+        )
         self.overflow_events: list[bytes] = []  # END/DELD/ENDS waiting for pending room
         self.closed = False
         self.close_reason = ""

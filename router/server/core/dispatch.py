@@ -93,7 +93,6 @@ from router.protocol.types import (
 )
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 
-from ..edge.handshake import ServiceSession
 from .counters import Counters
 from .forwarded import Forwarded
 from .turns import (
@@ -119,7 +118,7 @@ log = logging.getLogger(__name__)
 _UNVERIFIED = (PING, PRXY, PFWD, RFWD)
 # What a proxy may forward: a sender's commands (docs/protocol.md#private-message-routing).
 _FORWARDABLE = (SEND, SKEY, LKEY, LGET)
-# Commands of the service extension: verified against the service key of the hello.
+# Service subscriptions: verified against the session key the service's certificate signed.
 _SERVICE = (SUBS, NSUBS)
 # Commands whose answer a push for the same queue may follow (`_may_be_overtaken`).
 _OVERTAKABLE = frozenset({SUB, NSUB, ACK, GET, SUBS, NSUBS})
@@ -437,7 +436,7 @@ class Dispatcher:
         signed = authorized_bytes(conn.session_id, t.corr_id, t.entity_id, t.command)
         if t.service_sig is not None:
             # A queue key in a service session signs the certificate's hash first
-            # (docs/protocol.md#service-signature); only a ServiceSession gets here with one.
+            # (docs/protocol.md#service-signature); only a service session gets here with one.
             signed = conn.service.cert_hash + signed  # type: ignore[union-attr]
         verified = verify_authorization(
             t.authorization, key, signed, corr_id=t.corr_id,
@@ -545,7 +544,7 @@ def _service_refusal(conn: Connection, t: Transmission, cmd: Command) -> ErrorTy
     a command outside the session's role is `CMD PROHIBITED`; a service signature where
     none belongs, or none where one must be, or one that does not verify, `SERVICE`
     (docs/protocol.md#service-signature)."""
-    session = conn.service if isinstance(conn.service, ServiceSession) else None
+    session = conn.service
     kind = type(cmd)
     if session is not None and not _ROLE_ALLOWS[session.role](kind):
         return CMD_PROHIBITED
@@ -562,8 +561,8 @@ def _service_refusal(conn: Connection, t: Transmission, cmd: Command) -> ErrorTy
 
 
 def _service_key(conn: Connection, entity_id: bytes) -> bytes | None:
-    """SUBS / NSUBS name the service proven in this connection's hello and are
-    signed with its key (docs/protocol.md, "Service subscriptions")."""
+    """SUBS / NSUBS name the service of this connection's certificate and are signed
+    with the session key its leaf signed (docs/protocol.md#service-subscriptions)."""
     if conn.service is None or entity_id != conn.service_id:
         return None
     return conn.service.service_key

@@ -1,13 +1,12 @@
 """Service subscriptions: SUBS, NSUBS, ENDS and ALLS (docs/protocol.md#services,
-#service-subscriptions, #client-service, #service-extension).
+#service-subscriptions, #client-service).
 
-Theory of operation. A connection may prove a service identity: by its TLS
-client certificate and `clientService` (the reference's), or in its client
-hello (this router's extension); `Connection.service_id` is then set.
+Theory of operation. A connection may prove a service identity by its TLS
+client certificate and `clientService`; `Connection.service_id` is then set.
 
 - Association. A queue's recipient side belongs to the service of the last
-  connection that subscribed it (SUB, or NEW with subMode S; any NEW in a
-  certificate service's session); its notifier side to the service of the last
+  connection that subscribed it with a service signature (SUB, or any NEW in a
+  service's session); its notifier side to the service of the last
   NSUB. A connection without a service removes the association, so a later
   SUBS does not take the queue back from its new subscriber. The store keeps
   the association and each service's count and ids hash (`QueueStore.set_service`,

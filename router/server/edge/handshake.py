@@ -4,10 +4,8 @@ The router sends its hello first (the versions it serves, a fresh random 32-byte
 session id, its certificate chain, its X25519 key of this connection signed by
 the online key, and, when the WebSocket URL carried a challenge, the signature
 of the web identity proof), then waits a bounded time for the client hello. A
-version outside the range, a key hash other than the router's, or a service proof
-(this router's hello extension, docs/protocol.md#service-extension) that does
-not verify closes the connection without an error block. A valid proof is kept
-for the service commands.
+version outside the range or a key hash other than the router's closes the
+connection without an error block.
 
 A `clientService` (v16, docs/protocol.md#client-service) is checked as the
 reference checks it: its chain must be the TLS client certificate chain of the
@@ -32,7 +30,7 @@ import trio
 from router.protocol import versions
 from router.protocol.block import pad_block, unpad_block
 from router.protocol.block_encryption import BlockCipher, dh_secret
-from router.protocol.crypto import verify_service_key, verify_service_proof
+from router.protocol.crypto import verify_service_key
 from router.protocol.handshake import (
     SERVICE_BAD_AUTH,
     SERVICE_BAD_SERVICE,
@@ -42,7 +40,6 @@ from router.protocol.handshake import (
     ClientServiceCert,
     ServerHello,
     ServiceHandshakeResult,
-    ServiceProof,
     decode_client_hello,
     encode_server_hello,
     encode_service_handshake_result,
@@ -76,7 +73,6 @@ class Handshake:
     version: int
     session_id: bytes
     client_key: bytes | None  # the client's X25519 SPKI: the session DH's other half
-    service: ServiceProof | None  # the service extension's proof, checked by the router
     # The router's X25519 private key of this connection: X25519 authenticators are
     # checked with it (docs/protocol.md#x25519-authenticator). None only without an
     # identity (tests that run the handshake bare).
@@ -133,9 +129,6 @@ async def server_handshake(
         client_service = await _service_session(
             transport, client.client_service, peer_chain, services
         )
-    service = client.service
-    if service is not None and not verify_service_proof(service, session_id, key_hash):
-        raise TransportClosed("client hello carries a service proof that does not verify")
     private = None if connection_key is None else connection_key.private
     cipher = None
     if (
@@ -148,7 +141,7 @@ async def server_handshake(
             raise TransportClosed(f"client hello carries an unusable key: {e}") from e
         cipher = BlockCipher.for_router(session_id, secret)
     return Handshake(
-        client.version, session_id, client.client_key, client.service, private, cipher,
+        client.version, session_id, client.client_key, private, cipher,
         client.proxy_server, client_service,
     )
 

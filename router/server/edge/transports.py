@@ -97,7 +97,9 @@ class MemoryBlockTransport(SendsWithinDeadline):
     in-memory channel, so a reader that stops reading holds its peer's writes back
     as a socket would."""
 
-    __slots__ = ("_out", "_in", "_stalled_timeout", "remote", "stalled", "web_challenge")
+    __slots__ = (
+        "_out", "_in", "_stalled_timeout", "remote", "stalled", "web_challenge", "peer_chain",
+    )
 
     def __init__(
         self,
@@ -112,6 +114,10 @@ class MemoryBlockTransport(SendsWithinDeadline):
         self.remote = remote
         self.stalled = False
         self.web_challenge: bytes | None = None
+        # The client certificate chain a TLS edge would have verified: in-memory
+        # connections have none unless a test hands the router's end one, to run a
+        # service session (docs/protocol.md#client-service) without TLS.
+        self.peer_chain: tuple[bytes, ...] = ()
 
     def established(self) -> None:
         pass  # no listener counts in-memory connections
