@@ -58,6 +58,14 @@ _SMP_ADDRESS = re.compile(r"smp://\S+")
 _WS_URL = re.compile(r"wss?://\S+")
 
 
+def smp_address(line: str) -> str:
+    """The router's smp:// address in its ready line, wherever the line puts it."""
+    found = _SMP_ADDRESS.search(line)
+    if found is None:
+        raise BenchError(f"router did not start: {line!r}")
+    return found.group()
+
+
 class BenchError(RuntimeError):
     """A benchmark could not run as planned (a process failed or answered an error)."""
 

@@ -276,7 +276,7 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         lines = _lines(router.stdout)
         with trio.fail_after(START_TIMEOUT):
             line = await lines.__anext__()
-        address = line.rsplit(" ", 1)[-1]
+        address = harness.smp_address(line)
         ps = psutil.Process(router.pid)
         load = await trio.lowlevel.open_process(
             [sys.executable, "-m", "bench.storm", "load", address, "0", str(queues),
