@@ -248,7 +248,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=float, default=25.0)
     parser.add_argument("--tries", type=int, default=20)
     parser.add_argument("--base", type=Path, help="also run the routers of the checkout at "
-                        "DIR (e.g. a worktree of main before the pool was shared), first")
+                        "DIR (e.g. a checkout of the tree before the pool was shared), first")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here, and the "
                         "table beside it (.md)")
     args = parser.parse_args(argv)
