@@ -276,7 +276,10 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         lines = _lines(router.stdout)
         with trio.fail_after(START_TIMEOUT):
             line = await lines.__anext__()
-        address = line.rsplit(" ", 1)[-1]
+        # the smp:// address wherever the tree's ready line puts it (--root: another tree)
+        address = next((word for word in line.split() if word.startswith("smp://")), None)
+        if address is None:
+            raise harness.BenchError(f"{label}: the router did not start: {line!r}")
         ps = psutil.Process(router.pid)
         load = await trio.lowlevel.open_process(
             [sys.executable, "-m", "bench.storm", "load", address, "0", str(queues),
