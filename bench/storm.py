@@ -28,6 +28,7 @@ store kind is one more entry. `--quick` runs a small storm into a scratch direct
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -52,6 +53,7 @@ from store.sqlite.queues import DEFAULT_CACHE_SIZE, open_queue_store
 
 from . import harness, identities
 from .fairness import PING_INTERVAL, _lines, _ping_ms, _stop, summary_ms
+from .looplag import LoopLag
 
 KINDS = ["memory", "journal", "sqlite"]
 QUEUES, CONNECTIONS = 200_000, 2_000
@@ -137,6 +139,130 @@ async def cache_costs(count: int) -> dict[str, Any]:
             "default_cache_mb": DEFAULT_CACHE_SIZE * full / 2**20}
 
 
+# --- where a PING waits: the loops' lag, inside the router and in the pinger -----------
+
+
+class Probe(LoopLag):
+    """`LoopLag` with a timeline: every wake later than `LATE_MS` and every gc pass of
+    `GC_MS` or more, stamped with the wall clock, so that the figures of the storm's
+    span alone can be picked out of a process that lived longer (`window`)."""
+
+    LATE_MS, GC_MS = 2.0, 1.0
+
+    def __init__(self) -> None:
+        super().__init__(interval=0.005, stall=0.05)
+        self.late: list[tuple[float, float]] = []
+        self.gc: list[tuple[float, float, int]] = []
+        self._gc_started = 0.0
+        gc.callbacks.append(self._gc_pass)
+
+    async def run(self) -> None:
+        passes = Passes()
+        trio.lowlevel.add_instrument(passes)
+        self.passes = passes.long
+        try:
+            await self._run()
+        finally:
+            trio.lowlevel.remove_instrument(passes)
+
+    def _woke(self, now: float, late_ms: float) -> None:
+        super()._woke(now, late_ms)
+        if late_ms > self.LATE_MS:
+            self.late.append((time.time(), late_ms))
+
+    def _gc_pass(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._gc_started) * 1000
+        if ms >= self.GC_MS:
+            self.gc.append((time.time(), ms, info["generation"]))
+
+    async def _run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            gc.callbacks.remove(self._gc_pass)
+
+    def timeline(self) -> dict[str, Any]:
+        return {"late": self.late, "gc": self.gc, "stalls": self.stalls,
+                "passes": getattr(self, "passes", [])}
+
+
+class Passes(trio.abc.Instrument):
+    """Every pass of the Trio scheduler (from the end of one wait for I/O to the start
+    of the next) longer than `LONG_MS`: its wall time, the thread's CPU time (less
+    when the process waited for a CPU), the task steps it ran, and its longest step
+    with the task's name. Many short steps is a crowd; one long one, a task that
+    does not yield."""
+
+    LONG_MS = 10.0
+
+    def __init__(self) -> None:
+        self.long: list[tuple[float, float, float, int, float, str]] = []
+        self._began = self._began_cpu = self._step_began = 0.0
+        self._steps, self._longest, self._longest_name = 0, 0.0, ""
+
+    def after_io_wait(self, timeout: float) -> None:
+        self._began, self._began_cpu = time.perf_counter(), time.thread_time()
+        self._steps, self._longest = 0, 0.0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._step_began = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        ms = (time.perf_counter() - self._step_began) * 1000
+        self._steps += 1
+        if ms > self._longest:
+            self._longest, self._longest_name = ms, task.name
+
+    def before_io_wait(self, timeout: float) -> None:
+        ms = (time.perf_counter() - self._began) * 1000
+        if ms > self.LONG_MS and self._began:
+            self.long.append((time.time(), ms, (time.thread_time() - self._began_cpu) * 1000,
+                              self._steps, self._longest, self._longest_name))
+
+
+def window(timeline: dict[str, Any], began: float, ended: float) -> dict[str, Any]:
+    """A `Probe`'s figures between the wall-clock instants `began` and `ended`: the
+    loop's longest lateness and its lateness in all (what every task of the process
+    waited on top of its own work), and the longest gc pass."""
+    late = [ms for at, ms in timeline["late"] if began <= at <= ended]
+    collections = [ms for at, ms, _ in timeline["gc"] if began <= at <= ended]
+    passes = [p for p in timeline.get("passes", []) if began <= p[0] <= ended]
+    longest = max(passes, key=lambda p: p[1], default=None)
+    return {"long_passes": len(passes), "long_passes_ms": sum(p[1] for p in passes),
+            "long_passes_cpu_ms": sum(p[2] for p in passes),
+            "longest_pass": longest,
+            "longest_step": max(passes, key=lambda p: p[4], default=None),
+            "lag_max_ms": max(late, default=0.0), "lag_total_ms": sum(late),
+            "lag_over_20ms": sum(1 for ms in late if ms > 20),
+            "gc_max_ms": max(collections, default=0.0), "gc_total_ms": sum(collections)}
+
+
+def probed_router_main(argv: list[str]) -> int:
+    """`python -m bench.storm router TIMELINE SMP-ROUTER-ARGS...`: `smp-router` itself, with
+    a `Probe` in its Trio loop (started beside its gc policy) whose timeline is written
+    as JSON to TIMELINE when the router exits."""
+    from router.server.cli import serve as serve_module
+    from router.server.cli.main import main as router_main
+
+    out, probes = Path(argv[0]), []
+    start_gc_policy = serve_module.start_gc_policy
+
+    def start_probed(nursery: trio.Nursery, router: Any) -> Any:
+        probes.append(Probe())
+        nursery.start_soon(probes[0].run)
+        return start_gc_policy(nursery, router)
+
+    serve_module.start_gc_policy = start_probed
+    try:
+        return router_main(argv[1:])
+    finally:
+        if probes:
+            out.write_text(json.dumps(probes[0].timeline()))
+
+
 # --- the load (its own process) ---------------------------------------------------------
 
 
@@ -217,6 +343,9 @@ async def _load(address: str, first: int, queues: int, connections: int,
                 storming.start_soon(_storm, client, blocks, messages, counts)
         counts["seconds"] = time.perf_counter() - began
         counts["blocks"] = sum(len(blocks) for _, blocks, _ in plans)
+        # Said before the connections close: their closing is not the storm, and the
+        # PINGs that measure the storm stop here.
+        print(json.dumps(counts), flush=True)
         nursery.cancel_scope.cancel()
     return counts
 
@@ -224,13 +353,13 @@ async def _load(address: str, first: int, queues: int, connections: int,
 def load_main(argv: list[str]) -> None:
     """`python -m bench.storm load ADDRESS FIRST QUEUES CONNECTIONS MESSAGES_EVERY`: prints
     `ready` once every connection is open and its SUBs are signed, storms on a `go` line
-    from stdin, then prints what it got as one JSON line."""
+    from stdin, then prints what it got as one JSON line (before closing its
+    connections)."""
     address, first, queues, connections, messages_every = argv[0], *map(int, argv[1:5])
     if os.environ.get(_LOAD_ENV) != "0":
         # The router is what is measured: the load yields the CPU to it (bench.fairness).
         os.nice(19)
-    print(json.dumps(trio.run(_load, address, first, queues, connections, messages_every)),
-          flush=True)
+    trio.run(_load, address, first, queues, connections, messages_every)
 
 
 async def _ping_on_a_clock(client: SMPClient, samples: list[float]) -> None:
@@ -251,9 +380,12 @@ async def _ping_on_a_clock(client: SMPClient, samples: list[float]) -> None:
 # --- one store kind ---------------------------------------------------------------------
 
 
-def _router_command(kind: str, data_dir: Path, connections: int) -> list[str]:
+def _router_command(kind: str, data_dir: Path, connections: int,
+                    timeline: Path | None) -> list[str]:
     # One address holds every connection of the load.
-    return [sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1", "--port", "0",
+    program = (["router.server"] if timeline is None
+               else ["bench.storm", "router", str(timeline)])
+    return [sys.executable, "-m", *program, "serve", "--host", "127.0.0.1", "--port", "0",
             "--store", kind, "--data-dir", str(data_dir), "--no-stats-log",
             "--log-level", "warning", "--max-connections", str(connections + 64),
             "--max-connections-per-address", str(connections + 64)]
@@ -267,8 +399,11 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
     await _fill(kind, data_dir, queues, messages_every)
     filled = time.perf_counter() - began
     here = Path(__file__).resolve().parent.parent
+    # The probe runs in this tree's router only (another tree's has no bench.storm router).
+    timeline = None if root is not None else tmp / f"{kind}-loop.json"
+    pinger_probe = Probe()
     router = await trio.lowlevel.open_process(
-        _router_command(kind, data_dir, connections), stdout=subprocess.PIPE,
+        _router_command(kind, data_dir, connections, timeline), stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, cwd=root or here,
         env={**os.environ, "PYTHONPATH": str(root or here)})
     load = None
@@ -306,9 +441,12 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
                 cancel.cancel()
 
             samples: list[float] = []
+            storm_began = time.time()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(storm_done, nursery.cancel_scope)
+                nursery.start_soon(pinger_probe.run)
                 nursery.start_soon(_ping_on_a_clock, pinger, samples)
+            storm_ended = time.time()
             cpu = ps.cpu_times()
             cpu_seconds = cpu.user + cpu.system - cpu_before
             rss_after = ps.memory_info().rss
@@ -317,6 +455,8 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         if load is not None:
             await _stop(load)
         await _stop(router)
+    router_timeline = (json.loads(timeline.read_text())
+                       if timeline is not None and timeline.exists() else None)
     subs = result["subs"]
     return {
         "kind": label, "queues": queues, "connections": connections,
@@ -327,6 +467,16 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         "rss_before": rss_before, "rss_after": rss_after,
         "rss_growth_per_sub": (rss_after - rss_before) / subs,
         "errors": result["errors"], "messages": result["messages"], "blocks": result["blocks"],
+        "pinger_loop": window(pinger_probe.timeline(), storm_began, storm_ended),
+        "router_loop": None if router_timeline is None else window(
+            router_timeline, storm_began, storm_ended),
+        # the router's long passes of the storm: (seconds since "go", wall ms, CPU ms,
+        # task steps, longest step ms, its task)
+        "router_passes": [] if router_timeline is None else [
+            [round(p[0] - storm_began, 3), *p[1:]] for p in router_timeline["passes"]
+            if storm_began <= p[0] <= storm_ended],
+        # the router's longest stalls of its whole run, with what its loop was doing
+        "router_stalls": [] if router_timeline is None else router_timeline["stalls"],
     }
 
 
@@ -404,6 +554,8 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "load":
         load_main(argv[1:])
         return 0
+    if argv and argv[0] == "router":
+        return probed_router_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench storm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queues", type=lambda t: int(float(t)))
