@@ -152,8 +152,8 @@ class Probe(LoopLag):
     def __init__(self) -> None:
         super().__init__(interval=0.005, stall=0.05)
         self.late: list[tuple[float, float]] = []
-        self.gc: list[tuple[float, float, int]] = []
-        self._gc_started = 0.0
+        self.gc: list[tuple[float, float, int, float]] = []  # (at, ms, generation, CPU ms)
+        self._gc_started = self._gc_started_cpu = 0.0
         gc.callbacks.append(self._gc_pass)
 
     async def run(self) -> None:
@@ -172,11 +172,12 @@ class Probe(LoopLag):
 
     def _gc_pass(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._gc_started = time.perf_counter()
+            self._gc_started, self._gc_started_cpu = time.perf_counter(), time.thread_time()
             return
         ms = (time.perf_counter() - self._gc_started) * 1000
         if ms >= self.GC_MS:
-            self.gc.append((time.time(), ms, info["generation"]))
+            self.gc.append((time.time(), ms, info["generation"],
+                            (time.thread_time() - self._gc_started_cpu) * 1000))
 
     async def _run(self) -> None:
         try:
@@ -228,7 +229,7 @@ def window(timeline: dict[str, Any], began: float, ended: float) -> dict[str, An
     loop's longest lateness and its lateness in all (what every task of the process
     waited on top of its own work), and the longest gc pass."""
     late = [ms for at, ms in timeline["late"] if began <= at <= ended]
-    collections = [ms for at, ms, _ in timeline["gc"] if began <= at <= ended]
+    collections = [ms for at, ms, *_ in timeline["gc"] if began <= at <= ended]
     passes = [p for p in timeline.get("passes", []) if began <= p[0] <= ended]
     longest = max(passes, key=lambda p: p[1], default=None)
     return {"long_passes": len(passes), "long_passes_ms": sum(p[1] for p in passes),
@@ -237,7 +238,15 @@ def window(timeline: dict[str, Any], began: float, ended: float) -> dict[str, An
             "longest_step": max(passes, key=lambda p: p[4], default=None),
             "lag_max_ms": max(late, default=0.0), "lag_total_ms": sum(late),
             "lag_over_20ms": sum(1 for ms in late if ms > 20),
-            "gc_max_ms": max(collections, default=0.0), "gc_total_ms": sum(collections)}
+            "gc_max_ms": max(collections, default=0.0), "gc_total_ms": sum(collections),
+            "gc_cpu_max_ms": max((cpu for at, _, _, cpu in timeline["gc"]
+                                  if began <= at <= ended), default=0.0),
+            "gc_by_generation": [  # (passes of 1 ms or more, their ms, the longest)
+                [len(g), sum(g), max(g, default=0.0)] for g in (
+                    [ms for at, ms, gen, _ in timeline["gc"] if gen == n and began <= at <= ended]
+                    for n in range(3))],
+            "pass_cpu_max_ms": max((p[2] for p in passes), default=0.0),
+            "passes_over_20ms_cpu": sum(1 for p in passes if p[2] > 20)}
 
 
 def probed_router_main(argv: list[str]) -> int:
@@ -504,12 +513,18 @@ def table(results: list[dict[str, Any]]) -> str:
             _ms(pings.get("median")), _ms(pings.get("p99")),
             pings.get("samples", 0), f"{r['rss_before'] / 2**20:.0f}",
             f"{r['rss_after'] / 2**20:.0f}", f"{r['rss_growth_per_sub']:.0f}",
+            _ms(r["pinger_loop"]["lag_max_ms"]),
+            *(("-", "-", "-") if r["router_loop"] is None else (
+                _ms(r["router_loop"]["lag_max_ms"]), _ms(r["router_loop"]["pass_cpu_max_ms"]),
+                _ms(r["router_loop"]["gc_cpu_max_ms"]))),
             r["errors"], r["messages"], f"{r['load_average']:.1f}",
         ])
     return harness.md_table(
         ["store", "storm s", "SUBs/s", f"x {base['kind']}", "router CPU s", "CPU us/SUB",
          "quiet PING p99 ms", "PING p50 ms", "PING p99 ms", "PINGs", "RSS before MB",
-         "RSS after MB", "RSS growth B/SUB", "errors", "MSGs", "load avg"], rows)
+         "RSS after MB", "RSS growth B/SUB", "pinger's loop lag max ms",
+         "router's loop lag max ms", "router's longest pass, CPU ms",
+         "router's longest gc pass, CPU ms", "errors", "MSGs", "load avg"], rows)
 
 
 def _ms(value: float | None) -> str:
