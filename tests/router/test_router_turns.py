@@ -313,9 +313,11 @@ def test_the_acknowledging_cost_is_the_acks_of_messages_in_flight():
     other_message = _raw(ACK(b"n" * 24), ed25519)
     other_queue = _raw(ACK(b"m" * 24), ed25519, entity_id=b"r" * 24)
     cut_short = _raw(b"ACK " + bytes((24,)) + b"m" * 23, ed25519)
+    no_id = _raw(b"ACK ", ed25519)  # no length byte at all: a CMD error, not a crash
     assert acknowledging_cost([expected], VERSION, awaits_ack) == transmission_cost(
         expected, VERSION)
-    blocks = [[other_message], [other_queue], [cut_short], [_raw(DEL(), ed25519)], [b"\x40"]]
+    blocks = [[other_message], [other_queue], [cut_short], [no_id], [_raw(DEL(), ed25519)],
+              [b"\x40"]]
     for block in blocks:
         assert acknowledging_cost(block, VERSION, awaits_ack) == 0, block
     assert acknowledging_cost([expected, other_message], VERSION, awaits_ack) == (
@@ -460,7 +462,8 @@ def test_a_blocks_pace_is_its_full_costing_read_only_as_far_as_needed():
     ack, ping, dele = _raw(ACK(b"m" * 24), ed25519), _raw(PING(), entity_id=b""), _raw(
         DEL(), ed25519)
     for block in ([ping], [ping] * 15, [ping] * 16, [dele] * 2, [dele] * 3, [ack] * 20,
-                  [ack] * 20 + [dele] * 2, [ack] * 20 + [dele] * 3, [dele, b"\x40"] * 2):
+                  [ack] * 20 + [dele] * 2, [ack] * 20 + [dele] * 3, [dele, b"\x40"] * 2,
+                  [_raw(b"ACK ", ed25519)], [_raw(b"ACK", ed25519)] * 3):
         cost = block_cost(block, VERSION)
         not_acks = cost - acknowledging_cost(block, VERSION, awaits_ack)
         expected = (Pace.FREE if cost <= FREE_COST else

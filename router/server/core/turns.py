@@ -145,8 +145,11 @@ def _acknowledges(raw: bytes, version: int, awaits_ack: AwaitsAck) -> bool:
         entity_id, start = entity_and_command_offset(raw, version)
     except ProtocolError:
         return False
-    return raw.startswith(b"ACK ", start) and raw[start + 4 : start + 5] == bytes(
-        (len(raw) - start - 5,)) and awaits_ack(entity_id, raw[start + 5 :])
+    # "ACK " and the message id as a short string, the transmission's last bytes; a
+    # shorter or longer one is no ACK of a message in flight (it gets its CMD error).
+    return (raw.startswith(b"ACK ", start) and len(raw) > start + 4
+            and raw[start + 4] == len(raw) - start - 5
+            and awaits_ack(entity_id, raw[start + 5 :]))
 
 
 def acknowledging_cost(raw_transmissions: list[bytes], version: int,
