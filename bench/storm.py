@@ -1,7 +1,8 @@
 """storm: a reconnect storm on every store kind, side by side in one run.
 
     python -m bench storm [--queues 200000] [--connections 2000] [--kinds memory,journal,sqlite]
-                          [--messages-every K] [--root KIND=DIR] [--quick] [--out DIR]
+                          [--messages-every K] [--root KIND=DIR] [--nice N] [--quick]
+                          [--out DIR]
 
 Every client of a relay subscribes its queues again at once, as after a restart or a
 network blip. For each store kind: `--queues` queues (`bench.identities`) are written
@@ -16,7 +17,18 @@ connection sends its blocks and reads every answer. Measured:
 - another client's PING round trips during the storm (one every `PING_INTERVAL`,
   sent on a clock), p50 and p99;
 - the router's RSS with the connections open before the storm and after it, and
-  their difference per subscription.
+  their difference per subscription;
+- where a PING waited: a `Probe` in the pinger's loop and one in the router's
+  (`python -m bench.storm router ...` runs `smp-router` with it) record how late
+  each loop woke, every gc pass and every long pass of the Trio scheduler with its
+  CPU time, task steps and longest step. A pass whose wall time far exceeds its
+  CPU time waited for a CPU (the machine's other work), one of many steps is a
+  crowd of tasks, one long step a task that did not yield. The PINGs stop at the
+  storm's last answer, before the load's connections close.
+
+`--nice N` sets the router's and the pinger's priority (negative, as root: ahead
+of the machine's other work, to tell the router's own delays from a shared
+machine's); the load stays at nice 19.
 
 `--messages-every K` puts a message in every K-th queue (0: none, as the issue's
 storm): those SUBs answer with their MSG. `--root KIND=DIR` adds a run of store KIND
@@ -401,7 +413,8 @@ def _router_command(kind: str, data_dir: Path, connections: int,
 
 
 async def _one_kind(kind: str, queues: int, connections: int, messages_every: int,
-                    tmp: Path, root: Path | None = None) -> dict[str, Any]:
+                    tmp: Path, root: Path | None = None, nice: int | None = None
+                    ) -> dict[str, Any]:
     label = kind if root is None else f"{kind} ({root})"
     data_dir = tmp / label.replace("/", "_")
     began = time.perf_counter()
@@ -425,6 +438,8 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         if address is None:
             raise harness.BenchError(f"{label}: the router did not start: {line!r}")
         ps = psutil.Process(router.pid)
+        if nice is not None:
+            ps.nice(nice)
         load = await trio.lowlevel.open_process(
             [sys.executable, "-m", "bench.storm", "load", address, "0", str(queues),
              str(connections), str(messages_every)],
@@ -490,14 +505,14 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
 
 
 async def _run_kinds(runs: list[tuple[str, Path | None]], queues: int, connections: int,
-                     messages_every: int) -> list[dict[str, Any]]:
+                     messages_every: int, nice: int | None = None) -> list[dict[str, Any]]:
     results = []
     with tempfile.TemporaryDirectory(prefix="smp-bench-storm-") as tmp:
         for kind, root in runs:
             harness.log(f"storm: {kind}{'' if root is None else f' ({root})'}, {queues:,} "
                         f"queues over {connections:,} connections")
             results.append(await _one_kind(kind, queues, connections, messages_every, Path(tmp),
-                                           root))
+                                           root, nice))
     return results
 
 
@@ -533,16 +548,20 @@ def _ms(value: float | None) -> str:
 
 def run(*, quick: bool = False, queues: int | None = None, connections: int | None = None,
         kinds: list[str] | None = None, messages_every: int = 0,
-        roots: list[tuple[str, Path]] = (), out: Path | None = None) -> list[dict[str, Any]]:
+        roots: list[tuple[str, Path]] = (), out: Path | None = None,
+        nice: int | None = None) -> list[dict[str, Any]]:
     queues = queues or (QUICK_QUEUES if quick else QUEUES)
     connections = connections or (QUICK_CONNECTIONS if quick else CONNECTIONS)
     runs = [*((kind, root) for kind, root in roots), *((kind, None) for kind in kinds or KINDS)]
-    results = trio.run(_run_kinds, runs, queues, connections, messages_every)
+    if nice is not None:  # the pinger; the router once started (`_one_kind`)
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    results = trio.run(_run_kinds, runs, queues, connections, messages_every, nice)
     cache = trio.run(cache_costs, QUICK_CACHE_RECORDS if quick else CACHE_RECORDS)
     text = table(results) + "\n\n" + cache_table(cache)
     harness.write_results("storm", {"parameters": {
         "queues": queues, "connections": connections, "messages_every": messages_every,
-        "client_versions": CLIENT_VERSIONS}, "results": results, "record_cache": cache},
+        "client_versions": CLIENT_VERSIONS, "nice": nice}, "results": results,
+        "record_cache": cache},
         text, out)
     print(text)
     return results
@@ -581,6 +600,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--root", action="append", default=[], type=_root,
                         help="KIND=DIR: also the store KIND with the router of source tree DIR")
     parser.add_argument("--quick", action="store_true", help="a small storm, scratch output")
+    parser.add_argument("--nice", type=int, help="the router's and the pinger's priority "
+                        "(negative: ahead of the machine's other work; needs root)")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
                         "with --quick a new scratch directory)")
     args = parser.parse_args(argv)
@@ -589,7 +610,8 @@ def main(argv: list[str]) -> int:
         out = Path(tempfile.mkdtemp(prefix="smp-bench-storm-"))
     try:
         run(quick=args.quick, queues=args.queues, connections=args.connections,
-            kinds=args.kinds, messages_every=args.messages_every, roots=args.root, out=out)
+            kinds=args.kinds, messages_every=args.messages_every, roots=args.root, out=out,
+            nice=args.nice)
     except harness.BenchError as exc:
         print(f"python -m bench storm: error: {exc}", file=sys.stderr)
         return 1
