@@ -1,7 +1,8 @@
 """storm: a reconnect storm on every store kind, side by side in one run.
 
     python -m bench storm [--queues 200000] [--connections 2000] [--kinds memory,journal,sqlite]
-                          [--messages-every K] [--root KIND=DIR] [--quick] [--out DIR]
+                          [--messages-every K] [--root KIND=DIR] [--nice N] [--quick]
+                          [--out DIR]
 
 Every client of a relay subscribes its queues again at once, as after a restart or a
 network blip. For each store kind: `--queues` queues (`bench.identities`) are written
@@ -16,7 +17,18 @@ connection sends its blocks and reads every answer. Measured:
 - another client's PING round trips during the storm (one every `PING_INTERVAL`,
   sent on a clock), p50 and p99;
 - the router's RSS with the connections open before the storm and after it, and
-  their difference per subscription.
+  their difference per subscription;
+- where a PING waited: a `Probe` in the pinger's loop and one in the router's
+  (`python -m bench.storm router ...` runs `smp-router` with it) record how late
+  each loop woke, every gc pass and every long pass of the Trio scheduler with its
+  CPU time, task steps and longest step. A pass whose wall time far exceeds its
+  CPU time waited for a CPU (the machine's other work), one of many steps is a
+  crowd of tasks, one long step a task that did not yield. The PINGs stop at the
+  storm's last answer, before the load's connections close.
+
+`--nice N` sets the router's and the pinger's priority (negative, as root: ahead
+of the machine's other work, to tell the router's own delays from a shared
+machine's); the load stays at nice 19.
 
 `--messages-every K` puts a message in every K-th queue (0: none, as the issue's
 storm): those SUBs answer with their MSG. `--root KIND=DIR` adds a run of store KIND
@@ -28,6 +40,7 @@ store kind is one more entry. `--quick` runs a small storm into a scratch direct
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -52,6 +65,7 @@ from store.sqlite.queues import DEFAULT_CACHE_SIZE, open_queue_store
 
 from . import harness, identities
 from .fairness import PING_INTERVAL, _lines, _ping_ms, _stop, summary_ms
+from .looplag import LoopLag
 
 KINDS = ["memory", "journal", "sqlite"]
 QUEUES, CONNECTIONS = 200_000, 2_000
@@ -137,6 +151,139 @@ async def cache_costs(count: int) -> dict[str, Any]:
             "default_cache_mb": DEFAULT_CACHE_SIZE * full / 2**20}
 
 
+# --- where a PING waits: the loops' lag, inside the router and in the pinger -----------
+
+
+class Probe(LoopLag):
+    """`LoopLag` with a timeline: every wake later than `LATE_MS` and every gc pass of
+    `GC_MS` or more, stamped with the wall clock, so that the figures of the storm's
+    span alone can be picked out of a process that lived longer (`window`)."""
+
+    LATE_MS, GC_MS = 2.0, 1.0
+
+    def __init__(self) -> None:
+        super().__init__(interval=0.005, stall=0.05)
+        self.late: list[tuple[float, float]] = []
+        self.gc: list[tuple[float, float, int, float]] = []  # (at, ms, generation, CPU ms)
+        self._gc_started = self._gc_started_cpu = 0.0
+        gc.callbacks.append(self._gc_pass)
+
+    async def run(self) -> None:
+        passes = Passes()
+        trio.lowlevel.add_instrument(passes)
+        self.passes = passes.long
+        try:
+            await self._run()
+        finally:
+            trio.lowlevel.remove_instrument(passes)
+
+    def _woke(self, now: float, late_ms: float) -> None:
+        super()._woke(now, late_ms)
+        if late_ms > self.LATE_MS:
+            self.late.append((time.time(), late_ms))
+
+    def _gc_pass(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started, self._gc_started_cpu = time.perf_counter(), time.thread_time()
+            return
+        ms = (time.perf_counter() - self._gc_started) * 1000
+        if ms >= self.GC_MS:
+            self.gc.append((time.time(), ms, info["generation"],
+                            (time.thread_time() - self._gc_started_cpu) * 1000))
+
+    async def _run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            gc.callbacks.remove(self._gc_pass)
+
+    def timeline(self) -> dict[str, Any]:
+        return {"late": self.late, "gc": self.gc, "stalls": self.stalls,
+                "passes": getattr(self, "passes", [])}
+
+
+class Passes(trio.abc.Instrument):
+    """Every pass of the Trio scheduler (from the end of one wait for I/O to the start
+    of the next) longer than `LONG_MS`: its wall time, the thread's CPU time (less
+    when the process waited for a CPU), the task steps it ran, and its longest step
+    with the task's name. Many short steps is a crowd; one long one, a task that
+    does not yield."""
+
+    LONG_MS = 10.0
+
+    def __init__(self) -> None:
+        self.long: list[tuple[float, float, float, int, float, str]] = []
+        self._began = self._began_cpu = self._step_began = 0.0
+        self._steps, self._longest, self._longest_name = 0, 0.0, ""
+
+    def after_io_wait(self, timeout: float) -> None:
+        self._began, self._began_cpu = time.perf_counter(), time.thread_time()
+        self._steps, self._longest = 0, 0.0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._step_began = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        ms = (time.perf_counter() - self._step_began) * 1000
+        self._steps += 1
+        if ms > self._longest:
+            self._longest, self._longest_name = ms, task.name
+
+    def before_io_wait(self, timeout: float) -> None:
+        ms = (time.perf_counter() - self._began) * 1000
+        if ms > self.LONG_MS and self._began:
+            self.long.append((time.time(), ms, (time.thread_time() - self._began_cpu) * 1000,
+                              self._steps, self._longest, self._longest_name))
+
+
+def window(timeline: dict[str, Any], began: float, ended: float) -> dict[str, Any]:
+    """A `Probe`'s figures between the wall-clock instants `began` and `ended`: the
+    loop's longest lateness and its lateness in all (what every task of the process
+    waited on top of its own work), and the longest gc pass."""
+    late = [ms for at, ms in timeline["late"] if began <= at <= ended]
+    collections = [ms for at, ms, *_ in timeline["gc"] if began <= at <= ended]
+    passes = [p for p in timeline.get("passes", []) if began <= p[0] <= ended]
+    longest = max(passes, key=lambda p: p[1], default=None)
+    return {"long_passes": len(passes), "long_passes_ms": sum(p[1] for p in passes),
+            "long_passes_cpu_ms": sum(p[2] for p in passes),
+            "longest_pass": longest,
+            "longest_step": max(passes, key=lambda p: p[4], default=None),
+            "lag_max_ms": max(late, default=0.0), "lag_total_ms": sum(late),
+            "lag_over_20ms": sum(1 for ms in late if ms > 20),
+            "gc_max_ms": max(collections, default=0.0), "gc_total_ms": sum(collections),
+            "gc_cpu_max_ms": max((cpu for at, _, _, cpu in timeline["gc"]
+                                  if began <= at <= ended), default=0.0),
+            "gc_by_generation": [  # (passes of 1 ms or more, their ms, the longest)
+                [len(g), sum(g), max(g, default=0.0)] for g in (
+                    [ms for at, ms, gen, _ in timeline["gc"] if gen == n and began <= at <= ended]
+                    for n in range(3))],
+            "pass_cpu_max_ms": max((p[2] for p in passes), default=0.0),
+            "passes_over_20ms_cpu": sum(1 for p in passes if p[2] > 20)}
+
+
+def probed_router_main(argv: list[str]) -> int:
+    """`python -m bench.storm router TIMELINE SMP-ROUTER-ARGS...`: `smp-router` itself, with
+    a `Probe` in its Trio loop (started beside its gc policy) whose timeline is written
+    as JSON to TIMELINE when the router exits."""
+    from router.server.cli import serve as serve_module
+    from router.server.cli.main import main as router_main
+
+    out, probes = Path(argv[0]), []
+    start_gc_policy = serve_module.start_gc_policy
+
+    def start_probed(nursery: trio.Nursery, router: Any) -> Any:
+        probes.append(Probe())
+        nursery.start_soon(probes[0].run)
+        return start_gc_policy(nursery, router)
+
+    serve_module.start_gc_policy = start_probed
+    try:
+        return router_main(argv[1:])
+    finally:
+        if probes:
+            out.write_text(json.dumps(probes[0].timeline()))
+
+
 # --- the load (its own process) ---------------------------------------------------------
 
 
@@ -217,6 +364,9 @@ async def _load(address: str, first: int, queues: int, connections: int,
                 storming.start_soon(_storm, client, blocks, messages, counts)
         counts["seconds"] = time.perf_counter() - began
         counts["blocks"] = sum(len(blocks) for _, blocks, _ in plans)
+        # Said before the connections close: their closing is not the storm, and the
+        # PINGs that measure the storm stop here.
+        print(json.dumps(counts), flush=True)
         nursery.cancel_scope.cancel()
     return counts
 
@@ -224,13 +374,13 @@ async def _load(address: str, first: int, queues: int, connections: int,
 def load_main(argv: list[str]) -> None:
     """`python -m bench.storm load ADDRESS FIRST QUEUES CONNECTIONS MESSAGES_EVERY`: prints
     `ready` once every connection is open and its SUBs are signed, storms on a `go` line
-    from stdin, then prints what it got as one JSON line."""
+    from stdin, then prints what it got as one JSON line (before closing its
+    connections)."""
     address, first, queues, connections, messages_every = argv[0], *map(int, argv[1:5])
     if os.environ.get(_LOAD_ENV) != "0":
         # The router is what is measured: the load yields the CPU to it (bench.fairness).
         os.nice(19)
-    print(json.dumps(trio.run(_load, address, first, queues, connections, messages_every)),
-          flush=True)
+    trio.run(_load, address, first, queues, connections, messages_every)
 
 
 async def _ping_on_a_clock(client: SMPClient, samples: list[float]) -> None:
@@ -251,24 +401,31 @@ async def _ping_on_a_clock(client: SMPClient, samples: list[float]) -> None:
 # --- one store kind ---------------------------------------------------------------------
 
 
-def _router_command(kind: str, data_dir: Path, connections: int) -> list[str]:
+def _router_command(kind: str, data_dir: Path, connections: int,
+                    timeline: Path | None) -> list[str]:
     # One address holds every connection of the load.
-    return [sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1", "--port", "0",
+    program = (["router.server"] if timeline is None
+               else ["bench.storm", "router", str(timeline)])
+    return [sys.executable, "-m", *program, "serve", "--host", "127.0.0.1", "--port", "0",
             "--store", kind, "--data-dir", str(data_dir), "--no-stats-log",
             "--log-level", "warning", "--max-connections", str(connections + 64),
             "--max-connections-per-address", str(connections + 64)]
 
 
 async def _one_kind(kind: str, queues: int, connections: int, messages_every: int,
-                    tmp: Path, root: Path | None = None) -> dict[str, Any]:
+                    tmp: Path, root: Path | None = None, nice: int | None = None
+                    ) -> dict[str, Any]:
     label = kind if root is None else f"{kind} ({root})"
     data_dir = tmp / label.replace("/", "_")
     began = time.perf_counter()
     await _fill(kind, data_dir, queues, messages_every)
     filled = time.perf_counter() - began
     here = Path(__file__).resolve().parent.parent
+    # The probe runs in this tree's router only (another tree's has no bench.storm router).
+    timeline = None if root is not None else tmp / f"{kind}-loop.json"
+    pinger_probe = Probe()
     router = await trio.lowlevel.open_process(
-        _router_command(kind, data_dir, connections), stdout=subprocess.PIPE,
+        _router_command(kind, data_dir, connections, timeline), stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, cwd=root or here,
         env={**os.environ, "PYTHONPATH": str(root or here)})
     load = None
@@ -278,6 +435,8 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
             line = await lines.__anext__()
         address = harness.smp_address(line)
         ps = psutil.Process(router.pid)
+        if nice is not None:
+            ps.nice(nice)
         load = await trio.lowlevel.open_process(
             [sys.executable, "-m", "bench.storm", "load", address, "0", str(queues),
              str(connections), str(messages_every)],
@@ -303,9 +462,12 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
                 cancel.cancel()
 
             samples: list[float] = []
+            storm_began = time.time()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(storm_done, nursery.cancel_scope)
+                nursery.start_soon(pinger_probe.run)
                 nursery.start_soon(_ping_on_a_clock, pinger, samples)
+            storm_ended = time.time()
             cpu = ps.cpu_times()
             cpu_seconds = cpu.user + cpu.system - cpu_before
             rss_after = ps.memory_info().rss
@@ -314,6 +476,8 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         if load is not None:
             await _stop(load)
         await _stop(router)
+    router_timeline = (json.loads(timeline.read_text())
+                       if timeline is not None and timeline.exists() else None)
     subs = result["subs"]
     return {
         "kind": label, "queues": queues, "connections": connections,
@@ -324,18 +488,28 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         "rss_before": rss_before, "rss_after": rss_after,
         "rss_growth_per_sub": (rss_after - rss_before) / subs,
         "errors": result["errors"], "messages": result["messages"], "blocks": result["blocks"],
+        "pinger_loop": window(pinger_probe.timeline(), storm_began, storm_ended),
+        "router_loop": None if router_timeline is None else window(
+            router_timeline, storm_began, storm_ended),
+        # the router's long passes of the storm: (seconds since "go", wall ms, CPU ms,
+        # task steps, longest step ms, its task)
+        "router_passes": [] if router_timeline is None else [
+            [round(p[0] - storm_began, 3), *p[1:]] for p in router_timeline["passes"]
+            if storm_began <= p[0] <= storm_ended],
+        # the router's longest stalls of its whole run, with what its loop was doing
+        "router_stalls": [] if router_timeline is None else router_timeline["stalls"],
     }
 
 
 async def _run_kinds(runs: list[tuple[str, Path | None]], queues: int, connections: int,
-                     messages_every: int) -> list[dict[str, Any]]:
+                     messages_every: int, nice: int | None = None) -> list[dict[str, Any]]:
     results = []
     with tempfile.TemporaryDirectory(prefix="smp-bench-storm-") as tmp:
         for kind, root in runs:
             harness.log(f"storm: {kind}{'' if root is None else f' ({root})'}, {queues:,} "
                         f"queues over {connections:,} connections")
             results.append(await _one_kind(kind, queues, connections, messages_every, Path(tmp),
-                                           root))
+                                           root, nice))
     return results
 
 
@@ -351,12 +525,18 @@ def table(results: list[dict[str, Any]]) -> str:
             _ms(pings.get("median")), _ms(pings.get("p99")),
             pings.get("samples", 0), f"{r['rss_before'] / 2**20:.0f}",
             f"{r['rss_after'] / 2**20:.0f}", f"{r['rss_growth_per_sub']:.0f}",
+            _ms(r["pinger_loop"]["lag_max_ms"]),
+            *(("-", "-", "-") if r["router_loop"] is None else (
+                _ms(r["router_loop"]["lag_max_ms"]), _ms(r["router_loop"]["pass_cpu_max_ms"]),
+                _ms(r["router_loop"]["gc_cpu_max_ms"]))),
             r["errors"], r["messages"], f"{r['load_average']:.1f}",
         ])
     return harness.md_table(
         ["store", "storm s", "SUBs/s", f"x {base['kind']}", "router CPU s", "CPU us/SUB",
          "quiet PING p99 ms", "PING p50 ms", "PING p99 ms", "PINGs", "RSS before MB",
-         "RSS after MB", "RSS growth B/SUB", "errors", "MSGs", "load avg"], rows)
+         "RSS after MB", "RSS growth B/SUB", "pinger's loop lag max ms",
+         "router's loop lag max ms", "router's longest pass, CPU ms",
+         "router's longest gc pass, CPU ms", "errors", "MSGs", "load avg"], rows)
 
 
 def _ms(value: float | None) -> str:
@@ -365,16 +545,20 @@ def _ms(value: float | None) -> str:
 
 def run(*, quick: bool = False, queues: int | None = None, connections: int | None = None,
         kinds: list[str] | None = None, messages_every: int = 0,
-        roots: list[tuple[str, Path]] = (), out: Path | None = None) -> list[dict[str, Any]]:
+        roots: list[tuple[str, Path]] = (), out: Path | None = None,
+        nice: int | None = None) -> list[dict[str, Any]]:
     queues = queues or (QUICK_QUEUES if quick else QUEUES)
     connections = connections or (QUICK_CONNECTIONS if quick else CONNECTIONS)
     runs = [*((kind, root) for kind, root in roots), *((kind, None) for kind in kinds or KINDS)]
-    results = trio.run(_run_kinds, runs, queues, connections, messages_every)
+    if nice is not None:  # the pinger; the router once started (`_one_kind`)
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    results = trio.run(_run_kinds, runs, queues, connections, messages_every, nice)
     cache = trio.run(cache_costs, QUICK_CACHE_RECORDS if quick else CACHE_RECORDS)
     text = table(results) + "\n\n" + cache_table(cache)
     harness.write_results("storm", {"parameters": {
         "queues": queues, "connections": connections, "messages_every": messages_every,
-        "client_versions": CLIENT_VERSIONS}, "results": results, "record_cache": cache},
+        "client_versions": CLIENT_VERSIONS, "nice": nice}, "results": results,
+        "record_cache": cache},
         text, out)
     print(text)
     return results
@@ -401,6 +585,8 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "load":
         load_main(argv[1:])
         return 0
+    if argv and argv[0] == "router":
+        return probed_router_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench storm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queues", type=lambda t: int(float(t)))
@@ -411,6 +597,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--root", action="append", default=[], type=_root,
                         help="KIND=DIR: also the store KIND with the router of source tree DIR")
     parser.add_argument("--quick", action="store_true", help="a small storm, scratch output")
+    parser.add_argument("--nice", type=int, help="the router's and the pinger's priority "
+                        "(negative: ahead of the machine's other work; needs root)")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
                         "with --quick a new scratch directory)")
     args = parser.parse_args(argv)
@@ -419,7 +607,8 @@ def main(argv: list[str]) -> int:
         out = Path(tempfile.mkdtemp(prefix="smp-bench-storm-"))
     try:
         run(quick=args.quick, queues=args.queues, connections=args.connections,
-            kinds=args.kinds, messages_every=args.messages_every, roots=args.root, out=out)
+            kinds=args.kinds, messages_every=args.messages_every, roots=args.root, out=out,
+            nice=args.nice)
     except harness.BenchError as exc:
         print(f"python -m bench storm: error: {exc}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ for a block MAC at later versions).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from .types import BLOCK, LARGE_MSG, ProtocolError
 
@@ -49,6 +49,26 @@ def unpad_block(block: bytes) -> bytes:
 def decode_batch(block: bytes) -> list[bytes]:
     """The transmissions of a batch block, in order; `ProtocolError(BLOCK)` on any defect."""
     return decode_batch_content(unpad_block(block))
+
+
+def iter_batch_content(content: bytes) -> Iterator[bytes]:
+    """`decode_batch_content` one transmission at a time: a reader that needs only the
+    first few pays only for those; a defect raises when the reading reaches it."""
+    size = len(content)
+    if size == 0 or content[0] == 0:
+        raise ProtocolError(BLOCK, "empty batch")
+    pos = 1
+    for _ in range(content[0]):
+        start = pos + 2
+        if start > size:
+            raise ProtocolError(BLOCK, "truncated batch")
+        end = start + ((content[pos] << 8) | content[pos + 1])
+        if end > size:
+            raise ProtocolError(BLOCK, "truncated transmission")
+        yield content[start:end]
+        pos = end
+    if pos != size:
+        raise ProtocolError(BLOCK, "bytes after the last transmission")
 
 
 def decode_batch_content(content: bytes) -> list[bytes]:

@@ -16,12 +16,13 @@ import trio.testing
 from smp_session import connect
 
 from router.protocol import crypto
-from router.protocol.block import BatchPacker
+from router.protocol.block import BatchPacker, pad_block
 from router.protocol.codec import encode_command
 from router.protocol.transmission import encode_transmission
 from router.protocol.types import (
     ACK,
     AUTH,
+    BLOCK,
     DEL,
     ERR,
     MSG,
@@ -45,9 +46,11 @@ from router.server.core.turns import (
     KEYS,
     MESSAGE,
     X25519_AUTHENTICATOR,
+    Pace,
     Turns,
     acknowledging_cost,
     block_cost,
+    pace_of,
     transmission_cost,
 )
 
@@ -310,9 +313,11 @@ def test_the_acknowledging_cost_is_the_acks_of_messages_in_flight():
     other_message = _raw(ACK(b"n" * 24), ed25519)
     other_queue = _raw(ACK(b"m" * 24), ed25519, entity_id=b"r" * 24)
     cut_short = _raw(b"ACK " + bytes((24,)) + b"m" * 23, ed25519)
+    no_id = _raw(b"ACK ", ed25519)  # no length byte at all: a CMD error, not a crash
     assert acknowledging_cost([expected], VERSION, awaits_ack) == transmission_cost(
         expected, VERSION)
-    blocks = [[other_message], [other_queue], [cut_short], [_raw(DEL(), ed25519)], [b"\x40"]]
+    blocks = [[other_message], [other_queue], [cut_short], [no_id], [_raw(DEL(), ed25519)],
+              [b"\x40"]]
     for block in blocks:
         assert acknowledging_cost(block, VERSION, awaits_ack) == 0, block
     assert acknowledging_cost([expected, other_message], VERSION, awaits_ack) == (
@@ -445,3 +450,50 @@ async def test_a_block_that_steps_aside_lets_a_waiting_block_start():
         assert log == ["slow begins", "other"], log
         client_reads.set()
     assert log == ["slow begins", "other", "slow resumes"], log
+
+
+def test_a_blocks_pace_is_its_full_costing_read_only_as_far_as_needed():
+    ed25519 = b"s" * 64
+    in_flight = {(b"q" * 24, b"m" * 24)}
+
+    def awaits_ack(recipient_id: bytes, msg_id: bytes) -> bool:
+        return (recipient_id, msg_id) in in_flight
+
+    ack, ping, dele = _raw(ACK(b"m" * 24), ed25519), _raw(PING(), entity_id=b""), _raw(
+        DEL(), ed25519)
+    for block in ([ping], [ping] * 15, [ping] * 16, [dele] * 2, [dele] * 3, [ack] * 20,
+                  [ack] * 20 + [dele] * 2, [ack] * 20 + [dele] * 3, [dele, b"\x40"] * 2,
+                  [_raw(b"ACK ", ed25519)], [_raw(b"ACK", ed25519)] * 3):
+        cost = block_cost(block, VERSION)
+        not_acks = cost - acknowledging_cost(block, VERSION, awaits_ack)
+        expected = (Pace.FREE if cost <= FREE_COST else
+                    Pace.SLICES if not_acks <= FREE_COST else Pace.TURNS)
+        assert pace_of(block, VERSION, awaits_ack) is expected, (len(block), cost)
+
+    read = []
+
+    def hundred_dels():
+        for _ in range(100):
+            read.append(dele)
+            yield dele
+
+    assert pace_of(hundred_dels(), VERSION, awaits_ack) is Pace.TURNS
+    # up to the first DEL that takes the cost past FREE_COST, no further
+    assert len(read) == FREE_COST // (BASE + ED25519) + 1, len(read)
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+async def test_a_costly_block_with_a_defect_past_its_first_transmissions_gets_err_block(router):
+    """The pace of a block of SUBs is known from its first few; the rest is read at its
+    turn, and a defect there is the whole block's one ERR BLOCK, as before its turn."""
+    with trio.fail_after(30):
+        async with connect(router) as client:
+            queues = await client.create_queues(20)
+            raws = [client.transmission(q.recipient_id, SUB(), q.rcv_seed) for q in queues]
+            batch = b"".join(len(raw).to_bytes(2, "big") + raw for raw in raws)
+            for content in (bytes((len(raws) + 1,)) + batch,  # one transmission short
+                            bytes((len(raws),)) + batch + b"zz"):  # bytes after the last
+                await client.send_block(pad_block(content))
+                [reply] = await client.receive()
+                assert (reply.corr_id, reply.entity_id, reply.response) == (b"", b"", ERR(BLOCK))
+                assert await client.command(b"", PING()) == PONG()

@@ -57,7 +57,7 @@ from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from router.protocol.block import decode_batch_content, unpad_block
+from router.protocol.block import decode_batch_content, iter_batch_content, unpad_block
 from router.protocol.codec import check_credentials, decode_command
 from router.protocol.crypto import verify_authorization
 from router.protocol.transmission import (
@@ -96,13 +96,12 @@ from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 from .counters import Counters
 from .forwarded import Forwarded
 from .turns import (
-    FREE_COST,
+    Pace,
     Pacing,
     Slices,
     Turns,
-    acknowledging_cost,
-    block_cost,
     execution_cost,
+    pace_of,
     verification_cost,
 )
 from .verified import Verified, error_transmission
@@ -176,28 +175,34 @@ class Dispatcher:
                                     self._execute)
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
+        version = client.conn.version
         try:
             content = unpad_block(block)
-            raw_transmissions = decode_batch_content(content)
+            pace = pace_of(iter_batch_content(content), version,
+                           partial(self._awaits_ack, client))
+            if pace is not Pace.TURNS:
+                raw_transmissions = decode_batch_content(content)
         except ProtocolError:
             return list(_BAD_BLOCK)
         # Parked as its content until its turn, without the block's padding: when a
         # wave of clients sends SUB blocks at once, each waiting block is its content
         # (a few hundred bytes per command), not 16 KB (bench/RESULTS.md, the storm).
+        # Nor is it taken apart before its turn: `pace_of` read its first transmissions
+        # only, so a storm's blocks arriving together cost little each (turns.py).
         del block
-        version = client.conn.version
-        cost = block_cost(raw_transmissions, version)
-        if cost <= FREE_COST:
+        if pace is Pace.FREE:
             return await self._answer(client, raw_transmissions, None)
-        acknowledging = acknowledging_cost(raw_transmissions, version,
-                                           partial(self._awaits_ack, client))
-        if cost - acknowledging <= FREE_COST:
+        if pace is Pace.SLICES:
             return await self._answer(client, raw_transmissions, Slices())
-        del raw_transmissions  # parked as bytes until its turn
         turn = self.turns.turn()
         try:
             await turn.begin()
-            return await self._answer(client, decode_batch_content(content), turn)
+            try:
+                raw_transmissions = decode_batch_content(content)
+            except ProtocolError:  # a defect past the transmissions `pace_of` read
+                return list(_BAD_BLOCK)
+            del content
+            return await self._answer(client, raw_transmissions, turn)
         finally:
             turn.finish()
 

@@ -81,7 +81,8 @@ all; blocks of `FREE_COST` or less never wait for a place.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from enum import Enum
 
 import trio
 
@@ -138,20 +139,55 @@ def block_cost(raw_transmissions: list[bytes], version: int) -> int:
 AwaitsAck = Callable[[bytes, bytes], bool]  # (recipient id, msg id): the message in flight
 
 
+def _acknowledges(raw: bytes, version: int, awaits_ack: AwaitsAck) -> bool:
+    """Whether the transmission is an ACK of a message in flight to this connection."""
+    try:
+        entity_id, start = entity_and_command_offset(raw, version)
+    except ProtocolError:
+        return False
+    # "ACK " and the message id as a short string, the transmission's last bytes; a
+    # shorter or longer one is no ACK of a message in flight (it gets its CMD error).
+    return (raw.startswith(b"ACK ", start) and len(raw) > start + 4
+            and raw[start + 4] == len(raw) - start - 5
+            and awaits_ack(entity_id, raw[start + 5 :]))
+
+
 def acknowledging_cost(raw_transmissions: list[bytes], version: int,
                        awaits_ack: AwaitsAck) -> int:
     """The part of `block_cost` that is ACKs of messages in flight to this connection
     (`awaits_ack`): the answers to the router's own pushes."""
-    total = 0
+    return sum(verification_cost(raw) + execution_cost("ACK") for raw in raw_transmissions
+               if _acknowledges(raw, version, awaits_ack))
+
+
+class Pace(Enum):
+    """How a block is worked on: at once, in `Slices`, or in turns (`Turn`)."""
+
+    FREE = "free"
+    SLICES = "slices"
+    TURNS = "turns"
+
+
+def pace_of(raw_transmissions: Iterable[bytes], version: int, awaits_ack: AwaitsAck) -> Pace:
+    """`Pace.FREE` for a block of `block_cost` at most `FREE_COST`; else `Pace.SLICES` if
+    its cost less its `acknowledging_cost` is at most `FREE_COST`; else `Pace.TURNS`.
+
+    Read in order and left as soon as the cost not of ACKs passes `FREE_COST` (it
+    only grows): a block of 100 SUBs is known to need turns after its third. This
+    is what every costly block pays before it waits for its turn, in the task that
+    received it: when a storm's blocks arrive together, one pass of the scheduler
+    runs all those tasks, and the PING of another client waits for that pass. Costed
+    in full, 100 SUBs took ~0.3 ms, so that 1,000 blocks arriving at once made one
+    pass of ~300 ms (bench/RESULTS.md, "Reconnect storm")."""
+    cost = acknowledging = 0
     for raw in raw_transmissions:
-        try:
-            entity_id, start = entity_and_command_offset(raw, version)
-        except ProtocolError:
-            continue
-        if raw.startswith(b"ACK ", start) and raw[start + 4 : start + 5] == bytes(
-                (len(raw) - start - 5,)) and awaits_ack(entity_id, raw[start + 5 :]):
-            total += verification_cost(raw) + execution_cost("ACK")
-    return total
+        one = transmission_cost(raw, version)
+        cost += one
+        if _acknowledges(raw, version, awaits_ack):
+            acknowledging += one
+        if cost - acknowledging > FREE_COST:
+            return Pace.TURNS
+    return Pace.FREE if cost <= FREE_COST else Pace.SLICES
 
 
 class Turns:
