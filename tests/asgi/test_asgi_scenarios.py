@@ -29,6 +29,15 @@ from router.server import RouterConfig
 # behind an ASGI application the router is reached by WebSocket only, so the client
 # test of both transports on one port is not one of the scenarios here.
 del test_an_smp_address_is_native_tls_and_a_ws_url_is_websocket_on_the_same_port  # noqa: F821
+# Services prove their identity with a TLS client certificate on that listener
+# (docs/protocol.md#client-service): behind an ASGI application there is none to
+# present, so the scenarios of certificate services are not ones here either.
+del test_subs_without_entity_or_signature_is_no_auth_with_or_without_a_service  # noqa: F821
+del test_soks_counts_suspended_queues_and_leaves_deleted_ones_out  # noqa: F821
+del test_a_takeover_sends_one_ends_for_the_walked_queues_and_an_end_for_a_plain_sub  # noqa: F821
+del test_a_notifier_takeover_sends_one_ends_and_an_end_for_a_plain_nsub  # noqa: F821
+del test_a_service_by_certificate_connects_and_its_subs_is_answered  # noqa: F821
+del test_a_service_chain_other_than_the_tls_one_is_refused  # noqa: F821
 
 
 @pytest.fixture
