@@ -192,8 +192,16 @@ class QueueStore(Protocol):
     ) -> ErrorType | None:
         """Associate the queue's recipient or notifier side with a service (or none)."""
 
-    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
-        """Every queue whose `party` side (RECIPIENT or NOTIFIER) is associated with the service."""
+    async def service_queue_page(
+        self, service_id: bytes, party: Party, after: bytes | None, limit: int
+    ) -> list[bytes]:
+        """One page of the queues whose `party` side (RECIPIENT or NOTIFIER) is associated
+        with the service: the ids that side's figures hash (recipient ids, notifier ids),
+        ascending, the first `limit` of those greater than `after` (from the first if
+        None). A walk passes the last id of a page as the next `after` (keyset
+        pagination: one indexed query per page on a database), so it holds one page at a
+        time whatever the count, and no queue associated throughout comes twice or is
+        missed, whatever is associated, released or deleted meanwhile."""
 
     async def set_queues_service(
         self, recipient_ids: Sequence[bytes], party: Party, service_id: bytes | None

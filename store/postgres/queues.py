@@ -68,6 +68,7 @@ from .schema import (
     QUEUE_COLUMNS,
     QUEUE_PAGE,
     SELECT_QUEUE,
+    SERVICE_PAGE,
     insert_row,
     queue_row,
     record_from_row,
@@ -143,14 +144,14 @@ class PostgresQueueStore:
         row = await self.db.run(lambda conn: conn.execute(LINK_OF, (recipient_id,)).fetchone())
         return None if row is None else QueueLinkData(*row)
 
-    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+    async def service_queue_page(
+        self, service_id: bytes, party: Party, after: bytes | None, limit: int
+    ) -> list[bytes]:
         check_service_party(party)
-        column = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
-        query = f"{SELECT_QUEUE} AND {column} = %s"
-        if party is Party.NOTIFIER:
-            query += " AND notifier_id IS NOT NULL"
-        rows = await self.db.run(lambda conn: conn.execute(query, (service_id,)).fetchall())
-        return [record_from_row(row) for row in rows]
+        query = SERVICE_PAGE[party]
+        args = (service_id, b"" if after is None else after, limit)  # every id sorts after b""
+        rows = await self.db.run(lambda conn: conn.execute(query, args).fetchall())
+        return [bytes(row[0]) for row in rows]
 
     async def service_summary(self, service_id: bytes, party: Party) -> ServiceQueues:
         check_service_party(party)

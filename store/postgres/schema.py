@@ -259,8 +259,19 @@ $$;
 """
 
 # version -> (name, SQL); applied in order, each in one transaction with its record.
+# A service's queues by pages in id order (`service_queue_page`), off the index alone.
+_V2 = """
+DROP INDEX IF EXISTS idx_msg_queues_rcv_service_id;
+DROP INDEX IF EXISTS idx_msg_queues_ntf_service_id;
+CREATE INDEX idx_msg_queues_rcv_service_ids ON msg_queues (rcv_service_id, recipient_id)
+    WHERE deleted_at IS NULL AND rcv_service_id IS NOT NULL;
+CREATE INDEX idx_msg_queues_ntf_service_ids ON msg_queues (ntf_service_id, notifier_id)
+    WHERE deleted_at IS NULL AND ntf_service_id IS NOT NULL;
+"""
+
 MIGRATIONS: dict[int, tuple[str, str]] = {
     1: ("queues, links, services and messages", _V1),
+    2: ("a service's queues indexed by id", _V2),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -289,6 +300,13 @@ LIVE_BY_ANY = {
     party: f"SELECT {column}, {QUEUE_COLUMNS} FROM msg_queues"
     f" WHERE deleted_at IS NULL AND {column} = ANY(%s)"
     for party, column in PARTY_COLUMN.items()
+}
+# A page of a service's queues: (service id, after, limit).
+SERVICE_PAGE = {
+    Party.RECIPIENT: "SELECT recipient_id FROM msg_queues WHERE deleted_at IS NULL"
+    " AND rcv_service_id = %s AND recipient_id > %s ORDER BY recipient_id LIMIT %s",
+    Party.NOTIFIER: "SELECT notifier_id FROM msg_queues WHERE deleted_at IS NULL"
+    " AND ntf_service_id = %s AND notifier_id > %s ORDER BY notifier_id LIMIT %s",
 }
 QUEUE_PAGE = (
     f"SELECT pk, {QUEUE_COLUMNS} FROM msg_queues WHERE deleted_at IS NULL AND pk > %s"
