@@ -14,7 +14,8 @@ name, so a setting the kind does not have is refused with ValueError.
 
 Migration (`migrate_store`) copies into a fresh `<kind>-store.tmp/`, checks
 that the copy holds as many queues and links (v15 short links, copied with
-their queues) as the source and, queue by queue, as many messages
+their queues) as the source, the same services with the same count and ids
+hash on each side (docs/protocol.md#services) and, queue by queue, as many messages
 (`MigrationCheckError` otherwise, and nothing is switched), renames it into
 place, and only then rewrites `STORE_KIND`: a crash at any point leaves the
 directory opening as one complete kind. The old kind's files are kept, each
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .durability import FsyncPolicy, atomic_write, replace_durably
-from .interfaces import Message, QueueLinkData, QueueRecord
+from .interfaces import Message, Party, QueueLinkData, QueueRecord
 from .journal import opener as journal_opener
 from .kinds import (
     StoreKind,
@@ -73,6 +74,7 @@ KIND_FILE = "STORE_KIND"
 MIGRATE_COMMAND = "smp-router migrate-store --data-dir {data_dir} --to {kind}"
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+SERVICE_PARTIES = (Party.RECIPIENT, Party.NOTIFIER)  # the sides a service covers
 
 
 class MigrationCheckError(Exception):
@@ -253,8 +255,18 @@ def _set_aside(path: Path, data_dir: Path, name: str) -> Path | None:
 async def copy_stores(
     src: Stores, dst: Stores, progress: Progress | None = None
 ) -> tuple[int, int]:
-    """Copy every queue, then every message, from `src` into `dst`; returns the counts."""
+    """Copy every service, every queue, then every message, from `src` into `dst`;
+    returns the counts of queues and messages. A queue's record names the services its
+    sides are associated with (docs/protocol.md#services), so the destination's counts
+    and ids hashes follow from the records it stores."""
     report = progress or _no_progress
+    async for service in src.queues.iter_services():
+        stored = await dst.queues.add_service(service)
+        if stored != service:
+            raise MigrationCheckError(
+                f"service {service.service_id.hex()}: the destination holds another record "
+                "for its certificate and role"
+            )
     n_queues = n_messages = 0
     total = await src.queues.queue_count()
     report("queues", 0, total)
@@ -305,6 +317,7 @@ async def check_copy(src: Stores, dst: Stores, counts: tuple[int, int]) -> None:
         raise MigrationCheckError(
             f"link count check failed: source {src_links}, destination {dst_links}"
         )
+    await _check_services(src, dst)
     found = 0
     async for rid in src.messages.queue_ids():
         want, got = await src.messages.queue_size(rid), await dst.messages.queue_size(rid)
@@ -322,6 +335,27 @@ async def check_copy(src: Stores, dst: Stores, counts: tuple[int, int]) -> None:
 
 def _no_progress(phase: str, done: int, total: int) -> None:
     return None
+
+
+async def _check_services(src: Stores, dst: Stores) -> None:
+    """The same service records, and for each the same count and ids hash on both sides."""
+    src_services = {s.service_id: s async for s in src.queues.iter_services()}
+    dst_services = {s.service_id: s async for s in dst.queues.iter_services()}
+    if src_services != dst_services:
+        raise MigrationCheckError(
+            f"service check failed: source {len(src_services)} services, "
+            f"destination {len(dst_services)}, or their records differ"
+        )
+    for service_id in src_services:
+        for party in SERVICE_PARTIES:
+            want = await src.queues.service_summary(service_id, party)
+            got = await dst.queues.service_summary(service_id, party)
+            if want != got:
+                raise MigrationCheckError(
+                    f"service check failed for {service_id.hex()} ({party.name.lower()}): "
+                    f"source {want.count} queues, destination {got.count}"
+                    + ("" if want.count != got.count else ", their ids hashes differ")
+                )
 
 
 async def _link_count(stores: Stores) -> int:

@@ -227,6 +227,10 @@ class QueueStore(Protocol):
     def iter_queues(self) -> AsyncIterator[QueueRecord]:
         """Every stored queue, for export, migration and statistics."""
 
+    def iter_services(self) -> AsyncIterator[ServiceRecord]:
+        """Every stored service, for migration (which carries them with the
+        associations their queues' records name) and its check."""
+
     def iter_links(self) -> AsyncIterator[tuple[bytes, QueueLinkData]]:
         """(recipient id, link) of every queue that has a link, for migration checks."""
 

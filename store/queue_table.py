@@ -724,6 +724,12 @@ class TableQueueStore:
         assert services is not None
         return services.summary(service_id, party)
 
+    async def iter_services(self) -> AsyncIterator[ServiceRecord]:
+        services = self._table.services
+        assert services is not None
+        for record in list(services.by_id.values()):
+            yield record
+
     async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
         return self._table.links.get(recipient_id)
 

@@ -69,6 +69,7 @@ from .schema import (
     QUEUE_PAGE,
     SELECT_QUEUE,
     SERVICE_PAGE,
+    SERVICE_PAGE_BY_ID,
     insert_row,
     queue_row,
     record_from_row,
@@ -143,6 +144,20 @@ class PostgresQueueStore:
     async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
         row = await self.db.run(lambda conn: conn.execute(LINK_OF, (recipient_id,)).fetchone())
         return None if row is None else QueueLinkData(*row)
+
+    async def iter_services(self) -> AsyncIterator[ServiceRecord]:
+        after = b""  # every id sorts after it
+        while True:
+            rows = await self.db.run(
+                lambda conn, after=after: conn.execute(SERVICE_PAGE_BY_ID, (after,)).fetchall()
+            )
+            for sid, role, cert, cert_hash, created in rows:
+                yield ServiceRecord(
+                    bytes(sid), role.encode(), bytes(cert), bytes(cert_hash), created
+                )
+            if len(rows) < PAGE:
+                return
+            after = bytes(rows[-1][0])
 
     async def service_queue_page(
         self, service_id: bytes, party: Party, after: bytes | None, limit: int

@@ -301,6 +301,10 @@ LIVE_BY_ANY = {
     f" WHERE deleted_at IS NULL AND {column} = ANY(%s)"
     for party, column in PARTY_COLUMN.items()
 }
+SERVICE_PAGE_BY_ID = (
+    "SELECT service_id, service_role, service_cert, service_cert_hash, created_at FROM services"
+    f" WHERE service_id > %s ORDER BY service_id LIMIT {PAGE}"
+)
 # A page of a service's queues: (service id, after, limit).
 SERVICE_PAGE = {
     Party.RECIPIENT: "SELECT recipient_id FROM msg_queues WHERE deleted_at IS NULL"

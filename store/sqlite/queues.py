@@ -80,6 +80,7 @@ from .schema import (
     SERVICE_BY_CERT,
     SERVICE_FIGURES,
     SERVICE_PAGE,
+    SERVICE_PAGE_BY_ID,
     change_service_figures,
     insert_row,
     live_in,
@@ -444,6 +445,18 @@ class SqliteQueueStore:
             if len(rows) < PAGE:
                 return
             last = rows[-1][0]
+
+    async def iter_services(self) -> AsyncIterator[ServiceRecord]:
+        after = b""  # every id sorts after it
+        while True:
+            rows = await self.db.read(
+                lambda conn, after=after: conn.execute(SERVICE_PAGE_BY_ID, (after,)).fetchall()
+            )
+            for row in rows:
+                yield service_from_row(row)
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][0]
 
     async def service_queue_page(
         self, service_id: bytes, party: Party, after: bytes | None, limit: int

@@ -257,6 +257,9 @@ INSERT_SERVICE = (
     " ON CONFLICT DO NOTHING"
 )
 SERVICE_BY_CERT = f"SELECT {SERVICE_COLUMNS} FROM services WHERE role = ? AND cert_hash = ?"
+SERVICE_PAGE_BY_ID = (
+    f"SELECT {SERVICE_COLUMNS} FROM services WHERE service_id > ? ORDER BY service_id LIMIT {PAGE}"
+)
 SERVICE_FIGURES = (
     "SELECT queue_count, ids_hash FROM service_queues WHERE service_id = ? AND party = ?"
 )

@@ -401,10 +401,18 @@ def _database(schema: str):
 # --- migration ------------------------------------------------------------------------------
 
 
-async def test_migration_journal_postgres_sqlite_postgres_keeps_every_queue_link_and_message(
+async def test_migration_journal_postgres_sqlite_postgres_keeps_every_queue_link_service_message(
     tmp_path,
 ):
-    from test_store_factory import add_links, all_links, all_records, contents, fill
+    from test_store_factory import (
+        add_links,
+        add_services,
+        all_links,
+        all_records,
+        all_services,
+        contents,
+        fill,
+    )
 
     data = tmp_path / "data"
     url = shared_server().url
@@ -412,6 +420,7 @@ async def test_migration_journal_postgres_sqlite_postgres_keeps_every_queue_link
     async with open_stores("journal", data) as stores:
         expected = await fill(stores, n_queues=6)
         links = await add_links(stores)
+        services = await add_services(stores)
         records = await all_records(stores)
     n_messages = sum(map(len, expected.values()))
 
@@ -419,6 +428,7 @@ async def test_migration_journal_postgres_sqlite_postgres_keeps_every_queue_link
         async with open_stores(kind, data, **settings) as stores:
             assert await all_records(stores) == records, kind
             assert await all_links(stores) == links, kind
+            assert await all_services(stores) == services, kind
             for rid, link in links.items():
                 found = await stores.queues.get_queue(Party.LINK, link.link_id)
                 assert found is not None and found.recipient_id == rid, kind

@@ -35,6 +35,15 @@ async def test_a_service_is_stored_once_per_certificate_and_role(queues):
     assert await queues.add_service(other) == other
 
 
+async def test_every_stored_service_is_listed_once(queues):
+    stored = [await queues.add_service(make_service(role)) for role in (b"M", b"N", b"P")]
+    await queues.add_service(make_service(cert=stored[0].cert))  # the same one again
+    listed = [s async for s in queues.iter_services()]
+    assert sorted(listed, key=lambda s: s.service_id) == sorted(
+        stored, key=lambda s: s.service_id
+    )
+
+
 async def test_a_service_without_queues_has_count_zero_and_the_empty_hash(queues):
     service = await queues.add_service(make_service())
     assert await queues.service_summary(service.service_id, Party.RECIPIENT) == ServiceQueues(
