@@ -253,42 +253,66 @@ def _set_aside(path: Path, data_dir: Path, name: str) -> Path | None:
 async def copy_stores(
     src: Stores, dst: Stores, progress: Progress | None = None
 ) -> tuple[int, int]:
-    """Copy every queue, then every message, from `src` into `dst`; returns the counts."""
+    """Copy every queue, then every message, from `src` into `dst`; returns the counts.
+    A kind with a bulk export of its own (postgres: binary COPY) is read through it."""
     report = progress or _no_progress
     n_queues = n_messages = 0
     total = await src.queues.queue_count()
     report("queues", 0, total)
-    batch: list[QueueRecord] = []
-    links: dict[bytes, QueueLinkData] = {}  # the links of the queues in `batch`
+    queue_pages = (src.bulk_export.queue_pages() if src.bulk_export is not None
+                   else _queue_pages(src))
+    async for page in queue_pages:
+        links = {rec.recipient_id: link for rec, link in page if link is not None}
+        n_queues += await _put_queues(dst, [rec for rec, _ in page], links)
+        report("queues", n_queues, total)
+    if src.bulk_export is not None:
+        total = await src.bulk_export.message_count()
+        message_pages = src.bulk_export.message_pages()
+    else:
+        rids = [rid async for rid in src.messages.queue_ids()]
+        total = 0
+        for rid in rids:
+            total += await src.messages.queue_size(rid)
+        message_pages = _message_pages(src, rids)
+    report("messages", 0, total)
+    async for messages in message_pages:
+        n_messages += await _put_messages(dst, messages)
+        report("messages", n_messages, total)
+    return n_queues, n_messages
+
+
+async def _queue_pages(
+    src: Stores,
+) -> AsyncIterator[list[tuple[QueueRecord, QueueLinkData | None]]]:
+    """The source's queues with their links, MIGRATE_BATCH at a time."""
+    page: list[tuple[QueueRecord, QueueLinkData | None]] = []
     async for rec in src.queues.iter_queues():
-        batch.append(rec)
+        link = None
         if rec.link_id is not None:
             link = await src.queues.get_link(rec.recipient_id)
             if link is None or link.link_id != rec.link_id:
                 raise MigrationCheckError(f"queue {rec.recipient_id.hex()}: its link is missing")
-            links[rec.recipient_id] = link
-        if len(batch) >= MIGRATE_BATCH:
-            n_queues += await _put_queues(dst, batch, links)
-            batch, links = [], {}
-            report("queues", n_queues, total)
-    n_queues += await _put_queues(dst, batch, links)
-    report("queues", n_queues, total)
-    rids = [rid async for rid in src.messages.queue_ids()]
-    total = 0
-    for rid in rids:
-        total += await src.messages.queue_size(rid)
-    report("messages", 0, total)
+        page.append((rec, link))
+        if len(page) >= MIGRATE_BATCH:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+async def _message_pages(
+    src: Stores, rids: list[bytes]
+) -> AsyncIterator[list[tuple[bytes, Message]]]:
+    """The messages of the queues `rids`, whole queues of them at a time."""
     pending: list[tuple[bytes, Message]] = []
     for rid in rids:
         async for m in src.messages.iter_messages(rid):
             pending.append((rid, m))
         if len(pending) >= MIGRATE_BATCH:
-            n_messages += await _put_messages(dst, pending)
+            yield pending
             pending = []
-            report("messages", n_messages, total)
-    n_messages += await _put_messages(dst, pending)
-    report("messages", n_messages, total)
-    return n_queues, n_messages
+    if pending:
+        yield pending
 
 
 async def check_copy(src: Stores, dst: Stores, counts: tuple[int, int]) -> None:

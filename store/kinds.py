@@ -10,7 +10,7 @@ together, which the factory registers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -26,6 +26,18 @@ BulkImport = Callable[
 ]
 
 
+class BulkExport(Protocol):
+    """A kind's own fast read of all it holds, for a migration out of it: pages of
+    queues (each with its link) and of messages (queue by queue, each queue's oldest
+    first), and the number of messages."""
+
+    def queue_pages(self) -> AsyncIterable[list[tuple[QueueRecord, QueueLinkData | None]]]: ...
+
+    def message_pages(self) -> AsyncIterable[list[tuple[bytes, Message]]]: ...
+
+    async def message_count(self) -> int: ...
+
+
 @dataclass(slots=True)
 class Stores:
     """The two open stores of one kind."""
@@ -35,6 +47,7 @@ class Stores:
     messages: MessageStore
     store_dir: Path | None = None
     bulk_import: BulkImport | None = None  # one-transaction insert, if the kind has one
+    bulk_export: BulkExport | None = None  # paged read of everything, if the kind has one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

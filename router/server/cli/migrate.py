@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import TextIO
 
 from store import migrate_store, read_store_kind
+from store.postgres.opener import DatabaseUnavailable, SchemaLocked, SchemaTooNew
 
 from ..settings.config import (
     ConfigError,
 )
 from ..settings.config_file import CONFIG_FILE_NAME, read_config_file
-from ..settings.store_key import set_store_key
+from ..settings.store_key import set_store_keys
 
 DATABASE_SETTINGS = ("db_connection", "db_schema", "db_pool_size")
 
@@ -48,6 +49,8 @@ async def migrate(
         )
     except ValueError as e:
         raise ConfigError(str(e)) from e
+    except (DatabaseUnavailable, SchemaLocked, SchemaTooNew) as e:
+        raise ConfigError(f"cannot open the postgres store: {e}") from e
     finally:
         bar.close()
     queues, messages = migrated
@@ -57,7 +60,8 @@ async def migrate(
         print(f"the old store is kept in {backup} (delete it when no longer needed)", flush=True)
     config_file = data_dir / CONFIG_FILE_NAME
     if config_file.is_file():
-        print(set_store_key(config_file, to_kind), flush=True)
+        for line in set_store_keys(config_file, to_kind):
+            print(line, flush=True)
 
 
 class ProgressBar:
