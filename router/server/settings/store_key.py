@@ -74,6 +74,14 @@ def check_store_key(path: Path | None, data_dir: Path | None, found: str | None)
     """Refuse a file whose store key names another kind than the data directory holds."""
     if path is None or data_dir is None or found is None:
         return
+    if found != "postgres":
+        for name, database_key in find_database_keys(path):
+            command = MIGRATE_COMMAND.format(data_dir=data_dir, kind="postgres")
+            raise ConfigFileError(
+                f"{path}:{database_key.line}: [{SECTION}] {name}: {database_key.value} (the "
+                f"postgres store), but the data directory {data_dir} holds a {found} store; "
+                f"comment the line out, or move the data with: {command}"
+            )
     key = find_store_key(path)
     if key is None or key.value == found:
         return
