@@ -221,15 +221,19 @@ async def migrate_store(
     source_options = store_options(from_kind, **(source_settings or {}))
     final, tmp = store_dir(data_dir, to_kind), data_dir / f"{to_kind}-store.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    async with open_stores(from_kind, data_dir, source_options) as src:
-        async with store_opener(to_kind)(tmp, options) as dst:
-            if held := await dst.queues.queue_count():
-                raise ValueError(
-                    f"the {to_kind} store to migrate into already holds {held} queues "
-                    "(name an empty database schema, or empty this one)"
-                )
-            counts = await copy_stores(src, dst, progress)
-            await check_copy(src, dst, counts)
+    try:
+        async with open_stores(from_kind, data_dir, source_options) as src:
+            async with store_opener(to_kind)(tmp, options) as dst:
+                if held := await dst.queues.queue_count():
+                    raise ValueError(
+                        f"the {to_kind} store to migrate into already holds {held} queues "
+                        "(name an empty database schema, or empty this one)"
+                    )
+                counts = await copy_stores(src, dst, progress)
+                await check_copy(src, dst, counts)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a copy that failed is no store
+        raise
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     stale = _set_aside(final, data_dir, f"{to_kind}-store.old-{stamp}")
     replace_durably(tmp, final)
