@@ -14,6 +14,7 @@ import errno
 import itertools
 import os
 import pwd
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,9 +49,11 @@ def small_disk_server(tmp_path: Path) -> Iterator[PostgresServer]:
         server.start()
         yield server
     finally:
-        server._pg_ctl("stop", "-m", "immediate")
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-        server.stop()
+        try:
+            server.stop()  # the server, and what of its directory is not the tmpfs
+        finally:
+            subprocess.run(["umount", "-l", str(disk)], check=False)
+            shutil.rmtree(server.dir, ignore_errors=True)
 
 
 def fill(directory: Path) -> Path:
