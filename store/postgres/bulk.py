@@ -120,6 +120,17 @@ class PostgresExport:
         query = "SELECT coalesce(sum(msg_queue_size), 0)::bigint FROM message_queues"
         return await self.db.run(lambda conn: conn.execute(query).fetchone()[0])
 
+    async def queue_sizes(self, recipient_ids: Sequence[bytes]) -> list[int]:
+        """The message counts of the queues `recipient_ids`, in one query."""
+        ids = list(recipient_ids)
+        query = (
+            "SELECT recipient_id, msg_queue_size FROM message_queues"
+            " WHERE recipient_id = ANY(%s)"
+        )
+        rows = await self.db.run(lambda conn: conn.execute(query, (ids,)).fetchall())
+        sizes = {rid: size for rid, size in rows}
+        return [sizes.get(rid, 0) for rid in ids]
+
     def _queue_page(self, conn: psycopg.Connection, after: int) -> list[tuple[Any, ...]]:
         statement = sql.SQL(COPY_QUEUES_OUT).format(
             after=sql.Literal(after), limit=sql.Literal(self.page_rows)

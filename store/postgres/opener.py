@@ -136,4 +136,4 @@ async def _compact_periodically(queues) -> None:
             log.info("%d deleted queues removed", removed)
 
 
-KIND = StoreKind(open_postgres_stores, PostgresOptions)
+KIND = StoreKind(open_postgres_stores, PostgresOptions, in_files=False)
