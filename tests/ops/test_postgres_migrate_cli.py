@@ -119,8 +119,9 @@ async def test_journal_postgres_sqlite_postgres_journal_by_flags_keeps_everythin
         assert code == 0, err
         moved(out, "journal", records, sent)  # the store log, by default
         await holds_everything(data, "journal", records, links, sent)
-        kept = re.findall(r"the old store is kept in (\S+)", out)
-        assert kept and "postgres-store.old-" in kept[0]
+        (kept,) = re.findall(rf"the old store is kept in schema {second} of {re.escape(url)}, "
+                             r"named in (\S+) \(drop it with DROP SCHEMA", out)
+        assert (Path(kept) / "DATABASE").read_text() == f"{url}\nschema {second}\n"
 
 
 async def test_a_schema_holding_queues_is_refused_as_a_destination_in_one_line(tmp_path):

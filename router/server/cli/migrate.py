@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import TextIO
 
 from store import migrate_store, read_store_kind
-from store.postgres.opener import DatabaseUnavailable, SchemaLocked, SchemaTooNew
+from store.postgres.database import DEFAULT_SCHEMA, redacted
+from store.postgres.opener import (
+    DEFAULT_CONNECTION,
+    DatabaseUnavailable,
+    SchemaLocked,
+    SchemaTooNew,
+)
 
 from ..settings.config import (
     ConfigError,
@@ -57,6 +63,14 @@ async def migrate(
     print(f"{data_dir}: {queues} queues and {messages} messages now in a {to_kind} store "
           "(counts checked)", flush=True)
     for backup in migrated.backups:
+        if from_kind == "postgres" and backup.name.startswith("postgres-store."):
+            # the directory holds only the note of where: the data is the schema's
+            schema = database.get("db_schema") or DEFAULT_SCHEMA
+            url = redacted(str(database.get("db_connection") or DEFAULT_CONNECTION))
+            print(f"the old store is kept in schema {schema} of {url}, named in {backup} "
+                  f"(drop it with DROP SCHEMA {schema} CASCADE when no longer needed)",
+                  flush=True)
+            continue
         print(f"the old store is kept in {backup} (delete it when no longer needed)", flush=True)
     config_file = data_dir / CONFIG_FILE_NAME
     if config_file.is_file():
