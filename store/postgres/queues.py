@@ -56,6 +56,7 @@ from ..queue_table import (
     decide_suspend,
     step,
 )
+from .bulk import copy_in
 from .database import PostgresDatabase
 from .schema import (
     INSERT_QUEUE,
@@ -370,35 +371,15 @@ class PostgresQueueStore:
         links: Iterable[tuple[bytes, QueueLinkData]] = (),
     ) -> tuple[int, int]:
         """Insert many queues (with their links: recipient id, link) and messages (each
-        queue's oldest first) in one transaction, by binary COPY; returns (queues,
-        messages) inserted. Any duplicate id fails it all."""
+        queue's oldest first) in one transaction, by binary COPY (store/postgres/bulk.py);
+        returns (queues, messages) inserted. Any duplicate id fails it all."""
         queues, messages = list(queues), list(messages)
         by_queue = dict(links)
         for rec in queues:
             check_link_id(rec, by_queue.get(rec.recipient_id))
 
         def op(conn: psycopg.Connection) -> tuple[int, int]:
-            with conn.cursor() as cur:
-                if queues:
-                    copy_queues = (
-                        f"COPY msg_queues ({QUEUE_COLUMNS}, fixed_data, user_data)"
-                        " FROM STDIN (FORMAT BINARY)"
-                    )
-                    with cur.copy(copy_queues) as copy:
-                        copy.set_types(_QUEUE_TYPES)
-                        for rec in queues:
-                            copy.write_row(insert_row(rec, by_queue.get(rec.recipient_id)))
-                if messages:
-                    copy_messages = (
-                        "COPY messages (recipient_id, msg_id, msg_ts, msg_flags, msg_body,"
-                        " msg_quota) FROM STDIN (FORMAT BINARY)"
-                    )
-                    with cur.copy(copy_messages) as copy:
-                        copy.set_types(["bytea", "bytea", "int8", "bytea", "bytea", "bool"])
-                        for rid, m in messages:
-                            copy.write_row((rid, m.msg_id, m.ts, m.flags, m.body, m.quota))
-                    rids = list({rid for rid, _ in messages})
-                    cur.execute(_RECOUNT, (rids,))
+            copy_in(conn, queues, by_queue, messages)
             return len(queues), len(messages)
 
         counts = await self.db.run(op, transaction=True)
@@ -469,21 +450,6 @@ def _link_columns(decision: Decision) -> tuple[bytes | None, bytes | None] | Non
     if isinstance(decision, DeleteLink):
         return None, None
     return None
-
-
-_QUEUE_TYPES = [
-    "bytea", "bytea[]", "bytea", "bytea", "bytea", "bool", "text", "bytea", "bytea", "bytea",
-    "bytea", "bytea", "bytea", "bytea", "int8", "bytea", "bytea",
-]
-# The message counters of the queues a bulk import wrote messages into, from their rows.
-_RECOUNT = """
-INSERT INTO message_queues (recipient_id, msg_queue_size, msg_quota_reached)
-SELECT recipient_id, count(*),
-       (array_agg(msg_quota ORDER BY message_id DESC))[1]
-FROM messages WHERE recipient_id = ANY(%s) GROUP BY recipient_id
-ON CONFLICT (recipient_id) DO UPDATE
-SET msg_queue_size = EXCLUDED.msg_queue_size, msg_quota_reached = EXCLUDED.msg_quota_reached
-"""
 
 
 async def open_queue_store(
