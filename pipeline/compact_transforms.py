@@ -7,8 +7,7 @@ queue, and the state of a queue depends only on its own records, in log order.
 So compaction is a group-by on the recipient id, and for each queue the fold
 reduces to "which record of each kind came last". The one record without a
 queue, `add_service`, is grouped by its service id instead (`!svc:<svc>`), and
-the last one of each id is the service (docs/store-log.md#22-replay-the-state-is-a-fold-over-the-lines).
-For queues:
+the last one of each id is the service (docs/store-log.md, "Replay"). For queues:
 
 - the queue exists iff it has a `create` and no `delete` after its last `create`
   (a change to an absent queue leaves it absent; `create` replaces everything);
