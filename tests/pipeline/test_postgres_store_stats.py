@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 import trio
 from postgres_server import schema_for, shared_server
+from pyspark.sql import functions as F
 
 from bench.service_client import chain_of_two
 from pipeline.cli import main
+from pipeline.schemas import STORE_FIGURE_NAMES
+from pipeline.store_transforms import store_figures
 from router.client import ServiceCertificate, SMPError, open_client
 from router.protocol import crypto
 
@@ -78,26 +81,36 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def whole_lines(log: Path, copy: Path) -> None:
+    """A copy of a log the router is appending to, up to its last complete line."""
+    text = log.read_bytes()
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(text[: text.rfind(b"\n") + 1])
+
+
 def test_stats_of_a_router_on_postgres_from_its_stats_log_and_its_database(spark, tmp_path):
     server = shared_server()
     data_dir = tmp_path / "router"
     schema = schema_for(data_dir)
     router, address = start_router(data_dir, server.url, schema)
     cert_file, key_file = chain_of_two().files()
+    out = tmp_path / "report"
     try:
         trio.run(traffic, address, ServiceCertificate(cert_file, key_file))
         time.sleep(2.5)  # the stats log's 1-second lines cover the traffic
+        # read while the router runs, as an operator's daily job does
+        log = tmp_path / "logs" / "router" / "stats.csv"
+        whole_lines(data_dir / "stats.csv", log)
+        code = main([
+            "stats", str(log), "--out", str(out),
+            "--db", f"router={server.url}?schema={schema}", "--db-partitions", "3",
+        ])  # fmt: skip
+        assert code == 0
+        assert router.poll() is None  # it served all along
     finally:
         router.terminate()
         assert router.wait(timeout=60) == 0
         shutil.rmtree(cert_file.parent, ignore_errors=True)
-
-    out = tmp_path / "report"
-    code = main([
-        "stats", str(data_dir / "stats.csv"), "--out", str(out),
-        "--db", f"router={server.url}?schema={schema}", "--db-partitions", "3",
-    ])  # fmt: skip
-    assert code == 0
 
     [store] = read_csv(out / "store_daily.csv")
     assert store.pop("router") == "router"  # named as its stats log is, below
@@ -134,3 +147,25 @@ def test_stats_of_a_router_on_postgres_from_its_stats_log_and_its_database(spark
         "msgs_acknowledged": QUOTA,
         "msgs_quota_refused": 1,
     }
+
+
+def test_store_figures_of_empty_tables_are_zeros_and_quota_markers_are_not_messages(spark):
+    flags = spark.createDataFrame(
+        [(True, True, False, True, True, False), (False, True, True, True, False, True)],
+        "live boolean, secured boolean, with_notifier boolean, with_link boolean,"
+        " contact boolean, off boolean",
+    )
+    counters = spark.createDataFrame(
+        [(4, True), (0, False), (1, True)], "msg_queue_size int, msg_quota_reached boolean"
+    )
+    services = spark.createDataFrame([], "role string, rcv_queues long, ntf_queues long")
+    [row] = store_figures(
+        "r", F.lit("2024-05-01 10:00:00").cast("timestamp"), flags, counters, services
+    ).collect()
+    figures = row.asDict()
+    assert (figures["router"], str(figures["day"])) == ("r", "2024-05-01")
+    assert [figures[k] for k in STORE_FIGURE_NAMES] == [
+        1, 1, 0, 1, 1, 0, 1,  # the deleted row counts only as kept
+        3, 2, 2,  # 5 rows less 2 QUOTA markers; a queue holding only its marker holds one
+        0, 0, 0, 0, 0,  # no services: zeros, not empty
+    ]  # fmt: skip
