@@ -432,6 +432,7 @@ def _stats(spark, args: argparse.Namespace) -> None:
 
 
 def _store(spark, args: argparse.Namespace, output) -> None:
+    from .charts import write_store_chart
     from .schemas import STORE_DAILY_SCHEMA
     from .stats_io import write_csv
     from .store_job import STORE_TABLE, run_store
@@ -442,7 +443,8 @@ def _store(spark, args: argparse.Namespace, output) -> None:
     output.out_dir.mkdir(parents=True, exist_ok=True)
     path = output.out_dir / f"{STORE_TABLE}.csv"
     write_csv(rows, STORE_DAILY_SCHEMA.fieldNames(), path)
-    log.info("stats: wrote %s (%d row(s))", path, len(rows))
+    chart = write_store_chart(output.out_dir / "charts", rows)
+    log.info("stats: wrote %s (%d row(s)) and %s", path, len(rows), chart)
 
 
 def _compact(spark, args: argparse.Namespace) -> None:

@@ -112,6 +112,7 @@ def test_stats_of_a_router_on_postgres_from_its_stats_log_and_its_database(spark
         assert router.wait(timeout=60) == 0
         shutil.rmtree(cert_file.parent, ignore_errors=True)
 
+    assert (out / "charts" / "store.png").stat().st_size > 0
     [store] = read_csv(out / "store_daily.csv")
     assert store.pop("router") == "router"  # named as its stats log is, below
     assert store.pop("day") == store.pop("read_at")[:10]

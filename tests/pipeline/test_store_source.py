@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 import socket
+from datetime import date
 from pathlib import Path
 
 import pytest
 
+from pipeline.charts import store_totals, write_store_chart
 from pipeline.checks import UsageError
 from pipeline.cli import main
 from pipeline.store_job import byte_ranges, partitions_for
@@ -156,3 +158,20 @@ def test_a_database_that_cannot_be_reached_is_exit_1_without_its_password(tmp_pa
     )
     assert "s3cret" not in line
     assert not Path(tmp_path / "o").exists()
+
+
+def test_the_store_chart_adds_routers_up_per_day_and_is_drawn(tmp_path):
+    day, next_day = date(2024, 5, 1), date(2024, 5, 2)
+    rows = [
+        {"router": "eu-1", "day": day, "queues_stored": 10, "msgs_stored": 3},
+        {"router": "us-2", "day": day, "queues_stored": 5, "msgs_stored": 0},
+        {"router": "eu-1", "day": next_day, "queues_stored": 12, "msgs_stored": 1},
+    ]
+    totals, by_router = store_totals(rows)
+    assert totals == [
+        {"day": day, "routers": 2, "queues_stored": 15, "msgs_stored": 3},
+        {"day": next_day, "routers": 1, "queues_stored": 12, "msgs_stored": 1},
+    ]
+    assert sorted(by_router) == ["eu-1", "us-2"]
+    path = write_store_chart(tmp_path / "charts", rows)
+    assert path.name == "store.png" and path.read_bytes()[:4] == b"\x89PNG"
