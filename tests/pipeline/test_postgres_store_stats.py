@@ -170,3 +170,14 @@ def test_store_figures_of_empty_tables_are_zeros_and_quota_markers_are_not_messa
         3, 2, 2,  # 5 rows less 2 QUOTA markers; a queue holding only its marker holds one
         0, 0, 0, 0, 0,  # no services: zeros, not empty
     ]  # fmt: skip
+
+
+def test_a_schema_without_a_router_store_is_one_line_and_exit_2(spark, tmp_path, capsys):
+    url = shared_server().url
+    code = main(["stats", "--out", str(tmp_path / "o"), "--db", f"{url}?schema=no_router_here"])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and not any("Traceback" in line for line in lines)
+    assert lines[-1] == (
+        f"smp-pipeline: error: --db {url}?schema=no_router_here: schema no_router_here holds "
+        "no router store (no msg_queues); give the router's db_schema as ?schema=NAME"
+    )
