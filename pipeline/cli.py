@@ -306,8 +306,10 @@ def _check_databases(args: argparse.Namespace) -> None:
     if not args.inputs and not args.db:
         raise checks.UsageError("stats needs stats logs, or a router's database with --db")
     if not args.db:
-        if args.jdbc_jar is not None:
-            raise checks.UsageError("--jdbc-jar is for --db")
+        for given, flag in ((args.jdbc_jar is not None, "--jdbc-jar"),
+                            (args.db_partitions, "--db-partitions")):  # fmt: skip
+            if given:
+                raise checks.UsageError(f"{flag} is for --db")
         return
     from .store_source import DEFAULT_DRIVER_JAR, check_driver_jar, check_reachable
     from .store_source import parse_store_database as parse

@@ -133,12 +133,12 @@ def test_a_missing_driver_jar_is_exit_2_and_says_what_to_install(tmp_path, capsy
     assert f"no PostgreSQL JDBC driver at {jar}: install Debian's libpostgresql-jdbc-java" in line
 
 
-def test_a_jar_without_a_database_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize("flag", [["--jdbc-jar", "x.jar"], ["--db-partitions", "4"]])
+def test_a_db_option_without_a_database_is_refused(flag, tmp_path, capsys):
     log = tmp_path / "eu-1.csv"
     log.write_text("time,period\n")
-    code, line = run(["stats", str(log), "--out", str(tmp_path / "o"), "--jdbc-jar", "x.jar"],
-                     capsys)  # fmt: skip
-    assert (code, line) == (2, "smp-pipeline: error: --jdbc-jar is for --db")
+    code, line = run(["stats", str(log), "--out", str(tmp_path / "o"), *flag], capsys)
+    assert (code, line) == (2, f"smp-pipeline: error: {flag[0]} is for --db")
 
 
 def test_two_databases_of_one_name_are_refused(tmp_path, capsys):
