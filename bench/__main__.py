@@ -43,7 +43,9 @@ COMMANDS: dict[str, Command] = {
     "profile": Command("any of throughput, burst, scale, memory with the router under "
                        "pyinstrument", ("target", "profiler")),
     "compare": Command("router CPU per operation, this checkout vs --base DIR", ("base",)),
-    "stores": Command("throughput per store kind vs memory; restart with 100k queues",
+    "stores": Command("every store kind, PostgreSQL included: NEW, SEND -> MSG rate and "
+                      "latency, bytes per queue and message, memory per queue, resubscribing "
+                      "100k, 300k queues on one connection (--sizes N: N stored queues)",
                       ("duration", "sizes")),
     "block-encryption": Command("CPU per message and idle-connection memory, v10 vs v19",
                                 ("duration",)),
@@ -225,7 +227,7 @@ def _run(args: argparse.Namespace) -> object:
         from . import stores
 
         return stores.run(quick=args.quick, repeats=repeats, duration=args.duration,
-                          sizes=args.sizes)
+                          sizes=args.sizes, out=args.out)
     if args.name == "compare":
         from . import compare
 

@@ -82,15 +82,17 @@ QUIET_PINGS = 50  # PINGs before the storm: what the machine itself adds
 # --- the store, filled before the router starts -----------------------------------------
 
 
-async def _fill(kind: str, data_dir: Path, queues: int, messages_every: int) -> None:
+async def _fill(kind: str, data_dir: Path, queues: int, messages_every: int,
+                **settings: Any) -> None:
     """The bench queues 0..queues-1 (and a message in every `messages_every`-th) in a
-    `kind` store in `data_dir`, written through the store API as a migration would."""
+    `kind` store in `data_dir`, written through the store API as a migration would;
+    `settings`: the kind's own (a database's URL and schema)."""
     now = int(time.time())
 
     def message(i: int) -> Message:
         return Message(identities.recipient_id(i)[:12] + os.urandom(12), now, b"F", b"x" * 64)
 
-    async with open_stores(kind, data_dir, fsync="never") as stores:
+    async with open_stores(kind, data_dir, fsync="never", **settings) as stores:
         for first in range(0, queues, FILL_CHUNK):
             chunk = range(first, min(queues, first + FILL_CHUNK))
             records = [identities.queue_record(i, secured=True) for i in chunk]
