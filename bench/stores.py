@@ -65,6 +65,7 @@ from router.server.core.commands import ID_SIZE
 from store import Message, open_stores
 
 from . import identities, storm
+from .fairness import _CONFIG_KEYS as NEW_LIMITS
 from .harness import BenchError, log, md_table, median, percentiles_ms, smp_address, write_results
 from .postgres_server import PostgresServer, schema_for
 
@@ -161,6 +162,11 @@ class Router:
 
     def __init__(self, kind: str, data_dir: Path, *, connections: int = 64) -> None:
         self.kind = kind
+        # NEW unlimited: the NEW rate measured is the store's, not the rate limits'.
+        # (The data directory's configuration file; the flags set the rest.)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / "smp-router.ini").write_text(
+            "[LIMITS]\n" + "".join(f"{key} = {10**9}\n" for key in NEW_LIMITS))
         command = [*storm._router_command(kind, data_dir, connections, None),
                    "--fsync", FSYNC, "--quota", "100000", *_database_flags(kind, data_dir)]
         t0 = time.perf_counter()
