@@ -66,6 +66,8 @@ COMMANDS: dict[str, Command] = {
                                  own_options=True),
     "storm": Command("a reconnect storm of signed SUB blocks on every store kind",
                      own_options=True),
+    "postgres_writes": Command("a block's 100 SENDs into PostgreSQL: one by one, pipelined, "
+                               "one statement over arrays", own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }
