@@ -464,6 +464,10 @@ def stored(kind: str, plan: Plan, tmp: Path) -> dict[str, Any]:
 # --- the run ---------------------------------------------------------------------------------
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # the `finally`s stop the routers and the PostgreSQL
+
+
 def run(*, quick: bool = False, repeats: int = 3, duration: float | None = None,
         sizes: tuple[int, ...] | None = None, out: Path | None = None,
         kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
@@ -473,6 +477,7 @@ def run(*, quick: bool = False, repeats: int = 3, duration: float | None = None,
                     plan.resubscribe_connections, plan.messages, plan.message_queues)
     duration = duration or (1.0 if quick else DURATION)
     warmup = 0.5 if quick else WARMUP
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         with tempfile.TemporaryDirectory(prefix="smp-bench-stores-") as tmp:
             results = _run(plan, kinds, repeats, duration, warmup, Path(tmp))
