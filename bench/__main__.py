@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                                 mode=args.delivery)
         print(memray_run.report(result))
         return 0
+    if args.name == "stores" and args.quick and args.out is None:
+        args.out = harness.RESULTS_DIR  # as stores-quick.*, beside the committed stores.*
     if args.name == "compare" and args.base is None:
         parser.error("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
     with harness.results_for(args.out, args.quick, args.name) as out:
