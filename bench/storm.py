@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import subprocess
 import sys
@@ -55,7 +56,7 @@ from typing import Any
 import psutil
 import trio
 
-from router.client import MessageEvent, SMPClient, UndecryptedMessageEvent, open_client
+from router.client import MessageEvent, SMPClient, UndecryptedMessageEvent, _connection, open_client
 from router.protocol.block import BatchPacker
 from router.protocol.types import OK, SOK, SUB
 from store import open_stores
@@ -82,15 +83,17 @@ QUIET_PINGS = 50  # PINGs before the storm: what the machine itself adds
 # --- the store, filled before the router starts -----------------------------------------
 
 
-async def _fill(kind: str, data_dir: Path, queues: int, messages_every: int) -> None:
+async def _fill(kind: str, data_dir: Path, queues: int, messages_every: int,
+                **settings: Any) -> None:
     """The bench queues 0..queues-1 (and a message in every `messages_every`-th) in a
-    `kind` store in `data_dir`, written through the store API as a migration would."""
+    `kind` store in `data_dir`, written through the store API as a migration would;
+    `settings`: the kind's own (a database's URL and schema)."""
     now = int(time.time())
 
     def message(i: int) -> Message:
         return Message(identities.recipient_id(i)[:12] + os.urandom(12), now, b"F", b"x" * 64)
 
-    async with open_stores(kind, data_dir, fsync="never") as stores:
+    async with open_stores(kind, data_dir, fsync="never", **settings) as stores:
         for first in range(0, queues, FILL_CHUNK):
             chunk = range(first, min(queues, first + FILL_CHUNK))
             records = [identities.queue_record(i, secured=True) for i in chunk]
@@ -377,6 +380,11 @@ def load_main(argv: list[str]) -> None:
     from stdin, then prints what it got as one JSON line (before closing its
     connections)."""
     address, first, queues, connections, messages_every = argv[0], *map(int, argv[1:5])
+    # Every answer is read (`_storm`): the client keeps them all. Its raw answers'
+    # buffer drops the newest once full (for clients that read none), and a connection
+    # whose reader fell that far behind (300,000 SUBs on one) would wait for ever for
+    # the answers dropped.
+    _connection.RAW_BUFFER = math.inf
     if os.environ.get(_LOAD_ENV) != "0":
         # The router is what is measured: the load yields the CPU to it (bench.fairness).
         os.nice(19)

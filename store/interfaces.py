@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from router.protocol.types import ErrorType
 
@@ -237,6 +237,24 @@ class QueueStore(Protocol):
     async def queue_count(self) -> int: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class MessageRuns(Protocol):
+    """What a message store whose every call is a round trip (PostgreSQL) adds: a
+    block's run of SENDs, or of ACKs, in one call and one transaction (dispatch.py)."""
+
+    async def write_messages(
+        self, writes: Sequence[tuple[bytes, Message]], quota: int
+    ) -> list[WriteResult]:
+        """`write_message` of each (recipient id, message), in order: all committed, or
+        none (StoreError)."""
+
+    async def delete_messages(
+        self, deletes: Sequence[tuple[bytes, bytes]]
+    ) -> list[tuple[bool, Message | None]]:
+        """`delete_message` of each (recipient id, message id) of distinct queues: all
+        committed, or none (StoreError)."""
 
 
 class MessageStore(Protocol):

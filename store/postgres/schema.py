@@ -333,6 +333,25 @@ HEAD = (
     f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE recipient_id = %s"
     " ORDER BY message_id LIMIT 1"
 )
+# A block's SENDs (ACKs) in one statement: one round trip, one transaction. The
+# functions are volatile, so PostgreSQL evaluates them after the ORDER BY, in the
+# block's order (the SELECT reference, "ORDER BY"): writes of one queue keep their order.
+# The arrays go in binary (%b): a block's bodies as a text bytea[] literal cost the
+# database more to parse than the writes themselves (bench/RESULTS.md, "Store kinds
+# side by side, PostgreSQL included").
+WRITES = (
+    "SELECT write_message(rid, mid, ts, flags, body, %b) FROM unnest("
+    "%b::bytea[], %b::bytea[], %b::bigint[], %b::bytea[], %b::bytea[])"
+    " WITH ORDINALITY AS t(rid, mid, ts, flags, body, n) ORDER BY n"
+)
+# The CTE is materialized, so that each delete_head runs once per row, not once per
+# field of its result.
+DELETES = (
+    "WITH r AS MATERIALIZED (SELECT n, delete_head(rid, mid) AS d FROM unnest("
+    "%b::bytea[], %b::bytea[]) WITH ORDINALITY AS t(rid, mid, n) ORDER BY n)"
+    " SELECT (d).deleted, (d).r_msg_id, (d).r_ts, (d).r_flags, (d).r_body, (d).r_quota"
+    " FROM r ORDER BY n"
+)
 MESSAGE_PAGE = (
     f"SELECT message_id, {MESSAGE_COLUMNS} FROM messages WHERE recipient_id = %s"
     f" AND message_id > %s ORDER BY message_id LIMIT {PAGE}"

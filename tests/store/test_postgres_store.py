@@ -127,6 +127,42 @@ def service(role: bytes = b"M", cert: bytes | None = None) -> ServiceRecord:
     return ServiceRecord(new_id(), role, cert, hashlib.sha256(cert).digest(), 1_700_000_000)
 
 
+async def test_a_run_of_writes_is_one_statement_answering_as_the_writes_one_by_one(
+    db, messages
+):
+    """Writes of one queue keep their order, the QUOTA marker comes where one by one
+    it would; the results are in the order given."""
+    full, other = new_id(), new_id()
+    writes = [(full, msg(ts=i)) for i in range(4)] + [(other, msg(ts=9)), (full, msg(ts=5))]
+    before = db.calls
+    results = await messages.write_messages(writes, 3)
+    assert db.calls - before == 1
+    assert results == [WriteResult.STORED_INTO_EMPTY, WriteResult.STORED, WriteResult.STORED,
+                       WriteResult.QUOTA_EXCEEDED, WriteResult.STORED_INTO_EMPTY,
+                       WriteResult.QUOTA_EXCEEDED]
+    stored = [m async for m in messages.iter_messages(full)]
+    assert [m.msg_id for m in stored[:3]] == [m.msg_id for _, m in writes[:3]]
+    assert stored[3].quota and len(stored) == 4
+    assert await messages.queue_size(other) == 1
+    assert await messages.write_messages([], 3) == []
+
+
+async def test_a_run_of_acks_is_one_statement_answering_as_the_acks_one_by_one(db, messages):
+    rids = [new_id() for _ in range(3)]
+    sent = {rid: [msg(), msg()] for rid in rids}
+    for rid in rids:
+        for m in sent[rid]:
+            await messages.write_message(rid, m, 10)
+    deletes = [(rids[0], sent[rids[0]][0].msg_id),  # the head: deleted, the next is the head
+               (rids[1], sent[rids[1]][1].msg_id),  # not the head: nothing deleted
+               (new_id(), new_id())]  # no such queue
+    before = db.calls
+    results = await messages.delete_messages(deletes)
+    assert db.calls - before == 1
+    assert results == [(True, sent[rids[0]][1]), (False, sent[rids[1]][0]), (False, None)]
+    assert [await messages.queue_size(rid) for rid in rids] == [1, 2, 2]
+
+
 async def test_a_service_is_stored_once_per_role_and_certificate(queues):
     first = service()
     assert await queues.add_service(first) == first

@@ -437,8 +437,15 @@ class Connection:
         scope = trio.CancelScope()
         if self._helpers is None:
             self._helpers = {}
+        try:
+            self._helper_nursery.start_soon(self._helper, scope, fn, *args)
+        except RuntimeError:
+            # The router is stopping: its nursery has ended and takes no new task. A
+            # scope registered for a task that never runs would keep the receive loop's
+            # end (`_end_helpers`) waiting for ever, and the process with it.
+            self.close_now("the router is stopping")
+            return
         self._helpers[scope] = None
-        self._helper_nursery.start_soon(self._helper, scope, fn, *args)
 
     async def _helper(
         self, scope: trio.CancelScope, fn: Callable[..., Awaitable[None]], *args: object
