@@ -31,7 +31,7 @@ scheduler's, which every connection of every router in the run shares.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 
 import trio
 from trio.lowlevel import Abort, RunVar, Task
@@ -48,7 +48,8 @@ class Arrivals:
     def __init__(self, per_pass: int = PER_PASS) -> None:
         self.per_pass = per_pass
         self._taken = 0  # places given in this round
-        self._waiting: deque[Task] = deque()  # oldest first
+        # Oldest first; a cancelled arrival leaves from anywhere in O(1).
+        self._waiting: OrderedDict[Task, None] = OrderedDict()
         self._clock: Task | None = None  # the task that opens the rounds
         self._clock_idle = False  # parked until a round is needed
         self.rounds = 0  # rounds the clock opened (tests, benchmarks)
@@ -82,12 +83,12 @@ class Arrivals:
 
     async def _park(self) -> None:
         task = trio.lowlevel.current_task()
-        self._waiting.append(task)
+        self._waiting[task] = None
         self.parked += 1
         self._need_round()
 
         def abort(_: object) -> Abort:
-            self._waiting.remove(task)  # a cancelled connection leaves the line
+            del self._waiting[task]  # a cancelled connection leaves the line
             return Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
@@ -117,7 +118,7 @@ class Arrivals:
         waiting = self._waiting
         let_in = 0
         while waiting and let_in < self.per_pass:
-            task = waiting.popleft() if let_in % 2 == 0 else waiting.pop()
+            task, _ = waiting.popitem(last=let_in % 2 == 1)
             trio.lowlevel.reschedule(task)
             let_in += 1
         return let_in
