@@ -71,6 +71,11 @@ block that waits for its client to read its answers gives its place in
 progress up (`step_aside`, dispatch.py), so clients that do not read hold up
 no other block.
 
+What a block pays before any of this, in the task that received it (its read,
+its pace), is bounded per pass too: the read takes a place among the arrivals
+(edge/arrivals.py), a few per pass of the scheduler, so that a crowd of blocks
+readable at once is not one long pass of reads.
+
 A place is held across the store's awaits of the block's commands (a durable
 store's group commit): a turn is bounded in units of work, not in time, so
 on the journal and SQLite stores a costly block may hold its place while it
