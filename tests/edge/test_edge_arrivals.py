@@ -120,6 +120,20 @@ async def test_a_cancelled_arrival_leaves_the_line() -> None:
     await gate.admit()  # the next round lets the next arrival in
 
 
+async def test_a_place_after_a_read_is_no_cancellation_point() -> None:
+    """What was read must not be lost: cancelled while it waits, the arrival still
+    gets its place; the cancellation comes at its next checkpoint."""
+    gate = Arrivals(per_pass=1)
+    await gate.admit()  # the round's one place
+    got_in = False
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await gate.admit_after_pass()
+        got_in = True
+        await trio.lowlevel.checkpoint()
+    assert got_in and scope.cancelled_caught and gate.waiting == 0
+
+
 async def test_a_place_in_a_free_round_costs_no_pass() -> None:
     gate, counter = Arrivals(per_pass=4), PassCounter()
     trio.lowlevel.add_instrument(counter)

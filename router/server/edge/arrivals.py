@@ -71,23 +71,27 @@ class Arrivals:
 
     async def admit_after_pass(self) -> None:
         """`admit`, after letting the scheduler's other tasks run if it would not
-        wait: for work that found its bytes in already, so that a connection that
-        keeps its socket full takes one place per pass, not all of them."""
+        wait: for a read that found its bytes in already, so that a connection that
+        keeps its socket full takes one place per pass, not all of them. Not a
+        cancellation point (what was read must not be lost): a cancelled task still
+        waits for its round, which comes within a bounded number of passes."""
         if self._taken < self.per_pass and not self._waiting:
             self._taken += 1
             if self._taken == self.per_pass:
                 self._need_round()
             await trio.lowlevel.cancel_shielded_checkpoint()
             return
-        await self._park()
+        await self._park(cancellable=False)
 
-    async def _park(self) -> None:
+    async def _park(self, cancellable: bool = True) -> None:
         task = trio.lowlevel.current_task()
         self._waiting[task] = None
         self.parked += 1
         self._need_round()
 
         def abort(_: object) -> Abort:
+            if not cancellable:
+                return Abort.FAILED
             del self._waiting[task]  # a cancelled connection leaves the line
             return Abort.SUCCEEDED
 
