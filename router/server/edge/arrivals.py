@@ -23,7 +23,9 @@ scheduler: a router that is not crowded pays a counter per block, and every
 
 A pass therefore runs at most 2 x `PER_PASS` arrivals (those let in by the
 last round and free places of a round opened in it) and one parking step for
-each task that arrived meanwhile (a few microseconds each, no read).
+each task that arrived meanwhile: no read, ~12 us each in the storm against
+~60-80 us a read. Trio wakes every task whose socket became readable in the
+same pass, so that pass still grows with the crowd, five times more slowly.
 
 There is one `Arrivals` per Trio run (`arrivals()`): the places are the
 scheduler's, which every connection of every router in the run shares.
