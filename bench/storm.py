@@ -18,6 +18,8 @@ connection sends its blocks and reads every answer. Measured:
   sent on a clock), p50 and p99;
 - the router's RSS with the connections open before the storm and after it, and
   their difference per subscription;
+- the same PINGs and passes while the load's connections close and the router takes
+  them apart (until `LEAVING_AFTER` s after the load process exits);
 - where a PING waited: a `Probe` in the pinger's loop and one in the router's
   (`python -m bench.storm router ...` runs `smp-router` with it) record how late
   each loop woke, every gc pass and every long pass of the Trio scheduler with its
@@ -78,6 +80,7 @@ START_TIMEOUT = 600.0
 CLIENT_VERSIONS = (6, 10)  # the clients: v10
 _LOAD_ENV = "STORM_LOAD_NICE"  # 0: the load process runs at the runner's priority
 QUIET_PINGS = 50  # PINGs before the storm: what the machine itself adds
+LEAVING_AFTER = 1.0  # seconds of PINGs after the load process has exited
 
 
 # --- the store, filled before the router starts -----------------------------------------
@@ -479,6 +482,20 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
             cpu = ps.cpu_times()
             cpu_seconds = cpu.user + cpu.system - cpu_before
             rss_after = ps.memory_info().rss
+            # The load now closes its connections and exits; the router takes them
+            # apart. PINGs go on meanwhile, and for `LEAVING_AFTER` s after.
+            leaving: list[float] = []
+
+            async def load_gone(cancel: trio.CancelScope) -> None:
+                with trio.move_on_after(START_TIMEOUT):
+                    await load.wait()
+                await trio.sleep(LEAVING_AFTER)
+                cancel.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(load_gone, nursery.cancel_scope)
+                nursery.start_soon(_ping_on_a_clock, pinger, leaving)
+            left = time.time()
         pings = summary_ms(samples) if samples else {}
     finally:
         if load is not None:
@@ -499,6 +516,10 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         "pinger_loop": window(pinger_probe.timeline(), storm_began, storm_ended),
         "router_loop": None if router_timeline is None else window(
             router_timeline, storm_began, storm_ended),
+        # while the load's 2,000 connections close and the router takes them apart
+        "leaving_ping_ms": summary_ms(leaving) if leaving else {},
+        "leaving_router_loop": None if router_timeline is None else window(
+            router_timeline, storm_ended, left),
         # the router's long passes of the storm: (seconds since "go", wall ms, CPU ms,
         # task steps, longest step ms, its task)
         "router_passes": [] if router_timeline is None else [
@@ -534,9 +555,13 @@ def table(results: list[dict[str, Any]]) -> str:
             pings.get("samples", 0), f"{r['rss_before'] / 2**20:.0f}",
             f"{r['rss_after'] / 2**20:.0f}", f"{r['rss_growth_per_sub']:.0f}",
             _ms(r["pinger_loop"]["lag_max_ms"]),
-            *(("-", "-", "-") if r["router_loop"] is None else (
+            *(("-", "-", "-", "-") if r["router_loop"] is None else (
                 _ms(r["router_loop"]["lag_max_ms"]), _ms(r["router_loop"]["pass_cpu_max_ms"]),
+                r["router_loop"]["passes_over_20ms_cpu"],
                 _ms(r["router_loop"]["gc_cpu_max_ms"]))),
+            _ms(r.get("leaving_ping_ms", {}).get("p99")),
+            "-" if r.get("leaving_router_loop") is None
+            else _ms(r["leaving_router_loop"]["pass_cpu_max_ms"]),
             r["errors"], r["messages"], f"{r['load_average']:.1f}",
         ])
     return harness.md_table(
@@ -544,7 +569,9 @@ def table(results: list[dict[str, Any]]) -> str:
          "quiet PING p99 ms", "PING p50 ms", "PING p99 ms", "PINGs", "RSS before MB",
          "RSS after MB", "RSS growth B/SUB", "pinger's loop lag max ms",
          "router's loop lag max ms", "router's longest pass, CPU ms",
-         "router's longest gc pass, CPU ms", "errors", "MSGs", "load avg"], rows)
+         "router's passes over 20 ms CPU", "router's longest gc pass, CPU ms",
+         "PING p99 ms as the load leaves", "router's longest pass as the load leaves, CPU ms",
+         "errors", "MSGs", "load avg"], rows)
 
 
 def _ms(value: float | None) -> str:

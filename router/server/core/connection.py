@@ -70,6 +70,7 @@ import trio
 
 from router.protocol.block import BatchPacker
 
+from ..edge.arrivals import arrivals
 from ..edge.block_stream import BlockStream, TransportClosed, block_ready_check, sends_now
 from ..edge.handshake import Handshake, ServiceSession
 from .tasks import count_tasks
@@ -387,6 +388,12 @@ class Connection:
             self._receiving, self._reading = None, False
             # Nothing more is started once the receive loop is gone.
             self._handler = None
+            # Taking a connection apart (its helpers, then the router's cleanup of its
+            # subscriptions) takes a place in the arrivals: a crowd that leaves at once
+            # is taken apart a few per pass (edge/arrivals.py). Shielded: a connection
+            # the router ends is cancelled already.
+            with trio.CancelScope(shield=True):
+                await arrivals().admit()
             if self._helpers:
                 await self._end_helpers()
 
