@@ -111,6 +111,57 @@ async def test_the_oldest_get_in_as_newcomers_keep_coming() -> None:
     assert waves <= 16 // 2 + 3
 
 
+async def test_a_block_read_comes_before_a_crowd_joining_or_leaving() -> None:
+    """A connected client's block is let in with the next round, ahead of a crowd of
+    handshakes and teardowns that was in line before it."""
+    gate, counter = Arrivals(per_pass=4), PassCounter()
+    trio.lowlevel.add_instrument(counter)
+    let_in_at: dict[str, int] = {}
+
+    async def arrive(name: str, later: bool) -> None:
+        await (gate.admit_later() if later else gate.admit())
+        let_in_at[name] = counter.index
+
+    async with trio.open_nursery() as nursery:
+        for i in range(60):
+            nursery.start_soon(arrive, f"leaving {i}", True)
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
+        asked_at = counter.index
+        nursery.start_soon(arrive, "block", False)
+        for i in range(20):  # newer than the block: a single line's newest half takes them
+            nursery.start_soon(arrive, f"leaving late {i}", True)
+    trio.lowlevel.remove_instrument(counter)
+    assert let_in_at["block"] - asked_at <= 3
+    assert max(let_in_at.values()) - asked_at >= 80 // 4 - 2  # the crowd was still in line
+    assert len(let_in_at) == 81
+
+
+async def test_the_later_line_keeps_a_share_while_blocks_keep_coming() -> None:
+    """Blocks arriving faster than a round lets in cannot keep teardowns out."""
+    gate = Arrivals(per_pass=4)
+    let_in: set[str] = set()
+    waves = 0
+
+    async def arrive(name: str, later: bool) -> None:
+        await (gate.admit_later() if later else gate.admit())
+        let_in.add(name)
+
+    leaving = {f"leaving {i}" for i in range(10)}
+    async with trio.open_nursery() as nursery:
+        for name in sorted(leaving):
+            nursery.start_soon(arrive, name, True)
+        await trio.lowlevel.checkpoint()
+        while not leaving <= let_in and waves < 30:
+            for i in range(6):
+                nursery.start_soon(arrive, f"block {waves} {i}", False)
+            waves += 1
+            await trio.lowlevel.checkpoint()
+    # one place of every round of 4 is the later line's while it waits
+    assert leaving <= let_in
+    assert waves <= 10 + 3
+
+
 async def test_a_cancelled_arrival_leaves_the_line() -> None:
     gate = Arrivals(per_pass=1)
     await gate.admit()  # the round's one place

@@ -389,11 +389,11 @@ class Connection:
             # Nothing more is started once the receive loop is gone.
             self._handler = None
             # Taking a connection apart (its helpers, then the router's cleanup of its
-            # subscriptions) takes a place in the arrivals: a crowd that leaves at once
-            # is taken apart a few per pass (edge/arrivals.py). Shielded: a connection
-            # the router ends is cancelled already.
+            # subscriptions) takes a place in the arrivals, behind clients' blocks: a
+            # crowd that leaves at once is taken apart a few per pass (edge/arrivals.py).
+            # Shielded: a connection the router ends is cancelled already.
             with trio.CancelScope(shield=True):
-                await arrivals().admit()
+                await arrivals().admit_later()
             if self._helpers:
                 await self._end_helpers()
 

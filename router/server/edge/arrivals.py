@@ -27,6 +27,13 @@ each task that arrived meanwhile: no read, ~12 us each in the storm against
 ~60-80 us a read. Trio wakes every task whose socket became readable in the
 same pass, so that pass still grows with the crowd, five times more slowly.
 
+Two lines: what connected clients send (`admit`, `admit_after_pass`: a block
+read) comes before what joins or leaves the router (`admit_later`: a TLS
+handshake, the hello, taking a connection apart), so that a client's PING is
+not read behind thousands of connections leaving or arriving at once. The
+later line keeps a quarter of each round's places while it has waiting tasks,
+so neither line waits without bound.
+
 There is one `Arrivals` per Trio run (`arrivals()`): the places are the
 scheduler's, which every connection of every router in the run shares.
 """
@@ -44,14 +51,15 @@ PER_PASS = 16  # arrivals taken in per pass of the scheduler (plus those of the 
 class Arrivals:
     """Places for arriving work, `per_pass` per pass of the scheduler (module doc)."""
 
-    __slots__ = ("per_pass", "_taken", "_waiting", "_clock", "_clock_idle", "rounds",
-                 "parked")
+    __slots__ = ("per_pass", "_taken", "_waiting", "_later", "_clock", "_clock_idle",
+                 "rounds", "parked")
 
     def __init__(self, per_pass: int = PER_PASS) -> None:
         self.per_pass = per_pass
         self._taken = 0  # places given in this round
         # Oldest first; a cancelled arrival leaves from anywhere in O(1).
-        self._waiting: OrderedDict[Task, None] = OrderedDict()
+        self._waiting: OrderedDict[Task, None] = OrderedDict()  # blocks of connected clients
+        self._later: OrderedDict[Task, None] = OrderedDict()  # handshakes, hellos, teardowns
         self._clock: Task | None = None  # the task that opens the rounds
         self._clock_idle = False  # parked until a round is needed
         self.rounds = 0  # rounds the clock opened (tests, benchmarks)
@@ -59,7 +67,7 @@ class Arrivals:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._later)
 
     async def admit(self) -> None:
         """Return once this arrival has a place: at once, without yielding, if this
@@ -85,16 +93,30 @@ class Arrivals:
             return
         await self._park(cancellable=False)
 
-    async def _park(self, cancellable: bool = True) -> None:
+    async def admit_later(self) -> None:
+        """`admit` for work that joins or leaves the router (a handshake, a hello, a
+        teardown): a free place only if nobody waits in either line, else behind the
+        blocks of connected clients (module doc)."""
+        if self._taken < self.per_pass and not self._waiting and not self._later:
+            self._taken += 1
+            if self._taken == self.per_pass:
+                self._need_round()
+            return
+        await self._park(line=self._later)
+
+    async def _park(
+        self, cancellable: bool = True, line: OrderedDict[Task, None] | None = None
+    ) -> None:
         task = trio.lowlevel.current_task()
-        self._waiting[task] = None
+        waiting = self._waiting if line is None else line
+        waiting[task] = None
         self.parked += 1
         self._need_round()
 
         def abort(_: object) -> Abort:
             if not cancellable:
                 return Abort.FAILED
-            del self._waiting[task]  # a cancelled connection leaves the line
+            del waiting[task]  # a cancelled connection leaves the line
             return Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
@@ -112,7 +134,7 @@ class Arrivals:
         while True:
             self.rounds += 1
             self._taken = self._let_in()
-            if self._waiting or self._taken:
+            if self._waiting or self._later or self._taken:
                 # Those let in run in the next pass: it is their round.
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 continue
@@ -120,14 +142,21 @@ class Arrivals:
             await trio.lowlevel.wait_task_rescheduled(lambda _: Abort.SUCCEEDED)
 
     def _let_in(self) -> int:
-        """Reschedule up to `per_pass` waiting tasks, the oldest and the newest in turn."""
-        waiting = self._waiting
-        let_in = 0
-        while waiting and let_in < self.per_pass:
-            task, _ = waiting.popitem(last=let_in % 2 == 1)
-            trio.lowlevel.reschedule(task)
-            let_in += 1
-        return let_in
+        """Reschedule up to `per_pass` waiting tasks, the oldest and the newest of each
+        line in turn: the later line's share a quarter of the places while it waits,
+        and whatever the other line leaves."""
+        later_share = min(len(self._later), max(1, self.per_pass // 4))
+        let_in = _let_in_from(self._waiting, self.per_pass - later_share)
+        return let_in + _let_in_from(self._later, self.per_pass - let_in)
+
+
+def _let_in_from(waiting: OrderedDict[Task, None], places: int) -> int:
+    let_in = 0
+    while waiting and let_in < places:
+        task, _ = waiting.popitem(last=let_in % 2 == 1)
+        trio.lowlevel.reschedule(task)
+        let_in += 1
+    return let_in
 
 
 _ARRIVALS: RunVar[Arrivals] = RunVar("arrivals")

@@ -105,7 +105,7 @@ async def server_handshake(
     """
     # The hello's key pair and its signature: a crowd finishing its TLS handshakes
     # at once makes its hellos a few per pass (arrivals.py).
-    await arrivals().admit()
+    await arrivals().admit_later()
     if session_id is None:
         session_id = secrets.token_bytes(SESSION_ID_SIZE)
     version_max = versions.LEGACY_TLS_VERSION_MAX if legacy else SMP_VERSION_MAX

@@ -213,7 +213,7 @@ class NativeEdge:
             tls = trio.SSLStream(raw, context, server_side=True)
         # The handshake's first step (the key exchange, the certificate's signature) is
         # the costliest work a connection brings: a crowd reconnecting takes turns.
-        await arrivals().admit()
+        await arrivals().admit_later()
         try:
             await tls.do_handshake()
         except (*STREAM_GONE, ssl.SSLError):
