@@ -442,7 +442,8 @@ class Commands:
         # queue with messages must get one, however it came to be idle (delivery.py).
         into_empty = result is WriteResult.STORED_INTO_EMPTY
         self._context.deliverer.stored(
-            queue.recipient_id, msg, queue.rcv_dh_secret, into_empty=into_empty)
+            queue.recipient_id, msg, queue.rcv_dh_secret, into_empty=into_empty,
+            service_id=queue.rcv_service_id)
         if result is WriteResult.QUOTA_EXCEEDED:
             self._context.latencies.not_stored(msg.msg_id)
             self._context.counters.messages_quota_refused += 1
@@ -524,6 +525,7 @@ class Commands:
             self._context.counters.messages_acked += 1
             self._context.queue_active(rid)
         if head is None or sub.get_mode or not subscriptions.can_push(client, sub):
+            subscriptions.settle(client, sub)  # a service's queue emptied: its `Sub` goes
             return _reply(verified, _OK)
         return [self._context.deliverer.message_transmission(
             verified.corr_id, rid, sub, head, _queue(verified).rcv_dh_secret)]

@@ -140,38 +140,52 @@ class Services:
     async def _catch_up_queues(
         self, client: ClientSubscriptions, walk: CatchUp, rids: list[bytes]
     ) -> int:
-        """Subscribe the queues of one step of the walk and push their heads (one
-        store read for the records, one for the heads); returns how many went out.
+        """Push the heads of one step of the walk (one store read for the records, one
+        for the heads); returns how many went out.
 
-        Each queue is registered before its head is read, and every head is marked
-        in flight as soon as it is read (no await between), so that a SEND's push
-        and this one never both deliver a message (the theory of operation above)."""
+        A queue gets a `Sub` here only if it has a head to push (or to take it from
+        an individual holder elsewhere, who gets END), and every head is marked in
+        flight as soon as it is read (no await between): a SEND's push and this one
+        never both deliver a message (the theory of operation above)."""
         records = await self._queues.get_queues(Party.RECIPIENT, rids)
         subscriptions = self._subscriptions
-        held = subscriptions.service_held(client, Party.RECIPIENT)
-        if held is None or client.catch_up is not walk:
+        if subscriptions.service_held(client, Party.RECIPIENT) is None or client.catch_up is not walk:
             return 0
-        walked: list[tuple[Sub, QueueRecord]] = []
+        walked: list[QueueRecord] = []
         for queue in records:
             if queue is None or queue.rcv_service_id != walk.service_id:
                 continue  # deleted, or taken by another subscriber, since the page was read
             rid = queue.recipient_id
-            sub = client.queues.get(rid)
+            sub = client.queue(rid)
             if sub is None:
-                sub = subscriptions.subscribe(client, rid, queue.rcv_dh_secret)
+                if subscriptions.subscriber_of(rid) is not None:
+                    subscriptions.subscribe_for_service(client, rid, queue.rcv_dh_secret)
             elif sub.get_mode:
                 continue  # GET was used on this connection: SUB is prohibited here too
-            held.subs.add(sub)
-            walked.append((sub, queue))
+            walked.append(queue)
         if not walked:
             return 0
-        heads = await self._messages.peek_messages([queue.recipient_id for _, queue in walked])
+        heads = await self._messages.peek_messages([queue.recipient_id for queue in walked])
+        held = client.catch_up is walk and subscriptions.service_held(client, Party.RECIPIENT)
         out: list[tuple[Sub, tuple[bytes, int], bytes]] = []
-        for (sub, queue), msg in zip(walked, heads, strict=True):
-            if msg is None or not subscriptions.may_push(client, sub, msg):
+        for queue, msg in zip(walked, heads, strict=True):
+            rid = queue.recipient_id
+            sub = client.queue(rid)
+            if msg is None or not held:
+                if sub is not None:
+                    subscriptions.settle(client, sub)
+                continue
+            if sub is None:
+                if subscriptions.subscriber_of(rid) is not None:
+                    continue  # an individual SUB took it meanwhile
+                sub = subscriptions.subscribe_for_service(client, rid, queue.rcv_dh_secret)
+            elif sub.get_mode:
+                continue
+            if not subscriptions.may_push(client, sub, msg):
+                subscriptions.settle(client, sub)
                 continue
             transmission = self._deliverer.message_transmission(
-                b"", queue.recipient_id, sub, msg, queue.rcv_dh_secret)
+                b"", rid, sub, msg, queue.rcv_dh_secret)
             out.append((sub, (msg.msg_id, msg.ts), transmission))
         pushed = 0
         for at in range(0, len(out), DELIVERY_BATCH):

@@ -352,6 +352,12 @@ class _ServiceRegistry:
         self._held[service_id] = ServiceSubscription(client, count, ids_hash)
         return previous
 
+    def holder(self, service_id: bytes) -> ServiceSubscription | None:
+        return self._held.get(service_id)
+
+    def all(self) -> Iterator[ServiceSubscription]:
+        return iter(self._held.values())
+
     def held_by(self, service_id: bytes, client: ClientSubscriptions) -> ServiceSubscription | None:
         held = self._held.get(service_id)
         return held if held is not None and held.client is client else None
@@ -441,6 +447,51 @@ class Subscriptions:
             return None
         return self._services[party].held_by(service_id, client)
 
+    def service_holder(self, service_id: bytes, recipient_id: bytes) -> ClientSubscriptions | None:
+        """The connection a SEND to a queue associated with `service_id` (and held by
+        nobody) is pushed to: the service's holder, once its SUBS has answered (its walk
+        started) and unless it used GET on the queue (docs/protocol.md#service-subscriptions)."""
+        held = self._services[Party.RECIPIENT].holder(service_id)
+        if held is None:
+            return None
+        client = held.client
+        if client.next_catch_up is not None or recipient_id in (client._get_subs or ()):
+            return None
+        return client
+
+    def subscribe_for_service(
+        self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes
+    ) -> Sub:
+        """A `Sub` of an associated queue for the service's holder, made only while a
+        message of the queue is on its way (`settle` lets it go); an individual holder
+        elsewhere is displaced with END, as by SUB."""
+        held = self.service_held(client, Party.RECIPIENT)
+        assert held is not None  # called for the holder only
+        sub = self.subscribe(client, recipient_id, box_key)
+        held.subs.add(sub)
+        return sub
+
+    def settle(self, client: ClientSubscriptions, sub: Sub) -> None:
+        """A service's `Sub` with nothing in flight and nothing waiting goes: the
+        service subscription keeps no state per queue while its queues are idle."""
+        if (
+            sub.client is not client
+            or sub in self._in_flight
+            or sub in self._acking
+            or sub.recipient_id in client.deliveries
+        ):
+            return
+        held = self.service_held(client, Party.RECIPIENT)
+        if held is None or sub not in held.subs:
+            return  # an individual subscription: it stays
+        held.subs.discard(sub)
+        self._detach(client, sub.recipient_id)
+
+    def service_subs_count(self) -> int:
+        """`Sub`s service subscriptions hold now, router-wide (queues with a message on
+        its way to a service's holder)."""
+        return sum(len(held.subs) for held in self._services[Party.RECIPIENT].all())
+
     def queue_state(self, client: ClientSubscriptions, sub: Sub | None) -> str:
         """The `qSubThread` of a QUE answer."""
         if sub is None:
@@ -496,7 +547,11 @@ class Subscriptions:
         return sub if sub.get_mode else None
 
     def send_again(self, client: ClientSubscriptions, sub: Sub) -> None:
-        """SUB again on the same connection: the head goes out again (reference behaviour)."""
+        """SUB again on the same connection: the head goes out again (reference behaviour).
+        A service's `Sub` becomes an individual subscription (it no longer goes when idle)."""
+        held = self.service_held(client, Party.RECIPIENT)
+        if held is not None:
+            held.subs.discard(sub)
         self._in_flight.pop(sub, None)
         client.deliveries.discard(sub.recipient_id)
 
@@ -547,6 +602,10 @@ class Subscriptions:
         sub.client = None
         self._in_flight.pop(sub, None)
         client._release()
+        if client.conn.service_id is not None:
+            held = self.service_held(client, Party.RECIPIENT)
+            if held is not None:
+                held.subs.discard(sub)
         if sub.scope is not None:
             sub.scope.cancel()
 
@@ -661,7 +720,7 @@ class Subscriptions:
         client = previous.client
         if party is Party.RECIPIENT:
             client.catch_up = client.next_catch_up = None
-        for sub in previous.subs:
+        for sub in list(previous.subs):  # only queues with a message on its way
             if client.queue(sub.recipient_id) is sub:
                 self._detach(client, sub.recipient_id)
         for nid in previous.notifier_ids:
