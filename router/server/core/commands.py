@@ -454,7 +454,8 @@ class Commands:
             return _reply(verified, MEMORY_FULL)
         self._context.counters.messages_sent += 1
         if cmd.notify and queue.notifier is not None:
-            self._context.notifications.notify(queue.notifier, msg)  # sent with the next batch
+            # sent with the next batch, to the notifier service's holder if it has one
+            self._context.notifications.notify(queue.notifier, msg, queue.ntf_service_id)
         return _reply(verified, _OK)
 
     async def _sub(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
@@ -584,7 +585,7 @@ class Commands:
         await self._context.services.associate(client, queue, Party.NOTIFIER)
         nid = queue.notifier.notifier_id  # the store's id object, as for SUB
         self._context.subscriptions.subscribe_notifier(client, nid)
-        self._context.notifications.subscribed(nid)
+        self._context.notifications.subscribed(nid, client.conn.service_id)
         self._context.counters.notifier_subscriptions_ok += 1
         return _reply(verified, SOK(client.conn.service_id))
 

@@ -202,26 +202,14 @@ class Services:
     # --- NSUBS ------------------------------------------------------------------------
 
     async def subscribe_notifiers(self, client: ClientSubscriptions) -> ServiceQueues:
-        """NSUBS: take the service's notifiers over; returns the figures for SOKS."""
+        """NSUBS: take the service's notifiers over; returns the figures for SOKS.
+        Nothing is registered per notifier: an NMSG of a notifier associated with the
+        service goes to its holder (notifications.py), and those pending go now."""
         service_id = client.conn.service_id
         assert service_id is not None
         figures = await self._queues.service_summary(service_id, Party.NOTIFIER)
-        subscriptions = self._subscriptions
-        held = subscriptions.take_over_service(
+        self._subscriptions.take_over_service(
             client, Party.NOTIFIER, figures.count, figures.ids_hash
         )
-        after: bytes | None = None
-        while True:  # by pages of the store, as the SUBS walk
-            page = await self._queues.service_queue_page(
-                service_id, Party.NOTIFIER, after, CATCH_UP_PAGE
-            )
-            if subscriptions.service_held(client, Party.NOTIFIER) is not held:
-                break  # displaced meanwhile: the new holder subscribes them
-            for nid in page:
-                subscriptions.subscribe_notifier(client, nid)
-                self._notifications.subscribed(nid)
-                held.notifier_ids.add(nid)
-            if len(page) < CATCH_UP_PAGE:
-                break
-            after = page[-1]
+        self._notifications.service_subscribed(service_id)
         return figures

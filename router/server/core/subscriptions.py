@@ -328,8 +328,7 @@ class ServiceSubscription:
     client: ClientSubscriptions
     count: int  # the n of its SOKS
     ids_hash: bytes = NO_IDS_HASH  # the ids hash of its SOKS (v19)
-    subs: set[Sub] = field(default_factory=set)  # recipient side
-    notifier_ids: set[bytes] = field(default_factory=set)  # notifier side
+    subs: set[Sub] = field(default_factory=set)  # recipient side, a message on its way
 
 
 class _ServiceRegistry:
@@ -418,6 +417,11 @@ class Subscriptions:
         client = self._notifiers.get(notifier_id)
         return None if client is None else client.conn
 
+    def notifier_service_connection(self, service_id: bytes) -> Connection | None:
+        """The connection holding the notifier service's NSUBS, if any."""
+        held = self._services[Party.NOTIFIER].holder(service_id)
+        return None if held is None else held.client.conn
+
     def subscriber_for(self, conn: Connection) -> ClientSubscriptions | None:
         return self._subscribers.get(conn)
 
@@ -486,6 +490,10 @@ class Subscriptions:
             return  # an individual subscription: it stays
         held.subs.discard(sub)
         self._detach(client, sub.recipient_id)
+
+    def notifiers_subscribed(self) -> int:
+        """Notifier ids subscribed one by one (NSUB), router-wide."""
+        return len(self._notifiers)
 
     def service_subs_count(self) -> int:
         """`Sub`s service subscriptions hold now, router-wide (queues with a message on
@@ -723,8 +731,6 @@ class Subscriptions:
         for sub in list(previous.subs):  # only queues with a message on its way
             if client.queue(sub.recipient_id) is sub:
                 self._detach(client, sub.recipient_id)
-        for nid in previous.notifier_ids:
-            self._detach_notifier(client, nid)
         service_id = client.conn.service_id
         assert service_id is not None
         ends = ENDS(previous.count, previous.ids_hash)
