@@ -432,7 +432,11 @@ class Commands:
         # Only the notification flag is kept: the MSG body carries 'T'/'F'
         # (docs/protocol.md#encryption).
         msg = Message(secrets.token_bytes(ID_SIZE), int(time.time()), cmd.flags[:1], cmd.body)
-        if self._context.subscriptions.subscriber_of(queue.recipient_id) is not None:
+        subscriptions = self._context.subscriptions
+        if subscriptions.subscriber_of(queue.recipient_id) is not None or (
+            queue.rcv_service_id is not None
+            and subscriptions.service_holder(queue.rcv_service_id, queue.recipient_id)
+        ):
             self._context.latencies.sent(msg.msg_id, arrived)
         await self._context.expire_before_send(queue.recipient_id)
         self._context.queue_active(queue.recipient_id)

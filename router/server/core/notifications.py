@@ -57,7 +57,8 @@ _Pending = deque[tuple[int, bytes]]  # (ts of the message, encoded NMSG transmis
 
 class Notifications:
     __slots__ = (
-        "_subscriber_of", "_service_holder", "_service_of", "_interval", "_ttl", "_max_pending", "_clock",
+        "_subscriber_of", "_service_holder", "_service_of", "_interval", "_ttl",
+        "_max_pending", "_clock",
         "_pending", "_ready_ids", "_ready", "sent", "dropped",
     )
 

@@ -11,37 +11,41 @@ client certificate and `clientService`; `Connection.service_id` is then set.
   SUBS does not take the queue back from its new subscriber. The store keeps
   the association and each service's count and ids hash (`QueueStore.set_service`,
   a block's at once by `set_queues_service`), so they survive restarts.
+- Holding. A service subscription is one entry per service and side
+  (`Subscriptions.take_over_service`: service id -> the holding connection),
+  nothing per queue. A SEND to a queue nobody holds with SUB whose record
+  names a held service is pushed to the holder (`Deliverer.stored`) through a
+  `Sub` made then (`Subscriptions.subscribe_for_service`) and let go as soon
+  as nothing of the queue is on its way (`Subscriptions.settle`: after the
+  ACK of its last message, or a delivery that found nothing): what a service
+  subscription keeps grows with its messages in flight, not with its queues
+  (the reference's `serviceSubscribers`, `deliverServiceMessages`).
 - SUBS. The router reads the service's figures, makes this connection the
-  service's subscriber, answers `SOKS n idsHash` with the store's figures and
+  service's holder, answers `SOKS n idsHash` with the store's figures and
   then catches up: the connection's one delivery task walks the service's
   queues by pages of the store in recipient id order
   (`QueueStore.service_queue_page`, keyset: the next page starts past the
-  last id read), and for each queue that is still associated it registers
-  the subscription (an individual subscriber elsewhere gets END) and pushes
-  the queue's head message. When the store has no page left it pushes
-  `ALLS`. No task per queue, and the walk holds one page, whatever the
-  count: what grows with the queues is the subscriptions themselves. A
-  queue associated before SUBS and still associated when the walk reaches
-  its id is walked exactly once; one associated meanwhile was subscribed by
-  the command that associated it (or comes in a later page), one released
-  or deleted is skipped.
-- No gap, no duplicate. Each queue is registered before its head is peeked,
-  so a SEND stored before that is found by the peek, and a SEND stored after
-  it is pushed by the SEND's own fast path. Both paths check the queue's
-  `delivered` gate after their last await and set it before writing, so
-  only one of them sends a given message.
+  last id read), reads the heads of each step at once and pushes those that
+  are not in flight yet, through the same `Sub`s. When the store has no page
+  left it pushes `ALLS`. No task per queue, and the walk holds one page,
+  whatever the count. SENDs go to the holder only once the walk has started
+  (after the SOKS): one stored before that is found by the walk.
+- No gap, no duplicate. A queue has one `Sub` at most, router-wide, and both
+  a SEND's push and the walk's check its `delivered` gate after their last
+  await and set it before writing, so only one of them sends a given message;
+  a SEND during the walk is pushed by its own path whether or not the walk
+  has passed its queue.
 - Displacement. A second connection proving the same service that sends
-  SUBS takes over: the first gets `ENDS n idsHash` (the figures of its own SOKS),
-  loses its catch-up and, at once, every queue its walk subscribed or found
-  subscribed (`ServiceSubscription.subs`); the queues move to the new
-  connection as its catch-up reaches them. Meanwhile they are simply
-  unsubscribed: SENDs are stored and the catch-up finds them. A queue the
-  first connection subscribed with plain SUB and its walk never reached is
-  an individual subscription: it stays there until the new walk takes it,
-  which sends its END (docs/protocol.md#end-and-ends).
-- NSUBS does the same for the notifier side without delivering anything:
-  the notifier ids are registered at once, then any NMSGs waiting for them
-  go out with the next notification flush. There is no ALLS after NSUBS.
+  SUBS takes over with one swap: the first gets `ENDS n idsHash` (the
+  figures of its own SOKS), loses its catch-up and the `Sub`s of the
+  messages in flight to it (`ServiceSubscription.subs`), and the new holder's
+  walk pushes those messages again. A queue the first connection subscribed
+  with plain SUB is an individual subscription: it stays there until the new
+  walk takes it, which sends its END (docs/protocol.md#end-and-ends).
+- NSUBS makes the connection the holder of the notifier side and nothing
+  more: NMSGs of a notifier associated with the service go to the holder
+  (notifications.py), those waiting with the next flush. There is no ALLS
+  after NSUBS.
 
 Who holds which service, and what a takeover ends, is subscription state:
 `Subscriptions` (subscriptions.py) keeps it; this module reads the store and
@@ -149,7 +153,7 @@ class Services:
         never both deliver a message (the theory of operation above)."""
         records = await self._queues.get_queues(Party.RECIPIENT, rids)
         subscriptions = self._subscriptions
-        if subscriptions.service_held(client, Party.RECIPIENT) is None or client.catch_up is not walk:
+        if client.catch_up is not walk or not subscriptions.service_held(client, Party.RECIPIENT):
             return 0
         walked: list[QueueRecord] = []
         for queue in records:

@@ -35,8 +35,10 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
   and a `Sub` let go (`_let_go`, a GET-mode `Sub` dropped) loses its entry at
   once, so the map holds only queues with a message in flight.
 - A service subscription (SUBS / NSUBS, services.py) is held by one
-  subscriber per service and side; it records the `Sub`s its walk made or
-  found, which a takeover ends with one ENDS.
+  subscriber per service and side: one entry, nothing per queue. It records
+  only the `Sub`s of its queues with a message on its way
+  (`subscribe_for_service`, let go by `settle`), which a takeover ends with
+  one ENDS.
 - `PendingEvents` collects END/DELD per subscriber and one router task
   flushes them every `end_batch_interval`, so that a burst of takeovers (a
   client reconnecting with thousands of queues) costs the old connection a few
@@ -318,10 +320,11 @@ class SubscriberRegistry:
 class ServiceSubscription:
     """One subscriber's service subscription on one side.
 
-    It holds the `Sub` records the SUBS walk made or found (recipient side)
-    or the notifier ids NSUBS subscribed (notifier side). A takeover ends
-    exactly these with one ENDS; anything else the connection subscribed with
-    plain SUB / NSUB stays an individual subscription, which gets its own END
+    On the recipient side it holds the `Sub`s of its queues with a message on
+    its way to the holder, made by a SEND or the SUBS walk and let go once the
+    queue is idle; nothing per notifier on the notifier side. A takeover ends
+    these with one ENDS; anything the connection subscribed with plain
+    SUB / NSUB stays an individual subscription, which gets its own END
     when it is taken.
     """
 
