@@ -166,6 +166,8 @@ class Services:
                     subscriptions.subscribe_for_service(client, rid, queue.rcv_dh_secret)
             elif sub.get_mode:
                 continue  # GET was used on this connection: SUB is prohibited here too
+            else:  # its own SUB of the service's queue: the service subscription's now
+                subscriptions.adopt_for_service(client, sub)
             walked.append(queue)
         if not walked:
             return 0

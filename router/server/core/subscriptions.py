@@ -478,6 +478,13 @@ class Subscriptions:
         held.subs.add(sub)
         return sub
 
+    def adopt_for_service(self, client: ClientSubscriptions, sub: Sub) -> None:
+        """The holder's own SUB of one of the service's queues, reached by its walk,
+        becomes the service subscription's: covered by ENDS, let go when idle."""
+        held = self.service_held(client, Party.RECIPIENT)
+        if held is not None and sub.client is client:
+            held.subs.add(sub)
+
     def settle(self, client: ClientSubscriptions, sub: Sub) -> None:
         """A service's `Sub` with nothing in flight and nothing waiting goes: the
         service subscription keeps no state per queue while its queues are idle."""
@@ -721,6 +728,12 @@ class Subscriptions:
         previous = registry.take_over(service_id, client, count, ids_hash)
         if previous is not None:
             self._end_service(previous, party)
+        if party is Party.NOTIFIER:
+            # Its own NSUBs so far (each service-signed: of the service's notifiers) are
+            # the service subscription's now, whose NMSGs come by the service id
+            # (notifications.py): their entries go, and a takeover ends them with ENDS.
+            for nid in list(client.notifiers):
+                self._detach_notifier(client, nid)
         held = registry.held_by(service_id, client)
         assert held is not None  # just taken over
         return held
@@ -731,6 +744,13 @@ class Subscriptions:
         client = previous.client
         if party is Party.RECIPIENT:
             client.catch_up = client.next_catch_up = None
+        else:
+            # Its NSUBs since its NSUBS (each service-signed, so of the service's
+            # notifiers) are the new holder's now: each gets its END. Bounded by what the
+            # connection subscribed one by one, not by the service's count.
+            for nid in list(client.notifiers):
+                self._detach_notifier(client, nid)
+                self.events.add(client, nid, Event.NTF_END)
         for sub in list(previous.subs):  # only queues with a message on its way
             if client.queue(sub.recipient_id) is sub:
                 self._detach(client, sub.recipient_id)
