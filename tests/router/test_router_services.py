@@ -150,8 +150,6 @@ async def test_subs_delivers_every_waiting_message_once_through_the_delivery_tas
 async def test_subs_delivers_3000_waiting_messages_of_10000_queues_once_in_every_setting(
     router_factory, delivery, store_kind
 ):
-    if delivery == SINGLE_TASK and store_kind == "memory":
-        pytest.skip("the default run covers this setting at this size")
     router = await router_factory()
     with trio.fail_after(600):
         await check_catch_up_and_takeover(router, delivery, *FULL_SCALE)
