@@ -236,6 +236,15 @@ class SqliteQueueStore:
             # Forget the record, not the queue: its ids stay in the index.
             self._cache.drop(next(iter(self._cache.queues)))
 
+    def _cache_loaded(self, rec: QueueRecord) -> None:
+        """Cache a record just read from the database, of a queue not cached: its ids are
+        indexed already (every live queue's are), so this is `_cache_put` without the
+        index's work, which a reconnect storm would do for every record it reads."""
+        queues = self._cache.queues
+        self._cache.put(rec)
+        if len(queues) > self.cache_size:
+            self._cache.drop(next(iter(queues)))
+
     def _cache_drop(self, rec: QueueRecord) -> None:
         """The queue is gone: forget the record and its ids."""
         self._cache.drop(rec.recipient_id)
@@ -264,7 +273,7 @@ class SqliteQueueStore:
                 cached = self._cache.queues.get(rec.recipient_id)
                 if cached is not None:
                     return cached if self._cached(party, entity_id) is cached else None
-                self._cache_put(rec)
+                self._cache_loaded(rec)
                 return rec
 
     async def _load_many(
@@ -293,7 +302,7 @@ class SqliteQueueStore:
             entity_id = key_of(rec)
             cached = self._cache.queues.get(rec.recipient_id)
             if cached is None:
-                self._cache_put(rec)
+                self._cache_loaded(rec)
             elif self._cached(party, entity_id) is not cached:
                 continue  # the cached record, newer, no longer has this id
             else:
