@@ -135,6 +135,10 @@ class _LiveIds:
     def taken(self, party: Party, entity_id: bytes) -> bool:
         return entity_id in self._ids[party]
 
+    def of(self, party: Party) -> set[bytes]:
+        """The ids of `party` (to be read, not changed)."""
+        return self._ids[party]
+
     def add(self, rid: bytes, sid: bytes, nid: bytes | None, lid: bytes | None = None) -> None:
         self._ids[Party.RECIPIENT].add(rid)
         self._ids[Party.SENDER].add(sid)
@@ -315,12 +319,16 @@ class SqliteQueueStore:
         """The ids of `entity_ids` that are neither cached nor gone now (the others go
         into `found`)."""
         wanted = []
+        cached, live = self._cache.get, self._ids.of(party)  # per id of a storm's blocks
         for entity_id in entity_ids:
-            rec = self._cached(party, entity_id)
-            if rec is None and self._ids.taken(party, entity_id):
+            rec = cached(party, entity_id)
+            if rec is not None:
+                self._lru.move_to_end(rec.recipient_id)
+                found[entity_id] = rec
+            elif entity_id in live:
                 wanted.append(entity_id)
             else:
-                found[entity_id] = rec
+                found[entity_id] = None
         return wanted
 
     def _now(self) -> int:
