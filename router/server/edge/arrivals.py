@@ -32,7 +32,9 @@ read) comes before what joins or leaves the router (`admit_later`: a TLS
 handshake, the hello, taking a connection apart), so that a client's PING is
 not read behind thousands of connections leaving or arriving at once. The
 later line keeps a quarter of each round's places while it has waiting tasks,
-so neither line waits without bound.
+so neither line waits without bound. A connection whose peer has gone (native TLS:
+its FIN, seen with a look at the socket while arrivals wait) takes the later line
+already for the read that finds its end, not only for its teardown.
 
 There is one `Arrivals` per Trio run (`arrivals()`): the places are the
 scheduler's, which every connection of every router in the run shares.
@@ -68,6 +70,10 @@ class Arrivals:
     @property
     def waiting(self) -> int:
         return len(self._waiting) + len(self._later)
+
+    def would_wait(self) -> bool:
+        """Whether an arrival now would wait for a round (in either line)."""
+        return self._taken >= self.per_pass or bool(self._waiting) or bool(self._later)
 
     async def admit(self) -> None:
         """Return once this arrival has a place: at once, without yielding, if this
