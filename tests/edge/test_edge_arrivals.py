@@ -5,9 +5,11 @@ timed."""
 
 from __future__ import annotations
 
+import socket
+
 import trio
 
-from router.server.edge.arrivals import Arrivals, arrivals
+from router.server.edge.arrivals import Arrivals, arrivals, peer_gone
 
 
 class PassCounter(trio.abc.Instrument):
@@ -200,22 +202,19 @@ async def test_the_run_has_one() -> None:
 
 
 def test_a_peer_is_gone_only_once_nothing_is_left_before_its_end() -> None:
-    """What a crowd leaving is told apart by (native_tls `_peer_gone`): a look at the
+    """What a crowd leaving is told apart by (`Arrivals.admit_read`): a look at the
     socket that leaves what there is to read in it."""
-    import socket
-
-    from router.server.edge.native_tls import _peer_gone
 
     router_side, peer = socket.socketpair()
     router_side.setblocking(False)
     with router_side, peer:
-        assert not _peer_gone(router_side)  # nothing yet
+        assert not peer_gone(router_side)  # nothing yet
         peer.sendall(b"a block")
-        assert not _peer_gone(router_side)
+        assert not peer_gone(router_side)
         peer.shutdown(socket.SHUT_WR)
-        assert not _peer_gone(router_side)  # its bytes first
+        assert not peer_gone(router_side)  # its bytes first
         assert router_side.recv(100) == b"a block"
-        assert _peer_gone(router_side)
+        assert peer_gone(router_side)
 
 
 async def test_would_wait_says_whether_an_arrival_now_would_wait() -> None:

@@ -395,15 +395,9 @@ class TlsBlockTransport(WritesSocketNow):
                         if scope.cancelled_caught:
                             raise TransportClosed(f"block not complete in {timeout} s")
                     # Readable: a place in this pass's arrivals before the read, so
-                    # that a crowd's blocks are not all read in one pass (arrivals.py).
-                    # A peer that has gone (its FIN and nothing before it) brings no
-                    # block but its teardown: while arrivals wait, it waits in their
-                    # later line, behind connected clients' blocks (a crowd leaving at
-                    # once is not read ahead of another client's PING).
-                    if self._arrivals.would_wait() and _peer_gone(sock):
-                        await self._arrivals.admit_later()
-                    else:
-                        await self._arrivals.admit()
+                    # that a crowd's blocks are not all read in one pass; a peer that
+                    # has gone waits behind connected clients' blocks (arrivals.py).
+                    await self._arrivals.admit_read(sock)
                 if deadline == math.inf:
                     deadline = trio.current_time() + timeout
                 if raw:
@@ -604,17 +598,6 @@ def _read_nowait(tls: ssl.SSLObject | None) -> bytes | None:
         return None
     except ssl.SSLError as e:  # close_notify, a cut connection, a bad record
         raise TransportClosed("peer closed the connection") from e
-
-
-def _peer_gone(sock: socket.socket) -> bool:
-    """Whether the socket's peer has closed it with nothing left to read (a look, not a
-    read: what there is stays in the kernel for `_recv_nowait`)."""
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True  # reset: the read says so
 
 
 def _recv_nowait(sock: socket.socket) -> bytes | None:
