@@ -215,7 +215,7 @@ def insert_row(r: QueueRecord, link: QueueLinkData | None) -> tuple[Any, ...]:
 
 _STATUS_OF = {status.value: status for status in QueueStatus}
 # A frozen dataclass's __init__ sets every field with object.__setattr__; a row becomes
-# its record through the fields' own slots instead, ~3x quicker: a reconnect storm turns
+# its record through the fields' own slots instead, ~2x quicker: a reconnect storm turns
 # a block's ~100 rows into records on the event loop (bench/RESULTS.md, "Reconnect storm").
 # The names are checked here so that a new field of QueueRecord fails at import, not later.
 if [f.name for f in fields(QueueRecord)] != [
