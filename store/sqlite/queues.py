@@ -235,18 +235,16 @@ class SqliteQueueStore:
         if old is not None and old.link_id is not None and old.link_id != rec.link_id:
             self._ids.discard(Party.LINK, old.link_id)
         self._ids.index(rec)
-        self._cache.put(rec)  # the most recently used: put moves it to the end
-        while len(self._cache.queues) > self.cache_size:
-            # Forget the record, not the queue: its ids stay in the index.
-            self._cache.drop(next(iter(self._cache.queues)))
+        self._cache_loaded(rec)
 
     def _cache_loaded(self, rec: QueueRecord) -> None:
-        """Cache a record just read from the database, of a queue not cached: its ids are
-        indexed already (every live queue's are), so this is `_cache_put` without the
-        index's work, which a reconnect storm would do for every record it reads."""
+        """Cache a record whose ids are indexed already (every live queue's are): a record
+        just read from the database skips the index's work, which a reconnect storm would
+        do for every record it reads."""
         queues = self._cache.queues
-        self._cache.put(rec)
-        if len(queues) > self.cache_size:
+        self._cache.put(rec)  # the most recently used: put moves it to the end
+        while len(queues) > self.cache_size:
+            # Forget the record, not the queue: its ids stay in the index.
             self._cache.drop(next(iter(queues)))
 
     def _cache_drop(self, rec: QueueRecord) -> None:
