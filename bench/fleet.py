@@ -82,7 +82,7 @@ _SUB_COMMAND = encode_command(SUB())
 
 
 def worker_main(pipe: Pipe, url: str, address: str, index: int) -> None:
-    """Entry point of a load process (multiprocessing, spawn)."""
+    """Entry point of a load process (multiprocessing, bench.harness.worker_context)."""
     raise_nofile()
     trio.run(_serve, pipe, url, address, index)
 

@@ -188,13 +188,24 @@ def _readline(stream: Any, timeout: float) -> str:
     return result[0] if result else ""
 
 
+def worker_context() -> multiprocessing.context.BaseContext:
+    """How load processes (bench.loadgen's workers, bench.fleet's fleets) start: forked
+    from a server process that has imported both once (their imports take seconds on a
+    loaded machine, before a process has done anything), not each a fresh interpreter
+    importing them again. A process still starts clean: no Trio loop, thread or
+    connection of the runner is inherited, and `random` is reseeded at the fork."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["bench.loadgen", "bench.fleet"])
+    return context
+
+
 class WorkerGroup:
     """Load worker processes (bench.loadgen), each with its own Trio loop."""
 
     def __init__(self, address: str, count: int) -> None:
         from .loadgen import worker_main
 
-        ctx = multiprocessing.get_context("spawn")
+        ctx = worker_context()
         self.pipes = []
         self.procs = []
         for index in range(count):

@@ -55,7 +55,7 @@ ACKS_IN_FLIGHT = 2  # ack_many calls a recipient connection has out at once
 
 
 def worker_main(pipe: Pipe, address: str, index: int) -> None:
-    """Entry point of a worker process (multiprocessing, spawn)."""
+    """Entry point of a worker process (multiprocessing, bench.harness.worker_context)."""
     trio.run(_serve, pipe, address, index)
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import sys
 import threading
 import time
@@ -90,7 +89,7 @@ class Fleets:
     def __init__(self, url: str, address: str, count: int) -> None:
         from .fleet import worker_main
 
-        ctx = multiprocessing.get_context("spawn")
+        ctx = harness.worker_context()
         self.pipes, self.procs = [], []
         for index in range(count):
             parent, child = ctx.Pipe()
