@@ -79,6 +79,9 @@ CLIENTS = 50
 QUICK_CLIENTS = 4
 DURATION = 5.0
 QUICK_DURATION = 1.0
+# Seconds of load before each window opens in a quick run (else throughput's WARMUP):
+# its figures are for the terminal, so its load settles for less.
+QUICK_WARMUP = 0.25
 REPEATS = 3
 BACKGROUND = 100_000
 QUICK_BACKGROUND = 2_000
@@ -349,7 +352,7 @@ def _sampled(server: Server, window: dict[str, float], delivered: Any) -> dict[s
 
 
 def echo_point(clients: int, duration: float, rate: float | None = None,
-               windows: int = 1) -> list[dict[str, Any]]:
+               windows: int = 1, *, warmup: float) -> list[dict[str, Any]]:
     """The echo under `clients` connections with `ECHO_WINDOW` blocks in flight each (or
     `rate` blocks per second each, open loop): one result per window."""
     from .throughput import WORKERS, _window
@@ -367,7 +370,7 @@ def echo_point(clients: int, duration: float, rate: float | None = None,
 
         results = []
         for _ in range(windows):
-            window = _window(duration)
+            window = _window(duration, warmup)
             workers.call([{"op": "echo_start", "window": ECHO_WINDOW, "rate": rate, **window}
                           if n else None for n in per_worker])
             results.append(_sampled(server, window, finish))
@@ -436,7 +439,7 @@ def crypto_floor(costs: dict[str, float], version: int, blocks_per_msg: float) -
 
 
 def load_point(kind: str, tree: Path, version: int, clients: int,
-               duration: float) -> dict[str, Any]:
+               duration: float, warmup: float) -> dict[str, Any]:
     """`throughput`'s closed loop against the server of `kind`, clients at `version`."""
     from .throughput import WORKERS, RouterLoad, _window
 
@@ -444,7 +447,7 @@ def load_point(kind: str, tree: Path, version: int, clients: int,
         load = RouterLoad(server, workers, max(1, clients // 2),  # type: ignore[arg-type]
                           max_version=version)
         load.setup()
-        window = _window(duration)
+        window = _window(duration, warmup)
         load.start(window)
         return _sampled(server, window, lambda: _load_result(load, duration))
 
@@ -459,7 +462,7 @@ def _load_result(load: Any, duration: float) -> dict[str, Any]:
 
 
 def light_point(kind: str, tree: Path, version: int, background: int, connections: int,
-                duration: float, windows: int) -> dict[str, Any]:
+                duration: float, windows: int, warmup: float) -> dict[str, Any]:
     """One sender at `LIGHT_RATE` to one recipient, both at `version`, `background` idle
     subscriptions held; `windows` windows one after the other."""
     from .throughput import WORKERS, RouterLoad, _window
@@ -474,7 +477,7 @@ def light_point(kind: str, tree: Path, version: int, background: int, connection
         seconds, _ = subscribe(workers, per_worker, 1, background, first=before)
         results = []
         for _ in range(windows):
-            window = _window(duration)
+            window = _window(duration, warmup)
             load.start(window, LIGHT_RATE)
             results.append(_sampled(server, window, lambda: _load_result(load, duration)))
         return {"subscribe_seconds": seconds, "windows": results}
@@ -495,15 +498,18 @@ def run(out: Path, *, quick: bool = False, repeats: int | None = None,
         QUICK_BACKGROUND if quick else BACKGROUND)
     light_duration = light_duration or (QUICK_LIGHT_DURATION if quick else LIGHT_DURATION)
     light_windows = light_windows or (1 if quick else LIGHT_WINDOWS)
+    from .throughput import WARMUP
+
+    warmup = QUICK_WARMUP if quick else WARMUP
     runs: list[dict[str, Any]] = []
     for rep in range(repeats):
         log(f"hotpath: echo, {clients} clients, run {rep + 1}/{repeats}")
-        point: dict[str, Any] = {"echo": echo_point(clients, duration)[0]}
+        point: dict[str, Any] = {"echo": echo_point(clients, duration, warmup=warmup)[0]}
         point["crypto"] = crypto_point(QUICK_CRYPTO_ROUNDS if quick else CRYPTO_ROUNDS)
         for version in VERSIONS:
             for kind in KINDS:
                 log(f"hotpath: {kind} v{version}, {clients} clients, run {rep + 1}/{repeats}")
-                row = load_point(kind, tree, version, clients, duration)
+                row = load_point(kind, tree, version, clients, duration, warmup)
                 row["cpu_ratio_to_echo"] = _ratio(row["cpu_us_per_msg"],
                                                   point["echo"]["cpu_us_per_msg"])
                 point[f"{kind} v{version}"] = row
@@ -515,15 +521,16 @@ def run(out: Path, *, quick: bool = False, repeats: int | None = None,
     light: dict[str, Any] = {}
     log(f"hotpath: echo round trip at {LIGHT_RATE:.0f}/s")
     light["echo"] = {"windows": echo_point(1, light_duration, rate=LIGHT_RATE,
-                                           windows=light_windows)}
+                                           windows=light_windows, warmup=warmup)}
     for version in VERSIONS:
         for kind in KINDS:
             log(f"hotpath: {kind} v{version}, light load, {background} idle subscriptions")
             light[f"{kind} v{version}"] = light_point(
                 kind, tree, version, background, BACKGROUND_CONNECTIONS, light_duration,
-                light_windows)
+                light_windows, warmup)
     parameters = {
-        "clients": clients, "repeats": repeats, "duration": duration, "versions": VERSIONS,
+        "clients": clients, "repeats": repeats, "duration": duration, "warmup": warmup,
+        "versions": VERSIONS,
         "background_subscriptions": background, "background_connections": BACKGROUND_CONNECTIONS,
         "light_rate": LIGHT_RATE, "light_duration": light_duration,
         "light_windows": light_windows, "tree": str(tree),

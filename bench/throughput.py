@@ -52,6 +52,7 @@ SENDER_WINDOW = 2
 ECHO_WINDOW = 1
 BODY_SIZE = 16000
 WARMUP = 1.0
+QUICK_WARMUP = 0.25  # a quick run's figures are for the terminal: its load settles for less
 DURATION = 5.0
 LIGHT_RATE = 200.0
 LIGHT_DURATION = 10.0
@@ -74,14 +75,14 @@ def _sleep_until(t: float) -> None:
 
 
 def echo_run(clients: int, duration: float, rate: float | None = None,
-             server: str = "trio-websocket") -> dict[str, Any]:
+             server: str = "trio-websocket", warmup: float = WARMUP) -> dict[str, Any]:
     """The echo server under `clients` connections, each with `ECHO_WINDOW` messages
     in flight, or sending `rate` messages per second whatever the answers do."""
     with EchoServer(server) as echo, WorkerGroup(echo.url, WORKERS) as workers:
         per_worker = split(clients, WORKERS)
         workers.call([{"op": "echo_connect", "url": echo.url, "count": n} if n else None
                       for n in per_worker])
-        window = _window(duration)
+        window = _window(duration, warmup)
         workers.call([{"op": "echo_start", "window": ECHO_WINDOW, "rate": rate, **window}
                       if n else None for n in per_worker])
         _sleep_until(window["t_start"])
@@ -179,8 +180,9 @@ class RouterLoad:
             "router_blocks_out": sum(r["blocks_received"] for r in replies),
         }
 
-    def measure(self, duration: float, rate: float | None = None) -> dict[str, Any]:
-        window = _window(duration)
+    def measure(self, duration: float, rate: float | None = None,
+                warmup: float = WARMUP) -> dict[str, Any]:
+        window = _window(duration, warmup)
         self.router.call("reset_hwm")
         self.start(window, rate)
         _sleep_until(window["t_start"])
@@ -201,15 +203,15 @@ class RouterLoad:
 
 
 def router_run(mode: str, clients: int, duration: float,
-               rate: float | None = None) -> dict[str, Any]:
+               rate: float | None = None, warmup: float = WARMUP) -> dict[str, Any]:
     with RouterProcess(mode) as router, WorkerGroup(router.address, WORKERS) as workers:
         load = RouterLoad(router, workers, max(1, clients // 2))
         load.setup()
-        return load.measure(duration, rate)
+        return load.measure(duration, rate, warmup)
 
 
-def light_load_run(mode: str, background: int,
-                   duration: float = LIGHT_DURATION) -> dict[str, Any]:
+def light_load_run(mode: str, background: int, duration: float = LIGHT_DURATION,
+                   warmup: float = WARMUP) -> dict[str, Any]:
     """One sender, one recipient, at `LIGHT_RATE`; a router holding idle subscriptions."""
     with RouterProcess(mode) as router, WorkerGroup(router.address, WORKERS) as workers:
         load = RouterLoad(router, workers, 1, queues_per_recipient=1)
@@ -219,9 +221,9 @@ def light_load_run(mode: str, background: int,
             before = [r + s for r, s in zip(load.recipients, load.senders, strict=True)]
             per_worker = connect(workers, BACKGROUND_CONNECTIONS)
             subscribe(workers, per_worker, 1, background, first=before)
-        out = {"plain": load.measure(duration, LIGHT_RATE)}
+        out = {"plain": load.measure(duration, LIGHT_RATE, warmup)}
         out["gc_freeze"] = router.call("gc_freeze")["frozen"]
-        out["frozen"] = load.measure(duration, LIGHT_RATE)
+        out["frozen"] = load.measure(duration, LIGHT_RATE, warmup)
         return out
 
 
@@ -231,15 +233,16 @@ def run(quick: bool = False, repeats: int = 3, duration: float | None = None,
     clients = clients or (QUICK_CLIENTS if quick else CLIENTS)
     background = 2000 if quick else BACKGROUND_SUBSCRIPTIONS
     light_duration = 1.0 if quick else LIGHT_DURATION
+    warmup = QUICK_WARMUP if quick else WARMUP
     runs: list[dict[str, Any]] = []
     for rep in range(repeats):
         point: dict[str, Any] = {"repeat": rep, "by_clients": {}}
         for c in clients:
             log(f"throughput: echo, {c} clients, run {rep + 1}/{repeats}")
-            entry: dict[str, Any] = {"echo": echo_run(c, duration)}
+            entry: dict[str, Any] = {"echo": echo_run(c, duration, warmup=warmup)}
             for mode in MODES:
                 log(f"throughput: {mode}, {c} clients, run {rep + 1}/{repeats}")
-                entry[mode] = router_run(mode, c, duration)
+                entry[mode] = router_run(mode, c, duration, warmup=warmup)
                 entry[mode]["ratio"] = entry[mode]["msgs_per_s"] / entry["echo"]["msgs_per_s"]
             point["by_clients"][str(c)] = entry
         top = point["by_clients"][str(clients[-1])]
@@ -247,17 +250,18 @@ def run(quick: bool = False, repeats: int = 3, duration: float | None = None,
         point["at_target"] = {"clients": clients[-1], "rate": target_rate}
         for mode in MODES:
             log(f"throughput: {mode} open loop at {target_rate:.0f} msg/s")
-            point["at_target"][mode] = router_run(mode, clients[-1], duration, target_rate)
+            point["at_target"][mode] = router_run(mode, clients[-1], duration, target_rate,
+                                                  warmup)
         point["light"] = {}
         log(f"throughput: echo light load, {LIGHT_RATE:.0f} msg/s")
-        point["light_echo"] = echo_run(1, light_duration, rate=LIGHT_RATE)
+        point["light_echo"] = echo_run(1, light_duration, rate=LIGHT_RATE, warmup=warmup)
         for mode in MODES:
             log(f"throughput: {mode} light load, {background} idle subscriptions")
-            point["light"][mode] = light_load_run(mode, background, light_duration)
+            point["light"][mode] = light_load_run(mode, background, light_duration, warmup)
         runs.append(point)
     summary = summarize(runs, clients)
     parameters = {
-        "clients": clients, "repeats": repeats, "duration": duration, "warmup": WARMUP,
+        "clients": clients, "repeats": repeats, "duration": duration, "warmup": warmup,
         "queues_per_recipient": QUEUES_PER_RECIPIENT, "sender_window": SENDER_WINDOW,
         "echo_window": ECHO_WINDOW, "body_size": BODY_SIZE, "light_rate": LIGHT_RATE,
         "light_duration": light_duration, "background_subscriptions": background,
