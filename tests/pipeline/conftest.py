@@ -8,6 +8,14 @@ from __future__ import annotations
 
 import pytest
 
+# The tests' tables have tens of rows: compiling Java for each query (whole-stage and
+# expression code generation, Janino) costs more than running it, about a third of a
+# run here. Spark's interpreted evaluation computes the same results.
+INTERPRETED = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -26,6 +34,7 @@ def spark():
             "spark.default.parallelism": "2",
             "spark.driver.memory": "1g",
             "spark.jars": DEFAULT_DRIVER_JAR,
+            **INTERPRETED,
         },
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -19,8 +19,11 @@ from store.journal.storelog import compact_records
 
 pytestmark = pytest.mark.spark
 
+# The last two as the tests' session has them (conftest.py INTERPRETED): a session this
+# test's process starts compiles no Java for its tiny tables either.
 SPARK = ["--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
-         "spark.sql.shuffle.partitions=2"]  # fmt: skip
+         "spark.sql.shuffle.partitions=2", "--conf", "spark.sql.codegen.wholeStage=false",
+         "--conf", "spark.sql.codegen.factoryMode=NO_CODEGEN"]  # fmt: skip
 
 
 def test_compact_from_the_command_line_writes_the_routers_snapshot(spark, tmp_path):
