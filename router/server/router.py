@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -45,6 +46,7 @@ from .core.dispatch import Dispatcher
 from .core.expiry import Expirer
 from .core.latency import Latencies
 from .core.notifications import Notifications
+from .core.ownership import ONE_WORKER, Ownership
 from .core.proxy import Proxy
 from .core.proxy_destinations import DestinationPolicy
 from .core.relays import Destination, RelayLimits, Relays
@@ -95,8 +97,10 @@ class Router:
         identity: RouterIdentity,
         queues: QueueStore,
         messages: MessageStore,
+        ownership: Ownership = ONE_WORKER,
     ) -> None:
         self.config = config
+        self.ownership = ownership  # this process's share of the queues (docs/workers.md)
         self.identity = identity
         self.queues = queues
         self.messages = messages
@@ -161,6 +165,7 @@ class Router:
             expire_before_send=(self.expirer.expire_queue if config.expire_on_send
                                 else nothing_to_expire),
             proxy=self.proxy,
+            ownership=self.ownership,
         ))
         self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies,
                                      counters=counters,
@@ -455,13 +460,16 @@ class RouterInfo:
 
 
 @asynccontextmanager
-async def open_router(config: RouterConfig) -> AsyncIterator[Router]:
-    """A running router (without a listener) for the duration of the block."""
+async def open_router(
+    config: RouterConfig, ownership: Ownership = ONE_WORKER
+) -> AsyncIterator[Router]:
+    """A running router (without a listener) for the duration of the block; with
+    `ownership`, one worker of several (docs/workers.md)."""
     identity = load_or_create_identity(config.data_dir)
     async with open_router_stores(config) as (queues, messages):
         if isinstance(messages, MemoryMessageStore):
             messages.max_bytes = config.memory_store_max_bytes
-        router = Router(config, identity, queues, messages)
+        router = Router(config, identity, queues, messages, ownership)
         async with trio.open_nursery() as nursery:
             await nursery.start(router.run)
             try:
@@ -479,18 +487,21 @@ async def serve_router(
     config: RouterConfig,
     *,
     info_page: InfoPage | None = None,
+    ownership: Ownership = ONE_WORKER,
+    listening: socket.socket | None = None,
     task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router on `config.host:config.port` until cancelled; `info_page`
-    answers a plain GET of "/"."""
+    answers a plain GET of "/". A worker of several (docs/workers.md) is given its
+    `ownership` and the `listening` socket its supervisor bound."""
     tls = listener_tls(config)
-    async with open_router(config) as router, trio.open_nursery() as nursery:
+    async with open_router(config, ownership) as router, trio.open_nursery() as nursery:
         router.info_page = info_page
         with naming_address("the router", config.host, config.port):
             listener: EdgeListener = await nursery.start(partial(
                 serve_edge, router.serve_transport, config.host, config.port,
                 hook=router.request_hook, limits=config.edge_limits(), tls=tls,
-                identity_tls=identity_tls_context(router.identity),
+                identity_tls=identity_tls_context(router.identity), listening=listening,
             ))
         router.listener = listener
         router.tls = tls

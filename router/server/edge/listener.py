@@ -372,19 +372,26 @@ async def serve_edge(
     limits: EdgeLimits = DEFAULT_LIMITS,
     tls: ssl.SSLContext | None = None,
     identity_tls: SSL.Context | None = None,
+    listening: socket.socket | None = None,
     task_status: trio.TaskStatus[EdgeListener] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on `host:port` (0: a free port) until cancelled; reports the `EdgeListener`
     (its `port`, `suspend()`, `resume()`) through `task_status`. With `identity_tls`
-    the port serves native SMP over TLS too (native_tls.py)."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    for extra in listeners[1:]:
-        await extra.aclose()
-    # The accept loop takes connections without a checkpoint between them, which
-    # Trio's own accept always makes: it gets the plain socket.
-    listener = socket.socket(fileno=listeners[0].socket.detach())
+    the port serves native SMP over TLS too (native_tls.py). A `listening` socket
+    bound already (a worker's, shared with the other workers) is served instead."""
+    listener = await bind_listening_socket(host, port) if listening is None else listening
     listener.setblocking(False)
     edge = EdgeListener(listener, handler, hook, limits, tls, identity_tls)
     with listener:
         task_status.started(edge)
         await edge.serve()
+
+
+async def bind_listening_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port` (the first address the host resolves to)."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    for extra in listeners[1:]:
+        await extra.aclose()
+    # The accept loop takes connections without a checkpoint between them, which
+    # Trio's own accept always makes: it gets the plain socket.
+    return socket.socket(fileno=listeners[0].socket.detach())
