@@ -27,6 +27,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
 from functools import partial
 from itertools import count
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import trio
@@ -461,11 +462,12 @@ class RouterInfo:
 
 @asynccontextmanager
 async def open_router(
-    config: RouterConfig, ownership: Ownership = ONE_WORKER
+    config: RouterConfig, ownership: Ownership = ONE_WORKER, identity_dir: Path | None = None
 ) -> AsyncIterator[Router]:
     """A running router (without a listener) for the duration of the block; with
-    `ownership`, one worker of several (docs/workers.md)."""
-    identity = load_or_create_identity(config.data_dir)
+    `ownership`, one worker of several (docs/workers.md), whose data directory is its
+    share and whose identity is in `identity_dir`."""
+    identity = load_or_create_identity(config.data_dir if identity_dir is None else identity_dir)
     async with open_router_stores(config) as (queues, messages):
         if isinstance(messages, MemoryMessageStore):
             messages.max_bytes = config.memory_store_max_bytes
@@ -489,13 +491,17 @@ async def serve_router(
     info_page: InfoPage | None = None,
     ownership: Ownership = ONE_WORKER,
     listening: socket.socket | None = None,
+    identity_dir: Path | None = None,
     task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router on `config.host:config.port` until cancelled; `info_page`
     answers a plain GET of "/". A worker of several (docs/workers.md) is given its
-    `ownership` and the `listening` socket its supervisor bound."""
+    `ownership`, the `listening` socket its supervisor bound and the `identity_dir`."""
     tls = listener_tls(config)
-    async with open_router(config, ownership) as router, trio.open_nursery() as nursery:
+    async with (
+        open_router(config, ownership, identity_dir) as router,
+        trio.open_nursery() as nursery,
+    ):
         router.info_page = info_page
         with naming_address("the router", config.host, config.port):
             listener: EdgeListener = await nursery.start(partial(

@@ -60,6 +60,9 @@ from ..settings.config_file import (
     LOG_LEVELS,
 )
 from ..settings.datadir import lock_data_dir
+from ..workers.layout import check_worker_count
+from ..workers.seat import label_log_records, seat_from_environment
+from ..workers.supervisor import supervise
 from .check import config_check
 from .init import init_data_dir, renew_online_cert
 from .lifecycle import Reload, Reloaded
@@ -165,9 +168,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             _setup_logging(str(settings["log_level"]), settings["log_file"])  # type: ignore[arg-type]
             config = config_from_settings(settings)
             check_store_key_of(args, config)
+            seat = seat_from_environment() if args.command == "serve" else None
+            if seat is not None:  # the supervisor holds the lock and checked the directory
+                label_log_records(seat.index)
+                trio.run(serve, config, _reloader(args), seat)
+                return EXIT_OK
             with lock_data_dir(config.data_dir) if config.data_dir is not None else nullcontext():
                 if args.command == "gateway":
                     trio.run(run_gateway, gateway_config(args, config))
+                    return EXIT_OK
+                check_worker_count(config)
+                if config.workers > 1:
+                    given = list(sys.argv[1:] if argv is None else argv)
+                    serve_args = given[given.index("serve") + 1:]
+                    trio.run(supervise, config, serve_args, _reloader(args))
                 else:
                     trio.run(serve, config, _reloader(args))
             return EXIT_OK

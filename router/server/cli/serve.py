@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import logging
+from dataclasses import replace
+from functools import partial
 
 import trio
 
@@ -16,15 +18,28 @@ from ..settings.config import (
     WILDCARD_HOSTS,
     RouterConfig,
 )
-from .lifecycle import SIGNALS, Reload, run_until_stopped
+from ..workers.layout import worker_config
+from ..workers.seat import WorkerSeat, stop_when_supervisor_gone
+from .lifecycle import SIGNALS, Reload, Reloaded, run_until_stopped
 
 log = logging.getLogger("smp-router")
 
 
-async def serve(config: RouterConfig, reload: Reload) -> None:
+async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = None) -> None:
+    """Serve until stopped; as one worker of several if the supervisor gave a `seat`
+    (docs/workers.md)."""
     with trio.open_signal_receiver(*SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
-            info: RouterInfo = await nursery.start(serve_router, config)
+            if seat is None:
+                info: RouterInfo = await nursery.start(serve_router, config)
+            else:
+                info = await nursery.start(partial(
+                    serve_router, worker_config(config, seat.ownership),
+                    ownership=seat.ownership, listening=seat.listening_socket(),
+                    identity_dir=config.data_dir,
+                ))
+                nursery.start_soon(stop_when_supervisor_gone, nursery.cancel_scope)
+                reload = _worker_reload(reload, seat)
             show_information(info)
             freeze_loaded_state()
             if config.public_host is None and config.host in WILDCARD_HOSTS:
@@ -35,6 +50,16 @@ async def serve(config: RouterConfig, reload: Reload) -> None:
             print(ready_line(info), flush=True)
             await run_until_stopped(info, reload, show_information, signals)
             nursery.cancel_scope.cancel()
+
+
+def _worker_reload(reload: Reload, seat: WorkerSeat) -> Reload:
+    """A SIGHUP's configuration as this worker runs it (its share of the data directory)."""
+
+    def reload_worker() -> Reloaded:
+        reloaded = reload()
+        return replace(reloaded, config=worker_config(reloaded.config, seat.ownership))
+
+    return reload_worker
 
 
 def ready_line(info: RouterInfo) -> str:

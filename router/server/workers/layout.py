@@ -1,0 +1,80 @@
+"""Where each worker keeps its share of a data directory, and the count it was made for.
+
+With `--workers N` (N > 1) worker i keeps its embedded store (journal, SQLite,
+memory snapshot), its blocked queues and its stats log in `DIR/worker-i/`; the
+identity stays in `DIR`, shared. `DIR/WORKERS` records N: the queues' owners are
+a function of their ids and N (core/ownership.py), so the same directory under
+another N would find each queue in the wrong worker's store. A start with
+another count is refused in one line. The postgres store is shared by every
+worker whatever N, so it keeps no count (docs/workers.md#stores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from store.durability import atomic_write
+from store.factory import KIND_FILE
+
+from ..core.ownership import Ownership
+from ..settings.config import ConfigError, RouterConfig
+
+WORKERS_FILE = "WORKERS"
+SHARED_STORES = frozenset({"postgres"})  # one store for every worker
+
+
+def worker_dir(data_dir: Path, index: int) -> Path:
+    return data_dir / f"worker-{index}"
+
+
+def recorded_workers(data_dir: Path) -> int | None:
+    """The count of workers whose shares the directory holds (None: one process's)."""
+    try:
+        text = (data_dir / WORKERS_FILE).read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not text.isdigit() or int(text) < 2:
+        raise ConfigError(f"{data_dir / WORKERS_FILE} does not hold a count of workers: {text!r}")
+    return int(text)
+
+
+def check_worker_count(config: RouterConfig) -> None:
+    """Refuse (ConfigError, one line) a data directory made for another count of
+    workers; record the count in a fresh directory started with several."""
+    if config.workers > 1 and (config.control_port is not None or config.metrics_port is not None):
+        raise ConfigError("control_port and metrics_port are not served with workers above 1 "
+                          "yet (docs/workers.md): unset them or set workers to 1")
+    data_dir = config.data_dir
+    if data_dir is None or config.store in SHARED_STORES:
+        return
+    recorded = recorded_workers(data_dir)
+    held_by_one = recorded is None and (data_dir / KIND_FILE).exists()
+    if recorded is None and not held_by_one and config.workers > 1:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(data_dir / WORKERS_FILE, (f"{config.workers}\n".encode(),))
+        return
+    found = 1 if recorded is None else recorded
+    if found != config.workers:
+        raise ConfigError(
+            f"data directory {data_dir} holds the queues of {_processes(found)}, not "
+            f"{config.workers}: start it with --workers {found} (moving queues between "
+            "counts of workers is not built yet: docs/workers.md)"
+        )
+
+
+def _processes(count: int) -> str:
+    return "one process" if count == 1 else f"{count} workers"
+
+
+def worker_config(config: RouterConfig, ownership: Ownership) -> RouterConfig:
+    """The configuration worker `ownership.index` runs: its own share of the data
+    directory and its own stats log (the identity is read from the shared one)."""
+    if ownership.workers == 1 or config.data_dir is None:
+        return config
+    share = worker_dir(config.data_dir, ownership.index)
+    stats_log = config.stats_log
+    if stats_log is not None:
+        stats_log = stats_log.with_name(f"{stats_log.stem}.worker-{ownership.index}"
+                                        f"{stats_log.suffix}")
+    return replace(config, data_dir=share, stats_log=stats_log)
