@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields, replace
 from functools import partial
 from itertools import count
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import trio
@@ -40,7 +41,7 @@ from store.memory.stores import MemoryMessageStore, MemoryQueueStore
 
 from .core.blocked import BlockedQueues
 from .core.commands import CommandContext, Commands, not_logged, nothing_to_expire
-from .core.connection import Connection
+from .core.connection import ClientHandler, Connection
 from .core.counters import Counters, RouterStatistics
 from .core.delivery import Deliverer
 from .core.dispatch import Dispatcher
@@ -57,7 +58,7 @@ from .core.subscriptions import ClientSubscriptions, Event, Subscriptions
 from .edge.block_stream import BlockStream, TransportClosed
 from .edge.encrypted import EncryptedTransport
 from .edge.gate import GatedTransport, Suspendable, SuspendGate
-from .edge.handshake import server_handshake
+from .edge.handshake import Handshake, server_handshake
 from .edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
 from .edge.identity import RouterIdentity, host_port, load_or_create_identity
 from .edge.listen import naming_address
@@ -74,6 +75,14 @@ from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig, os_error
 log = logging.getLogger(__name__)
 
 InfoPage = Callable[[HttpRequest], HttpResponse]
+
+
+class FrontServing(ClientHandler[ClientSubscriptions], Protocol):
+    """How a worker of several serves its connections (workers/handoff.py)."""
+
+    def forget(self, conn: Connection) -> None:
+        """The connection ended."""
+        ...
 
 
 # What `Router.reconfigure` takes from a new configuration while the router runs; the
@@ -123,6 +132,7 @@ class Router:
         self.draining = False  # no new clients; the connected ones are being closed
         self.drained = trio.Event()  # set when a drain is done: whoever runs the router stops it
         self._background: trio.Nursery | None = None
+        self._fronts: FrontServing | None = None  # with several workers (install_serving)
         self.stats_log: StatsLog | None = None
         # The proxy's connections to destination routers (docs/protocol.md#private-message-routing).
         self.relays = Relays(RelayLimits(
@@ -172,9 +182,10 @@ class Router:
                                      counters=counters,
                                      awaits_ack=self.subscriptions.awaits_ack,
                                      subscribe_run=commands.subscribe_run)
-        self._serving = ClientServing(
+        self._serving: ClientHandler[ClientSubscriptions] = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )
+        self._shadow_serving = self._serving
 
     @property
     def key_hash(self) -> bytes:
@@ -209,6 +220,8 @@ class Router:
             await trio.sleep(max(timeout / 4, 0.05))
             oldest = trio.current_time() - timeout
             for conn in list(self.connections.values()):
+                if getattr(conn.transport, "shadow", False):
+                    continue  # another worker's client: its own worker times it out
                 if conn.last_activity < oldest and not (
                     conn.service or self._subscribed_anything(conn)
                 ):
@@ -305,10 +318,44 @@ class Router:
 
     def _cleanup(self, client: ClientSubscriptions) -> None:
         """Forget the connection and every subscription it still holds."""
+        if self._fronts is not None:
+            self._fronts.forget(client.conn)
         self.subscriptions.forget(client)
         self.proxy.forget(client.conn.id)
         self.connections.pop(client.conn.id, None)
         client.conn.close()
+
+    # --- several workers (docs/workers.md) -----------------------------------------------
+
+    def install_serving(self, fronts: FrontServing) -> ClientServing:
+        """Serve this worker's connections through `fronts` (which hands each queue's
+        commands to its owner); returns the router's own serving, for their parts."""
+        own = self._shadow_serving
+        assert isinstance(own, ClientServing)
+        self._serving = fronts
+        self._fronts = fronts
+        return own
+
+    async def serve_shadow(self, transport: BlockStream, handshake: Handshake) -> None:
+        """Serve another worker's client for the queues this worker owns, as a
+        connection of its own whose transport is the channel (workers/handoff.py)."""
+        assert self._background is not None, "connections are served while it runs"
+        with trio.CancelScope() as scope:
+            transport.scope = scope  # type: ignore[attr-defined]
+            conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
+            self.connections[conn.id] = conn
+            client = self.subscriptions.open(conn)
+            try:
+                await conn.run(self._shadow_serving, client, scope, self._background)
+            except TransportClosed:
+                pass
+            finally:
+                self.subscriptions.forget(client)
+                self.proxy.forget(conn.id)
+                self.connections.pop(conn.id, None)
+                conn.close()
+        with trio.CancelScope(shield=True):
+            await transport.aclose(self.config.close_timeout)
 
     # --- operation (the control port) ---------------------------------------------------
 
@@ -492,17 +539,21 @@ async def serve_router(
     ownership: Ownership = ONE_WORKER,
     listening: socket.socket | None = None,
     identity_dir: Path | None = None,
+    prepare: Callable[[Router], None] | None = None,
     task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router on `config.host:config.port` until cancelled; `info_page`
     answers a plain GET of "/". A worker of several (docs/workers.md) is given its
-    `ownership`, the `listening` socket its supervisor bound and the `identity_dir`."""
+    `ownership`, the `listening` socket its supervisor bound and the `identity_dir`;
+    `prepare` is called with the router before its listener accepts."""
     tls = listener_tls(config)
     async with (
         open_router(config, ownership, identity_dir) as router,
         trio.open_nursery() as nursery,
     ):
         router.info_page = info_page
+        if prepare is not None:
+            prepare(router)
         with naming_address("the router", config.host, config.port):
             listener: EdgeListener = await nursery.start(partial(
                 serve_edge, router.serve_transport, config.host, config.port,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from dataclasses import replace
 from functools import partial
 
@@ -18,6 +19,7 @@ from ..settings.config import (
     WILDCARD_HOSTS,
     RouterConfig,
 )
+from ..workers.handoff import Handoff, group_of_supervisor
 from ..workers.layout import worker_config
 from ..workers.seat import WorkerSeat, stop_when_supervisor_gone
 from .lifecycle import SIGNALS, Reload, Reloaded, run_until_stopped
@@ -33,10 +35,12 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
             if seat is None:
                 info: RouterInfo = await nursery.start(serve_router, config)
             else:
+                handoff = Handoff(seat.ownership, group_of_supervisor(os.getppid()))
+                await nursery.start(handoff.run)
                 info = await nursery.start(partial(
                     serve_router, worker_config(config, seat.ownership),
                     ownership=seat.ownership, listening=seat.listening_socket(),
-                    identity_dir=config.data_dir,
+                    identity_dir=config.data_dir, prepare=handoff.install,
                 ))
                 nursery.start_soon(stop_when_supervisor_gone, nursery.cancel_scope)
                 reload = _worker_reload(reload, seat)

@@ -1,0 +1,208 @@
+"""The channel between worker processes (docs/workers.md#hand-offs-in-blocks).
+
+Each worker listens on a Unix stream socket in the abstract namespace named
+after its supervisor and its index, and accepts only processes of its own user
+(`SO_PEERCRED`). Worker i sends to worker j over a link it opens itself, on
+first use: a link carries frames one way, so the frames from i to j keep their
+order, and j answers over its own link to i. A frame is its length (4 bytes),
+its kind (1 byte), the id of the connection it concerns in the sending or the
+receiving worker (8 bytes) and a payload. A link's frames wait in a bounded
+queue for its writing task: a sender waits when the peer does not keep up.
+
+A link that breaks (its peer died) drops what was queued on it; each side
+hears of it (`on_peer_lost`) and ends what depended on that peer. The next
+send opens the link again, once the restarted peer listens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">IBQ")  # length of what follows the length, kind, connection id
+MAX_FRAME = 1 << 20  # bytes; a hand-off frame is at most a block and a little
+LINK_QUEUE = 64  # frames waiting for a link's writing task
+CONNECT_ATTEMPTS = 50  # a peer being restarted listens again within a few seconds
+CONNECT_PAUSE = 0.1  # seconds between two attempts
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    kind: int
+    conn_id: int
+    payload: bytes
+
+    def encode(self) -> bytes:
+        return _HEADER.pack(_HEADER.size - 4 + len(self.payload), self.kind,
+                            self.conn_id) + self.payload
+
+
+class LinkLost(Exception):
+    """The peer could not be reached, or its link broke."""
+
+
+def link_address(group: str, index: int) -> bytes:
+    """The abstract socket name of worker `index` of the workers of `group`."""
+    return f"\0smp-router.{group}.worker-{index}".encode()
+
+
+FrameHandler = Callable[[int, Frame], Awaitable[None]]  # (peer index, frame)
+
+
+class Links:
+    """This worker's end of the channel: its listener and its links to the others."""
+
+    def __init__(self, group: str, index: int, workers: int, on_frame: FrameHandler,
+                 on_peer_lost: Callable[[int], None]) -> None:
+        self.group, self.index, self.workers = group, index, workers
+        self._on_frame = on_frame
+        self._on_peer_lost = on_peer_lost
+        self._outgoing: dict[int, trio.MemorySendChannel[bytes]] = {}
+        self._opening: dict[int, trio.Event] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with listener:
+            await listener.bind(link_address(self.group, self.index))
+            listener.listen(self.workers * 2)
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                while True:
+                    sock, _ = await listener.accept()
+                    nursery.start_soon(self._receive_link, sock)
+
+    async def send(self, peer: int, frame: Frame) -> None:
+        """Queue `frame` on the link to `peer` (opened if need be); waits while the link's
+        queue is full. LinkLost if the peer cannot be reached."""
+        channel = self._outgoing.get(peer)
+        if channel is None:
+            channel = await self._open(peer)
+        try:
+            await channel.send(frame.encode())
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+            raise LinkLost(f"the link to worker {peer} broke") from e
+
+    async def _open(self, peer: int) -> trio.MemorySendChannel[bytes]:
+        opening = self._opening.get(peer)
+        if opening is not None:  # another task opens it: wait for that one
+            await opening.wait()
+            channel = self._outgoing.get(peer)
+            if channel is None:
+                raise LinkLost(f"worker {peer} cannot be reached")
+            return channel
+        self._opening[peer] = opening = trio.Event()
+        try:
+            stream = await self._connect(peer)
+            send, receive = trio.open_memory_channel[bytes](LINK_QUEUE)
+            self._outgoing[peer] = send
+            assert self._nursery is not None, "links are used while they run"
+            self._nursery.start_soon(self._write_link, peer, stream, receive)
+            return send
+        finally:
+            del self._opening[peer]
+            opening.set()
+
+    async def _connect(self, peer: int) -> trio.SocketStream:
+        for _ in range(CONNECT_ATTEMPTS):
+            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                await sock.connect(link_address(self.group, peer))
+            except OSError:
+                sock.close()
+                await trio.sleep(CONNECT_PAUSE)
+                continue
+            stream = trio.SocketStream(sock)
+            await stream.send_all(self.index.to_bytes(2, "big"))  # who is speaking
+            return stream
+        raise LinkLost(f"worker {peer} cannot be reached")
+
+    async def _write_link(self, peer: int, stream: trio.SocketStream,
+                          frames: trio.MemoryReceiveChannel[bytes]) -> None:
+        try:
+            async with stream, frames:
+                async for data in frames:
+                    # What else is queued goes in the same write.
+                    batch = [data]
+                    while True:
+                        try:
+                            batch.append(frames.receive_nowait())
+                        except trio.WouldBlock:
+                            break
+                    await stream.send_all(b"".join(batch))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            log.warning("the link to worker %d broke", peer)
+        finally:
+            self._lose(peer)
+
+    def _lose(self, peer: int) -> None:
+        channel = self._outgoing.pop(peer, None)
+        if channel is not None:
+            channel.close()
+            self._on_peer_lost(peer)
+
+    async def _receive_link(self, sock: trio.socket.SocketType) -> None:
+        stream = trio.SocketStream(sock)
+        async with stream:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            _pid, uid, _gid = _PEERCRED.unpack(creds)
+            if uid != os.getuid():
+                log.warning("refused a worker link from user %d", uid)
+                return
+            reader = _FrameReader(stream)
+            try:
+                peer = int.from_bytes(await reader.exactly(2), "big")
+            except (trio.BrokenResourceError, OSError, LinkLost):
+                return
+            if not 0 <= peer < self.workers or peer == self.index:
+                log.warning("refused a worker link claiming to be worker %d", peer)
+                return
+            try:
+                while True:
+                    frame = await reader.frame()
+                    if frame is None:
+                        break
+                    await self._on_frame(peer, frame)
+            except (trio.BrokenResourceError, OSError, LinkLost):
+                pass
+        log.warning("the link from worker %d ended", peer)
+        self._on_peer_lost(peer)
+
+
+class _FrameReader:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+
+    async def exactly(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            data = await self._stream.receive_some(65536)
+            if not data:
+                raise LinkLost("the link ended")
+            self._buffer += data
+        taken = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return taken
+
+    async def frame(self) -> Frame | None:
+        """The next frame; None at a clean end between frames."""
+        if not self._buffer:
+            data = await self._stream.receive_some(65536)
+            if not data:
+                return None
+            self._buffer += data
+        length, kind, conn_id = _HEADER.unpack(await self.exactly(_HEADER.size))
+        size = length - (_HEADER.size - 4)
+        if not 0 <= size <= MAX_FRAME:
+            raise LinkLost(f"a frame of {size} bytes")
+        return Frame(kind, conn_id, await self.exactly(size))

@@ -1,0 +1,405 @@
+"""Commands handed to the worker that owns their queue (docs/workers.md#hand-offs-in-blocks).
+
+A client's connection lands on any worker: its *front*. Each block it sends is
+split by owner (`Ownership.owner_of` of each transmission's entity id; a NEW
+with short-link data by its sender id; the rest stays in the front): the
+front's own part is answered as in one process, and each other owner's part
+goes to that owner as one frame, in a block of its own. In the owner the
+client is a *shadow*: a `Connection` like any other, whose transport is the
+channel (`ShadowTransport`), so verification, commands, subscriptions, the one
+unacknowledged message per queue, END on displacement and delivery all run
+there as in one process. What the shadow writes (its answers and its pushes,
+in the order it writes them) comes back to the front as frames and goes into
+the real connection's one writing path.
+
+The order of one owner's answers and pushes to a client is kept (one ordered
+link per direction); the answers of different owners to one block are written
+as each owner gives them, not in the block's order.
+
+Back-pressure: a front sends at most `WINDOW` blocks to a shadow that it has
+not taken yet, and a shadow at most `WINDOW` writes the front has not taken; the
+front takes a write once the real connection's pending list has room. So a
+slow client holds its own shadows' writers, as it holds a connection's writer
+in one process, and no worker's memory grows for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import trio
+
+from router.protocol.block import (
+    decode_batch_content,
+    encode_batches,
+    iter_batch_content,
+    unpad_block,
+)
+from router.protocol.codec import decode_command
+from router.protocol.transmission import decode_transmission
+from router.protocol.types import NEW, ProtocolError
+
+from ..core.connection import Connection
+from ..core.ownership import ID_SIZE, Ownership
+from ..core.serving import ClientServing
+from ..core.subscriptions import ClientSubscriptions
+from ..edge.block_stream import TransportClosed
+from ..edge.handshake import Handshake, ServiceSession
+from ..router import Router
+from .channel import Frame, LinkLost, Links
+
+log = logging.getLogger(__name__)
+
+OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)
+WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
+# Commands a front answers itself whatever their entity id: they name no queue
+# (the proxy's, PING), or walk every queue of a service (not handed off yet).
+_LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD", b"SUBS", b"NSUBS"})
+
+
+@dataclass(slots=True)
+class _Front:
+    """A client connection of this worker and the owners it has shadows in."""
+
+    conn: Connection
+    client: ClientSubscriptions
+    windows: dict[int, trio.Semaphore] = field(default_factory=dict)  # owner -> window
+
+
+class ShadowTransport:
+    """A shadow's transport: blocks from its front, writes back to it as frames."""
+
+    shadow = True  # not a client of this worker's own: no idle timeout (router.py)
+    stalled = False
+    web_challenge = None
+
+    def __init__(self, handoff: Handoff, front_worker: int, front_id: int, remote: str) -> None:
+        self.remote = remote
+        self._handoff = handoff
+        self._front_worker, self._front_id = front_worker, front_id
+        self._blocks_in, self._blocks = trio.open_memory_channel[bytes](WINDOW)
+        self._out_window = trio.Semaphore(WINDOW)
+        self.scope: trio.CancelScope | None = None
+        self.ended_by_front = False
+
+    def deliver(self, block: bytes) -> None:
+        """A block from the front (within its window, so never more than WINDOW)."""
+        try:
+            self._blocks_in.send_nowait(block)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            log.warning("worker %d overran its window to a shadow: ending it",
+                        self._front_worker)
+            self.end()
+
+    def taken(self) -> None:
+        self._out_window.release()
+
+    def end(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def receive_block(self) -> bytes:
+        try:
+            block = await self._blocks.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError) as e:
+            raise TransportClosed("the front ended") from e
+        await self._send(Frame(BLOCK_TAKEN, self._front_id, b""))
+        return block
+
+    async def send_block(self, block: bytes) -> None:
+        await self.send_blocks([block])
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        if not blocks:
+            return
+        await self._out_window.acquire()
+        contents = [unpad_block(block) for block in blocks]
+        await self._send(Frame(OUT, self._front_id, _join(contents)))
+
+    async def _send(self, frame: Frame) -> None:
+        try:
+            await self._handoff.links.send(self._front_worker, frame)
+        except LinkLost as e:
+            raise TransportClosed(str(e)) from e
+
+    def established(self) -> None:
+        pass
+
+    async def aclose(self, timeout: float) -> None:
+        self._blocks_in.close()
+        if not self.ended_by_front:
+            with trio.move_on_after(timeout):
+                try:
+                    await self._handoff.links.send(self._front_worker,
+                                                   Frame(GONE, self._front_id, b""))
+                except LinkLost:
+                    pass
+
+
+class Handoff:
+    """This worker's side of the hand-offs: its fronts' shadows elsewhere, and the
+    shadows it serves for the other workers' fronts."""
+
+    def __init__(self, ownership: Ownership, group: str) -> None:
+        self.ownership = ownership
+        self.links = Links(group, ownership.index, ownership.workers, self._on_frame,
+                           self._on_peer_lost)
+        self._router: Router | None = None
+        self._serving: ClientServing | None = None  # the router's own, for its parts
+        self._fronts: dict[int, _Front] = {}
+        self._shadows: dict[tuple[int, int], ShadowTransport] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def install(self, router: Router) -> None:
+        """Serve `router`'s connections as fronts (before its listener accepts)."""
+        self._router = router
+        self._serving = router.install_serving(self)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.links.run)
+            task_status.started()
+
+    # --- the front: ClientHandler of this worker's own connections ----------------
+
+    async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
+        assert self._serving is not None
+        parts = self._split(client.conn.version, block)
+        if parts is None:
+            return await self._serving.process_block(client, block)
+        own = parts.pop(self.ownership.index, None)
+        front = self._front(client)
+        for owner, transmissions in parts.items():
+            for sub_block in encode_batches(transmissions):
+                await self._hand_to(front, owner, sub_block)
+        if own is None:
+            return []
+        own_blocks = encode_batches(own)
+        answers: list[bytes] = []
+        for own_block in own_blocks:
+            answers.extend(await self._serving.process_block(client, own_block))
+        return answers
+
+    def delivery_loop(self, client: ClientSubscriptions):  # type: ignore[no-untyped-def]
+        assert self._serving is not None
+        return self._serving.delivery_loop(client)
+
+    def answered(self, client: ClientSubscriptions) -> None:
+        assert self._serving is not None
+        self._serving.answered(client)
+
+    def _split(self, version: int, block: bytes) -> dict[int, list[bytes]] | None:
+        """The block's transmissions by owner; None if they are all this worker's (or
+        the block does not parse: the dispatcher answers that)."""
+        try:
+            raws = decode_batch_content(unpad_block(block))
+        except ProtocolError:
+            return None
+        owners = [self._owner(raw, version) for raw in raws]
+        if all(owner == self.ownership.index for owner in owners):
+            return None
+        parts: dict[int, list[bytes]] = {}
+        for owner, raw in zip(owners, raws, strict=True):
+            parts.setdefault(owner, []).append(raw)
+        return parts
+
+    def _owner(self, raw: bytes, version: int) -> int:
+        here = self.ownership.index
+        try:
+            t = decode_transmission(raw, version)
+        except ProtocolError:
+            return here  # answered with its error here
+        tag = t.command.split(b" ", 1)[0]
+        if tag in _LOCAL_TAGS:
+            return here
+        if t.entity_id:
+            if len(t.entity_id) != ID_SIZE:
+                return here
+            return self.ownership.owner_of(t.entity_id)
+        if tag != b"NEW":
+            return here
+        try:
+            cmd = decode_command(t.command, version)
+        except ProtocolError:
+            return here
+        if isinstance(cmd, NEW) and cmd.link is not None:
+            # The client chose the sender id: the queue is that id's owner's (docs/workers.md).
+            return self.ownership.owner_of(cmd.link.sender_id)
+        return here
+
+    def _front(self, client: ClientSubscriptions) -> _Front:
+        conn = client.conn
+        front = self._fronts.get(conn.id)
+        if front is None:
+            front = self._fronts[conn.id] = _Front(conn, client)
+        return front
+
+    async def _hand_to(self, front: _Front, owner: int, block: bytes) -> None:
+        window = front.windows.get(owner)
+        try:
+            if window is None:
+                window = front.windows[owner] = trio.Semaphore(WINDOW)
+                await self.links.send(owner, Frame(OPEN, front.conn.id,
+                                                   encode_handshake(front.conn)))
+            await window.acquire()
+            await self.links.send(owner, Frame(BLOCK, front.conn.id, block))
+        except LinkLost as e:
+            front.conn.close_now(f"its queues' worker {owner} cannot be reached: {e}")
+            raise TransportClosed(str(e)) from e
+
+    def forget(self, conn: Connection) -> None:
+        """A front connection ended: its shadows end too."""
+        front = self._fronts.pop(conn.id, None)
+        if front is None or self._nursery is None:
+            return
+        for owner in front.windows:
+            self._nursery.start_soon(self._send_quietly, owner, Frame(CLOSE, conn.id, b""))
+
+    async def _send_quietly(self, peer: int, frame: Frame) -> None:
+        try:
+            await self.links.send(peer, frame)
+        except LinkLost:
+            pass
+
+    # --- frames from the other workers ----------------------------------------------
+
+    async def _on_frame(self, peer: int, frame: Frame) -> None:
+        kind = frame.kind
+        if kind == BLOCK:
+            shadow = self._shadows.get((peer, frame.conn_id))
+            if shadow is not None:
+                shadow.deliver(frame.payload)
+        elif kind == OUT:
+            self._write_to_front(peer, frame)
+        elif kind == BLOCK_TAKEN:
+            front = self._fronts.get(frame.conn_id)
+            if front is not None and peer in front.windows:
+                front.windows[peer].release()
+        elif kind == OUT_TAKEN:
+            shadow = self._shadows.get((peer, frame.conn_id))
+            if shadow is not None:
+                shadow.taken()
+        elif kind == OPEN:
+            self._open_shadow(peer, frame)
+        elif kind == CLOSE:
+            shadow = self._shadows.get((peer, frame.conn_id))
+            if shadow is not None:
+                shadow.ended_by_front = True
+                shadow.end()
+        elif kind == GONE:
+            front = self._fronts.get(frame.conn_id)
+            if front is not None:
+                front.conn.close_now(f"its shadow in worker {peer} ended")
+        else:
+            log.warning("worker %d sent a frame of unknown kind %d", peer, kind)
+
+    def _write_to_front(self, peer: int, frame: Frame) -> None:
+        front = self._fronts.get(frame.conn_id)
+        if front is None:
+            return
+        transmissions = [t for content in _split(frame.payload)
+                         for t in iter_batch_content(content)]
+        conn = front.conn
+        conn.leave(transmissions)  # in order with what came before; never waits
+        taken = Frame(OUT_TAKEN, frame.conn_id, b"")
+        assert self._nursery is not None
+        if conn.outbox_full():
+            self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
+        else:
+            self._nursery.start_soon(self._send_quietly, peer, taken)
+
+    async def _taken_once_room(self, conn: Connection, peer: int, taken: Frame) -> None:
+        await conn.wait_for_room()
+        await self._send_quietly(peer, taken)
+
+    def _open_shadow(self, peer: int, frame: Frame) -> None:
+        assert self._router is not None and self._nursery is not None
+        key = (peer, frame.conn_id)
+        handshake, remote = decode_handshake(frame.payload)
+        transport = ShadowTransport(self, peer, frame.conn_id, remote)
+        self._shadows[key] = transport
+        self._nursery.start_soon(self._serve_shadow, key, transport, handshake)
+
+    async def _serve_shadow(self, key: tuple[int, int], transport: ShadowTransport,
+                            handshake: Handshake) -> None:
+        assert self._router is not None
+        try:
+            await self._router.serve_shadow(transport, handshake)
+        finally:
+            if self._shadows.get(key) is transport:
+                del self._shadows[key]
+
+    def _on_peer_lost(self, peer: int) -> None:
+        """A peer died (or its link broke): what depended on it ends."""
+        for front in list(self._fronts.values()):
+            if peer in front.windows:
+                front.conn.close_now(f"its queues' worker {peer} is gone")
+        for (front_worker, _), shadow in list(self._shadows.items()):
+            if front_worker == peer:
+                shadow.ended_by_front = True
+                shadow.end()
+
+
+# --- encodings ----------------------------------------------------------------------
+
+
+def _join(parts: list[bytes]) -> bytes:
+    return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+
+
+def _split(data: bytes) -> Iterator[bytes]:
+    pos = 0
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        yield data[pos + 4:pos + 4 + n]
+        pos += 4 + n
+
+
+_NONE = b"\xff\xff\xff\xff"
+
+
+def _field(value: bytes | None) -> bytes:
+    return _NONE if value is None else len(value).to_bytes(4, "big") + value
+
+
+def encode_handshake(conn: Connection) -> bytes:
+    """What an owner needs of a front's connection to verify and answer its commands."""
+    service = conn.service
+    fields = [conn.version.to_bytes(2, "big"), conn.session_id, conn.client_key,
+              conn.router_dh_private, conn.transport.remote.encode()]
+    if service is not None:
+        fields += [service.service_id, service.role, service.cert_hash, service.service_key]
+    return b"".join(_field(f) for f in fields)
+
+
+def decode_handshake(data: bytes) -> tuple[Handshake, str]:
+    values: list[bytes | None] = []
+    pos = 0
+    while pos < len(data):
+        head = data[pos:pos + 4]
+        pos += 4
+        if head == _NONE:
+            values.append(None)
+            continue
+        n = int.from_bytes(head, "big")
+        values.append(data[pos:pos + n])
+        pos += n
+    version, session_id, client_key, router_dh, remote = values[:5]
+    assert version is not None and session_id is not None and remote is not None
+    service = None
+    if len(values) == 9:
+        service_id, role, cert_hash, service_key = values[5:]
+        assert service_id and role and cert_hash and service_key
+        service = ServiceSession(service_id, role, cert_hash, service_key)
+    handshake = Handshake(int.from_bytes(version, "big"), session_id, client_key, router_dh,
+                          client_service=service)
+    return handshake, remote.decode()
+
+
+def group_of_supervisor(pid: int) -> str:
+    """The name the workers of one supervisor share for their channel."""
+    return hashlib.sha256(f"{pid}".encode()).hexdigest()[:16]
