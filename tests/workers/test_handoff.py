@@ -4,13 +4,15 @@ and every command on a queue runs in the queue's owner, whichever that is."""
 
 from __future__ import annotations
 
+import os
+import signal
 from contextlib import AsyncExitStack
 
 import pytest
 import trio
 from supervised import supervised
 
-from router.client import EndEvent, MessageEvent, SMPError, open_client
+from router.client import ConnectionClosed, EndEvent, MessageEvent, SMPError, open_client
 from router.server.core.ownership import Ownership
 
 OWNER = Ownership(2, 0).owner_of
@@ -83,3 +85,24 @@ async def test_get_on_another_worker_reads_the_owner_queue(tmp_path):
         assert got is not None and got.body == b"first"
         await c1.ack(q0, got.msg_id)
         assert await c1.get(q0) is None
+
+
+async def test_a_worker_killed_closes_the_connections_with_queues_in_it(tmp_path):
+    async with supervised(tmp_path / "data", "--store", "journal") as r, AsyncExitStack() as stack:
+        (c0, q0), (c1, q1) = await clients_on_each_worker(stack, r.address)
+        await c1.subscribe(q0)  # worker 1's client holds a subscription in worker 0
+        first, _ = r.worker_pids()
+        os.kill(first, signal.SIGKILL)
+        # Its subscription is gone with worker 0: worker 1 closes the connection, and the
+        # client, reconnecting, subscribes again in the restarted worker 0.
+        with trio.fail_after(20), pytest.raises(ConnectionClosed):
+            while True:
+                await c1.next_event()
+        await r.until_logged(lambda log: "worker 0 is serving again" in log, "the restart")
+        again = await stack.enter_async_context(open_client(r.address))
+        await again.subscribe(q0)
+        async with open_client(r.address) as sender:
+            await sender.send(q0.sender_id, b"after the restart")
+        with trio.fail_after(10):
+            event = await again.next_event()
+        assert isinstance(event, MessageEvent) and event.body == b"after the restart"
