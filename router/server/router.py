@@ -336,7 +336,8 @@ class Router:
         self._fronts = fronts
         return own
 
-    async def serve_shadow(self, transport: BlockStream, handshake: Handshake) -> None:
+    async def serve_shadow(self, transport: BlockStream, handshake: Handshake,
+                           serving: ClientHandler[ClientSubscriptions]) -> None:
         """Serve another worker's client for the queues this worker owns, as a
         connection of its own whose transport is the channel (workers/handoff.py)."""
         assert self._background is not None, "connections are served while it runs"
@@ -346,7 +347,7 @@ class Router:
             self.connections[conn.id] = conn
             client = self.subscriptions.open(conn)
             try:
-                await conn.run(self._shadow_serving, client, scope, self._background)
+                await conn.run(serving, client, scope, self._background)
             except TransportClosed:
                 pass
             finally:

@@ -13,8 +13,13 @@ in the order it writes them) comes back to the front as frames and goes into
 the real connection's one writing path.
 
 The order of one owner's answers and pushes to a client is kept (one ordered
-link per direction); the answers of different owners to one block are written
-as each owner gives them, not in the block's order.
+link per direction). A block's answers from the other workers are written
+first, as each owner gives them, then the front's own: the front returns its
+answers once every owner's part is answered (the shadow marks the end of each
+part's answers in its stream, `_PART_DONE`). So an answer the front gives itself
+(a PING last in a block) follows every answer, and every MSG answering a SUB, of
+the commands before it, as in one process; the answers of different owners are
+not in the block's order among themselves.
 
 Back-pressure: a front sends at most `WINDOW` blocks to a shadow that it has
 not taken yet, and a shadow at most `WINDOW` writes the front has not taken; the
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -54,6 +59,9 @@ from .channel import Frame, LinkLost, Links
 log = logging.getLogger(__name__)
 
 OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)
+# Written by a shadow after a part's answers, in their stream: no real transmission
+# is empty (router/protocol/transmission.py), and the front takes it out.
+_PART_DONE = b""
 WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
 # Commands a front answers itself whatever their entity id: they name no queue
 # (the proxy's, PING), or walk every queue of a service (not handed off yet).
@@ -67,6 +75,31 @@ class _Front:
     conn: Connection
     client: ClientSubscriptions
     windows: dict[int, trio.Semaphore] = field(default_factory=dict)  # owner -> window
+    answered: dict[int, int] = field(default_factory=dict)  # owner -> parts answered
+    progress: trio.Event = field(default_factory=trio.Event)  # set as parts are answered
+
+    async def wait_answered(self, owner: int, parts: int) -> None:
+        while self.answered.get(owner, 0) < parts:
+            await self.progress.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowServing:
+    """How a shadow is served: as any client, its answers to each part followed by
+    the mark of their end."""
+
+    own: ClientServing
+
+    async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
+        answers = await self.own.process_block(client, block)
+        answers.append(_PART_DONE)
+        return answers
+
+    def delivery_loop(self, client: ClientSubscriptions) -> Awaitable[None]:
+        return self.own.delivery_loop(client)
+
+    def answered(self, client: ClientSubscriptions) -> None:
+        self.own.answered(client)
 
 
 class ShadowTransport:
@@ -149,6 +182,7 @@ class Handoff:
                            self._on_peer_lost)
         self._router: Router | None = None
         self._serving: ClientServing | None = None  # the router's own, for its parts
+        self._shadow_serving: ShadowServing | None = None
         self._fronts: dict[int, _Front] = {}
         self._shadows: dict[tuple[int, int], ShadowTransport] = {}
         self._nursery: trio.Nursery | None = None
@@ -157,6 +191,7 @@ class Handoff:
         """Serve `router`'s connections as fronts (before its listener accepts)."""
         self._router = router
         self._serving = router.install_serving(self)
+        self._shadow_serving = ShadowServing(self._serving)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -173,15 +208,18 @@ class Handoff:
             return await self._serving.process_block(client, block)
         own = parts.pop(self.ownership.index, None)
         front = self._front(client)
+        awaited: dict[int, int] = {}
         for owner, transmissions in parts.items():
+            awaited[owner] = front.answered.get(owner, 0)
             for sub_block in encode_batches(transmissions):
                 await self._hand_to(front, owner, sub_block)
-        if own is None:
-            return []
-        own_blocks = encode_batches(own)
+                awaited[owner] += 1
         answers: list[bytes] = []
-        for own_block in own_blocks:
-            answers.extend(await self._serving.process_block(client, own_block))
+        if own is not None:
+            for own_block in encode_batches(own):
+                answers.extend(await self._serving.process_block(client, own_block))
+        for owner, count in awaited.items():
+            await front.wait_answered(owner, count)
         return answers
 
     def delivery_loop(self, client: ClientSubscriptions):  # type: ignore[no-untyped-def]
@@ -303,8 +341,16 @@ class Handoff:
             return
         transmissions = [t for content in _split(frame.payload)
                          for t in iter_batch_content(content)]
+        parts_done = transmissions.count(_PART_DONE)
+        if parts_done:
+            transmissions = [t for t in transmissions if t != _PART_DONE]
         conn = front.conn
-        conn.leave(transmissions)  # in order with what came before; never waits
+        if transmissions:
+            conn.leave(transmissions)  # in order with what came before; never waits
+        if parts_done:
+            front.answered[peer] = front.answered.get(peer, 0) + parts_done
+            front.progress.set()
+            front.progress = trio.Event()
         taken = Frame(OUT_TAKEN, frame.conn_id, b"")
         assert self._nursery is not None
         if conn.outbox_full():
@@ -328,7 +374,8 @@ class Handoff:
                             handshake: Handshake) -> None:
         assert self._router is not None
         try:
-            await self._router.serve_shadow(transport, handshake)
+            assert self._shadow_serving is not None
+            await self._router.serve_shadow(transport, handshake, self._shadow_serving)
         finally:
             if self._shadows.get(key) is transport:
                 del self._shadows[key]
