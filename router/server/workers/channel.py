@@ -28,7 +28,7 @@ import trio
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">IBQ")  # length of what follows the length, kind, connection id
-MAX_FRAME = 1 << 20  # bytes; a hand-off frame is at most a block and a little
+MAX_FRAME = 1 << 20  # bytes; a frame is a block or a write of about OUT_FRAME_BYTES
 LINK_QUEUE = 64  # frames waiting for a link's writing task
 CONNECT_ATTEMPTS = 50  # a peer being restarted listens again within a few seconds
 CONNECT_PAUSE = 0.1  # seconds between two attempts
@@ -175,6 +175,8 @@ class Links:
                     await self._on_frame(peer, frame)
             except (trio.BrokenResourceError, OSError, LinkLost):
                 pass
+            except Exception:  # a frame this side cannot take: the link ends, not the worker
+                log.exception("a frame from worker %d could not be handled", peer)
         log.warning("the link from worker %d ended", peer)
         self._on_peer_lost(peer)
 

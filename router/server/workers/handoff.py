@@ -63,6 +63,7 @@ OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)
 # is empty (router/protocol/transmission.py), and the front takes it out.
 _PART_DONE = b""
 WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
+OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
 # Commands a front answers itself whatever their entity id: they name no queue
 # (the proxy's, PING), or walk every queue of a service (not handed off yet).
 _LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD", b"SUBS", b"NSUBS"})
@@ -146,10 +147,22 @@ class ShadowTransport:
         await self.send_blocks([block])
 
     async def send_blocks(self, blocks: list[bytes]) -> None:
-        if not blocks:
-            return
+        """The blocks' contents in frames of at most OUT_FRAME_BYTES, each within the
+        window (a write of a full pending list is many blocks)."""
+        contents: list[bytes] = []
+        size = 0
+        for block in blocks:
+            content = unpad_block(block)
+            if contents and size + len(content) > OUT_FRAME_BYTES:
+                await self._send_out(contents)
+                contents, size = [], 0
+            contents.append(content)
+            size += 4 + len(content)
+        if contents:
+            await self._send_out(contents)
+
+    async def _send_out(self, contents: list[bytes]) -> None:
         await self._out_window.acquire()
-        contents = [unpad_block(block) for block in blocks]
         await self._send(Frame(OUT, self._front_id, _join(contents)))
 
     async def _send(self, frame: Frame) -> None:
