@@ -111,3 +111,16 @@ async def test_a_data_directory_of_another_count_of_workers_is_refused(tmp_path)
     assert code == 2 and out == ""
     assert f"data directory {single} holds the queues of one process, not 3" in err
     assert err.count("\n") == 1
+
+
+async def test_a_worker_that_cannot_start_stops_the_router_in_one_line_each(tmp_path):
+    data = tmp_path / "data"
+    (data / "worker-1").mkdir(parents=True)
+    (data / "WORKERS").write_text("2\n")
+    (data / "worker-1" / "STORE_KIND").write_text("sqlite\n")  # not the journal asked for
+    code, out, err = await run("serve", "--data-dir", str(data), "--port", "0", "--workers",
+                               "2", "--store", "journal")
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert f"data directory {data / 'worker-1'} holds a 'sqlite' store" in err
+    assert lines[-1] == "smp-router: error: worker 1 could not start (exit code 2)"
