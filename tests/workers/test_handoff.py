@@ -106,3 +106,17 @@ async def test_a_worker_killed_closes_the_connections_with_queues_in_it(tmp_path
         with trio.fail_after(10):
             event = await again.next_event()
         assert isinstance(event, MessageEvent) and event.body == b"after the restart"
+
+
+async def test_the_memory_snapshots_of_every_worker_come_back_after_a_restart(tmp_path):
+    data = tmp_path / "data"
+    async with supervised(data, "--store", "memory") as r, AsyncExitStack() as stack:
+        (c0, q0), (c1, q1) = await clients_on_each_worker(stack, r.address)
+        await c1.send(q0.sender_id, b"kept in worker 0")
+        await c0.send(q1.sender_id, b"kept in worker 1")
+    assert (data / "worker-0" / "memory-store").is_dir()
+    assert (data / "worker-1" / "memory-store").is_dir()
+    async with supervised(data, "--store", "memory") as r, open_client(r.address) as client:
+        for queue, body in ((q0, b"kept in worker 0"), (q1, b"kept in worker 1")):
+            event = await client.get(queue)
+            assert event is not None and event.body == body
