@@ -49,7 +49,8 @@ class WorkerProcess:
         self._command = list(command)
         self._env = {**env, WORKER_ENV: seat.environment_value()}
         self.process: trio.Process | None = None
-        self.ready = trio.Event()  # its first process printed the ready line
+        self.ready = trio.Event()  # its first process printed the ready line, or failed
+        self.start_failure: StartupError | None = None
         self.ready_line = ""
         self.starts = 0
         self.stopping = False  # a stop or a drain: its end is not a death
@@ -68,7 +69,10 @@ class WorkerProcess:
                 if self.stopping:
                     return
                 if not self.ready.is_set():
-                    raise StartupError(f"worker {self.index} could not start (exit code {code})")
+                    self.start_failure = StartupError(
+                        f"worker {self.index} could not start (exit code {code})")
+                    self.ready.set()  # the supervisor waits for it: it stops the others
+                    return
                 if trio.current_time() - began >= STEADY_RUN:
                     deaths_in_a_row = 0
                 delay = RESTART_DELAYS[min(deaths_in_a_row, len(RESTART_DELAYS) - 1)]
@@ -188,16 +192,24 @@ async def supervise(
                     nursery.start_soon(worker.keep_running)
                 for worker in workers:
                     await worker.ready.wait()
+                failure = next((w.start_failure for w in workers if w.start_failure), None)
+                if failure is not None:
+                    await _stop_all(workers)
+                    raise failure
                 log.info("%d workers serving, pids %s", len(workers),
                          " ".join(str(w.process.pid) for w in workers if w.process))
                 print(workers[0].ready_line, flush=True)
                 nursery.start_soon(_end_when_all_ended, workers, nursery.cancel_scope)
                 await _answer_signals(signals, workers, reload)
-                with trio.CancelScope(shield=True):
-                    async with trio.open_nursery() as stopping:
-                        for worker in workers:
-                            stopping.start_soon(worker.stop)
+                await _stop_all(workers)
                 nursery.cancel_scope.cancel()
+
+
+async def _stop_all(workers: list[WorkerProcess]) -> None:
+    with trio.CancelScope(shield=True):
+        async with trio.open_nursery() as stopping:
+            for worker in workers:
+                stopping.start_soon(worker.stop)
 
 
 async def _end_when_all_ended(workers: list[WorkerProcess], scope: trio.CancelScope) -> None:
