@@ -62,6 +62,10 @@ OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)
 # Written by a shadow after a part's answers, in their stream: no real transmission
 # is empty (router/protocol/transmission.py), and the front takes it out.
 _PART_DONE = b""
+# Begins a part of forwarded transmissions (RFWD, opened in the front) in a shadow's
+# blocks, and each of their answers in its writes: a padded block begins with its
+# content's length (below 0x40 00), and an answer with its empty authorization (0).
+_FORWARDED = b"\xffFWD"
 WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
 OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
 # Commands a front answers itself whatever their entity id: they name no queue
@@ -76,7 +80,10 @@ class _Front:
     conn: Connection
     client: ClientSubscriptions
     windows: dict[int, trio.Semaphore] = field(default_factory=dict)  # owner -> window
+    sent: dict[int, int] = field(default_factory=dict)  # owner -> parts sent
     answered: dict[int, int] = field(default_factory=dict)  # owner -> parts answered
+    # owner -> the answers to the forwarded transmissions of its part in progress
+    forwarded: dict[int, list[list[bytes]]] = field(default_factory=dict)
     progress: trio.Event = field(default_factory=trio.Event)  # set as parts are answered
 
     async def wait_answered(self, owner: int, parts: int) -> None:
@@ -92,7 +99,13 @@ class ShadowServing:
     own: ClientServing
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
-        answers = await self.own.process_block(client, block)
+        if block.startswith(_FORWARDED):
+            client.in_block = True  # as ClientServing.process_block
+            answers = [_FORWARDED + _join(await self.own.dispatcher.run_forwarded(
+                client, transmission[2:], int.from_bytes(transmission[:2], "big")))
+                for transmission in _split(block[len(_FORWARDED):])]
+        else:
+            answers = await self.own.process_block(client, block)
         answers.append(_PART_DONE)
         return answers
 
@@ -205,6 +218,7 @@ class Handoff:
         self._router = router
         self._serving = router.install_serving(self)
         self._shadow_serving = ShadowServing(self._serving)
+        router.dispatcher.route_forwarded(self)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -223,10 +237,8 @@ class Handoff:
         front = self._front(client)
         awaited: dict[int, int] = {}
         for owner, transmissions in parts.items():
-            awaited[owner] = front.answered.get(owner, 0)
             for sub_block in encode_batches(transmissions):
-                await self._hand_to(front, owner, sub_block)
-                awaited[owner] += 1
+                awaited[owner] = await self._hand_to(front, owner, sub_block)
         answers: list[bytes] = []
         if own is not None:
             for own_block in encode_batches(own):
@@ -282,6 +294,34 @@ class Handoff:
             return self.ownership.owner_of(cmd.link.sender_id)
         return here
 
+    # --- forwarded transmissions (RFWD): forwarded.ForwardRoute --------------------
+
+    def owner_elsewhere(self, transmission: bytes, version: int) -> int | None:
+        try:
+            entity_id = decode_transmission(transmission, version).entity_id
+        except ProtocolError:
+            return None  # answered with its error here
+        if len(entity_id) != ID_SIZE:
+            return None
+        owner = self.ownership.owner_of(entity_id)
+        return None if owner == self.ownership.index else owner
+
+    async def run_elsewhere(self, client: ClientSubscriptions, owner: int,
+                            forwarded: list[tuple[bytes, int]]) -> list[list[bytes]]:
+        """One part to the owner's shadow of this client (through its window, as a
+        block), each transmission with its version; its answers come back in the
+        shadow's stream (`_write_to_front`)."""
+        front = self._front(client)
+        front.forwarded[owner] = answers = []
+        part = _FORWARDED + _join([version.to_bytes(2, "big") + transmission
+                                   for transmission, version in forwarded])
+        await front.wait_answered(owner, await self._hand_to(front, owner, part))
+        del front.forwarded[owner]
+        if len(answers) != len(forwarded):  # a shadow answers each, or ends
+            raise TransportClosed(f"worker {owner} answered {len(answers)} forwarded "
+                                  f"transmissions of {len(forwarded)}")
+        return answers
+
     def _front(self, client: ClientSubscriptions) -> _Front:
         conn = client.conn
         front = self._fronts.get(conn.id)
@@ -289,7 +329,8 @@ class Handoff:
             front = self._fronts[conn.id] = _Front(conn, client)
         return front
 
-    async def _hand_to(self, front: _Front, owner: int, block: bytes) -> None:
+    async def _hand_to(self, front: _Front, owner: int, block: bytes) -> int:
+        """Send a part to the owner's shadow; its number among the parts sent there."""
         window = front.windows.get(owner)
         try:
             if window is None:
@@ -301,6 +342,8 @@ class Handoff:
         except LinkLost as e:
             front.conn.close_now(f"its queues' worker {owner} cannot be reached: {e}")
             raise TransportClosed(str(e)) from e
+        front.sent[owner] = sent = front.sent.get(owner, 0) + 1
+        return sent
 
     def forget(self, conn: Connection) -> None:
         """A front connection ended: its shadows end too."""
@@ -357,6 +400,12 @@ class Handoff:
         parts_done = transmissions.count(_PART_DONE)
         if parts_done:
             transmissions = [t for t in transmissions if t != _PART_DONE]
+        if front.forwarded:
+            answers = front.forwarded.get(peer)
+            if answers is not None:
+                answers.extend(list(_split(t[len(_FORWARDED):])) for t in transmissions
+                               if t.startswith(_FORWARDED))
+                transmissions = [t for t in transmissions if not t.startswith(_FORWARDED)]
         conn = front.conn
         if transmissions:
             conn.leave(transmissions)  # in order with what came before; never waits
