@@ -17,6 +17,8 @@ already accepted; `serve_router(config)` does both on its own listener
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import secrets
 import socket
@@ -311,9 +313,14 @@ class Router:
     async def _service_id(self, role: bytes, cert: bytes, cert_hash: bytes) -> bytes:
         """The id of the service of this certificate and role, made on its first
         session (docs/protocol.md#client-service)."""
-        record = ServiceRecord(
-            secrets.token_bytes(SERVICE_ID_SIZE), role, cert, cert_hash, int(time.time())
-        )
+        if self.ownership.workers == 1:
+            service_id = secrets.token_bytes(SERVICE_ID_SIZE)
+        else:
+            # Every worker makes the same id for a certificate, in its own store, so the
+            # service is one for the router (docs/workers.md#service-subscriptions).
+            service_id = hmac.new(self.identity.seed, b"service id " + role + cert_hash,
+                                  hashlib.sha256).digest()[:SERVICE_ID_SIZE]
+        record = ServiceRecord(service_id, role, cert, cert_hash, int(time.time()))
         return (await self.queues.add_service(record)).service_id
 
     def _cleanup(self, client: ClientSubscriptions) -> None:

@@ -43,6 +43,7 @@ walks the queues.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -60,8 +61,13 @@ if TYPE_CHECKING:
 CATCH_UP_STEP = 64  # queues looked at between two checks for other delivery work
 
 
+def all_received(client: ClientSubscriptions) -> list[bytes]:
+    return [encode_response_transmission(b"", b"", ALLS(), client.conn.version)]
+
+
 class Services:
-    __slots__ = ("_queues", "_messages", "_subscriptions", "_deliverer", "_notifications")
+    __slots__ = ("_queues", "_messages", "_subscriptions", "_deliverer", "_notifications",
+                 "walk_done")
 
     def __init__(
         self,
@@ -76,6 +82,9 @@ class Services:
         self._subscriptions = subscriptions
         self._deliverer = deliverer
         self._notifications = notifications
+        # What a walk's end writes: ALLS; in a worker of several, ALLS once every
+        # worker's walk of the service is done (workers/handoff.py).
+        self.walk_done: Callable[[ClientSubscriptions], list[bytes]] = all_received
 
     # --- association (SUB, NEW with subMode S, NSUB) -----------------------------
 
@@ -117,8 +126,9 @@ class Services:
                 walk.delivered += 1
         if client.catch_up is walk and walk.done:
             client.catch_up = None
-            alls = encode_response_transmission(b"", b"", ALLS(), client.conn.version)
-            await client.conn.push([alls])
+            alls = self.walk_done(client)
+            if alls:
+                await client.conn.push(alls)
         else:
             await trio.lowlevel.checkpoint()  # queues without messages never wait
 

@@ -43,12 +43,15 @@ from router.protocol.block import (
     iter_batch_content,
     unpad_block,
 )
-from router.protocol.codec import decode_command
+from router.protocol.codec import decode_command, decode_response, encode_response_transmission
+from router.protocol.ids_hash import ids_hash_bytes, ids_hash_int
 from router.protocol.transmission import decode_transmission
-from router.protocol.types import NEW, ProtocolError
+from router.protocol.types import NEW, SOKS, ProtocolError
+from store.interfaces import Party
 
 from ..core.connection import Connection
 from ..core.ownership import ID_SIZE, Ownership
+from ..core.services import all_received
 from ..core.serving import ClientServing
 from ..core.subscriptions import ClientSubscriptions
 from ..edge.block_stream import TransportClosed
@@ -69,8 +72,12 @@ _FORWARDED = b"\xffFWD"
 WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
 OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
 # Commands a front answers itself whatever their entity id: they name no queue
-# (the proxy's, PING), or walk every queue of a service (not handed off yet).
-_LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD", b"SUBS", b"NSUBS"})
+# (the proxy's, PING; an RFWD's inner transmission goes to its owner, below).
+_LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD"})
+# A service's subscriptions: its queues are in every worker, so every worker walks
+# its own (docs/workers.md#service-subscriptions).
+_SERVICE_TAGS = {b"SUBS": Party.RECIPIENT, b"NSUBS": Party.NOTIFIER}
+_EVERY = -1  # the owner of a service subscription: every worker
 
 
 @dataclass(slots=True)
@@ -84,6 +91,14 @@ class _Front:
     answered: dict[int, int] = field(default_factory=dict)  # owner -> parts answered
     # owner -> the answers to the forwarded transmissions of its part in progress
     forwarded: dict[int, list[list[bytes]]] = field(default_factory=dict)
+    # A block's SUBS / NSUBS, by corrId: the other workers' answers, added into one SOKS.
+    service_answers: dict[bytes, tuple[Party, list[bytes]]] = field(default_factory=dict)
+    # owner -> its part of a block with SUBS: what it writes after the part's answers
+    # (its walk) waits, with the frames' OUT_TAKEN, until the front's SOKS is written.
+    hold_after: dict[int, int] = field(default_factory=dict)
+    held: list[bytes] = field(default_factory=list)
+    held_taken: list[tuple[int, Frame]] = field(default_factory=list)
+    walks_left: int = 0  # the workers whose SUBS walk has not written its ALLS yet
     progress: trio.Event = field(default_factory=trio.Event)  # set as parts are answered
 
     async def wait_answered(self, owner: int, parts: int) -> None:
@@ -219,6 +234,7 @@ class Handoff:
         self._serving = router.install_serving(self)
         self._shadow_serving = ShadowServing(self._serving)
         router.dispatcher.route_forwarded(self)
+        router.services.walk_done = self.own_walk_done
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -230,21 +246,32 @@ class Handoff:
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
         assert self._serving is not None
-        parts = self._split(client.conn.version, block)
-        if parts is None:
+        split = self._split(client.conn, block)
+        if split is None:
             return await self._serving.process_block(client, block)
+        parts, services = split
         own = parts.pop(self.ownership.index, None)
         front = self._front(client)
+        if services:
+            for corr_id, party in services.items():
+                front.service_answers[corr_id] = (party, [])
+            if Party.RECIPIENT in services.values():
+                front.walks_left = self.ownership.workers
         awaited: dict[int, int] = {}
         for owner, transmissions in parts.items():
             for sub_block in encode_batches(transmissions):
                 awaited[owner] = await self._hand_to(front, owner, sub_block)
+            if services:
+                front.hold_after[owner] = awaited[owner]
         answers: list[bytes] = []
         if own is not None:
             for own_block in encode_batches(own):
                 answers.extend(await self._serving.process_block(client, own_block))
         for owner, count in awaited.items():
             await front.wait_answered(owner, count)
+        if services:
+            answers = [self._service_answer(front, answer) for answer in answers]
+            front.service_answers.clear()
         return answers
 
     def delivery_loop(self, client: ClientSubscriptions):  # type: ignore[no-untyped-def]
@@ -252,25 +279,45 @@ class Handoff:
         return self._serving.delivery_loop(client)
 
     def answered(self, client: ClientSubscriptions) -> None:
-        assert self._serving is not None
+        assert self._serving is not None and self._nursery is not None
         self._serving.answered(client)
+        front = self._fronts.get(client.conn.id)
+        if front is not None and front.hold_after:
+            # The block's SOKS is written: the other workers' walks follow it.
+            front.hold_after.clear()
+            held, front.held = front.held, []
+            if held:
+                client.conn.leave(held)
+            for peer, taken in front.held_taken:
+                self._nursery.start_soon(self._taken_once_room, client.conn, peer, taken)
+            front.held_taken.clear()
 
-    def _split(self, version: int, block: bytes) -> dict[int, list[bytes]] | None:
-        """The block's transmissions by owner; None if they are all this worker's (or
-        the block does not parse: the dispatcher answers that)."""
+    def _split(self, conn: Connection, block: bytes
+               ) -> tuple[dict[int, list[bytes]], dict[bytes, Party]] | None:
+        """The block's transmissions by owner, and its service subscriptions (sent to
+        every worker) by corrId; None if they are all this worker's (or the block does
+        not parse: the dispatcher answers that)."""
         try:
             raws = decode_batch_content(unpad_block(block))
         except ProtocolError:
             return None
-        owners = [self._owner(raw, version) for raw in raws]
+        version, service = conn.version, conn.service_id is not None
+        owners = [self._owner(raw, version, service) for raw in raws]
         if all(owner == self.ownership.index for owner in owners):
             return None
         parts: dict[int, list[bytes]] = {}
+        services: dict[bytes, Party] = {}
         for owner, raw in zip(owners, raws, strict=True):
-            parts.setdefault(owner, []).append(raw)
-        return parts
+            if owner != _EVERY:
+                parts.setdefault(owner, []).append(raw)
+                continue
+            t = decode_transmission(raw, version)
+            services[t.corr_id] = _SERVICE_TAGS[t.command.split(b" ", 1)[0]]
+            for worker in range(self.ownership.workers):
+                parts.setdefault(worker, []).append(raw)
+        return parts, services
 
-    def _owner(self, raw: bytes, version: int) -> int:
+    def _owner(self, raw: bytes, version: int, service: bool) -> int:
         here = self.ownership.index
         try:
             t = decode_transmission(raw, version)
@@ -279,6 +326,10 @@ class Handoff:
         tag = t.command.split(b" ", 1)[0]
         if tag in _LOCAL_TAGS:
             return here
+        if tag in _SERVICE_TAGS:
+            # A connection without a service is refused here; a repeated corrId would
+            # mix the answers of two, so it goes no further either.
+            return _EVERY if service and t.corr_id else here
         if t.entity_id:
             if len(t.entity_id) != ID_SIZE:
                 return here
@@ -321,6 +372,65 @@ class Handoff:
             raise TransportClosed(f"worker {owner} answered {len(answers)} forwarded "
                                   f"transmissions of {len(forwarded)}")
         return answers
+
+    # --- service subscriptions (SUBS, NSUBS): every worker walks its own queues ------
+
+    def _service_answer(self, front: _Front, answer: bytes) -> bytes:
+        """The front's own answer to a SUBS / NSUBS with the other workers' added: one
+        SOKS with the sum of the counts and the XOR of the ids hashes (the hash of a
+        union of disjoint sets), which the front's own holding keeps for its ENDS."""
+        version = front.conn.version
+        t = decode_transmission(answer, version)
+        entry = front.service_answers.get(t.corr_id)
+        if entry is None:
+            return answer
+        party, others = entry
+        own = decode_response(t.command, version)
+        if not isinstance(own, SOKS):
+            return answer
+        count, ids_hash = own.count, own.ids_hash
+        for other in others:
+            theirs = decode_response(decode_transmission(other, version).command, version)
+            if not isinstance(theirs, SOKS):
+                return other  # that worker's refusal
+            count += theirs.count
+            ids_hash = ids_hash_bytes(ids_hash_int(ids_hash) ^ ids_hash_int(theirs.ids_hash))
+        assert self._router is not None
+        held = self._router.subscriptions.service_held(front.client, party)
+        if held is not None:
+            held.count, held.ids_hash = count, ids_hash
+        return encode_response_transmission(t.corr_id, t.entity_id, SOKS(count, ids_hash),
+                                            version)
+
+    def _service_write(self, front: _Front, transmission: bytes) -> bytes | None:
+        """What a shadow of a service's connection wrote, as the client gets it: its
+        SOKS kept for the front's sum, its ENDS dropped (the front's own carries the
+        router's figures), its ALLS only from the last walk; None if dropped."""
+        try:
+            t = decode_transmission(transmission, front.conn.version)
+        except ProtocolError:
+            return transmission
+        command = t.command
+        if command.startswith(b"ENDS "):
+            return None
+        if command == b"ALLS":
+            return transmission if self._walk_ended(front) else None
+        entry = front.service_answers.get(t.corr_id) if t.corr_id else None
+        if entry is not None:
+            entry[1].append(transmission)
+            return None
+        return transmission
+
+    def _walk_ended(self, front: _Front) -> bool:
+        front.walks_left -= 1
+        return front.walks_left == 0
+
+    def own_walk_done(self, client: ClientSubscriptions) -> list[bytes]:
+        """`Services.walk_done` here: a front's ALLS once every worker's walk is done."""
+        front = self._fronts.get(client.conn.id)
+        if front is None or front.client is not client or self._walk_ended(front):
+            return all_received(client)
+        return []
 
     def _front(self, client: ClientSubscriptions) -> _Front:
         conn = client.conn
@@ -395,27 +505,42 @@ class Handoff:
         front = self._fronts.get(frame.conn_id)
         if front is None:
             return
-        transmissions = [t for content in _split(frame.payload)
-                         for t in iter_batch_content(content)]
-        parts_done = transmissions.count(_PART_DONE)
-        if parts_done:
-            transmissions = [t for t in transmissions if t != _PART_DONE]
-        if front.forwarded:
-            answers = front.forwarded.get(peer)
-            if answers is not None:
-                answers.extend(list(_split(t[len(_FORWARDED):])) for t in transmissions
-                               if t.startswith(_FORWARDED))
-                transmissions = [t for t in transmissions if not t.startswith(_FORWARDED)]
         conn = front.conn
-        if transmissions:
-            conn.leave(transmissions)  # in order with what came before; never waits
-        if parts_done:
-            front.answered[peer] = front.answered.get(peer, 0) + parts_done
+        service = conn.service_id is not None
+        answered = before = front.answered.get(peer, 0)
+        hold_after = front.hold_after.get(peer)
+        forwarded = front.forwarded.get(peer)
+        out: list[bytes] = []
+        held = False
+        for content in _split(frame.payload):
+            for t in iter_batch_content(content):
+                if t == _PART_DONE:
+                    answered += 1
+                    continue
+                if forwarded is not None and t.startswith(_FORWARDED):
+                    forwarded.append(list(_split(t[len(_FORWARDED):])))
+                    continue
+                if service:
+                    written = self._service_write(front, t)
+                    if written is None:
+                        continue
+                    t = written
+                if hold_after is not None and answered >= hold_after:
+                    front.held.append(t)
+                    held = True
+                else:
+                    out.append(t)
+        if out:
+            conn.leave(out)  # in order with what came before; never waits
+        if answered != before:
+            front.answered[peer] = answered
             front.progress.set()
             front.progress = trio.Event()
         taken = Frame(OUT_TAKEN, frame.conn_id, b"")
         assert self._nursery is not None
-        if conn.outbox_full():
+        if held:
+            front.held_taken.append((peer, taken))  # a held walk waits within its window
+        elif conn.outbox_full():
             self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
         else:
             self._nursery.start_soon(self._send_quietly, peer, taken)
