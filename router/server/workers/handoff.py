@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 
@@ -43,10 +44,24 @@ from router.protocol.block import (
     iter_batch_content,
     unpad_block,
 )
-from router.protocol.codec import decode_command, decode_response, encode_response_transmission
+from router.protocol.codec import (
+    decode_command,
+    decode_response,
+    encode_command,
+    encode_response_transmission,
+)
 from router.protocol.ids_hash import ids_hash_bytes, ids_hash_int
-from router.protocol.transmission import decode_transmission
-from router.protocol.types import NEW, SOKS, ProtocolError
+from router.protocol.transmission import decode_transmission, encode_transmission
+from router.protocol.types import (
+    AUTH,
+    ERR,
+    LGET,
+    NEW,
+    SOKS,
+    ProtocolError,
+    Response,
+    Transmission,
+)
 from store.interfaces import Party
 
 from ..core.connection import Connection
@@ -54,6 +69,7 @@ from ..core.ownership import ID_SIZE, Ownership
 from ..core.services import all_received
 from ..core.serving import ClientServing
 from ..core.subscriptions import ClientSubscriptions
+from ..core.verified import error_transmission
 from ..edge.block_stream import TransportClosed
 from ..edge.handshake import Handshake, ServiceSession
 from ..router import Router
@@ -77,7 +93,10 @@ _LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD"})
 # A service's subscriptions: its queues are in every worker, so every worker walks
 # its own (docs/workers.md#service-subscriptions).
 _SERVICE_TAGS = {b"SUBS": Party.RECIPIENT, b"NSUBS": Party.NOTIFIER}
-_EVERY = -1  # the owner of a service subscription: every worker
+# A link's commands: a contact queue's link id is the client's, of any worker, so
+# they are asked of every worker, and the one that has the link answers.
+_LINK_TAGS = frozenset({b"LGET", b"LKEY"})
+_EVERY = -1  # the owner of what every worker answers for its own queues
 
 
 @dataclass(slots=True)
@@ -91,8 +110,10 @@ class _Front:
     answered: dict[int, int] = field(default_factory=dict)  # owner -> parts answered
     # owner -> the answers to the forwarded transmissions of its part in progress
     forwarded: dict[int, list[list[bytes]]] = field(default_factory=dict)
-    # A block's SUBS / NSUBS, by corrId: the other workers' answers, added into one SOKS.
-    service_answers: dict[bytes, tuple[Party, list[bytes]]] = field(default_factory=dict)
+    forwarding: dict[int, trio.Lock] = field(default_factory=dict)  # owner -> its part's turn
+    # A block's commands sent to every worker, by corrId: the side of a SUBS / NSUBS
+    # (None: LGET / LKEY) and the other workers' answers, made into one answer.
+    gathered: dict[bytes, tuple[Party | None, list[bytes]]] = field(default_factory=dict)
     # owner -> its part of a block with SUBS: what it writes after the part's answers
     # (its walk) waits, with the frames' OUT_TAKEN, until the front's SOKS is written.
     hold_after: dict[int, int] = field(default_factory=dict)
@@ -249,29 +270,30 @@ class Handoff:
         split = self._split(client.conn, block)
         if split is None:
             return await self._serving.process_block(client, block)
-        parts, services = split
-        own = parts.pop(self.ownership.index, None)
+        parts, gathered, contacts = split
         front = self._front(client)
-        if services:
-            for corr_id, party in services.items():
-                front.service_answers[corr_id] = (party, [])
-            if Party.RECIPIENT in services.values():
-                front.walks_left = self.ownership.workers
+        refused = await self._refuse_taken_links(front, parts, contacts) if contacts else []
+        own = parts.pop(self.ownership.index, None)
+        for corr_id, party in gathered.items():
+            front.gathered[corr_id] = (party, [])
+        services = any(party is not None for party in gathered.values())
+        if Party.RECIPIENT in gathered.values():
+            front.walks_left = self.ownership.workers
         awaited: dict[int, int] = {}
         for owner, transmissions in parts.items():
             for sub_block in encode_batches(transmissions):
                 awaited[owner] = await self._hand_to(front, owner, sub_block)
             if services:
                 front.hold_after[owner] = awaited[owner]
-        answers: list[bytes] = []
+        answers: list[bytes] = refused
         if own is not None:
             for own_block in encode_batches(own):
                 answers.extend(await self._serving.process_block(client, own_block))
         for owner, count in awaited.items():
             await front.wait_answered(owner, count)
-        if services:
-            answers = [self._service_answer(front, answer) for answer in answers]
-            front.service_answers.clear()
+        if gathered:
+            answers = [self._gathered_answer(front, answer) for answer in answers]
+            front.gathered.clear()
         return answers
 
     def delivery_loop(self, client: ClientSubscriptions):  # type: ignore[no-untyped-def]
@@ -292,32 +314,39 @@ class Handoff:
                 self._nursery.start_soon(self._taken_once_room, client.conn, peer, taken)
             front.held_taken.clear()
 
-    def _split(self, conn: Connection, block: bytes
-               ) -> tuple[dict[int, list[bytes]], dict[bytes, Party]] | None:
-        """The block's transmissions by owner, and its service subscriptions (sent to
-        every worker) by corrId; None if they are all this worker's (or the block does
-        not parse: the dispatcher answers that)."""
+    def _split(self, conn: Connection, block: bytes) -> tuple[
+            dict[int, list[bytes]], dict[bytes, Party | None], dict[bytes, tuple[bytes, bytes]]
+    ] | None:
+        """The block's transmissions by owner; those sent to every worker by corrId (a
+        SUBS / NSUBS by its side, an LGET / LKEY by None); its NEWs of contact queues
+        (raw -> corrId, link id). None if they are all this worker's and no NEW of a
+        contact queue (or the block does not parse: the dispatcher answers that)."""
         try:
             raws = decode_batch_content(unpad_block(block))
         except ProtocolError:
             return None
         version, service = conn.version, conn.service_id is not None
-        owners = [self._owner(raw, version, service) for raw in raws]
-        if all(owner == self.ownership.index for owner in owners):
+        contacts: dict[bytes, tuple[bytes, bytes]] = {}
+        owners = [self._owner(raw, version, service, contacts) for raw in raws]
+        if not contacts and all(owner == self.ownership.index for owner in owners):
             return None
         parts: dict[int, list[bytes]] = {}
-        services: dict[bytes, Party] = {}
+        gathered: dict[bytes, Party | None] = {}
         for owner, raw in zip(owners, raws, strict=True):
-            if owner != _EVERY:
-                parts.setdefault(owner, []).append(raw)
-                continue
-            t = decode_transmission(raw, version)
-            services[t.corr_id] = _SERVICE_TAGS[t.command.split(b" ", 1)[0]]
-            for worker in range(self.ownership.workers):
-                parts.setdefault(worker, []).append(raw)
-        return parts, services
+            if owner == _EVERY:
+                t = decode_transmission(raw, version)
+                if t.corr_id in gathered:  # their answers could not be told apart
+                    owner = self.ownership.index
+                else:
+                    gathered[t.corr_id] = _SERVICE_TAGS.get(t.command.split(b" ", 1)[0])
+                    for worker in range(self.ownership.workers):
+                        parts.setdefault(worker, []).append(raw)
+                    continue
+            parts.setdefault(owner, []).append(raw)
+        return parts, gathered, contacts
 
-    def _owner(self, raw: bytes, version: int, service: bool) -> int:
+    def _owner(self, raw: bytes, version: int, service: bool,
+               contacts: dict[bytes, tuple[bytes, bytes]]) -> int:
         here = self.ownership.index
         try:
             t = decode_transmission(raw, version)
@@ -327,9 +356,11 @@ class Handoff:
         if tag in _LOCAL_TAGS:
             return here
         if tag in _SERVICE_TAGS:
-            # A connection without a service is refused here; a repeated corrId would
-            # mix the answers of two, so it goes no further either.
+            # A connection without a service is refused here; an empty corrId could
+            # not be told from a push's, so it goes no further either.
             return _EVERY if service and t.corr_id else here
+        if tag in _LINK_TAGS:
+            return _EVERY if t.corr_id else here
         if t.entity_id:
             if len(t.entity_id) != ID_SIZE:
                 return here
@@ -341,6 +372,8 @@ class Handoff:
         except ProtocolError:
             return here
         if isinstance(cmd, NEW) and cmd.link is not None:
+            if cmd.link.link_id is not None:
+                contacts[raw] = (t.corr_id, cmd.link.link_id)
             # The client chose the sender id: the queue is that id's owner's (docs/workers.md).
             return self.ownership.owner_of(cmd.link.sender_id)
         return here
@@ -349,9 +382,12 @@ class Handoff:
 
     def owner_elsewhere(self, transmission: bytes, version: int) -> int | None:
         try:
-            entity_id = decode_transmission(transmission, version).entity_id
+            t = decode_transmission(transmission, version)
         except ProtocolError:
             return None  # answered with its error here
+        if t.command.split(b" ", 1)[0] in _LINK_TAGS:
+            return _EVERY  # a contact queue's link id is the client's
+        entity_id = t.entity_id
         if len(entity_id) != ID_SIZE:
             return None
         owner = self.ownership.owner_of(entity_id)
@@ -361,30 +397,115 @@ class Handoff:
                             forwarded: list[tuple[bytes, int]]) -> list[list[bytes]]:
         """One part to the owner's shadow of this client (through its window, as a
         block), each transmission with its version; its answers come back in the
-        shadow's stream (`_write_to_front`)."""
+        shadow's stream (`_write_to_front`). `_EVERY`: asked of every worker, and
+        the answer of the one that has the queue taken."""
+        if owner == _EVERY:
+            return await self._run_everywhere(client, forwarded)
         front = self._front(client)
-        front.forwarded[owner] = answers = []
-        part = _FORWARDED + _join([version.to_bytes(2, "big") + transmission
-                                   for transmission, version in forwarded])
-        await front.wait_answered(owner, await self._hand_to(front, owner, part))
-        del front.forwarded[owner]
+        lock = front.forwarding.get(owner)
+        if lock is None:
+            lock = front.forwarding[owner] = trio.Lock()
+        async with lock:  # one part's answers at a time from an owner
+            front.forwarded[owner] = answers = []
+            part = _FORWARDED + _join([version.to_bytes(2, "big") + transmission
+                                       for transmission, version in forwarded])
+            await front.wait_answered(owner, await self._hand_to(front, owner, part))
+            del front.forwarded[owner]
         if len(answers) != len(forwarded):  # a shadow answers each, or ends
             raise TransportClosed(f"worker {owner} answered {len(answers)} forwarded "
                                   f"transmissions of {len(forwarded)}")
         return answers
 
+    async def _run_everywhere(self, client: ClientSubscriptions,
+                              forwarded: list[tuple[bytes, int]]) -> list[list[bytes]]:
+        assert self._router is not None
+        here = self.ownership.index
+        others = [w for w in range(self.ownership.workers) if w != here]
+        theirs: dict[int, list[list[bytes]]] = {}
+
+        async def ask(worker: int) -> None:
+            theirs[worker] = await self.run_elsewhere(client, worker, forwarded)
+
+        async with trio.open_nursery() as nursery:
+            for worker in others:
+                nursery.start_soon(ask, worker)
+            own = [await self._router.dispatcher.run_forwarded(client, transmission, version)
+                   for transmission, version in forwarded]
+        answers = []
+        for i, (_, version) in enumerate(forwarded):
+            candidates = [own[i], *(theirs[w][i] for w in others)]
+            found = [c for c in candidates if len(c) == 1]
+            answers.append([_link_answer([c[0] for c in found], version)] if found else own[i])
+        return answers
+
+    # --- a contact queue's link id, the client's: one for the router -------------------
+
+    async def _refuse_taken_links(self, front: _Front, parts: dict[int, list[bytes]],
+                                  contacts: dict[bytes, tuple[bytes, bytes]]) -> list[bytes]:
+        """The answers (AUTH, as to a taken link id in one process) of the NEWs of
+        contact queues whose link id another worker has; they are taken out of their
+        parts. Each other worker is asked with an LGET of the link id, as a client
+        would (a worker's own store refuses a link id it has already)."""
+        version = front.conn.version
+        refused: list[bytes] = []
+        for owner, raws in parts.items():
+            kept = []
+            for raw in raws:
+                contact = contacts.get(raw)
+                if contact is not None and await self._link_elsewhere(front, owner, *contact):
+                    refused.append(error_transmission(contact[0], b"", AUTH, version))
+                else:
+                    kept.append(raw)
+            parts[owner] = kept
+        for owner in [owner for owner, raws in parts.items() if not raws]:
+            del parts[owner]
+        return refused
+
+    async def _link_elsewhere(self, front: _Front, owner: int, corr_id: bytes,
+                              link_id: bytes) -> bool:
+        """Whether a worker other than `owner` has a contact queue of `link_id`."""
+        assert self._router is not None
+        if owner != self.ownership.index and await self._router.queues.get_queue(
+                Party.LINK, link_id) is not None:
+            return True
+        version = front.conn.version
+        probe_id = secrets.token_bytes(ID_SIZE)
+        probe = encode_batches([encode_transmission(
+            Transmission(b"", probe_id, link_id, encode_command(LGET(), version)), version)])
+        others = [w for w in range(self.ownership.workers)
+                  if w not in (owner, self.ownership.index)]
+        if not others:
+            return False
+        front.gathered[probe_id] = (None, answers := [])
+        try:
+            awaited = {w: await self._hand_to(front, w, probe[0]) for w in others}
+            for worker, count in awaited.items():
+                await front.wait_answered(worker, count)
+        finally:
+            del front.gathered[probe_id]
+        return any(_response(answer, version) != _NO_LINK for answer in answers)
+
     # --- service subscriptions (SUBS, NSUBS): every worker walks its own queues ------
 
-    def _service_answer(self, front: _Front, answer: bytes) -> bytes:
-        """The front's own answer to a SUBS / NSUBS with the other workers' added: one
-        SOKS with the sum of the counts and the XOR of the ids hashes (the hash of a
-        union of disjoint sets), which the front's own holding keeps for its ENDS."""
+    def _gathered_answer(self, front: _Front, answer: bytes) -> bytes:
+        """The front's own answer to a command sent to every worker, made one with the
+        other workers' answers."""
         version = front.conn.version
         t = decode_transmission(answer, version)
-        entry = front.service_answers.get(t.corr_id)
+        entry = front.gathered.get(t.corr_id)
         if entry is None:
             return answer
         party, others = entry
+        if party is None:
+            return _link_answer([answer, *others], version)
+        return self._service_answer(front, t, answer, party, others)
+
+    def _service_answer(self, front: _Front, t: Transmission, answer: bytes, party: Party,
+                        others: list[bytes]) -> bytes:
+        """A SUBS / NSUBS: one SOKS with the sum of the counts and the XOR of the ids
+        hashes (the hash of a union of disjoint sets), which the front's own holding
+        keeps for its ENDS."""
+        version = front.conn.version
         own = decode_response(t.command, version)
         if not isinstance(own, SOKS):
             return answer
@@ -402,20 +523,22 @@ class Handoff:
         return encode_response_transmission(t.corr_id, t.entity_id, SOKS(count, ids_hash),
                                             version)
 
-    def _service_write(self, front: _Front, transmission: bytes) -> bytes | None:
-        """What a shadow of a service's connection wrote, as the client gets it: its
-        SOKS kept for the front's sum, its ENDS dropped (the front's own carries the
-        router's figures), its ALLS only from the last walk; None if dropped."""
+    def _shadow_write(self, front: _Front, transmission: bytes) -> bytes | None:
+        """What a shadow wrote, as the client gets it: an answer to a command sent to
+        every worker kept for the front's one answer; a service's ENDS dropped (the
+        front's own carries the router's figures), its ALLS only from the last walk;
+        None if not written."""
         try:
             t = decode_transmission(transmission, front.conn.version)
         except ProtocolError:
             return transmission
         command = t.command
-        if command.startswith(b"ENDS "):
-            return None
-        if command == b"ALLS":
-            return transmission if self._walk_ended(front) else None
-        entry = front.service_answers.get(t.corr_id) if t.corr_id else None
+        if front.conn.service_id is not None:
+            if command.startswith(b"ENDS "):
+                return None
+            if command == b"ALLS":
+                return transmission if self._walk_ended(front) else None
+        entry = front.gathered.get(t.corr_id) if t.corr_id else None
         if entry is not None:
             entry[1].append(transmission)
             return None
@@ -506,7 +629,7 @@ class Handoff:
         if front is None:
             return
         conn = front.conn
-        service = conn.service_id is not None
+        watch = conn.service_id is not None or bool(front.gathered)
         answered = before = front.answered.get(peer, 0)
         hold_after = front.hold_after.get(peer)
         forwarded = front.forwarded.get(peer)
@@ -520,8 +643,8 @@ class Handoff:
                 if forwarded is not None and t.startswith(_FORWARDED):
                     forwarded.append(list(_split(t[len(_FORWARDED):])))
                     continue
-                if service:
-                    written = self._service_write(front, t)
+                if watch:
+                    written = self._shadow_write(front, t)
                     if written is None:
                         continue
                     t = written
@@ -576,6 +699,27 @@ class Handoff:
             if front_worker == peer:
                 shadow.ended_by_front = True
                 shadow.end()
+
+
+def _link_answer(answers: list[bytes], version: int) -> bytes:
+    """An LGET / LKEY asked of every worker: the answer of the one that has the link
+    (the others answer AUTH, as for no link). Two that have it (two NEWs of one link
+    id at once in two workers) are answered AUTH: neither is the link's for sure."""
+    found = [answer for answer in answers if _response(answer, version) != _NO_LINK]
+    return found[0] if len(found) == 1 else answers[0] if not found else _no_link(
+        found[0], version)
+
+
+def _response(answer: bytes, version: int) -> Response:
+    return decode_response(decode_transmission(answer, version).command, version)
+
+
+def _no_link(answer: bytes, version: int) -> bytes:
+    t = decode_transmission(answer, version)
+    return error_transmission(t.corr_id, t.entity_id, AUTH, version)
+
+
+_NO_LINK = ERR(AUTH)
 
 
 # --- encodings ----------------------------------------------------------------------
