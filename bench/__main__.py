@@ -43,7 +43,9 @@ COMMANDS: dict[str, Command] = {
     "profile": Command("any of throughput, burst, scale, memory with the router under "
                        "pyinstrument", ("target", "profiler")),
     "compare": Command("router CPU per operation, this checkout vs --base DIR", ("base",)),
-    "stores": Command("throughput per store kind vs memory; restart with 100k queues",
+    "stores": Command("every store kind, PostgreSQL included: NEW, SEND -> MSG rate and "
+                      "latency, bytes per queue and message, memory per queue, resubscribing "
+                      "100k, 300k queues on one connection (--sizes N: N stored queues)",
                       ("duration", "sizes")),
     "block-encryption": Command("CPU per message and idle-connection memory, v10 vs v19",
                                 ("duration",)),
@@ -64,6 +66,8 @@ COMMANDS: dict[str, Command] = {
                                  own_options=True),
     "storm": Command("a reconnect storm of signed SUB blocks on every store kind",
                      own_options=True),
+    "postgres_writes": Command("a block's 100 SENDs into PostgreSQL: one by one, pipelined, "
+                               "one statement over arrays", own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }
@@ -147,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                                 mode=args.delivery)
         print(memray_run.report(result))
         return 0
+    if args.name == "stores" and args.quick and args.out is None:
+        args.out = harness.RESULTS_DIR  # as stores-quick.*, beside the committed stores.*
     if args.name == "compare" and args.base is None:
         parser.error("compare needs --base DIR (e.g. git archive HEAD~1 | tar -x -C DIR)")
     with harness.results_for(args.out, args.quick, args.name) as out:
@@ -225,7 +231,7 @@ def _run(args: argparse.Namespace) -> object:
         from . import stores
 
         return stores.run(quick=args.quick, repeats=repeats, duration=args.duration,
-                          sizes=args.sizes)
+                          sizes=args.sizes, out=args.out)
     if args.name == "compare":
         from . import compare
 

@@ -18,6 +18,8 @@ connection sends its blocks and reads every answer. Measured:
   sent on a clock), p50 and p99;
 - the router's RSS with the connections open before the storm and after it, and
   their difference per subscription;
+- the same PINGs and passes while the load's connections close and the router takes
+  them apart (until `LEAVING_AFTER` s after the load process exits);
 - where a PING waited: a `Probe` in the pinger's loop and one in the router's
   (`python -m bench.storm router ...` runs `smp-router` with it) record how late
   each loop woke, every gc pass and every long pass of the Trio scheduler with its
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import subprocess
 import sys
@@ -55,7 +58,7 @@ from typing import Any
 import psutil
 import trio
 
-from router.client import MessageEvent, SMPClient, UndecryptedMessageEvent, open_client
+from router.client import MessageEvent, SMPClient, UndecryptedMessageEvent, _connection, open_client
 from router.protocol.block import BatchPacker
 from router.protocol.types import OK, SOK, SUB
 from store import open_stores
@@ -77,20 +80,23 @@ START_TIMEOUT = 600.0
 CLIENT_VERSIONS = (6, 10)  # the issue's clients: v10
 _LOAD_ENV = "STORM_LOAD_NICE"  # 0: the load process runs at the runner's priority
 QUIET_PINGS = 50  # PINGs before the storm: what the machine itself adds
+LEAVING_AFTER = 1.0  # seconds of PINGs after the load process has exited
 
 
 # --- the store, filled before the router starts -----------------------------------------
 
 
-async def _fill(kind: str, data_dir: Path, queues: int, messages_every: int) -> None:
+async def _fill(kind: str, data_dir: Path, queues: int, messages_every: int,
+                **settings: Any) -> None:
     """The bench queues 0..queues-1 (and a message in every `messages_every`-th) in a
-    `kind` store in `data_dir`, written through the store API as a migration would."""
+    `kind` store in `data_dir`, written through the store API as a migration would;
+    `settings`: the kind's own (a database's URL and schema)."""
     now = int(time.time())
 
     def message(i: int) -> Message:
         return Message(identities.recipient_id(i)[:12] + os.urandom(12), now, b"F", b"x" * 64)
 
-    async with open_stores(kind, data_dir, fsync="never") as stores:
+    async with open_stores(kind, data_dir, fsync="never", **settings) as stores:
         for first in range(0, queues, FILL_CHUNK):
             chunk = range(first, min(queues, first + FILL_CHUNK))
             records = [identities.queue_record(i, secured=True) for i in chunk]
@@ -377,6 +383,11 @@ def load_main(argv: list[str]) -> None:
     from stdin, then prints what it got as one JSON line (before closing its
     connections)."""
     address, first, queues, connections, messages_every = argv[0], *map(int, argv[1:5])
+    # Every answer is read (`_storm`): the client keeps them all. Its raw answers'
+    # buffer drops the newest once full (for clients that read none), and a connection
+    # whose reader fell that far behind (300,000 SUBs on one) would wait for ever for
+    # the answers dropped.
+    _connection.RAW_BUFFER = math.inf
     if os.environ.get(_LOAD_ENV) != "0":
         # The router is what is measured: the load yields the CPU to it (bench.fairness).
         os.nice(19)
@@ -471,6 +482,20 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
             cpu = ps.cpu_times()
             cpu_seconds = cpu.user + cpu.system - cpu_before
             rss_after = ps.memory_info().rss
+            # The load now closes its connections and exits; the router takes them
+            # apart. PINGs go on meanwhile, and for `LEAVING_AFTER` s after.
+            leaving: list[float] = []
+
+            async def load_gone(cancel: trio.CancelScope) -> None:
+                with trio.move_on_after(START_TIMEOUT):
+                    await load.wait()
+                await trio.sleep(LEAVING_AFTER)
+                cancel.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(load_gone, nursery.cancel_scope)
+                nursery.start_soon(_ping_on_a_clock, pinger, leaving)
+            left = time.time()
         pings = summary_ms(samples) if samples else {}
     finally:
         if load is not None:
@@ -491,6 +516,10 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
         "pinger_loop": window(pinger_probe.timeline(), storm_began, storm_ended),
         "router_loop": None if router_timeline is None else window(
             router_timeline, storm_began, storm_ended),
+        # while the load's 2,000 connections close and the router takes them apart
+        "leaving_ping_ms": summary_ms(leaving) if leaving else {},
+        "leaving_router_loop": None if router_timeline is None else window(
+            router_timeline, storm_ended, left),
         # the router's long passes of the storm: (seconds since "go", wall ms, CPU ms,
         # task steps, longest step ms, its task)
         "router_passes": [] if router_timeline is None else [
@@ -526,9 +555,13 @@ def table(results: list[dict[str, Any]]) -> str:
             pings.get("samples", 0), f"{r['rss_before'] / 2**20:.0f}",
             f"{r['rss_after'] / 2**20:.0f}", f"{r['rss_growth_per_sub']:.0f}",
             _ms(r["pinger_loop"]["lag_max_ms"]),
-            *(("-", "-", "-") if r["router_loop"] is None else (
+            *(("-", "-", "-", "-") if r["router_loop"] is None else (
                 _ms(r["router_loop"]["lag_max_ms"]), _ms(r["router_loop"]["pass_cpu_max_ms"]),
+                r["router_loop"]["passes_over_20ms_cpu"],
                 _ms(r["router_loop"]["gc_cpu_max_ms"]))),
+            _ms(r.get("leaving_ping_ms", {}).get("p99")),
+            "-" if r.get("leaving_router_loop") is None
+            else _ms(r["leaving_router_loop"]["pass_cpu_max_ms"]),
             r["errors"], r["messages"], f"{r['load_average']:.1f}",
         ])
     return harness.md_table(
@@ -536,7 +569,9 @@ def table(results: list[dict[str, Any]]) -> str:
          "quiet PING p99 ms", "PING p50 ms", "PING p99 ms", "PINGs", "RSS before MB",
          "RSS after MB", "RSS growth B/SUB", "pinger's loop lag max ms",
          "router's loop lag max ms", "router's longest pass, CPU ms",
-         "router's longest gc pass, CPU ms", "errors", "MSGs", "load avg"], rows)
+         "router's passes over 20 ms CPU", "router's longest gc pass, CPU ms",
+         "PING p99 ms as the load leaves", "router's longest pass as the load leaves, CPU ms",
+         "errors", "MSGs", "load avg"], rows)
 
 
 def _ms(value: float | None) -> str:

@@ -1,9 +1,10 @@
 """PySpark jobs over SMP router logs: operator statistics and store-log compaction.
 
-Pure DataFrame -> DataFrame transforms live in `stats_transforms` and
-`compact_transforms`; reading and writing in `stats_io`, `stats_job` and
-`compact_job`; incremental positions in `follow`; the command line in `cli`
-(`smp-pipeline`, docs/pipeline.md).
+Pure DataFrame -> DataFrame transforms live in `stats_transforms`,
+`store_transforms` and `compact_transforms`; reading and writing in `stats_io`,
+`stats_job`, `store_job` (a postgres store through Spark's JDBC source, its
+database named by `store_source`) and `compact_job`; incremental positions in
+`follow`; the command line in `cli` (`smp-pipeline`, docs/pipeline.md).
 
 The names below are imported on first use, so `import pipeline` does not load
 PySpark until a job needs it.
@@ -19,6 +20,8 @@ _EXPORTS = {
     "run_increment": "stats_job",
     "follow_logs": "stats_job",
     "StatsOutput": "stats_job",
+    "run_store": "store_job",
+    "parse_store_database": "store_source",
     "run_compact": "compact_job",
     "shard_of_id": "compact_job",
     "CorruptLogError": "compact_job",

@@ -502,3 +502,51 @@ def _running_total(values: Sequence[float]) -> list[float]:
             total += value
             out.append(total)
     return out
+
+
+# --- the store chart (stats --db) ---------------------------------------------------------
+
+STORE_CHART = "store.png"
+
+
+def store_totals(store_rows: Rows) -> tuple[Rows, dict[str, Rows]]:
+    """(all routers per day, each router's rows) of the `store_daily` table."""
+    per_day: dict[date, dict[str, float]] = {}
+    by_router: dict[str, Rows] = defaultdict(list)
+    for row in store_rows:
+        day = _as_date(row["day"])
+        total = per_day.setdefault(day, defaultdict(float))
+        total["routers"] += 1
+        for column in ("queues_stored", "msgs_stored"):
+            total[column] += float(row[column] or 0)  # type: ignore[arg-type]
+        by_router[str(row["router"])].append(row)
+    totals = [{"day": day, **counts} for day, counts in sorted(per_day.items())]
+    return totals, by_router
+
+
+def write_store_chart(out_dir: Path, store_rows: Rows) -> Path:
+    """What the routers' stores hold per day (the last reading of each day)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    totals, by_router = store_totals(store_rows)
+    calendar = Calendar(totals)
+    fig = plt.figure(figsize=(10, 6.5), dpi=100)
+    for position, column, what in (
+        (211, "queues_stored", "Queues stored"),
+        (212, "msgs_stored", "Messages waiting"),
+    ):
+        ax = _day_axes(fig, calendar, f"{what}, read from the routers' databases", position)
+        if len(by_router) > 1:  # with one router its line is the total's
+            for router, rows in sorted(by_router.items()):
+                _line(ax, calendar, calendar.series(rows, column), router, None,
+                      alpha=0.6, linewidth=1, markersize=3)  # fmt: skip
+        _line(ax, calendar, calendar.series(totals, column), "all routers", color="black",
+              linewidth=2)  # fmt: skip
+        ax.set_ylabel(what.split()[0].lower())
+        _counts_from_zero(ax)
+        ax.set_ylim(top=_top_from_data(ax, 1) * 1.3)  # room for the legend above the lines
+        _legend(ax, loc="upper left", ncols=5)
+    fig.tight_layout()
+    path = out_dir / STORE_CHART
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+    return path

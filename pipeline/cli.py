@@ -1,6 +1,7 @@
 """`smp-pipeline`: the command line of the Spark jobs (docs/pipeline.md).
 
-    smp-pipeline stats LOG_OR_DIR... --out DIR [--follow [--once] [--start ...]]
+    smp-pipeline stats [LOG_OR_DIR...] --out DIR [--follow [--once] [--start ...]]
+                       [--db [ROUTER=]postgresql://... [--jdbc-jar JAR]]
     smp-pipeline compact STORE_LOG... --out PATH [--shards N]
     smp-pipeline synth --records N --out PATH
     smp-pipeline synth --stats --days N [--routers N] [--down A-B] --out DIR
@@ -84,6 +85,13 @@ def _conf_pair(text: str) -> str:
     return text
 
 
+def _store_database(text: str) -> str:
+    from .store_source import parse_store_database
+
+    parse_store_database(text)
+    return text
+
+
 def _day_range(text: str) -> tuple[int, int]:
     first, sep, last = text.partition("-")
     try:
@@ -128,7 +136,7 @@ def build_parser(spark_submit: bool = False) -> argparse.ArgumentParser:
 
 def _stats_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("stats", help="stats logs -> daily/weekly/monthly tables and charts")
-    p.add_argument("inputs", nargs="+", help="stats log files, or directories of *.csv logs")
+    p.add_argument("inputs", nargs="*", help="stats log files, or directories of *.csv logs")
     p.add_argument("--out", required=True, help="directory for CSV tables and PNG charts")
     p.add_argument("--parquet", help="where the Parquet tables go (default OUT/parquet)")
     p.add_argument(
@@ -145,6 +153,27 @@ def _stats_parser(commands: argparse._SubParsersAction) -> None:
         "--every", type=positive_seconds, default=60.0, help="seconds between --follow passes"
     )
     p.add_argument("--once", action="store_true", help="one --follow pass, then exit")
+    p.add_argument(
+        "--db",
+        action="append",
+        type=_checked(_store_database),
+        default=[],
+        metavar="[ROUTER=]URL",
+        help="a router's postgres store (its db_connection; ?schema=NAME for its db_schema), "
+        "read into store_daily; repeatable",
+    )
+    p.add_argument(
+        "--jdbc-jar",
+        default=None,
+        help="the PostgreSQL JDBC driver for --db (default: Debian's "
+        "/usr/share/java/postgresql.jar)",
+    )
+    p.add_argument(
+        "--db-partitions",
+        type=non_negative_int,
+        default=0,
+        help="--db: ranges each large table is read in (0: one per million rows estimated)",
+    )
 
 
 def _compact_parser(commands: argparse._SubParsersAction) -> None:
@@ -254,9 +283,11 @@ def _check_before_spark(args: argparse.Namespace, spark_submit: bool) -> None:
         _check_synth(args)
         return
     kind = "stats log" if args.command == "stats" else "store log"
+    if args.command == "stats":
+        _check_databases(args)
     checks.check_inputs_exist(args.inputs, kind)
     local = [path for path in args.inputs if checks.is_local_path(path)]
-    if args.command == "stats" and len(local) == len(args.inputs):
+    if args.command == "stats" and args.inputs and len(local) == len(args.inputs):
         from .stats_io import stats_log_files
 
         if not stats_log_files(local):
@@ -268,6 +299,30 @@ def _check_before_spark(args: argparse.Namespace, spark_submit: bool) -> None:
     if not (spark_submit and args.master is None):
         checks.check_java()
     checks.check_master_reachable(args.master)
+
+
+def _check_databases(args: argparse.Namespace) -> None:
+    """`stats` needs something to read; `--db` needs its driver and a database that answers."""
+    if not args.inputs and not args.db:
+        raise checks.UsageError("stats needs stats logs, or a router's database with --db")
+    if not args.db:
+        for given, flag in ((args.jdbc_jar is not None, "--jdbc-jar"),
+                            (args.db_partitions, "--db-partitions")):  # fmt: skip
+            if given:
+                raise checks.UsageError(f"{flag} is for --db")
+        return
+    from .store_source import DEFAULT_DRIVER_JAR, check_driver_jar, check_reachable
+    from .store_source import parse_store_database as parse
+
+    args.jdbc_jar = args.jdbc_jar or DEFAULT_DRIVER_JAR
+    check_driver_jar(args.jdbc_jar)
+    databases = [parse(text) for text in args.db]
+    names = [db.router for db in databases]
+    if len(set(names)) != len(names):
+        twice = next(name for name in names if names.count(name) > 1)
+        raise checks.UsageError(f"--db: router {twice} is given twice (name them: ROUTER=URL)")
+    for db in databases:
+        check_reachable(db)
 
 
 def _check_synth(args: argparse.Namespace) -> None:
@@ -312,10 +367,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     # `main` called from a program that already runs a session (a notebook, the
     # tests) uses that session and leaves it running; the command builds its own
     running = SparkSession.getActiveSession()
+    conf = parse_conf(args.conf)
+    if getattr(args, "db", None):  # the JDBC driver must be on the JVM's class path at start
+        conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), args.jdbc_jar]))
     spark = running or build_session(
         f"smp-pipeline {args.command}",
         args.master,
-        parse_conf(args.conf),
+        conf,
         quiet=args.log_level != "DEBUG",
     )
     try:
@@ -352,8 +410,15 @@ def _stats(spark, args: argparse.Namespace) -> None:
     from .stats_job import StatsOutput, follow_logs, run_stats
 
     output = StatsOutput.at(args.out, args.parquet)
+
+    def read_stores() -> None:
+        if args.db:
+            _store(spark, args, output)
+
     if not args.follow:
-        run_stats(spark, args.inputs, output)
+        if args.inputs:
+            run_stats(spark, args.inputs, output)
+        read_stores()
         return
     checkpoint = args.checkpoint or f"{args.out}/checkpoint"
     follow_logs(
@@ -364,7 +429,24 @@ def _stats(spark, args: argparse.Namespace) -> None:
         start=parse_start(args.start),
         every=args.every,
         once=args.once,
+        after_pass=read_stores,
     )
+
+
+def _store(spark, args: argparse.Namespace, output) -> None:
+    from .charts import write_store_chart
+    from .schemas import STORE_DAILY_SCHEMA
+    from .stats_io import write_csv
+    from .store_job import STORE_TABLE, run_store
+    from .store_source import parse_store_database
+
+    databases = [parse_store_database(text) for text in args.db]
+    rows = run_store(spark, databases, output.parquet, args.db_partitions)
+    output.out_dir.mkdir(parents=True, exist_ok=True)
+    path = output.out_dir / f"{STORE_TABLE}.csv"
+    write_csv(rows, STORE_DAILY_SCHEMA.fieldNames(), path)
+    chart = write_store_chart(output.out_dir / "charts", rows)
+    log.info("stats: wrote %s (%d row(s)) and %s", path, len(rows), chart)
 
 
 def _compact(spark, args: argparse.Namespace) -> None:

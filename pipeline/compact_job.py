@@ -159,7 +159,8 @@ def _check_bad_lines(bad: list[tuple[int, int, str]], files: _Files, paths: list
 def run_compact(
     spark: SparkSession, inputs: list[str], out: str, *, shards: int = 1, partitions: int = 0
 ) -> int:
-    """Compact `inputs` (replayed in order) into `out`; returns the number of queues."""
+    """Compact `inputs` (replayed in order) into `out`; returns the number of queues
+    (services, in every shard, are not counted)."""
     started = time.monotonic()
     files = _Files(spark)
     staging = f"{out}.parts"
@@ -179,7 +180,8 @@ def run_compact(
     )
     try:
         _check_bad_lines(_read_bad(spark, files, staging), files, inputs)
-        queues = spark.read.text(staging).where(F.col("shard") >= 0).count()
+        written = spark.read.text(staging).where(F.col("shard") >= 0)
+        queues = written.where(F.col("value").substr(10, 7) == "create ").count()
         _move_shards(files, staging, out, shards)
     finally:
         files.delete(staging)

@@ -5,7 +5,9 @@ Theory of operation
 The router's store log (docs/store-log.md) is a fold: each record changes one
 queue, and the state of a queue depends only on its own records, in log order.
 So compaction is a group-by on the recipient id, and for each queue the fold
-reduces to "which record of each kind came last":
+reduces to "which record of each kind came last". The one record without a
+queue, `add_service`, is grouped by its service id instead (`!svc:<svc>`), and
+the last one of each id is the service (docs/store-log.md, "Replay"). For queues:
 
 - the queue exists iff it has a `create` and no `delete` after its last `create`
   (a change to an absent queue leaves it absent; `create` replaces everything);
@@ -23,6 +25,9 @@ shuffle. Lines that fail their checksum or do not parse are grouped under a
 per-file key (`!bad:<file>`) so the job finds them without another scan.
 The output lines are rebuilt with the router's field order and checksum, so
 they equal `store.journal.storelog.compact_records` line for line after sorting.
+With shards, every shard gets every `add_service` line: a queue's association
+names its service by id, and a router opening one shard must know that service
+by the same id, or its next handshake with that certificate would make another.
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 BAD_KEY_PREFIX = "!bad:"  # never a recipient id: those are base64url
+SERVICE_KEY_PREFIX = "!svc:"  # nor this: the key of a service's `add_service` lines
 B64 = r"^[A-Za-z0-9_-]*={0,2}$"
 INT = r"^-?[0-9]+$"
 
 # every field each record may have, and those it must have (docs/store-log.md)
 ALLOWED = {
+    "add_service": "ts svc role cert chash",
     "create": (
         "ts rid sid rkey rdh skey secure status nid nkey ndh rsvc nsvc mode lid lfix lusr rkeys"
     ),
@@ -50,6 +57,7 @@ ALLOWED = {
     "delete": "ts rid",
 }
 REQUIRED = {
+    "add_service": "ts svc role cert chash",
     "create": "ts rid sid rkey rdh secure status",
     "secure": "ts rid skey",
     "add_notifier": "ts rid nid nkey ndh",
@@ -65,6 +73,7 @@ CREATE_FIELDS = (
     "sid", "rkey", "rdh", "skey", "secure", "status", "nid", "nkey", "ndh",
     "mode", "lid", "lfix", "lusr", "rkeys",
 )  # fmt: skip
+SERVICE_ORDER = ("ts", "svc", "role", "cert", "chash")  # the fields of `add_service`, in order
 
 
 def checksum(payload: Column) -> Column:
@@ -91,6 +100,7 @@ def _values_ok() -> Column:
         WHEN 'status' THEN e.value IN ('active', 'off')
         WHEN 'party' THEN e.value IN ('r', 'n')
         WHEN 'mode' THEN e.value IN ('M', 'C')
+        WHEN 'role' THEN e.value IN ('M', 'N', 'P')
         WHEN 'rkeys' THEN forall(split(e.value, ','),
             k -> k RLIKE '{B64}' AND length(k) % 4 = 0)
         ELSE e.value RLIKE '{B64}' AND length(e.value) % 4 = 0 END)"""
@@ -105,7 +115,8 @@ def _whole(*keys: str) -> Column:
 
 def parse_store_lines(raw: DataFrame) -> DataFrame:
     """(file_no, block, row, value) -> (key, seq, op, ts, f) with `key` the recipient id,
-    or `!bad:<file_no>` for a line the router would not read."""
+    `!svc:<svc>` for an `add_service` line, or `!bad:<file_no>` for a line the router
+    would not read."""
     payload = F.expr("substring(value, 10)")
     with_payload = raw.select(
         F.struct("file_no", "block", "row").alias("seq"),
@@ -139,8 +150,11 @@ def parse_store_lines(raw: DataFrame) -> DataFrame:
     )
     # `good` is computed once per line, in its own projection
     checked = parsed.select("*", F.coalesce(good, F.lit(False)).alias("good"))
+    own_key = F.when(
+        F.col("op") == "add_service", F.concat(F.lit(SERVICE_KEY_PREFIX), F.col("f")["svc"])
+    ).otherwise(F.col("f")["rid"])
     return checked.select(
-        F.when(F.col("good"), F.col("f")["rid"])
+        F.when(F.col("good"), own_key)
         .otherwise(F.concat(F.lit(BAD_KEY_PREFIX), F.col("file_no").cast("string")))
         .alias("key"),
         "seq",
@@ -203,11 +217,18 @@ def fold_queues(parsed: DataFrame) -> DataFrame:
             op == "set_recipient_keys",
         ).alias("k_val"),
         F.max_by("ts", "seq").alias("updated_at"),
+        _value_of_last(
+            F.struct(*(f[k].alias(k) for k in SERVICE_ORDER)), op == "add_service"
+        ).alias("svc"),
     )
 
 
 def _after_create(seq: str, value: Column, default: Column) -> Column:
     return F.when(F.col(seq) > F.col("c_seq"), value).otherwise(default)
+
+
+def _is_service() -> Column:
+    return F.col("key").startswith(SERVICE_KEY_PREFIX) & F.col("svc").isNotNull()
 
 
 def _exists() -> Column:
@@ -264,6 +285,13 @@ def _create_line() -> Column:
     return F.concat(checksum(payload), F.lit(" "), payload)
 
 
+def _service_line() -> Column:
+    svc = F.col("svc")
+    pairs = [F.concat(F.lit(f"{name}="), svc[name]) for name in SERVICE_ORDER]
+    payload = F.concat_ws(" ", F.lit("add_service"), *pairs)
+    return F.concat(checksum(payload), F.lit(" "), payload)
+
+
 def create_lines(queues: DataFrame) -> DataFrame:
     """(rid, line): each queue as the router's `create` line, checksum included."""
     return queues.select("rid", _create_line().alias("line"))
@@ -283,15 +311,17 @@ BAD_SHARD = -1
 
 
 def output_lines(folded: DataFrame, shards: int = 1) -> DataFrame:
-    """(shard, line) of every live queue, plus one row per damaged input file in
-    shard BAD_SHARD whose line is `file_no TAB count TAB latest bad line`.
+    """(shard, line) of every live queue and every service (a service in every shard),
+    plus one row per damaged input file in shard BAD_SHARD whose line is
+    `file_no TAB count TAB latest bad line`.
 
     The job writes both at once and checks the BAD_SHARD rows before it moves
     the output into place: one pass over the input.
     """
     bad = F.col("key").startswith(BAD_KEY_PREFIX)
-    kept = folded.where(bad | _exists()).select(
-        bad.alias("bad"), "key", "lines", "last_value", *_queue_columns()
+    kept = folded.where(bad | _is_service() | _exists()).select(
+        bad.alias("bad"), _is_service().alias("service"), "key", "lines", "last_value", "svc",
+        *_queue_columns()
     )
     bad_info = F.concat_ws(
         "\t",
@@ -299,9 +329,14 @@ def output_lines(folded: DataFrame, shards: int = 1) -> DataFrame:
         F.col("lines").cast("string"),
         F.col("last_value"),
     )
-    return kept.select(
-        F.when(F.col("bad"), F.lit(BAD_SHARD))
-        .otherwise(shard_of(F.col("rid"), shards))
-        .alias("shard"),
-        F.when(F.col("bad"), bad_info).otherwise(_create_line()).alias("line"),
+    to_shards = (
+        F.when(F.col("bad"), F.array(F.lit(BAD_SHARD)))
+        .when(F.col("service"), F.sequence(F.lit(0), F.lit(shards - 1)))
+        .otherwise(F.array(shard_of(F.col("rid"), shards)))
     )
+    line = (
+        F.when(F.col("bad"), bad_info)
+        .when(F.col("service"), _service_line())
+        .otherwise(_create_line())
+    )
+    return kept.select(F.explode(to_shards).alias("shard"), line.alias("line"))

@@ -6,7 +6,14 @@ The stats log columns are those of `router.server.ops.statslog.COLUMNS`
 
 from __future__ import annotations
 
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    DateType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 STATS_COUNTERS = (
     "queues_created",
@@ -38,3 +45,23 @@ ROUTER_STATS_LINE_SCHEMA = StructType(
 
 STATS_TIME_FORMAT = "yyyy-MM-dd'T'HH:mm:ssX"
 DAY_PERIOD = "P1D"
+
+# One reading of a router's postgres store (pipeline/store_transforms.py).
+STORE_QUEUE_FIGURES = (
+    "queues_stored", "queues_secured", "queues_with_notifier", "queues_with_link",
+    "queues_contact", "queues_off", "queues_deleted_kept",
+)  # fmt: skip
+STORE_MESSAGE_FIGURES = ("msgs_stored", "queues_with_msgs", "queues_at_quota")
+STORE_SERVICE_FIGURES = (
+    "services_messaging", "services_notifier", "services_proxy",
+    "service_queues_recipient", "service_queues_notifier",
+)  # fmt: skip
+STORE_FIGURE_NAMES = STORE_QUEUE_FIGURES + STORE_MESSAGE_FIGURES + STORE_SERVICE_FIGURES
+STORE_DAILY_SCHEMA = StructType(
+    [
+        StructField("router", StringType(), nullable=False),
+        StructField("day", DateType(), nullable=False),
+        StructField("read_at", TimestampType(), nullable=False),
+        *(StructField(name, LongType(), nullable=False) for name in STORE_FIGURE_NAMES),
+    ]
+)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,10 +112,15 @@ def follow_logs(
     start: str = "beginning",
     every: float = 60.0,
     once: bool = False,
+    after_pass: Callable[[], None] | None = None,
 ) -> None:
-    """Incremental passes every `every` seconds (or one pass with `once`)."""
+    """Incremental passes every `every` seconds (or one pass with `once`), each followed
+    by `after_pass` (`stats --db` reads the stores then)."""
     while True:
-        run_increment(spark, inputs, output, checkpoint_dir, start)
+        if inputs:
+            run_increment(spark, inputs, output, checkpoint_dir, start)
+        if after_pass is not None:
+            after_pass()
         if once:
             return
         time.sleep(every)

@@ -1,14 +1,16 @@
 """Large synthetic store logs for tests and benchmarks (docs/store-log.md format).
 
-Churn resembles a busy router: queues are created (some with a notifier, some
-already secured), secured, given and relieved of notifiers, tied to services,
-suspended and deleted, always as the router's store would allow (a queue is
-secured once; only live queues change). Same seed, same bytes.
+Churn resembles a busy router: services are stored (`add_service`, first),
+queues are created (some with a notifier, some already secured), secured, given
+and relieved of notifiers, tied to services, suspended and deleted, always as the
+router's store would allow (a queue is secured once; only live queues change).
+Same seed, same bytes.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import random
 import time
@@ -61,6 +63,7 @@ class SyntheticLog:
         self.ts = START_TS
         self.live: list[_Queue] = []
         self.services = [_b64(self.rng.randbytes(24)) for _ in range(8)]
+        self._unstored = list(self.services)  # written as add_service lines first
         kinds = list(WEIGHTS)
         self._kinds = self.rng.choices(kinds, weights=list(WEIGHTS.values()), k=4096)
         self._next = 0
@@ -81,6 +84,8 @@ class SyntheticLog:
     def record(self) -> str:
         """The payload of the next record."""
         self.ts += self.rng.random() < 0.3
+        if self._unstored:
+            return self._add_service(self._unstored.pop(0))
         kind = self._kind() if len(self.live) > 16 else "create"
         if kind == "create":
             return self._create()
@@ -101,6 +106,12 @@ class SyntheticLog:
             fields.append(self._notifier_fields())
         self.live.append(_Queue(rid, secured, notifier))
         return " ".join(fields)
+
+    def _add_service(self, svc: str) -> str:
+        cert = self.rng.randbytes(200)  # opaque to the store: any DER it was given
+        role = self.rng.choice("MNP")
+        chash = _b64(hashlib.sha256(cert).digest())
+        return f"add_service ts={self.ts} svc={svc} role={role} cert={_b64(cert)} chash={chash}"
 
     def _notifier_fields(self) -> str:
         return (

@@ -99,6 +99,19 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def sync_tree(root: Path) -> None:
+    """fsync every file and directory under `root` (and `root`): what was written there
+    without syncing is then durable; OSError if not."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(directory))
+
+
 def replace_durably(source: Path, target: Path) -> None:
     """Rename `source` over `target`, and fsync the directory so the rename survives a crash."""
     os.replace(source, target)

@@ -12,9 +12,12 @@ its own, store/open_<kind>.py). `open_stores` takes the kind's options by
 name, so a setting the kind does not have is refused with ValueError.
 `register_store_kind()` adds one at run time.
 
-Migration (`migrate_store`) copies into a fresh `<kind>-store.tmp/`, checks
+Migration (`migrate_store`) copies into a fresh `<kind>-store.tmp/` (a kind
+whose data is in files writes them unsynced, and syncs them all once the copy
+is complete, so that a change at a time does not wait for a sync), checks
 that the copy holds as many queues and links (v15 short links, copied with
-their queues) as the source and, queue by queue, as many messages
+their queues) as the source, the same services with the same count and ids
+hash on each side (docs/protocol.md#services) and, queue by queue, as many messages
 (`MigrationCheckError` otherwise, and nothing is switched), renames it into
 place, and only then rewrites `STORE_KIND`: a crash at any point leaves the
 directory opening as one complete kind. The old kind's files are kept, each
@@ -33,8 +36,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from .durability import FsyncPolicy, atomic_write, replace_durably
-from .interfaces import Message, QueueLinkData, QueueRecord
+import trio
+
+from .durability import FsyncPolicy, atomic_write, replace_durably, sync_tree
+from .interfaces import Message, Party, QueueLinkData, QueueRecord
 from .journal import opener as journal_opener
 from .kinds import (
     StoreKind,
@@ -73,6 +78,7 @@ KIND_FILE = "STORE_KIND"
 MIGRATE_COMMAND = "smp-router migrate-store --data-dir {data_dir} --to {kind}"
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+SERVICE_PARTIES = (Party.RECIPIENT, Party.NOTIFIER)  # the sides a service covers
 
 
 class MigrationCheckError(Exception):
@@ -218,18 +224,30 @@ async def migrate_store(
     options = store_options(to_kind, fsync=fsync, **settings)  # fails before touching anything
     if from_kind == to_kind:
         return Migrated(0, 0)
+    in_files = _store_kind(to_kind).in_files
+    if in_files:
+        # Nothing uses the copy before the switch: it is written without a sync per
+        # change (a change at a time, into the journal, would wait for one each) and
+        # synced once, whole, before the switch.
+        options = store_options(to_kind, fsync=FsyncPolicy.NEVER, **settings)
     source_options = store_options(from_kind, **(source_settings or {}))
     final, tmp = store_dir(data_dir, to_kind), data_dir / f"{to_kind}-store.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    async with open_stores(from_kind, data_dir, source_options) as src:
-        async with store_opener(to_kind)(tmp, options) as dst:
-            if held := await dst.queues.queue_count():
-                raise ValueError(
-                    f"the {to_kind} store to migrate into already holds {held} queues "
-                    "(name an empty database schema, or empty this one)"
-                )
-            counts = await copy_stores(src, dst, progress)
-            await check_copy(src, dst, counts)
+    try:
+        async with open_stores(from_kind, data_dir, source_options) as src:
+            async with store_opener(to_kind)(tmp, options) as dst:
+                if held := await dst.queues.queue_count():
+                    raise ValueError(
+                        f"the {to_kind} store to migrate into already holds {held} queues "
+                        "(name an empty database schema, or empty this one)"
+                    )
+                counts = await copy_stores(src, dst, progress)
+                await check_copy(src, dst, counts)
+        if in_files and FsyncPolicy.parse(fsync) is not FsyncPolicy.NEVER:
+            await trio.to_thread.run_sync(sync_tree, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a copy that failed is no store
+        raise
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     stale = _set_aside(final, data_dir, f"{to_kind}-store.old-{stamp}")
     replace_durably(tmp, final)
@@ -253,42 +271,76 @@ def _set_aside(path: Path, data_dir: Path, name: str) -> Path | None:
 async def copy_stores(
     src: Stores, dst: Stores, progress: Progress | None = None
 ) -> tuple[int, int]:
-    """Copy every queue, then every message, from `src` into `dst`; returns the counts."""
+    """Copy every service, every queue, then every message, from `src` into `dst`;
+    returns the counts of queues and messages. A queue's record names the services its
+    sides are associated with (docs/protocol.md#services), so the destination's counts
+    and ids hashes follow from the records it stores. A kind with a bulk export of its
+    own (postgres: binary COPY) is read through it."""
     report = progress or _no_progress
+    async for service in src.queues.iter_services():
+        stored = await dst.queues.add_service(service)
+        if stored != service:
+            raise MigrationCheckError(
+                f"service {service.service_id.hex()}: the destination holds another record "
+                "for its certificate and role"
+            )
     n_queues = n_messages = 0
     total = await src.queues.queue_count()
     report("queues", 0, total)
-    batch: list[QueueRecord] = []
-    links: dict[bytes, QueueLinkData] = {}  # the links of the queues in `batch`
+    queue_pages = (src.bulk_export.queue_pages() if src.bulk_export is not None
+                   else _queue_pages(src))
+    async for page in queue_pages:
+        links = {rec.recipient_id: link for rec, link in page if link is not None}
+        n_queues += await _put_queues(dst, [rec for rec, _ in page], links)
+        report("queues", n_queues, total)
+    if src.bulk_export is not None:
+        total = await src.bulk_export.message_count()
+        message_pages = src.bulk_export.message_pages()
+    else:
+        rids = [rid async for rid in src.messages.queue_ids()]
+        total = 0
+        for rid in rids:
+            total += await src.messages.queue_size(rid)
+        message_pages = _message_pages(src, rids)
+    report("messages", 0, total)
+    async for messages in message_pages:
+        n_messages += await _put_messages(dst, messages)
+        report("messages", n_messages, total)
+    return n_queues, n_messages
+
+
+async def _queue_pages(
+    src: Stores,
+) -> AsyncIterator[list[tuple[QueueRecord, QueueLinkData | None]]]:
+    """The source's queues with their links, MIGRATE_BATCH at a time."""
+    page: list[tuple[QueueRecord, QueueLinkData | None]] = []
     async for rec in src.queues.iter_queues():
-        batch.append(rec)
+        link = None
         if rec.link_id is not None:
             link = await src.queues.get_link(rec.recipient_id)
             if link is None or link.link_id != rec.link_id:
                 raise MigrationCheckError(f"queue {rec.recipient_id.hex()}: its link is missing")
-            links[rec.recipient_id] = link
-        if len(batch) >= MIGRATE_BATCH:
-            n_queues += await _put_queues(dst, batch, links)
-            batch, links = [], {}
-            report("queues", n_queues, total)
-    n_queues += await _put_queues(dst, batch, links)
-    report("queues", n_queues, total)
-    rids = [rid async for rid in src.messages.queue_ids()]
-    total = 0
-    for rid in rids:
-        total += await src.messages.queue_size(rid)
-    report("messages", 0, total)
+        page.append((rec, link))
+        if len(page) >= MIGRATE_BATCH:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+async def _message_pages(
+    src: Stores, rids: list[bytes]
+) -> AsyncIterator[list[tuple[bytes, Message]]]:
+    """The messages of the queues `rids`, whole queues of them at a time."""
     pending: list[tuple[bytes, Message]] = []
     for rid in rids:
         async for m in src.messages.iter_messages(rid):
             pending.append((rid, m))
         if len(pending) >= MIGRATE_BATCH:
-            n_messages += await _put_messages(dst, pending)
+            yield pending
             pending = []
-            report("messages", n_messages, total)
-    n_messages += await _put_messages(dst, pending)
-    report("messages", n_messages, total)
-    return n_queues, n_messages
+    if pending:
+        yield pending
 
 
 async def check_copy(src: Stores, dst: Stores, counts: tuple[int, int]) -> None:
@@ -305,15 +357,17 @@ async def check_copy(src: Stores, dst: Stores, counts: tuple[int, int]) -> None:
         raise MigrationCheckError(
             f"link count check failed: source {src_links}, destination {dst_links}"
         )
+    await _check_services(src, dst)
     found = 0
-    async for rid in src.messages.queue_ids():
-        want, got = await src.messages.queue_size(rid), await dst.messages.queue_size(rid)
-        if want != got:
-            raise MigrationCheckError(
-                f"message count check failed for queue {rid.hex()}: source {want}, "
-                f"destination {got}"
-            )
-        found += got
+    async for rids in _batches(src.messages.queue_ids()):
+        wanted, got = await _queue_sizes(src, rids), await _queue_sizes(dst, rids)
+        for rid, want, size in zip(rids, wanted, got, strict=True):
+            if want != size:
+                raise MigrationCheckError(
+                    f"message count check failed for queue {rid.hex()}: source {want}, "
+                    f"destination {size}"
+                )
+        found += sum(got)
     if found != n_messages:
         raise MigrationCheckError(
             f"message count check failed: copied {n_messages}, destination {found}"
@@ -322,6 +376,45 @@ async def check_copy(src: Stores, dst: Stores, counts: tuple[int, int]) -> None:
 
 def _no_progress(phase: str, done: int, total: int) -> None:
     return None
+
+
+async def _check_services(src: Stores, dst: Stores) -> None:
+    """The same service records, and for each the same count and ids hash on both sides."""
+    src_services = {s.service_id: s async for s in src.queues.iter_services()}
+    dst_services = {s.service_id: s async for s in dst.queues.iter_services()}
+    if src_services != dst_services:
+        raise MigrationCheckError(
+            f"service check failed: source {len(src_services)} services, "
+            f"destination {len(dst_services)}, or their records differ"
+        )
+    for service_id in src_services:
+        for party in SERVICE_PARTIES:
+            want = await src.queues.service_summary(service_id, party)
+            got = await dst.queues.service_summary(service_id, party)
+            if want != got:
+                raise MigrationCheckError(
+                    f"service check failed for {service_id.hex()} ({party.name.lower()}): "
+                    f"source {want.count} queues, destination {got.count}"
+                    + ("" if want.count != got.count else ", their ids hashes differ")
+                )
+
+
+async def _batches(ids: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    batch: list[bytes] = []
+    async for entity_id in ids:
+        batch.append(entity_id)
+        if len(batch) >= MIGRATE_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+async def _queue_sizes(stores: Stores, rids: list[bytes]) -> list[int]:
+    """The message counts of the queues `rids`: in one read where the kind has one."""
+    if stores.bulk_export is not None:
+        return await stores.bulk_export.queue_sizes(rids)
+    return [await stores.messages.queue_size(rid) for rid in rids]
 
 
 async def _link_count(stores: Stores) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from router.protocol.types import ErrorType
 
@@ -192,8 +192,16 @@ class QueueStore(Protocol):
     ) -> ErrorType | None:
         """Associate the queue's recipient or notifier side with a service (or none)."""
 
-    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
-        """Every queue whose `party` side (RECIPIENT or NOTIFIER) is associated with the service."""
+    async def service_queue_page(
+        self, service_id: bytes, party: Party, after: bytes | None, limit: int
+    ) -> list[bytes]:
+        """One page of the queues whose `party` side (RECIPIENT or NOTIFIER) is associated
+        with the service: the ids that side's figures hash (recipient ids, notifier ids),
+        ascending, the first `limit` of those greater than `after` (from the first if
+        None). A walk passes the last id of a page as the next `after` (keyset
+        pagination: one indexed query per page on a database), so it holds one page at a
+        time whatever the count, and no queue associated throughout comes twice or is
+        missed, whatever is associated, released or deleted meanwhile."""
 
     async def set_queues_service(
         self, recipient_ids: Sequence[bytes], party: Party, service_id: bytes | None
@@ -219,12 +227,34 @@ class QueueStore(Protocol):
     def iter_queues(self) -> AsyncIterator[QueueRecord]:
         """Every stored queue, for export, migration and statistics."""
 
+    def iter_services(self) -> AsyncIterator[ServiceRecord]:
+        """Every stored service, for migration (which carries them with the
+        associations their queues' records name) and its check."""
+
     def iter_links(self) -> AsyncIterator[tuple[bytes, QueueLinkData]]:
         """(recipient id, link) of every queue that has a link, for migration checks."""
 
     async def queue_count(self) -> int: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class MessageRuns(Protocol):
+    """What a message store whose every call is a round trip (PostgreSQL) adds: a
+    block's run of SENDs, or of ACKs, in one call and one transaction (dispatch.py)."""
+
+    async def write_messages(
+        self, writes: Sequence[tuple[bytes, Message]], quota: int
+    ) -> list[WriteResult]:
+        """`write_message` of each (recipient id, message), in order: all committed, or
+        none (StoreError)."""
+
+    async def delete_messages(
+        self, deletes: Sequence[tuple[bytes, bytes]]
+    ) -> list[tuple[bool, Message | None]]:
+        """`delete_message` of each (recipient id, message id) of distinct queues: all
+        committed, or none (StoreError)."""
 
 
 class MessageStore(Protocol):

@@ -10,7 +10,7 @@ together, which the factory registers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -26,6 +26,20 @@ BulkImport = Callable[
 ]
 
 
+class BulkExport(Protocol):
+    """A kind's own fast reads for a migration: pages of queues (each with its link)
+    and of messages (queue by queue, each queue's oldest first), the number of
+    messages, and the message counts of many queues at once."""
+
+    def queue_pages(self) -> AsyncIterable[list[tuple[QueueRecord, QueueLinkData | None]]]: ...
+
+    def message_pages(self) -> AsyncIterable[list[tuple[bytes, Message]]]: ...
+
+    async def message_count(self) -> int: ...
+
+    async def queue_sizes(self, recipient_ids: Sequence[bytes]) -> list[int]: ...
+
+
 @dataclass(slots=True)
 class Stores:
     """The two open stores of one kind."""
@@ -35,6 +49,7 @@ class Stores:
     messages: MessageStore
     store_dir: Path | None = None
     bulk_import: BulkImport | None = None  # one-transaction insert, if the kind has one
+    bulk_export: BulkExport | None = None  # paged read of everything, if the kind has one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +73,9 @@ class StoreKind(Generic[OptionsT]):
 
     opener: StoreOpener[OptionsT]
     options: type[OptionsT] = StoreOptions  # type: ignore[assignment]
+    # Its data is in files under its store directory (not in a database elsewhere):
+    # a migration into it writes them unsynced and syncs them all once, at the end.
+    in_files: bool = True
 
     def make_options(self, name: str, **settings: Any) -> OptionsT:
         """The kind's options from settings by name; ValueError for one it does not have."""

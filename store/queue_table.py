@@ -22,6 +22,7 @@ link comes with the queue (`CreateQueue.link`), is set or replaced by
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import (
     AsyncIterator,
@@ -34,6 +35,8 @@ from collections.abc import (
 )
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
+
+from sortedcontainers import SortedList
 
 from router.protocol.ids_hash import id_digest, ids_hash_bytes
 from router.protocol.types import AUTH, ErrorType
@@ -325,8 +328,10 @@ class QueueTable:
         self.notifiers: dict[bytes, bytes] = {}  # notifier id -> recipient id
         self.link_ids: dict[bytes, bytes] = {}  # link id -> recipient id
         self.links: dict[bytes, QueueLinkData] = {}  # recipient id -> its link
-        self.rcv_services: dict[bytes, set[bytes]] = {}  # service id -> recipient ids
-        self.ntf_services: dict[bytes, set[bytes]] = {}
+        # service id -> the ids its figures hash, sorted for a walk by pages
+        # (`service_page`): recipient ids, notifier ids
+        self.rcv_services: dict[bytes, SortedList] = {}
+        self.ntf_services: dict[bytes, SortedList] = {}
         # Service records and figures; None in a cache of some records (SQLite's),
         # whose figures could not be whole.
         self.services: ServiceTable | None = ServiceTable() if services else None
@@ -387,9 +392,15 @@ class QueueTable:
             return self.senders
         return self.notifiers if party is Party.NOTIFIER else self.link_ids
 
-    def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+    def service_page(
+        self, service_id: bytes, party: Party, after: bytes | None, limit: int
+    ) -> list[bytes]:
         index = self.rcv_services if party is Party.RECIPIENT else self.ntf_services
-        return [self.queues[rid] for rid in index.get(service_id, ())]
+        ids = index.get(service_id)
+        if ids is None:
+            return []
+        found = ids.irange(minimum=after, inclusive=(False, True))
+        return list(itertools.islice(found, limit))
 
     def records(self) -> Iterator[QueueRecord]:
         return iter(self.queues.values())
@@ -402,7 +413,7 @@ class QueueTable:
         _add(self.rcv_services, rec.rcv_service_id, rid)
         if rec.notifier is not None:
             self.notifiers[rec.notifier.notifier_id] = rid
-            _add(self.ntf_services, rec.ntf_service_id, rid)
+            _add(self.ntf_services, rec.ntf_service_id, rec.notifier.notifier_id)
         if self.services is not None:
             self._count_services(rec, 1)
 
@@ -416,7 +427,7 @@ class QueueTable:
         if rec.notifier is not None:
             if self.notifiers.get(rec.notifier.notifier_id) == rid:
                 del self.notifiers[rec.notifier.notifier_id]
-            _discard(self.ntf_services, rec.ntf_service_id, rid)
+            _discard(self.ntf_services, rec.ntf_service_id, rec.notifier.notifier_id)
         if self.services is not None:
             self._count_services(rec, -1)
 
@@ -442,16 +453,20 @@ def _same_index(old: QueueRecord, new: QueueRecord) -> bool:
     )
 
 
-def _add(index: dict[bytes, set[bytes]], key: bytes | None, rid: bytes) -> None:
+def _add(index: dict[bytes, SortedList], key: bytes | None, entity_id: bytes) -> None:
     if key is not None:
-        index.setdefault(key, set()).add(rid)
+        ids = index.get(key)
+        if ids is None:
+            index[key] = SortedList((entity_id,))
+        else:
+            ids.add(entity_id)
 
 
-def _discard(index: dict[bytes, set[bytes]], key: bytes | None, rid: bytes) -> None:
-    rids = index.get(key) if key is not None else None
-    if rids is not None:
-        rids.discard(rid)
-        if not rids:
+def _discard(index: dict[bytes, SortedList], key: bytes | None, entity_id: bytes) -> None:
+    ids = index.get(key) if key is not None else None
+    if ids is not None:
+        ids.discard(entity_id)
+        if not ids:
             del index[key]
 
 
@@ -666,8 +681,11 @@ class TableQueueStore:
         rec = self._queue(recipient_id)
         return await self._make(decide_set_service(rec, party, service_id, self._now()))
 
-    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
-        return self._table.service_queues(service_id, party)
+    async def service_queue_page(
+        self, service_id: bytes, party: Party, after: bytes | None, limit: int
+    ) -> list[bytes]:
+        check_service_party(party)
+        return self._table.service_page(service_id, party, after, limit)
 
     async def set_queues_service(
         self, recipient_ids: Sequence[bytes], party: Party, service_id: bytes | None
@@ -705,6 +723,12 @@ class TableQueueStore:
         services = self._table.services
         assert services is not None
         return services.summary(service_id, party)
+
+    async def iter_services(self) -> AsyncIterator[ServiceRecord]:
+        services = self._table.services
+        assert services is not None
+        for record in list(services.by_id.values()):
+            yield record
 
     async def get_link(self, recipient_id: bytes) -> QueueLinkData | None:
         return self._table.links.get(recipient_id)

@@ -37,8 +37,9 @@ import trio
 from trio_websocket import WebSocketConnection
 
 from router.protocol.handshake import SERVICE_ID_SIZE
+from router.protocol.types import ACK, SEND
 from store.factory import MESSAGES_SNAPSHOT, QUEUES_SNAPSHOT, store_dir
-from store.interfaces import MessageStore, Party, QueueStore, ServiceRecord
+from store.interfaces import MessageRuns, MessageStore, Party, QueueStore, ServiceRecord
 from store.memory.stores import MemoryMessageStore, MemoryQueueStore
 
 from .core.blocked import BlockedQueues
@@ -183,7 +184,10 @@ class Router:
         self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies,
                                      counters=counters,
                                      awaits_ack=self.subscriptions.awaits_ack,
-                                     subscribe_run=commands.subscribe_run)
+                                     subscribe_run=commands.subscribe_run,
+                                     store_runs=(
+                                         {SEND: commands.send_run, ACK: commands.ack_run}
+                                         if isinstance(self.messages, MessageRuns) else None))
         self._serving: ClientHandler[ClientSubscriptions] = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )

@@ -5,7 +5,9 @@ A write, an ACK and an expiry are each one call of a database function that
 locks the queue's `message_queues` row first (store/postgres/schema.py), so
 concurrent writers and readers of one queue are serialized by the database
 and each costs one round trip. A block of SUBs reads the head of every queue
-in one query (`peek_messages`).
+in one query (`peek_messages`); a block's run of SENDs writes in one statement
+(`write_messages`), a run of ACKs deletes in one (`delete_messages`): one round
+trip and one transaction each, so either all of the run is committed or none.
 
 The database serializes them, but in whichever order the worker threads reach
 it; the router expects a queue's writes in the order it made them (a block of
@@ -24,7 +26,7 @@ import trio
 
 from ..interfaces import Message, WriteResult
 from .database import PostgresDatabase
-from .schema import HEAD, HEADS, MESSAGE_PAGE, PAGE, message_from_row
+from .schema import DELETES, HEAD, HEADS, MESSAGE_PAGE, PAGE, WRITES, message_from_row
 
 
 class _QueueLocks:
@@ -67,6 +69,41 @@ class PostgresMessageStore:
             row = await self.db.run(lambda conn: conn.execute(query, params).fetchone())
         return WriteResult(row[0])
 
+    async def write_messages(
+        self, writes: Sequence[tuple[bytes, Message]], quota: int
+    ) -> list[WriteResult]:
+        """`write_message` of each (recipient id, message), in order, in one statement:
+        all committed, or none (StoreError)."""
+        if not writes:
+            return []
+        params = (quota, [rid for rid, _ in writes], [m.msg_id for _, m in writes],
+                  [m.ts for _, m in writes], [m.flags for _, m in writes],
+                  [m.body for _, m in writes])
+        async with self._holding({rid for rid, _ in writes}):
+            rows = await self.db.run(lambda conn: conn.execute(WRITES, params).fetchall())
+        return [WriteResult(row[0]) for row in rows]
+
+    async def delete_messages(
+        self, deletes: Sequence[tuple[bytes, bytes]]
+    ) -> list[tuple[bool, Message | None]]:
+        """`delete_message` of each (recipient id, message id) of distinct queues, in one
+        statement: all committed, or none (StoreError)."""
+        if not deletes:
+            return []
+        params = ([rid for rid, _ in deletes], [mid for _, mid in deletes])
+        async with self._holding({rid for rid, _ in deletes}):
+            rows = await self.db.run(lambda conn: conn.execute(DELETES, params).fetchall())
+        return [(bool(deleted), None if head[0] is None else message_from_row(head))
+                for deleted, *head in rows]
+
+    @asynccontextmanager
+    async def _holding(self, recipient_ids: set[bytes]) -> AsyncIterator[None]:
+        """The locks of several queues, taken in one order: no two callers wait in a ring."""
+        async with AsyncExitStack() as held:
+            for rid in sorted(recipient_ids):
+                await held.enter_async_context(self._locks.hold(rid))
+            yield
+
     async def peek_message(self, recipient_id: bytes) -> Message | None:
         async with self._locks.hold(recipient_id):
             row = await self.db.run(lambda conn: conn.execute(HEAD, (recipient_id,)).fetchone())
@@ -75,10 +112,8 @@ class PostgresMessageStore:
     async def peek_messages(self, recipient_ids: Sequence[bytes]) -> list[Message | None]:
         if not recipient_ids:
             return []
-        ids = sorted(set(recipient_ids))  # locks taken in one order: no two blocks wait in a ring
-        async with AsyncExitStack() as held:
-            for rid in ids:
-                await held.enter_async_context(self._locks.hold(rid))
+        ids = sorted(set(recipient_ids))
+        async with self._holding(set(ids)):
             rows = await self.db.run(lambda conn: conn.execute(HEADS, (ids,)).fetchall())
         heads = {row[0]: message_from_row(row[1:]) for row in rows}
         return [heads.get(rid) for rid in recipient_ids]

@@ -20,6 +20,7 @@ import trio
 
 from ..interfaces import StoreError
 from ..kinds import StoreKind, StoreOptions, Stores
+from .bulk import PostgresExport
 from .database import (
     DEFAULT_POOL_SIZE,
     DEFAULT_SCHEMA,
@@ -77,7 +78,8 @@ async def open_postgres_stores(
         background.start(db.keep_lock)
         background.start(_compact_periodically, queues)
         try:
-            yield Stores("postgres", queues, messages, store_dir, bulk_import=queues.bulk_import)
+            yield Stores("postgres", queues, messages, store_dir, bulk_import=queues.bulk_import,
+                         bulk_export=PostgresExport(db))
         finally:
             background.cancel()
             await messages.close()
@@ -134,4 +136,4 @@ async def _compact_periodically(queues) -> None:
             log.info("%d deleted queues removed", removed)
 
 
-KIND = StoreKind(open_postgres_stores, PostgresOptions)
+KIND = StoreKind(open_postgres_stores, PostgresOptions, in_files=False)

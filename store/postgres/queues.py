@@ -56,6 +56,7 @@ from ..queue_table import (
     decide_suspend,
     step,
 )
+from .bulk import copy_in
 from .database import PostgresDatabase
 from .schema import (
     INSERT_QUEUE,
@@ -68,6 +69,8 @@ from .schema import (
     QUEUE_COLUMNS,
     QUEUE_PAGE,
     SELECT_QUEUE,
+    SERVICE_PAGE,
+    SERVICE_PAGE_BY_ID,
     insert_row,
     queue_row,
     record_from_row,
@@ -143,14 +146,28 @@ class PostgresQueueStore:
         row = await self.db.run(lambda conn: conn.execute(LINK_OF, (recipient_id,)).fetchone())
         return None if row is None else QueueLinkData(*row)
 
-    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
+    async def iter_services(self) -> AsyncIterator[ServiceRecord]:
+        after = b""  # every id sorts after it
+        while True:
+            rows = await self.db.run(
+                lambda conn, after=after: conn.execute(SERVICE_PAGE_BY_ID, (after,)).fetchall()
+            )
+            for sid, role, cert, cert_hash, created in rows:
+                yield ServiceRecord(
+                    bytes(sid), role.encode(), bytes(cert), bytes(cert_hash), created
+                )
+            if len(rows) < PAGE:
+                return
+            after = bytes(rows[-1][0])
+
+    async def service_queue_page(
+        self, service_id: bytes, party: Party, after: bytes | None, limit: int
+    ) -> list[bytes]:
         check_service_party(party)
-        column = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
-        query = f"{SELECT_QUEUE} AND {column} = %s"
-        if party is Party.NOTIFIER:
-            query += " AND notifier_id IS NOT NULL"
-        rows = await self.db.run(lambda conn: conn.execute(query, (service_id,)).fetchall())
-        return [record_from_row(row) for row in rows]
+        query = SERVICE_PAGE[party]
+        args = (service_id, b"" if after is None else after, limit)  # every id sorts after b""
+        rows = await self.db.run(lambda conn: conn.execute(query, args).fetchall())
+        return [bytes(row[0]) for row in rows]
 
     async def service_summary(self, service_id: bytes, party: Party) -> ServiceQueues:
         check_service_party(party)
@@ -354,35 +371,15 @@ class PostgresQueueStore:
         links: Iterable[tuple[bytes, QueueLinkData]] = (),
     ) -> tuple[int, int]:
         """Insert many queues (with their links: recipient id, link) and messages (each
-        queue's oldest first) in one transaction, by binary COPY; returns (queues,
-        messages) inserted. Any duplicate id fails it all."""
+        queue's oldest first) in one transaction, by binary COPY (store/postgres/bulk.py);
+        returns (queues, messages) inserted. Any duplicate id fails it all."""
         queues, messages = list(queues), list(messages)
         by_queue = dict(links)
         for rec in queues:
             check_link_id(rec, by_queue.get(rec.recipient_id))
 
         def op(conn: psycopg.Connection) -> tuple[int, int]:
-            with conn.cursor() as cur:
-                if queues:
-                    copy_queues = (
-                        f"COPY msg_queues ({QUEUE_COLUMNS}, fixed_data, user_data)"
-                        " FROM STDIN (FORMAT BINARY)"
-                    )
-                    with cur.copy(copy_queues) as copy:
-                        copy.set_types(_QUEUE_TYPES)
-                        for rec in queues:
-                            copy.write_row(insert_row(rec, by_queue.get(rec.recipient_id)))
-                if messages:
-                    copy_messages = (
-                        "COPY messages (recipient_id, msg_id, msg_ts, msg_flags, msg_body,"
-                        " msg_quota) FROM STDIN (FORMAT BINARY)"
-                    )
-                    with cur.copy(copy_messages) as copy:
-                        copy.set_types(["bytea", "bytea", "int8", "bytea", "bytea", "bool"])
-                        for rid, m in messages:
-                            copy.write_row((rid, m.msg_id, m.ts, m.flags, m.body, m.quota))
-                    rids = list({rid for rid, _ in messages})
-                    cur.execute(_RECOUNT, (rids,))
+            copy_in(conn, queues, by_queue, messages)
             return len(queues), len(messages)
 
         counts = await self.db.run(op, transaction=True)
@@ -453,21 +450,6 @@ def _link_columns(decision: Decision) -> tuple[bytes | None, bytes | None] | Non
     if isinstance(decision, DeleteLink):
         return None, None
     return None
-
-
-_QUEUE_TYPES = [
-    "bytea", "bytea[]", "bytea", "bytea", "bytea", "bool", "text", "bytea", "bytea", "bytea",
-    "bytea", "bytea", "bytea", "bytea", "int8", "bytea", "bytea",
-]
-# The message counters of the queues a bulk import wrote messages into, from their rows.
-_RECOUNT = """
-INSERT INTO message_queues (recipient_id, msg_queue_size, msg_quota_reached)
-SELECT recipient_id, count(*),
-       (array_agg(msg_quota ORDER BY message_id DESC))[1]
-FROM messages WHERE recipient_id = ANY(%s) GROUP BY recipient_id
-ON CONFLICT (recipient_id) DO UPDATE
-SET msg_queue_size = EXCLUDED.msg_queue_size, msg_quota_reached = EXCLUDED.msg_quota_reached
-"""
 
 
 async def open_queue_store(

@@ -259,8 +259,19 @@ $$;
 """
 
 # version -> (name, SQL); applied in order, each in one transaction with its record.
+# A service's queues by pages in id order (`service_queue_page`), off the index alone.
+_V2 = """
+DROP INDEX IF EXISTS idx_msg_queues_rcv_service_id;
+DROP INDEX IF EXISTS idx_msg_queues_ntf_service_id;
+CREATE INDEX idx_msg_queues_rcv_service_ids ON msg_queues (rcv_service_id, recipient_id)
+    WHERE deleted_at IS NULL AND rcv_service_id IS NOT NULL;
+CREATE INDEX idx_msg_queues_ntf_service_ids ON msg_queues (ntf_service_id, notifier_id)
+    WHERE deleted_at IS NULL AND ntf_service_id IS NOT NULL;
+"""
+
 MIGRATIONS: dict[int, tuple[str, str]] = {
     1: ("queues, links, services and messages", _V1),
+    2: ("a service's queues indexed by id", _V2),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -290,6 +301,17 @@ LIVE_BY_ANY = {
     f" WHERE deleted_at IS NULL AND {column} = ANY(%s)"
     for party, column in PARTY_COLUMN.items()
 }
+SERVICE_PAGE_BY_ID = (
+    "SELECT service_id, service_role, service_cert, service_cert_hash, created_at FROM services"
+    f" WHERE service_id > %s ORDER BY service_id LIMIT {PAGE}"
+)
+# A page of a service's queues: (service id, after, limit).
+SERVICE_PAGE = {
+    Party.RECIPIENT: "SELECT recipient_id FROM msg_queues WHERE deleted_at IS NULL"
+    " AND rcv_service_id = %s AND recipient_id > %s ORDER BY recipient_id LIMIT %s",
+    Party.NOTIFIER: "SELECT notifier_id FROM msg_queues WHERE deleted_at IS NULL"
+    " AND ntf_service_id = %s AND notifier_id > %s ORDER BY notifier_id LIMIT %s",
+}
 QUEUE_PAGE = (
     f"SELECT pk, {QUEUE_COLUMNS} FROM msg_queues WHERE deleted_at IS NULL AND pk > %s"
     f" ORDER BY pk LIMIT {PAGE}"
@@ -310,6 +332,25 @@ HEADS = (
 HEAD = (
     f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE recipient_id = %s"
     " ORDER BY message_id LIMIT 1"
+)
+# A block's SENDs (ACKs) in one statement: one round trip, one transaction. The
+# functions are volatile, so PostgreSQL evaluates them after the ORDER BY, in the
+# block's order (the SELECT reference, "ORDER BY"): writes of one queue keep their order.
+# The arrays go in binary (%b): a block's bodies as a text bytea[] literal cost the
+# database more to parse than the writes themselves (bench/RESULTS.md, "Store kinds
+# side by side, PostgreSQL included").
+WRITES = (
+    "SELECT write_message(rid, mid, ts, flags, body, %b) FROM unnest("
+    "%b::bytea[], %b::bytea[], %b::bigint[], %b::bytea[], %b::bytea[])"
+    " WITH ORDINALITY AS t(rid, mid, ts, flags, body, n) ORDER BY n"
+)
+# The CTE is materialized, so that each delete_head runs once per row, not once per
+# field of its result.
+DELETES = (
+    "WITH r AS MATERIALIZED (SELECT n, delete_head(rid, mid) AS d FROM unnest("
+    "%b::bytea[], %b::bytea[]) WITH ORDINALITY AS t(rid, mid, n) ORDER BY n)"
+    " SELECT (d).deleted, (d).r_msg_id, (d).r_ts, (d).r_flags, (d).r_body, (d).r_quota"
+    " FROM r ORDER BY n"
 )
 MESSAGE_PAGE = (
     f"SELECT message_id, {MESSAGE_COLUMNS} FROM messages WHERE recipient_id = %s"

@@ -77,9 +77,10 @@ from .schema import (
     QUEUE_COLUMN_COUNT,
     QUEUE_COLUMNS,
     QUEUE_PAGE,
-    SELECT_QUEUE,
     SERVICE_BY_CERT,
     SERVICE_FIGURES,
+    SERVICE_PAGE,
+    SERVICE_PAGE_BY_ID,
     change_service_figures,
     insert_row,
     live_in,
@@ -445,11 +446,26 @@ class SqliteQueueStore:
                 return
             last = rows[-1][0]
 
-    async def service_queues(self, service_id: bytes, party: Party) -> list[QueueRecord]:
-        column = "rcv_service_id" if party is Party.RECIPIENT else "ntf_service_id"
-        sql = f"{SELECT_QUEUE} AND {column} = ?"
-        rows = await self.db.read(lambda conn: conn.execute(sql, (service_id,)).fetchall())
-        return [record_from_row(row) for row in rows]
+    async def iter_services(self) -> AsyncIterator[ServiceRecord]:
+        after = b""  # every id sorts after it
+        while True:
+            rows = await self.db.read(
+                lambda conn, after=after: conn.execute(SERVICE_PAGE_BY_ID, (after,)).fetchall()
+            )
+            for row in rows:
+                yield service_from_row(row)
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][0]
+
+    async def service_queue_page(
+        self, service_id: bytes, party: Party, after: bytes | None, limit: int
+    ) -> list[bytes]:
+        check_service_party(party)
+        sql = SERVICE_PAGE[party]
+        args = (service_id, b"" if after is None else after, limit)  # every id sorts after b""
+        rows = await self.db.read(lambda conn: conn.execute(sql, args).fetchall())
+        return [row[0] for row in rows]
 
     async def set_queues_service(
         self, recipient_ids: Sequence[bytes], party: Party, service_id: bytes | None

@@ -18,7 +18,7 @@ from ..interfaces import (
     ServiceRecord,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 PAGE = 1000  # rows per worker call when iterating
 
 
@@ -99,6 +99,14 @@ UPDATE queues SET rcv_service_id = NULL, ntf_service_id = NULL
 """,  # services by certificate (docs/protocol.md#services) with their queues' count and
     # ids hash; associations made before have no service record behind them, so they
     # are released (their services subscribe the queues again).
+    5: """
+DROP INDEX IF EXISTS queues_rcv_service;
+DROP INDEX IF EXISTS queues_ntf_service;
+CREATE INDEX IF NOT EXISTS queues_rcv_service_ids ON queues(rcv_service_id, recipient_id)
+    WHERE deleted_at IS NULL AND rcv_service_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS queues_ntf_service_ids ON queues(ntf_service_id, notifier_id)
+    WHERE deleted_at IS NULL AND ntf_service_id IS NOT NULL;
+""",  # a service's queues by pages in id order (`service_queue_page`), off the index alone
 }
 
 # --- rows ------------------------------------------------------------------------
@@ -125,6 +133,14 @@ _PARTY_COLUMN = {
     Party.SENDER: "sender_id",
     Party.NOTIFIER: "notifier_id",
     Party.LINK: "link_id",
+}
+# A page of a service's queues (`service_queue_page`): (service id, after, limit), read
+# off the indexes of schema version 5 alone.
+SERVICE_PAGE = {
+    Party.RECIPIENT: "SELECT recipient_id FROM queues WHERE deleted_at IS NULL"
+    " AND rcv_service_id = ? AND recipient_id > ? ORDER BY recipient_id LIMIT ?",
+    Party.NOTIFIER: "SELECT notifier_id FROM queues WHERE deleted_at IS NULL"
+    " AND ntf_service_id = ? AND notifier_id > ? ORDER BY notifier_id LIMIT ?",
 }
 # Ids in one `IN (...)` (SQLite's own limit may be lower: SQLITE_LIMIT_VARIABLE_NUMBER).
 MAX_IN_IDS = 999
@@ -241,6 +257,9 @@ INSERT_SERVICE = (
     " ON CONFLICT DO NOTHING"
 )
 SERVICE_BY_CERT = f"SELECT {SERVICE_COLUMNS} FROM services WHERE role = ? AND cert_hash = ?"
+SERVICE_PAGE_BY_ID = (
+    f"SELECT {SERVICE_COLUMNS} FROM services WHERE service_id > ? ORDER BY service_id LIMIT {PAGE}"
+)
 SERVICE_FIGURES = (
     "SELECT queue_count, ids_hash FROM service_queues WHERE service_id = ? AND party = ?"
 )

@@ -10,10 +10,11 @@ from bench import service_subscribe, tls_client_certs
 
 
 @pytest.mark.parametrize("way", ["subs", "sub"])
-def test_both_ways_of_subscribing_get_every_waiting_message(way):
-    figures = trio.run(service_subscribe._run, way, 300, 12)
+def test_both_ways_of_subscribing_get_every_waiting_message(way, tmp_path):
+    figures = trio.run(service_subscribe._run, way, 300, 12, tmp_path)
     assert figures["messages"] == 12
     assert figures["seconds"] > 0
+    assert figures["router_rss_peak_mb"] >= figures["router_rss_before_mb"] > 0
 
 
 def test_the_tls_benchmark_measures_both_ways(capsys):

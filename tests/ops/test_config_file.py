@@ -48,6 +48,7 @@ NON_DEFAULT = {
     ("STORE_LOG", "db_schema"): ("relay_one", "relay_one"),
     ("STORE_LOG", "db_pool_size"): ("4", 4),
     ("STORE_LOG", "db_deleted_ttl"): ("2", 2 * 86400.0),
+    ("STORE_LOG", "db_store_log"): ("off", False),
     ("AUTH", "new_queues"): ("off", False),
     ("AUTH", "create_password"): ("s3cret#1", "s3cret#1"),
     ("AUTH", "control_port_admin_password"): ("adm", "adm"),
@@ -253,6 +254,8 @@ def test_the_template_init_writes_parses_to_the_defaults():
         ("[TRANSPORT]\n\nport = high\n", 3, ["[TRANSPORT] port", "'high'"]),
         ("[LIMITS]\nmemory_store_max_bytes = lots\n", 2, ["memory_store_max_bytes", "512M"]),
         ("[STORE_LOG]\nstore = mongo\n", 2, ["[STORE_LOG] store", "memory, journal, sqlite"]),
+        ("[STORE_LOG]\nstore = postgres\ndb_store_log = on\n", 3,
+         ["[STORE_LOG] db_store_log", "on is not supported", "pg_dump", "database export"]),
     ],
 )
 def test_a_bad_file_is_one_line_naming_file_line_and_key_and_exit_2(

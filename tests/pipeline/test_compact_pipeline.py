@@ -2,13 +2,15 @@
 
 The logs here are written by `store.journal.storelog.StoreLogQueueStore` (the router's
 queue store) doing creates (some with a short link), secures, notifier changes,
-service changes, link changes, suspensions and deletes; the reference result is
-`store.journal.storelog.compact_records`.
+services and their associations, link changes, recipient keys, suspensions and
+deletes; the reference result is `store.journal.storelog.compact_records`, and the
+compacted log, opened by the store, holds what the original holds.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import zlib
 from pathlib import Path
@@ -18,7 +20,7 @@ import trio
 
 from pipeline.compact_job import CorruptLogError, run_compact, shard_of_id
 from pipeline.synth import write_synthetic_log
-from store.interfaces import NotifierCreds, Party, QueueLinkData, QueueRecord
+from store.interfaces import NotifierCreds, Party, QueueLinkData, QueueRecord, ServiceRecord
 from store.journal.storelog import StoreLogQueueStore, compact_records
 
 pytestmark = pytest.mark.spark
@@ -51,14 +53,29 @@ def creds() -> NotifierCreds:
     return NotifierCreds(os.urandom(24), ED + os.urandom(32), os.urandom(32))
 
 
+def service(role: bytes, created_at: int) -> ServiceRecord:
+    cert = os.urandom(300)  # the store keeps a certificate's DER as it is given
+    return ServiceRecord(os.urandom(24), role, cert, hashlib.sha256(cert).digest(), created_at)
+
+
+SERVICES = {}  # log path -> the services its store was given
+
+
 async def write_router_log(path: Path, queues: int = 60) -> None:
     """Churn through the router's queue store; the raw log stays as it wrote it."""
     store = await StoreLogQueueStore.open(path, fsync="never")
+    services = [service(b"M", 1714521000), service(b"N", 1714521001), service(b"P", 1714521002)]
+    for s in services:
+        assert await store.add_service(s) == s
+    SERVICES[path] = services
     links = {n: link_data() for n in range(queues) if n % 4 == 1}
     records = [record(n, notifier=n % 5 == 0, link=links.get(n)) for n in range(queues)]
     for n, rec in enumerate(records):
         assert await store.add_queue(rec, links.get(n)) is None
-    svc = os.urandom(24)
+    svc, ntf_svc = services[0].service_id, services[1].service_id
+    # a block of SUBs signed by a service: one line per queue, the block in one write
+    block = [r.recipient_id for n, r in enumerate(records) if n % 4 == 3]
+    assert await store.set_queues_service(block, Party.RECIPIENT, svc) == [None] * len(block)
     for n, rec in enumerate(records):
         rid = rec.recipient_id
         if n % 2:
@@ -70,7 +87,7 @@ async def write_router_log(path: Path, queues: int = 60) -> None:
         if n % 4 == 0:
             await store.set_service(rid, Party.RECIPIENT, svc)
         if n % 6 == 0:
-            await store.set_service(rid, Party.NOTIFIER, svc)
+            await store.set_service(rid, Party.NOTIFIER, ntf_svc)
         if n % 8 == 0:
             await store.set_service(rid, Party.RECIPIENT, None)
         if n % 4 == 2:  # a link given later, its user data replaced
@@ -114,6 +131,7 @@ def lines_of(*paths: Path) -> list[str]:
 def test_the_router_log_under_test_has_every_kind_of_record(router_logs):
     kinds = {line.split(" ")[1] for line in lines_of(router_logs[0])}
     assert kinds == {
+        "add_service",
         "create",
         "secure",
         "add_notifier",
@@ -139,7 +157,8 @@ def test_spark_compaction_equals_the_routers_own(spark, router_logs, tmp_path):
     queues = run_compact(spark, [str(router_logs[0])], str(out))
     expected = compact_records(lines_of(router_logs[0]))
     assert out.read_text().splitlines() == expected
-    assert queues == len(expected)
+    assert queues == sum(" create " in line for line in expected)
+    assert sum(" add_service " in line for line in expected) == 3
 
 
 def test_several_logs_are_replayed_in_the_order_given(spark, router_logs, tmp_path):
@@ -158,15 +177,20 @@ def test_a_compacted_log_compacts_to_itself(spark, router_logs, tmp_path):
 def test_shards_split_queues_by_recipient_id_hash(spark, router_logs, tmp_path):
     out = tmp_path / "shards"
     run_compact(spark, [str(p) for p in router_logs], str(out), shards=3)
-    everything = []
+    expected = compact_records(lines_of(*router_logs))
+    services = [line for line in expected if " add_service " in line]
+    queues = []
     for shard in range(3):
         lines = (out / f"shard-{shard}.log").read_text().splitlines()
         assert lines == sorted(lines)
+        # every shard knows every service: its queues name them by id
+        assert [line for line in lines if " add_service " in line] == services
         for line in lines:
-            rid = line.split(" rid=")[1].split(" ")[0]
-            assert shard_of_id(base64.urlsafe_b64decode(rid), 3) == shard
-        everything += lines
-    assert sorted(everything) == compact_records(lines_of(*router_logs))
+            if " create " in line:
+                rid = line.split(" rid=")[1].split(" ")[0]
+                assert shard_of_id(base64.urlsafe_b64decode(rid), 3) == shard
+                queues.append(line)
+    assert sorted(queues + services) == expected
 
 
 def test_a_torn_last_line_is_dropped_as_the_router_drops_it(spark, router_logs, tmp_path):
@@ -204,11 +228,55 @@ def test_a_synthetic_log_with_heavy_churn_compacts_like_the_router(spark, tmp_pa
     assert out.read_text().splitlines() == compact_records(lines_of(log))
 
 
-def test_the_output_holds_only_create_lines_and_no_staging_files(spark, router_logs, tmp_path):
+def test_the_output_holds_only_snapshot_lines_and_no_staging_files(spark, router_logs, tmp_path):
     out = tmp_path / "queues.log"
     run_compact(spark, [str(router_logs[0])], str(out))
     assert [p.name for p in tmp_path.iterdir()] == ["queues.log"]  # no staging, no .crc
-    assert all(line.split(" ")[1] == "create" for line in out.read_text().splitlines())
+    kinds = {line.split(" ")[1] for line in out.read_text().splitlines()}
+    assert kinds == {"create", "add_service"}
+
+
+async def _store_contents(path: Path, services: list[ServiceRecord]) -> dict[str, object]:
+    """Everything the router's queue store holds after opening the log at `path`: each
+    queue with its link, each service (found by its certificate) and, per service and
+    side, the count, ids hash and queues of its associations."""
+    store = await StoreLogQueueStore.open(path, fsync="never", backups=0)
+    try:
+        queues = {}
+        async for rec in store.iter_queues():
+            queues[rec.recipient_id] = (rec, await store.get_link(rec.recipient_id))
+        found, figures = [], {}
+        for s in services:
+            stored = await store.add_service(s)  # the stored one, when there is one
+            found.append(stored)
+            for party in (Party.RECIPIENT, Party.NOTIFIER):
+                summary = await store.service_summary(s.service_id, party)
+                members = await store.service_queues(s.service_id, party)
+                figures[(s.service_id, party)] = (summary, sorted(r.recipient_id for r in members))
+        return {"queues": queues, "services": found, "associations": figures}
+    finally:
+        await store.close()
+
+
+def test_a_compacted_log_opens_to_the_same_queues_services_and_associations(
+    spark, router_logs, tmp_path
+):
+    original, compacted = tmp_path / "original" / "queues.log", tmp_path / "compacted.log"
+    original.parent.mkdir()
+    original.write_bytes(router_logs[0].read_bytes())
+    run_compact(spark, [str(router_logs[0])], str(compacted))
+    reopened = tmp_path / "reopened" / "queues.log"
+    reopened.parent.mkdir()
+    reopened.write_bytes(compacted.read_bytes())
+    services = SERVICES[router_logs[0]]
+    before = trio.run(_store_contents, original, services)
+    after = trio.run(_store_contents, reopened, services)
+    assert after["services"] == services  # each found by its certificate, none made anew
+    assert after == before
+    associated = [summary.count for summary, _ in before["associations"].values()]
+    assert sum(associated) > 0 and len(before["queues"]) > 40
+    # the store took the compacted log as its own snapshot: it did not rewrite it
+    assert reopened.read_bytes() == compacted.read_bytes()
 
 
 def _line(payload: str) -> str:
@@ -282,6 +350,9 @@ def test_recipient_key_records_fold_as_the_router_folds_them(spark, tmp_path):
         "create ts=1 rid=AQ== sid=Ag== rkey=aw== rdh= secure=0 status=active lid=AA== lfix=",
         "set_link ts=1 rid=AQ== lid=AA== lusr=",
         "delete_link ts=1 rid=AQ== lid=AA==",
+        "add_service ts=1 svc=AQ== role=X cert=AA== chash=AA==",
+        "add_service ts=1 svc=AQ== role=M cert=AA==",
+        "add_service ts=1 rid=AQ== svc=AQ== role=M cert=AA== chash=AA==",
     ],
 )
 def test_a_link_record_the_router_refuses_stops_the_job(spark, tmp_path, bad):

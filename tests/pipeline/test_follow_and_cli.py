@@ -95,6 +95,7 @@ def test_synthetic_lines_are_store_log_lines_the_router_reads():
     lines = list(synthetic_lines(3000, seed=5))
     kinds = {line.split(" ")[1] for line in lines}
     assert kinds == {
+        "add_service",
         "create",
         "secure",
         "add_notifier",

@@ -19,6 +19,7 @@ from router.protocol.types import (
     ACK,
     ALLS,
     AUTH,
+    DEL,
     END,
     ENDS,
     ERR,
@@ -34,6 +35,7 @@ from router.protocol.types import (
     SUBS,
 )
 from router.server import SINGLE_TASK, Router
+from router.server.core import services as services_core
 
 # The receive loop; and the delivery task, only while it has work (a catch-up walk).
 IDLE_CONNECTION_TASKS, BUSY_CONNECTION_TASKS = 1, 2
@@ -306,3 +308,75 @@ async def test_nsubs_subscribes_the_services_notifiers_and_a_second_connection_t
                 # the certificate's messaging service is another service, with no queues
                 assert messaging.service_id != successor.service_id
                 assert await messaging.service_command(SUBS()) == 0
+
+
+async def test_subs_walks_the_store_by_pages_through_queues_changed_meanwhile(
+    router, monkeypatch
+):
+    """The walk holds a page at a time; a queue released or deleted before the walk
+    reaches it is skipped, one associated meanwhile does no harm, and every other
+    waiting message comes once."""
+    monkeypatch.setattr(services_core, "CATCH_UP_PAGE", 8)
+    monkeypatch.setattr(services_core, "CATCH_UP_STEP", 3)
+    store_type = type(router.queues)
+    read_page = store_type.service_queue_page
+    reached, resume = trio.Event(), trio.Event()
+    page_sizes: list[int] = []
+
+    async def pausing_page(self, service_id, party, after, limit):
+        if after is not None and not reached.is_set():  # the second page: the first is walked
+            reached.set()
+            await resume.wait()
+        page = await read_page(self, service_id, party, after, limit)
+        page_sizes.append(len(page))
+        return page
+
+    monkeypatch.setattr(store_type, "service_queue_page", pausing_page)
+    cert = self_signed_cert()
+    queues = sorted(await service_queues(router, cert, 40), key=lambda q: q.recipient_id)
+    released, deleted = queues[12], queues[20]  # in pages the walk has not read yet
+    with trio.fail_after(20):
+        async with connect(router) as sender, connect(router) as plain, \
+                connect(router, service=cert) as service, \
+                connect(router, service=cert) as creator:
+            bodies = [body(i) for i in range(len(queues))]
+            assert set(await sender.commands(sends(queues, bodies))) == {OK()}
+            async with trio.open_nursery() as nursery:
+                walked: list[tuple[int, list[Reply], set[int]]] = []
+
+                async def subs() -> None:
+                    walked.append(await catch_up(service, router))
+
+                nursery.start_soon(subs)
+                await reached.wait()
+                assert await plain.recipient(released, SUB()) == OK()
+                assert await plain.recipient(deleted, DEL()) == OK()
+                await creator.create_queues(3, subscribe=True)  # associated during the walk
+                resume.set()
+            [(count, messages, _)] = walked
+            assert count == 40
+            got = Counter(m.entity_id for m in messages)
+            assert got == Counter(q.recipient_id for q in queues if q not in (released, deleted))
+            assert max(page_sizes) <= 8 and len(page_sizes) >= 40 // 8
+            assert await service.no_more_events()
+
+
+async def test_nsubs_reads_the_services_notifiers_by_pages(router, monkeypatch):
+    monkeypatch.setattr(services_core, "CATCH_UP_PAGE", 2)
+    cert = self_signed_cert()
+    with trio.fail_after(20):
+        async with connect(router) as recipient:
+            queues = await recipient.create_queues(5)
+            notifiers = [await recipient.enable_notifications(q) for q in queues]
+            async with connect(router, service=cert, role=b"N") as first:
+                responses = await first.commands(
+                    [(n.notifier_id, NSUB(), n.seed) for n in notifiers]
+                )
+                assert responses == [SOK(first.service_id)] * 5
+            async with connect(router, service=cert, role=b"N") as ntf:
+                assert await ntf.service_command(NSUBS()) == 5
+                flagged = [(q.sender_id, SEND(b"T", b"hi"), None) for q in queues]
+                assert await recipient.commands(flagged) == [OK()] * 5
+                events = [await ntf.next_event() for _ in queues]
+                assert all(isinstance(e.response, NMSG) for e in events)
+                assert {e.entity_id for e in events} == {n.notifier_id for n in notifiers}

@@ -372,6 +372,44 @@ async def test_a_block_of_acks_of_pushed_messages_needs_no_place(router):
             assert [a.response for a in answers] == [ERR(NO_MSG)] * len(queues)
 
 
+async def test_a_block_of_many_pings_needs_no_place(router):
+    """With every place held (a reconnect storm's SUB blocks), a block of 60 PINGs, what
+    a client that waited packs its PINGs into, is answered; a block of as many signed
+    commands waits for a place."""
+    with trio.fail_after(30):
+        async with connect(router) as client:
+            queues = await client.create_queues(2)
+            places = router.dispatcher.turns._places
+            holders = [object() for _ in range(AT_ONCE)]
+            for holder in holders:
+                places.acquire_on_behalf_of_nowait(holder)
+            pings = BatchPacker()
+            raws = [client.transmission(b"", PING(), None) for _ in range(60)]
+            for raw in raws:
+                assert pings.add(raw)
+            assert block_cost(raws, VERSION) > FREE_COST
+            await client.send_block(pings.take_block())
+            answers = []
+            while len(answers) < len(raws):  # in slices, so maybe in several blocks
+                answers.extend(await client.receive())
+            assert [a.response for a in answers] == [PONG()] * len(raws)
+
+            signed = BatchPacker()
+            for _ in range(3):
+                for q in queues:
+                    assert signed.add(client.transmission(q.recipient_id, SUB(), q.rcv_seed))
+            await client.send_block(signed.take_block())
+            with trio.move_on_after(0.5) as waited:
+                await client.receive()
+            assert waited.cancelled_caught, "a block of signed SUBs passed the turns"
+            for holder in holders:
+                places.release_on_behalf_of(holder)
+            answers = []
+            while len(answers) < 6:
+                answers.extend(await client.receive())
+            assert len(answers) == 6
+
+
 async def test_at_most_in_progress_blocks_are_between_their_first_turn_and_their_last():
     """A crowd of costly blocks: each holds what it parsed from its first turn to its
     last, so only `in_progress` of them may be there at once; the others start in
@@ -461,13 +499,15 @@ def test_a_blocks_pace_is_its_full_costing_read_only_as_far_as_needed():
 
     ack, ping, dele = _raw(ACK(b"m" * 24), ed25519), _raw(PING(), entity_id=b""), _raw(
         DEL(), ed25519)
-    for block in ([ping], [ping] * 15, [ping] * 16, [dele] * 2, [dele] * 3, [ack] * 20,
-                  [ack] * 20 + [dele] * 2, [ack] * 20 + [dele] * 3, [dele, b"\x40"] * 2,
+    for block in ([ping], [ping] * 15, [ping] * 16, [ping] * 100, [dele] * 2, [dele] * 3,
+                  [ack] * 20, [ack] * 20 + [dele] * 2, [ack] * 20 + [dele] * 3,
+                  [ping] * 50 + [dele] * 2, [ping] * 50 + [dele] * 3, [dele, b"\x40"] * 2,
                   [_raw(b"ACK ", ed25519)], [_raw(b"ACK", ed25519)] * 3):
         cost = block_cost(block, VERSION)
-        not_acks = cost - acknowledging_cost(block, VERSION, awaits_ack)
+        light = sum(c for raw in block if (c := transmission_cost(raw, VERSION)) <= BASE)
+        heavy = cost - acknowledging_cost(block, VERSION, awaits_ack) - light
         expected = (Pace.FREE if cost <= FREE_COST else
-                    Pace.SLICES if not_acks <= FREE_COST else Pace.TURNS)
+                    Pace.SLICES if heavy <= FREE_COST else Pace.TURNS)
         assert pace_of(block, VERSION, awaits_ack) is expected, (len(block), cost)
 
     read = []

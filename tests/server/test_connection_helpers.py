@@ -4,6 +4,8 @@ connection only. Router end of `memory_block_pair`, no socket."""
 
 from __future__ import annotations
 
+import threading
+
 import trio
 
 from router.server.core.connection import Connection
@@ -73,6 +75,29 @@ async def test_a_connection_that_ends_cancels_its_helpers_and_waits_for_them():
         assert ended == ["helper"]  # gone before run() returned
         assert conn.task_count() == 0
         assert not scope.cancelled_caught  # the client left: nothing was cancelled
+
+
+def test_a_helper_the_stopped_router_cannot_start_ends_its_connection():
+    """At the router's stop its nursery ends before the connections do; a connection
+    that then wants its delivery task ends instead of waiting for a task that never
+    runs (which kept `smp-router serve` from exiting on SIGTERM). Run in a thread of
+    its own, so that a wait for ever fails this test instead of hanging it."""
+
+    async def scenario() -> tuple[str | None, int]:
+        async with trio.open_nursery() as stopped:
+            pass  # ended: it takes no new task, as the router's at its stop
+        _client, conn = new_connection(4)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_wake_soon, conn)
+            with trio.CancelScope() as scope:
+                await conn.run(QuietHandler(), None, scope, stopped)
+        return conn.close_reason, conn.task_count()
+
+    outcome: list[tuple[str | None, int]] = []
+    thread = threading.Thread(target=lambda: outcome.append(trio.run(scenario)), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert outcome == [("the router is stopping", 0)]
 
 
 async def _serve(conn: Connection, helpers: trio.Nursery) -> None:

@@ -90,6 +90,42 @@ async def test_a_copy_that_lost_a_link_is_refused_and_the_directory_keeps_its_ki
         assert [rid async for rid, _ in stores.queues.iter_links()] != []
 
 
+async def test_a_copy_that_lost_a_service_association_is_refused(tmp_path, monkeypatch):
+    from test_store_factory import add_services
+
+    async with open_stores("sqlite", tmp_path) as stores:
+        await add_services(stores)
+    real = store_opener("memory")
+
+    @asynccontextmanager
+    async def unassociated(store_dir, options):
+        async with real(store_dir, options) as stores:
+            yield Stores(stores.kind, _DropsAService(stores.queues), stores.messages, store_dir)
+
+    monkeypatch.setitem(STORE_KINDS, "memory", StoreKind(unassociated))
+    with pytest.raises(MigrationCheckError, match=r"service check failed for .* \(recipient\)"):
+        await migrate_store(tmp_path, "memory")
+    assert read_store_kind(tmp_path) == "sqlite"
+
+
+class _DropsAService:
+    """A queue store that stores the first queue associated on the recipient side
+    without its association."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+        self._dropped = False
+
+    async def add_queue(self, record, link=None):
+        if record.rcv_service_id is not None and not self._dropped:
+            self._dropped = True
+            record = replace(record, rcv_service_id=None)
+        return await self._inner.add_queue(record, link)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 class _DropsLinks:
     """A queue store that silently stores every queue without its link."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from test_queue_store_contract import make_notifier, make_record, new_id
+from test_queue_store_contract import make_notifier, make_record, new_id, service_ids
 
 from router.protocol.ids_hash import queue_ids_hash
 from router.protocol.types import AUTH
@@ -33,6 +33,15 @@ async def test_a_service_is_stored_once_per_certificate_and_role(queues):
     assert await queues.add_service(notifier) == notifier
     other = make_service()
     assert await queues.add_service(other) == other
+
+
+async def test_every_stored_service_is_listed_once(queues):
+    stored = [await queues.add_service(make_service(role)) for role in (b"M", b"N", b"P")]
+    await queues.add_service(make_service(cert=stored[0].cert))  # the same one again
+    listed = [s async for s in queues.iter_services()]
+    assert sorted(listed, key=lambda s: s.service_id) == sorted(
+        stored, key=lambda s: s.service_id
+    )
 
 
 async def test_a_service_without_queues_has_count_zero_and_the_empty_hash(queues):
@@ -117,6 +126,59 @@ async def test_a_new_notifier_leaves_the_old_ones_service(queues):
     assert await queues.service_summary(svc, Party.NOTIFIER) == ServiceQueues()
 
 
+async def test_a_services_queues_come_by_pages_in_id_order_each_once(queues):
+    svc, other = new_id(), new_id()
+    recs = [make_record(notifier=make_notifier()) for _ in range(7)]
+    for rec in recs:
+        await queues.add_queue(rec)
+    rids = [r.recipient_id for r in recs]
+    await queues.set_queues_service(rids, Party.RECIPIENT, svc)
+    await queues.set_queues_service(rids[:4], Party.NOTIFIER, svc)
+    await queues.add_queue(make_record(rcv_service_id=other))  # another service's queue
+    first = await queues.service_queue_page(svc, Party.RECIPIENT, None, 3)
+    assert first == sorted(rids)[:3]
+    assert await queues.service_queue_page(svc, Party.RECIPIENT, first[-1], 3) == sorted(rids)[3:6]
+    assert await queues.service_queue_page(svc, Party.RECIPIENT, sorted(rids)[5], 3) == [
+        sorted(rids)[6]
+    ]
+    assert await queues.service_queue_page(svc, Party.RECIPIENT, max(rids), 3) == []
+    # `after` need not be an id of the service's: the page starts past it
+    assert await queues.service_queue_page(svc, Party.RECIPIENT, b"\x00", 10) == sorted(rids)
+    # the notifier side pages by notifier id
+    nids = sorted(r.notifier.notifier_id for r in recs[:4])
+    assert await service_ids(queues, svc, Party.NOTIFIER, page=3) == nids
+    assert await queues.service_queue_page(new_id(), Party.RECIPIENT, None, 5) == []
+
+
+async def test_a_walk_by_pages_survives_changes_between_pages(queues):
+    """What SUBS's walk relies on: a queue associated throughout comes exactly once;
+    one released or deleted before the walk reaches it does not come at all."""
+    svc = new_id()
+    recs = [make_record() for _ in range(12)]
+    for rec in recs:
+        await queues.add_queue(rec)
+    rids = sorted(r.recipient_id for r in recs)
+    await queues.set_queues_service(rids, Party.RECIPIENT, svc)
+    seen: list[bytes] = []
+    page = await queues.service_queue_page(svc, Party.RECIPIENT, None, 4)
+    seen += page
+    released, deleted = rids[6], rids[9]  # both still ahead of the walk
+    await queues.set_service(released, Party.RECIPIENT, None)
+    await queues.delete_queue(deleted)
+    await queues.set_service(rids[1], Party.RECIPIENT, None)  # one already walked past
+    late = make_record(rcv_service_id=svc)  # associated during the walk
+    await queues.add_queue(late)
+    await queues.set_service(rids[2], Party.RECIPIENT, svc)  # again: no change
+    while page := await queues.service_queue_page(svc, Party.RECIPIENT, seen[-1], 4):
+        seen += page
+    assert seen == sorted(seen) and len(set(seen)) == len(seen)
+    throughout = [rid for rid in rids if rid not in (released, deleted, rids[1])]
+    assert set(throughout) <= set(seen)
+    assert released not in seen and deleted not in seen
+    # the late queue comes if its id is past where the walk was when it came
+    assert (late.recipient_id in seen) == (late.recipient_id > rids[3])
+
+
 async def test_a_persistent_store_keeps_services_and_figures_across_a_reopen(
     persistent_queue_backend, store_path
 ):
@@ -143,3 +205,7 @@ async def test_a_persistent_store_keeps_services_and_figures_across_a_reopen(
         assert await store.service_summary(service.service_id, Party.RECIPIENT) == figures(
             *ids[1:3]
         )
+        assert await service_ids(store, service.service_id, Party.RECIPIENT) == sorted(ids[1:3])
+        assert await service_ids(store, service.service_id, Party.NOTIFIER) == [
+            recs[0].notifier.notifier_id
+        ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from store import (
     Party,
     QueueLinkData,
     QueueRecord,
+    ServiceRecord,
     SqliteOptions,
     StoreKindMismatch,
     StoreOptions,
@@ -252,10 +254,55 @@ async def all_links(stores: Stores) -> dict[bytes, QueueLinkData]:
     return {rid: link async for rid, link in stores.queues.iter_links()}
 
 
-async def test_migration_copies_links_through_every_kind(tmp_path):
+async def add_services(stores: Stores) -> dict[bytes, tuple]:
+    """A messaging and a notifier service of one certificate, and a third without
+    queues, with queues associated on either side or both; returns `all_services`."""
+    cert = os.urandom(200)
+    services = [
+        ServiceRecord(new_id(), role, cert, hashlib.sha256(cert).digest(), 1_700_000_000)
+        for role in (b"M", b"N")
+    ]
+    idle = os.urandom(200)
+    services.append(ServiceRecord(new_id(), b"M", idle, hashlib.sha256(idle).digest(), 1))
+    for service in services:
+        assert await stores.queues.add_service(service) == service
+    messaging, notifying = services[0].service_id, services[1].service_id
+    recs = [record(notifier=NotifierCreds(new_id(), b"nk", b"d" * 32)) for _ in range(6)]
+    for rec in recs:
+        assert await stores.queues.add_queue(rec) is None
+    rids = [rec.recipient_id for rec in recs]
+    assert await stores.queues.set_queues_service(rids[:4], Party.RECIPIENT, messaging) == (
+        [None] * 4
+    )
+    assert await stores.queues.set_queues_service(rids[2:], Party.NOTIFIER, notifying) == (
+        [None] * 4
+    )
+    # created associated, as NEW in a service session; and one released again
+    created = record(rcv_service_id=messaging)
+    assert await stores.queues.add_queue(created) is None
+    assert await stores.queues.set_service(rids[0], Party.RECIPIENT, None) is None
+    held = await all_services(stores)
+    assert held[messaging][1].count == 4 and held[notifying][2].count == 4
+    return held
+
+
+async def all_services(stores: Stores) -> dict[bytes, tuple]:
+    """service id -> (record, recipient side's figures, notifier side's figures)."""
+    return {
+        s.service_id: (
+            s,
+            await stores.queues.service_summary(s.service_id, Party.RECIPIENT),
+            await stores.queues.service_summary(s.service_id, Party.NOTIFIER),
+        )
+        async for s in stores.queues.iter_services()
+    }
+
+
+async def test_migration_copies_links_and_services_through_every_kind(tmp_path):
     async with open_stores("memory", tmp_path) as stores:
         expected = await fill(stores, n_queues=3)
         links = await add_links(stores)
+        services = await add_services(stores)
         records = await all_records(stores)
     for kind in ("sqlite", "journal", "memory", "journal", "sqlite", "memory"):
         queues, _ = await migrate_store(tmp_path, kind)
@@ -263,6 +310,11 @@ async def test_migration_copies_links_through_every_kind(tmp_path):
         async with open_stores(kind, tmp_path) as stores:
             assert await all_records(stores) == records, kind
             assert await all_links(stores) == links, kind
+            assert await all_services(stores) == services, kind
+            for service_id, (_, rcv, ntf) in services.items():
+                for party, figures in ((Party.RECIPIENT, rcv), (Party.NOTIFIER, ntf)):
+                    page = await stores.queues.service_queue_page(service_id, party, None, 100)
+                    assert len(page) == figures.count, kind
             for rid, link in links.items():
                 found = await stores.queues.get_queue(Party.LINK, link.link_id)
                 assert found is not None and found.recipient_id == rid, kind

@@ -6,6 +6,7 @@
     smp-router config check [--config FILE | --data-dir DIR]
     smp-router control [--config FILE | --data-dir DIR] [--role user] [COMMAND]
     smp-router migrate-store --data-dir DIR --to sqlite
+    smp-router database import|export --data-dir DIR    (migrate-store to and from postgres)
     smp-router gateway --port 8080 --store memory    (router/gateway/cli.py)
     smp-router --version
 
@@ -64,6 +65,7 @@ from ..workers.layout import check_worker_count
 from ..workers.seat import label_log_records, seat_from_environment
 from ..workers.supervisor import supervise
 from .check import config_check
+from .database import add_database_command, add_database_flags, run_database_command
 from .init import init_data_dir, renew_online_cert
 from .lifecycle import Reload, Reloaded
 from .migrate import database_settings, migrate
@@ -122,12 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--to", choices=STORE_KINDS, required=True, dest="to_kind",
                          help="the store kind to move to; the directory's smp-router.ini "
                          "is set to it if it names a kind")
-    migrate.add_argument("--db-connection", metavar="URL",
-                         help="postgres store (either side): the database, a postgresql:// "
-                         "URL (default: smp-router.ini's db_connection)")
-    migrate.add_argument("--db-schema", metavar="NAME",
-                         help="postgres store: its schema (default: smp-router.ini's "
-                         "db_schema, else smp_server)")
+    add_database_flags(migrate)  # for the postgres store, on either side
     migrate.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                          help="log level while it runs (default info)")
     config = commands.add_parser("config", help="check the configuration")
@@ -148,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="whose password to authenticate with (default admin)")
     control.add_argument("words", nargs="*", metavar="COMMAND", default=[],
                          help="one command, e.g. `stats`; none: commands from stdin, one a line")
+    add_database_command(commands)
     add_gateway_command(commands, serve)
     return parser
 
@@ -200,9 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_control_commands(effective_settings(args), args.role,
                                         _control_lines(args.words))
         with lock_data_dir(args.data_dir, create=False):
-            database = database_settings(
-                args.data_dir, {"db_connection": args.db_connection, "db_schema": args.db_schema}
-            )
+            if args.command == "database":
+                run_database_command(args)
+                return EXIT_OK
+            database = database_settings(args.data_dir, {
+                "db_connection": args.db_connection, "db_schema": args.db_schema,
+                "db_pool_size": args.db_pool_size,
+            })
             trio.run(migrate, args.data_dir, args.to_kind, database)
         return EXIT_OK
     except KeyboardInterrupt:

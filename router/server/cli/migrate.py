@@ -9,12 +9,19 @@ from pathlib import Path
 from typing import TextIO
 
 from store import migrate_store, read_store_kind
+from store.postgres.database import DEFAULT_SCHEMA, redacted
+from store.postgres.opener import (
+    DEFAULT_CONNECTION,
+    DatabaseUnavailable,
+    SchemaLocked,
+    SchemaTooNew,
+)
 
 from ..settings.config import (
     ConfigError,
 )
 from ..settings.config_file import CONFIG_FILE_NAME, read_config_file
-from ..settings.store_key import set_store_key
+from ..settings.store_key import set_store_keys
 
 DATABASE_SETTINGS = ("db_connection", "db_schema", "db_pool_size")
 
@@ -48,16 +55,27 @@ async def migrate(
         )
     except ValueError as e:
         raise ConfigError(str(e)) from e
+    except (DatabaseUnavailable, SchemaLocked, SchemaTooNew) as e:
+        raise ConfigError(f"cannot open the postgres store: {e}") from e
     finally:
         bar.close()
     queues, messages = migrated
     print(f"{data_dir}: {queues} queues and {messages} messages now in a {to_kind} store "
           "(counts checked)", flush=True)
     for backup in migrated.backups:
+        if from_kind == "postgres" and backup.name.startswith("postgres-store."):
+            # the directory holds only the note of where: the data is the schema's
+            schema = database.get("db_schema") or DEFAULT_SCHEMA
+            url = redacted(str(database.get("db_connection") or DEFAULT_CONNECTION))
+            print(f"the old store is kept in schema {schema} of {url}, named in {backup} "
+                  f"(drop it with DROP SCHEMA {schema} CASCADE when no longer needed)",
+                  flush=True)
+            continue
         print(f"the old store is kept in {backup} (delete it when no longer needed)", flush=True)
     config_file = data_dir / CONFIG_FILE_NAME
     if config_file.is_file():
-        print(set_store_key(config_file, to_kind), flush=True)
+        for line in set_store_keys(config_file, to_kind):
+            print(line, flush=True)
 
 
 class ProgressBar:

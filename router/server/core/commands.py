@@ -20,6 +20,7 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -214,6 +215,66 @@ class Commands:
                         self._context.subscriptions.answered(b.sub)
                 raise
         return SubRun(self, client, begun, heads, (perf_counter() - started) / len(run))
+
+    async def send_run(self, client: ClientSubscriptions, run: list[Verified]) -> PreparedRun:
+        """Consecutive SENDs of a block, written in one store call (`write_messages`, for
+        a store that has it): one transaction, so each is answered OK only once all of
+        them are committed, and a failure answers each of them its error. Each answers
+        what `_send` alone answers, in the block's order (dispatch.py)."""
+        started = perf_counter()
+        begun: list[_SendBegun | list[bytes] | BaseException] = []
+        for verified in run:
+            try:
+                begun.append(self._blocked_answer(verified) or await self._send_begin(verified))
+            except Exception as e:  # raised by its finish, answered as the handler's would be
+                begun.append(e)
+        writes = [b for b in begun if isinstance(b, _SendBegun)]
+        results: list[WriteResult] | BaseException = []
+        if writes:
+            try:
+                results = await self._context.messages.write_messages(  # type: ignore[attr-defined]
+                    [(b.queue.recipient_id, b.msg) for b in writes], self._context.config.quota)
+            except Exception as e:
+                results = e
+        written = iter(results) if isinstance(results, list) else None
+        answers: list[list[bytes] | BaseException] = []
+        for b in begun:
+            if not isinstance(b, _SendBegun):
+                answers.append(b)
+            elif written is None:
+                answers.append(results)  # type: ignore[arg-type]
+            else:
+                answers.append(self._send_finish(b, next(written)))
+        return PreparedRun(answers, (perf_counter() - started) / len(run))
+
+    async def ack_run(self, client: ClientSubscriptions, run: list[Verified]) -> PreparedRun:
+        """Consecutive ACKs of a block, of distinct queues, deleted in one store call
+        (`delete_messages`, for a store that has it), as `send_run` writes."""
+        started = perf_counter()
+        subscriptions = self._context.subscriptions
+        begun = [self._blocked_answer(verified) or self._ack_begin(client, verified)
+                 for verified in run]
+        acks = [b for b in begun if isinstance(b, _AckBegun)]
+        results: list[tuple[bool, Message | None]] | BaseException = []
+        if acks:
+            try:
+                with ExitStack() as acknowledging:
+                    ids = [acknowledging.enter_context(subscriptions.acknowledging(client, b.sub))
+                           for b in acks]
+                    results = await self._context.messages.delete_messages(  # type: ignore[attr-defined]
+                        [(b.recipient_id, msg_id) for b, msg_id in zip(acks, ids, strict=True)])
+            except Exception as e:
+                results = e
+        deleted = iter(results) if isinstance(results, list) else None
+        answers: list[list[bytes] | BaseException] = []
+        for b in begun:
+            if not isinstance(b, _AckBegun):
+                answers.append(b)
+            elif deleted is None:
+                answers.append(results)  # type: ignore[arg-type]
+            else:
+                answers.append(self._ack_finish(client, b, *next(deleted)))
+        return PreparedRun(answers, (perf_counter() - started) / len(run))
 
     def _sub_finish(self, client: ClientSubscriptions, begun: _SubBegun,
                     msg: Message | None, missed: int | None) -> list[bytes]:
@@ -427,6 +488,16 @@ class Commands:
     # --- messages -----------------------------------------------------------------
 
     async def _send(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
+        begun = await self._send_begin(verified)
+        if not isinstance(begun, _SendBegun):
+            return begun
+        result = await self._context.messages.write_message(
+            begun.queue.recipient_id, begun.msg, self._context.config.quota)
+        return self._send_finish(begun, result)
+
+    async def _send_begin(self, verified: Verified) -> _SendBegun | list[bytes]:
+        """A SEND up to its write: the message to write, or the SEND's answer if it is
+        refused."""
         arrived = perf_counter()
         cmd: SEND = verified.command  # type: ignore[assignment]
         queue = _queue(verified)
@@ -442,8 +513,12 @@ class Commands:
             self._context.latencies.sent(msg.msg_id, arrived)
         await self._context.expire_before_send(queue.recipient_id)
         self._context.queue_active(queue.recipient_id)
-        quota = self._context.config.quota
-        result = await self._context.messages.write_message(queue.recipient_id, msg, quota)
+        return _SendBegun(verified, queue, msg)
+
+    def _send_finish(self, begun: _SendBegun, result: WriteResult) -> list[bytes]:
+        """The end of a SEND once its write returned (committed)."""
+        verified, queue, msg = begun.verified, begun.queue, begun.msg
+        cmd: SEND = verified.command  # type: ignore[assignment]
         # Whatever the result: the write is visible now, and an idle subscriber of a
         # queue with messages must get one, however it came to be idle (delivery.py).
         into_empty = result is WriteResult.STORED_INTO_EMPTY
@@ -515,21 +590,38 @@ class Commands:
 
     async def _ack(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         """Delete the delivered message and answer with the next one (SUB) or OK."""
+        begun = self._ack_begin(client, verified)
+        if not isinstance(begun, _AckBegun):
+            return begun
+        with self._context.subscriptions.acknowledging(client, begun.sub) as msg_id:
+            deleted, head = await self._context.messages.delete_message(
+                begun.recipient_id, msg_id)
+        return self._ack_finish(client, begun, deleted, head)
+
+    def _ack_begin(
+        self, client: ClientSubscriptions, verified: Verified
+    ) -> _AckBegun | list[bytes]:
+        """An ACK up to its delete: the subscription whose message in flight it deletes,
+        or the ACK's answer (NO_MSG)."""
         cmd: ACK = verified.command  # type: ignore[assignment]
         rid = verified.entity_id
         sub = client.queues.get(rid)
-        subscriptions = self._context.subscriptions
-        delivered = None if sub is None else subscriptions.delivered(sub)
+        delivered = None if sub is None else self._context.subscriptions.delivered(sub)
         if sub is None or delivered is None:
             return _reply(verified, NO_MSG)
         if cmd.msg_id and cmd.msg_id != delivered[0]:  # an empty id matches (reference)
             return _reply(verified, NO_MSG)
-        with subscriptions.acknowledging(client, sub) as msg_id:
-            deleted, head = await self._context.messages.delete_message(rid, msg_id)
+        return _AckBegun(verified, rid, sub)
+
+    def _ack_finish(self, client: ClientSubscriptions, begun: _AckBegun, deleted: bool,
+                    head: Message | None) -> list[bytes]:
+        """The end of an ACK once its delete returned (committed): OK, or the next
+        message."""
+        verified, rid, sub = begun.verified, begun.recipient_id, begun.sub
         if deleted:
             self._context.counters.messages_acked += 1
             self._context.queue_active(rid)
-        if head is None or sub.get_mode or not subscriptions.can_push(client, sub):
+        if head is None or sub.get_mode or not self._context.subscriptions.can_push(client, sub):
             return _reply(verified, _OK)
         return [self._context.deliverer.message_transmission(
             verified.corr_id, rid, sub, head, _queue(verified).rcv_dh_secret)]
@@ -603,6 +695,41 @@ class _SubBegun:
     sub: Sub
     box_key: bytes  # the queue's rcv_dh_secret, for its MSG
     out: list[bytes]  # its answer so far (SOK)
+
+
+@dataclass(slots=True)
+class _SendBegun:
+    """A SEND whose message is made, not written yet."""
+
+    verified: Verified
+    queue: QueueRecord
+    msg: Message
+
+
+@dataclass(slots=True)
+class _AckBegun:
+    """An ACK of the message in flight, not deleted yet."""
+
+    verified: Verified
+    recipient_id: bytes
+    sub: Sub
+
+
+class PreparedRun:
+    """A run of SENDs or ACKs done together (`Commands.send_run`, `ack_run`): each
+    command's answers, or what its handler would have raised, handed out in its turn."""
+
+    __slots__ = ("_answers", "seconds_each")
+
+    def __init__(self, answers: list[list[bytes] | BaseException], seconds_each: float) -> None:
+        self._answers = answers
+        self.seconds_each = seconds_each
+
+    def finish(self, index: int) -> list[bytes]:
+        answer = self._answers[index]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
 
 
 class SubRun:

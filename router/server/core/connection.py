@@ -70,6 +70,7 @@ import trio
 
 from router.protocol.block import BatchPacker
 
+from ..edge.arrivals import arrivals
 from ..edge.block_stream import BlockStream, TransportClosed, block_ready_check, sends_now
 from ..edge.handshake import Handshake, ServiceSession
 from .tasks import count_tasks
@@ -387,6 +388,12 @@ class Connection:
             self._receiving, self._reading = None, False
             # Nothing more is started once the receive loop is gone.
             self._handler = None
+            # Taking a connection apart (its helpers, then the router's cleanup of its
+            # subscriptions) takes a place in the arrivals, behind clients' blocks: a
+            # crowd that leaves at once is taken apart a few per pass (edge/arrivals.py).
+            # Shielded: a connection the router ends is cancelled already.
+            with trio.CancelScope(shield=True):
+                await arrivals().admit_later()
             if self._helpers:
                 await self._end_helpers()
 
@@ -437,8 +444,15 @@ class Connection:
         scope = trio.CancelScope()
         if self._helpers is None:
             self._helpers = {}
+        try:
+            self._helper_nursery.start_soon(self._helper, scope, fn, *args)
+        except RuntimeError:
+            # The router is stopping: its nursery has ended and takes no new task. A
+            # scope registered for a task that never runs would keep the receive loop's
+            # end (`_end_helpers`) waiting for ever, and the process with it.
+            self.close_now("the router is stopping")
+            return
         self._helpers[scope] = None
-        self._helper_nursery.start_soon(self._helper, scope, fn, *args)
 
     async def _helper(
         self, scope: trio.CancelScope, fn: Callable[..., Awaitable[None]], *args: object

@@ -42,6 +42,12 @@ registration, so the no-gap argument of a single SUB holds for each (a write
 after the read is remembered and pushed after the answer, services.py,
 delivery.py); each SUB then answers in its turn with the head read. The answers
 are those the commands one by one give (bench/RESULTS.md, "Reconnect storm").
+On a store that writes a run in one call (PostgreSQL: one round trip, one
+transaction), a run of consecutive SENDs is written together and a run of ACKs
+of distinct queues deleted together (`Commands.send_run`, `ack_run`): each is
+answered, in its turn, what it alone would have been, and nothing is answered
+OK before the run's transaction committed (a failure answers the run's commands
+the store's error; the commands before it were committed by their own runs).
 
 A block that does not parse at all gets one `ERR BLOCK` with empty corrId and
 entity id. A bug in a handler is logged and answered `ERR INTERNAL`; it never
@@ -155,17 +161,20 @@ _BAD_BLOCK = [error_transmission(b"", b"", BLOCK)]
 
 class Dispatcher:
     __slots__ = ("_queues", "_execute_command", "turns", "_latencies", "_forwarded",
-                 "_awaits_ack", "_subscribe_run")
+                 "_awaits_ack", "_subscribe_run", "_store_runs")
 
     def __init__(
         self, queues: QueueStore, execute: Execute, latencies: Latencies,
         turns: Turns | None = None, counters: Counters | None = None,
         awaits_ack: ClientAwaitsAck = lambda client, recipient_id, msg_id: False,
         subscribe_run: SubscribeRun | None = None,
+        store_runs: dict[type, SubscribeRun] | None = None,
     ) -> None:
         self._queues = queues
         self._execute_command = execute
         self._subscribe_run = subscribe_run  # None: every SUB reads its head alone
+        # SEND, ACK: a run written in one store call; none: each command writes alone.
+        self._store_runs = store_runs or {}
         self._latencies = latencies
         self.turns = turns or Turns()
         # Whether an ACK is of the message in flight to that client (subscriptions.py).
@@ -258,12 +267,13 @@ class Dispatcher:
                     await turn.begin()
                 turn.charge(execution_cost(type(v.command).__name__))
                 overtakable = overtakable or _may_be_overtaken(v.command)
-            if index >= run_end and type(v.command) is SUB and self._subscribe_run is not None:
-                run_end = _sub_run_end(verified, index)
+            kind = type(v.command)
+            prepare = self._subscribe_run if kind is SUB else self._store_runs.get(kind)
+            if index >= run_end and prepare is not None:
+                run_end = _run_end(verified, index, distinct=kind is not SEND)
                 run_start, run = index, None
                 if run_end - index > 1:
-                    run = await self._subscribe_run(
-                        client, [w for w, _ in verified[index:run_end]])
+                    run = await prepare(client, [w for w, _ in verified[index:run_end]])
             started = perf_counter()
             if forwarded and index in forwarded:
                 out.extend(forwarded.pop(index))
@@ -506,14 +516,16 @@ def _lookup_party(cmd: Command) -> Party | None:
     return _PARTY_OF.get(kind, Party.RECIPIENT)
 
 
-def _sub_run_end(verified: Sequence[tuple[Verified, float]], start: int) -> int:
-    """The end of the run of consecutive SUBs from `start` whose queues are distinct:
-    a queue twice is answered twice, the second time after the first's answer."""
+def _run_end(verified: Sequence[tuple[Verified, float]], start: int, *, distinct: bool) -> int:
+    """The end of the run of consecutive commands of `start`'s kind, of distinct queues
+    if `distinct` (SUB, ACK: a queue twice is answered twice, the second time after
+    the first's answer; SENDs of one queue are written in their order, in one run)."""
+    kind = type(verified[start][0].command)
     seen = set()
     end = start
     while end < len(verified):
         v = verified[end][0]
-        if type(v.command) is not SUB or v.entity_id in seen:
+        if type(v.command) is not kind or (distinct and v.entity_id in seen):
             break
         seen.add(v.entity_id)
         end += 1

@@ -11,13 +11,20 @@ client certificate and `clientService`; `Connection.service_id` is then set.
   SUBS does not take the queue back from its new subscriber. The store keeps
   the association and each service's count and ids hash (`QueueStore.set_service`,
   a block's at once by `set_queues_service`), so they survive restarts.
-- SUBS. The router reads the service's figures and queues, makes this
-  connection the service's subscriber, answers `SOKS n idsHash` with the
-  store's figures and then catches up:
-  the connection's one delivery task walks the list, and for each queue that
-  is still associated it registers the subscription (an individual
-  subscriber elsewhere gets END) and pushes the queue's head message. When
-  it has been through the whole list it pushes `ALLS`. No task per queue.
+- SUBS. The router reads the service's figures, makes this connection the
+  service's subscriber, answers `SOKS n idsHash` with the store's figures and
+  then catches up: the connection's one delivery task walks the service's
+  queues by pages of the store in recipient id order
+  (`QueueStore.service_queue_page`, keyset: the next page starts past the
+  last id read), and for each queue that is still associated it registers
+  the subscription (an individual subscriber elsewhere gets END) and pushes
+  the queue's head message. When the store has no page left it pushes
+  `ALLS`. No task per queue, and the walk holds one page, whatever the
+  count: what grows with the queues is the subscriptions themselves. A
+  queue associated before SUBS and still associated when the walk reaches
+  its id is walked exactly once; one associated meanwhile was subscribed by
+  the command that associated it (or comes in a later page), one released
+  or deleted is skipped.
 - No gap, no duplicate. Each queue is registered before its head is peeked,
   so a SEND stored before that is found by the peek, and a SEND stored after
   it is pushed by the SEND's own fast path. Both paths check the queue's
@@ -52,13 +59,15 @@ from router.protocol.codec import encode_response_transmission
 from router.protocol.types import ALLS
 from store.interfaces import MessageStore, Party, QueueRecord, QueueStore, ServiceQueues
 
-from .subscriptions import CatchUp, ClientSubscriptions, Subscriptions
+from .delivery import DELIVERY_BATCH
+from .subscriptions import CatchUp, ClientSubscriptions, Sub, Subscriptions
 
 if TYPE_CHECKING:
     from .delivery import Deliverer
     from .notifications import Notifications
 
 CATCH_UP_STEP = 64  # queues looked at between two checks for other delivery work
+CATCH_UP_PAGE = 1024  # ids a walk reads from the store at once (and holds, at most)
 
 
 def all_received(client: ClientSubscriptions) -> list[bytes]:
@@ -106,24 +115,30 @@ class Services:
         service_id = client.conn.service_id
         assert service_id is not None  # the dispatcher lets SUBS through only then
         figures = await self._queues.service_summary(service_id, Party.RECIPIENT)
-        records = await self._queues.service_queues(service_id, Party.RECIPIENT)
         self._subscriptions.take_over_service(
             client, Party.RECIPIENT, figures.count, figures.ids_hash
         )
         # Started once the SOKS is on its way (ClientSubscriptions.start_catch_up).
-        client.next_catch_up = CatchUp(service_id, [r.recipient_id for r in records])
+        client.next_catch_up = CatchUp(service_id)
         return figures
 
     async def catch_up_step(self, client: ClientSubscriptions) -> None:
-        """Called by the delivery task: a few queues of the walk, then ALLS at the end."""
+        """Called by the delivery task: a few queues of the walk (a page read first
+        when the one in hand is walked), then ALLS at the end."""
         walk = client.catch_up
         assert walk is not None
-        end = min(walk.position + CATCH_UP_STEP, len(walk.recipient_ids))
-        while walk.position < end and client.catch_up is walk:
-            rid = walk.recipient_ids[walk.position]
-            walk.position += 1
-            if await self._catch_up_queue(client, walk.service_id, rid):
-                walk.delivered += 1
+        if not walk.page and not walk.last_page:
+            page = await self._queues.service_queue_page(
+                walk.service_id, Party.RECIPIENT, walk.after, CATCH_UP_PAGE
+            )
+            if client.catch_up is not walk:
+                return  # displaced meanwhile
+            walk.page, walk.last_page = page, len(page) < CATCH_UP_PAGE
+            if page:
+                walk.after = page[-1]
+        step, walk.page = walk.page[:CATCH_UP_STEP], walk.page[CATCH_UP_STEP:]
+        if step:
+            walk.delivered += await self._catch_up_queues(client, walk, step)
         if client.catch_up is walk and walk.done:
             client.catch_up = None
             alls = self.walk_done(client)
@@ -132,32 +147,53 @@ class Services:
         else:
             await trio.lowlevel.checkpoint()  # queues without messages never wait
 
-    async def _catch_up_queue(
-        self, client: ClientSubscriptions, service_id: bytes, rid: bytes
-    ) -> bool:
-        """Subscribe one queue of the walk and push its head; True if a message went out."""
-        queue = await self._queues.get_queue(Party.RECIPIENT, rid)
+    async def _catch_up_queues(
+        self, client: ClientSubscriptions, walk: CatchUp, rids: list[bytes]
+    ) -> int:
+        """Subscribe the queues of one step of the walk and push their heads (one
+        store read for the records, one for the heads); returns how many went out.
+
+        Each queue is registered before its head is read, and every head is marked
+        in flight as soon as it is read (no await between), so that a SEND's push
+        and this one never both deliver a message (the theory of operation above)."""
+        records = await self._queues.get_queues(Party.RECIPIENT, rids)
         subscriptions = self._subscriptions
         held = subscriptions.service_held(client, Party.RECIPIENT)
-        if (
-            queue is None  # deleted since SUBS
-            or queue.rcv_service_id != service_id  # taken by another subscriber since
-            or held is None
-        ):
-            return False
-        rid = queue.recipient_id
-        sub = client.queues.get(rid)
-        if sub is None:
-            sub = subscriptions.subscribe(client, rid, queue.rcv_dh_secret)
-        elif sub.get_mode:
-            return False  # GET was used on this connection: SUB is prohibited here too
-        held.subs.add(sub)
-        msg = await self._messages.peek_message(rid)
-        if msg is None or not subscriptions.may_push(client, sub, msg):
-            return False
-        await client.conn.push([self._deliverer.message_transmission(
-            b"", rid, sub, msg, queue.rcv_dh_secret)])
-        return True
+        if held is None or client.catch_up is not walk:
+            return 0
+        walked: list[tuple[Sub, QueueRecord]] = []
+        for queue in records:
+            if queue is None or queue.rcv_service_id != walk.service_id:
+                continue  # deleted, or taken by another subscriber, since the page was read
+            rid = queue.recipient_id
+            sub = client.queues.get(rid)
+            if sub is None:
+                sub = subscriptions.subscribe(client, rid, queue.rcv_dh_secret)
+            elif sub.get_mode:
+                continue  # GET was used on this connection: SUB is prohibited here too
+            held.subs.add(sub)
+            walked.append((sub, queue))
+        if not walked:
+            return 0
+        heads = await self._messages.peek_messages([queue.recipient_id for _, queue in walked])
+        out: list[tuple[Sub, tuple[bytes, int], bytes]] = []
+        for (sub, queue), msg in zip(walked, heads, strict=True):
+            if msg is None or not subscriptions.may_push(client, sub, msg):
+                continue
+            transmission = self._deliverer.message_transmission(
+                b"", queue.recipient_id, sub, msg, queue.rcv_dh_secret)
+            out.append((sub, (msg.msg_id, msg.ts), transmission))
+        pushed = 0
+        for at in range(0, len(out), DELIVERY_BATCH):
+            # Batches of the delivery task's size bound what waits for a slow reader;
+            # one whose queue left this connection while an earlier batch was written
+            # is not sent (its in-flight entry went with it).
+            batch = [transmission for sub, head, transmission in out[at:at + DELIVERY_BATCH]
+                     if sub.client is client and subscriptions.delivered(sub) == head]
+            if batch:
+                await client.conn.push(batch)
+                pushed += len(batch)
+        return pushed
 
     # --- NSUBS ------------------------------------------------------------------------
 
@@ -166,15 +202,22 @@ class Services:
         service_id = client.conn.service_id
         assert service_id is not None
         figures = await self._queues.service_summary(service_id, Party.NOTIFIER)
-        records = await self._queues.service_queues(service_id, Party.NOTIFIER)
         subscriptions = self._subscriptions
         held = subscriptions.take_over_service(
             client, Party.NOTIFIER, figures.count, figures.ids_hash
         )
-        for record in records:
-            if record.notifier is not None:
-                nid = record.notifier.notifier_id
+        after: bytes | None = None
+        while True:  # by pages of the store, as the SUBS walk
+            page = await self._queues.service_queue_page(
+                service_id, Party.NOTIFIER, after, CATCH_UP_PAGE
+            )
+            if subscriptions.service_held(client, Party.NOTIFIER) is not held:
+                break  # displaced meanwhile: the new holder subscribes them
+            for nid in page:
                 subscriptions.subscribe_notifier(client, nid)
                 self._notifications.subscribed(nid)
                 held.notifier_ids.add(nid)
+            if len(page) < CATCH_UP_PAGE:
+                break
+            after = page[-1]
         return figures

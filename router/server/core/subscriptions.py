@@ -114,16 +114,21 @@ class QueueTaskSub(Sub):
 
 @dataclass(slots=True)
 class CatchUp:
-    """The walk of one SUBS over its service's queues, done by the delivery task."""
+    """The walk of one SUBS over its service's queues, done by the delivery task.
+
+    It reads the store by pages in recipient id order (`QueueStore.service_queue_page`)
+    and holds one page at a time: `after` is the last id of the pages read, `page`
+    the ids of the current one not walked yet."""
 
     service_id: bytes
-    recipient_ids: list[bytes]
-    position: int = 0
+    after: bytes | None = None
+    page: list[bytes] = field(default_factory=list)
+    last_page: bool = False  # the store has nothing past `page`
     delivered: int = 0  # messages this walk pushed
 
     @property
     def done(self) -> bool:
-        return self.position >= len(self.recipient_ids)
+        return self.last_page and not self.page
 
 
 class ClientSubscriptions:

@@ -31,7 +31,8 @@ the check, which runs against a dummy key (docs/protocol.md#behaviour).
 A block costing at most `FREE_COST` (two signed commands: a client's everyday
 SEND or ACK; a dozen PINGs) is answered at once. A costlier block whose cost is
 mostly ACKs of the messages the router pushed to this connection and is
-waiting to have acknowledged (`acknowledging_cost`) needs no place: it works in
+waiting to have acknowledged (`acknowledging_cost`), or light transmissions
+(PINGs, unsigned commands: `BASE` each), needs no place: it works in
 slices of `FREE_COST`, yielding between them, as so many everyday blocks
 would. Those ACKs are the answers to the router's own pushes, at most one per
 queue the connection holds, each for a message a sender's SEND paid for; were
@@ -70,6 +71,11 @@ storm leaves"). Within the bound the blocks still take turns as above. A
 block that waits for its client to read its answers gives its place in
 progress up (`step_aside`, dispatch.py), so clients that do not read hold up
 no other block.
+
+What a block pays before any of this, in the task that received it (its read,
+its pace), is bounded per pass too: the read takes a place among the arrivals
+(edge/arrivals.py), a few per pass of the scheduler, so that a crowd of blocks
+readable at once is not one long pass of reads.
 
 A place is held across the store's awaits of the block's commands (a durable
 store's group commit): a turn is bounded in units of work, not in time, so
@@ -170,7 +176,13 @@ class Pace(Enum):
 
 def pace_of(raw_transmissions: Iterable[bytes], version: int, awaits_ack: AwaitsAck) -> Pace:
     """`Pace.FREE` for a block of `block_cost` at most `FREE_COST`; else `Pace.SLICES` if
-    its cost less its `acknowledging_cost` is at most `FREE_COST`; else `Pace.TURNS`.
+    its cost less its `acknowledging_cost` and less its light transmissions' (those
+    costing no more than `BASE`: no check, no keys, no message boxed, as a PING) is
+    at most `FREE_COST`; else `Pace.TURNS`. A block of light transmissions is a run
+    of everyday work: a client whose PINGs piled up while it waited (its client
+    packs them into one block) must not then wait for a place behind a reconnect
+    storm's SUB blocks, which kept another client's PINGs waiting for most of a
+    storm (bench/RESULTS.md, "Reconnect storm").
 
     Read in order and left as soon as the cost not of ACKs passes `FREE_COST` (it
     only grows): a block of 100 SUBs is known to need turns after its third. This
@@ -179,15 +191,16 @@ def pace_of(raw_transmissions: Iterable[bytes], version: int, awaits_ack: Awaits
     runs all those tasks, and the PING of another client waits for that pass. Costed
     in full, 100 SUBs took ~0.3 ms, so that 1,000 blocks arriving at once made one
     pass of ~300 ms (bench/RESULTS.md, "Reconnect storm")."""
-    cost = acknowledging = 0
+    cost = needs_no_place = 0
     for raw in raw_transmissions:
         one = transmission_cost(raw, version)
         cost += one
-        if _acknowledges(raw, version, awaits_ack):
-            acknowledging += one
-        if cost - acknowledging > FREE_COST:
+        if one <= BASE or _acknowledges(raw, version, awaits_ack):
+            needs_no_place += one
+        if cost - needs_no_place > FREE_COST:
             return Pace.TURNS
     return Pace.FREE if cost <= FREE_COST else Pace.SLICES
+
 
 
 class Turns:

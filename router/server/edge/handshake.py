@@ -48,6 +48,7 @@ from router.protocol.keys import raw_key
 from router.protocol.types import ProtocolError
 from store.interfaces import StoreError
 
+from .arrivals import arrivals
 from .block_stream import BlockStream, TransportClosed
 from .identity import RouterIdentity
 
@@ -102,6 +103,9 @@ async def server_handshake(
     session id is the connection's `tls-unique` binding, and a client that agreed
     no ALPN is offered the legacy range only (docs/protocol.md#native-tls).
     """
+    # The hello's key pair and its signature: a crowd finishing its TLS handshakes
+    # at once makes its hellos a few per pass (arrivals.py).
+    await arrivals().admit_later()
     if session_id is None:
         session_id = secrets.token_bytes(SESSION_ID_SIZE)
     version_max = versions.LEGACY_TLS_VERSION_MAX if legacy else SMP_VERSION_MAX

@@ -44,6 +44,7 @@ from OpenSSL import SSL
 from router.protocol.block import BLOCK_SIZE
 
 from ..settings.edge_limits import EdgeLimits
+from .arrivals import arrivals
 from .block_stream import (
     RECEIVE_BUFFER_SIZE,
     STREAM_GONE,
@@ -210,6 +211,9 @@ class NativeEdge:
             tls = OpenSslStream(raw, context)
         else:
             tls = trio.SSLStream(raw, context, server_side=True)
+        # The handshake's first step (the key exchange, the certificate's signature) is
+        # the costliest work a connection brings: a crowd reconnecting takes turns.
+        await arrivals().admit_later()
         try:
             await tls.do_handshake()
         except (*STREAM_GONE, ssl.SSLError):
@@ -326,7 +330,7 @@ class TlsBlockTransport(WritesSocketNow):
 
     __slots__ = (
         "_stream", "_tls", "_incoming", "_outgoing", "_socket", "_limits",
-        "_on_established", "_buffer", "_writing", "_unsent",
+        "_on_established", "_buffer", "_writing", "_unsent", "_arrivals",
         "remote", "stalled", "web_challenge", "session_id", "legacy", "peer_chain",
     )
 
@@ -346,6 +350,7 @@ class TlsBlockTransport(WritesSocketNow):
         self._buffer = b""
         self._writing = False  # a task is in `_write_pending`
         self._unsent = b""  # what the socket did not take of a `send_blocks_now`
+        self._arrivals = arrivals()
         self._tls, self._incoming, self._outgoing, self._socket = _tls_state(stream)
         self.remote = remote
         self.stalled = False
@@ -389,6 +394,9 @@ class TlsBlockTransport(WritesSocketNow):
                             await trio.lowlevel.wait_readable(sock)
                         if scope.cancelled_caught:
                             raise TransportClosed(f"block not complete in {timeout} s")
+                    # Readable: a place in this pass's arrivals before the read, so
+                    # that a crowd's blocks are not all read in one pass (arrivals.py).
+                    await self._arrivals.admit()
                 if deadline == math.inf:
                     deadline = trio.current_time() + timeout
                 if raw:
@@ -400,10 +408,11 @@ class TlsBlockTransport(WritesSocketNow):
                 raise TransportClosed("peer closed the connection")
             buffer += data
         if read_socket and not waited:
-            # Read without waiting: still one pass of the scheduler per read, so that
-            # a client that keeps the socket full does not hold up the others. (A block
-            # that was in already, as a second block of one read, costs none.)
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            # Read without waiting: still one pass of the scheduler and a place in the
+            # arrivals per read, so that clients that keep their sockets full do not
+            # hold up the others. (A block that was in already, as a second block of
+            # one read, costs neither.)
+            await self._arrivals.admit_after_pass()
         self._buffer = buffer[BLOCK_SIZE:]
         return buffer[:BLOCK_SIZE]
 

@@ -39,6 +39,7 @@ from websockets.server import ServerProtocol
 from router.protocol.block import BLOCK_SIZE
 
 from ..settings.edge_limits import EdgeLimits
+from .arrivals import arrivals
 from .block_stream import (
     RECEIVE_BUFFER_SIZE,
     STREAM_GONE,
@@ -130,7 +131,7 @@ class WebSocketTransport(WritesSocketNow):
     __slots__ = (
         "_stream", "_socket", "_protocol", "_limits", "_events", "_writing", "_unsent",
         "_on_established", "_control_frames", "remote", "stalled", "web_challenge",
-        "_waiting_since", "_pinged_at", "_aborted",
+        "_waiting_since", "_pinged_at", "_aborted", "_arrivals",
     )
 
     def __init__(
@@ -160,6 +161,7 @@ class WebSocketTransport(WritesSocketNow):
         self._waiting_since = math.inf
         self._pinged_at = math.inf
         self._aborted = ""
+        self._arrivals = arrivals()
 
     def established(self) -> None:
         """The SMP handshake is done: the connection no longer counts as pending."""
@@ -227,6 +229,8 @@ class WebSocketTransport(WritesSocketNow):
                         # their frames would stay alive as long as the wait.
                         await trio.lowlevel.wait_readable(sock)
                         waited = True
+                        # A place in this pass's arrivals before the read (arrivals.py).
+                        await self._arrivals.admit()
         except STREAM_GONE as e:
             raise TransportClosed(self._aborted or "peer closed the connection") from e
         finally:
@@ -234,9 +238,10 @@ class WebSocketTransport(WritesSocketNow):
         if data is None:
             await self._fail(1008, f"message not complete in {self._limits.message_timeout} s")
         if sock is not None and not waited:
-            # Read without waiting: still one pass of the scheduler per read, so that
-            # a client that keeps the socket full does not hold up the others.
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            # Read without waiting: still one pass of the scheduler and a place in the
+            # arrivals per read, so that clients that keep their sockets full do not
+            # hold up the others.
+            await self._arrivals.admit_after_pass()
         protocol = self._protocol
         if not data:
             protocol.receive_eof()

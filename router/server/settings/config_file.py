@@ -218,6 +218,18 @@ def _database_store(value: str) -> str:
     return "postgres"
 
 
+def _db_store_log(value: str) -> bool:
+    """The reference router's db_store_log: on, its postgres store also appends every queue
+    change to a store log file. Not here: the schema is the store's one record."""
+    if _bool(value):
+        raise ValueError(
+            "on is not supported: the postgres store keeps no store log beside the database "
+            "(back it up with pg_dump, or copy it out with `smp-router database export`); "
+            "set it off or remove the line"
+        )
+    return False
+
+
 def _postgres_url(value: str) -> str | None:
     if value and not value.startswith(("postgresql://", "postgres://")):
         raise ValueError("must be a postgresql:// URL")
@@ -297,6 +309,9 @@ KEYS: tuple[Key, ...] = (
         "postgres store: days a deleted queue's row is kept before it is removed "
         "(default: 21)", scale=DAY, flag_help="postgres store: seconds a deleted queue's "
         "row is kept before it is removed (default: 21 days)", flag_parse=parse_number),
+    Key("STORE_LOG", "db_store_log", "db_store_log", _db_store_log, None,
+        "postgres store: off only (the reference router's store log written beside the "
+        "database is not kept: back the schema up with pg_dump)", flag=None),
     Key("STORE_LOG", "data_dir", "data_dir", _path, None,
         "identity, stores and stats log; default: the data directory this file is in "
         "(with --config: ~/.local/share/smp-router)", flag=None),

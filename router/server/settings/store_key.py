@@ -7,6 +7,11 @@ rewrites that line once the data has moved, so the next `serve` starts
 instead of being refused (and kept down by systemd's RestartPreventExitStatus=2).
 A file without the key needs nothing: `serve` then uses the kind in the
 data directory.
+
+The reference router's `store_queues = database` and `store_messages = database`
+name the postgres store too; once the data has moved to another kind,
+`migrate-store` comments those lines out (they would name a kind the directory
+no longer holds), saying so.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from .config_file import ConfigFileError
 SECTION, KEY = "STORE_LOG", "store"
 _SECTION_LINE = re.compile(r"^\s*\[([^\]]+)\]")
 _STORE_LINE = re.compile(r"^(store\s*[=:]\s*)(.*?)(\s*)$", re.IGNORECASE)
+# The reference router's keys, whose `database` is the postgres store (config_file.py).
+DATABASE_KEYS = ("store_queues", "store_messages")
+_DATABASE_LINE = re.compile(r"^\s*(store_queues|store_messages)\s*[=:]\s*(.*?)\s*$",
+                            re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,19 +44,44 @@ class StoreKey:
 
 def find_store_key(path: Path) -> StoreKey | None:
     """The `store` line of the file's [STORE_LOG] section, if the key is set there."""
-    section = ""
+    for number, line in _section_lines(path):
+        if match := _STORE_LINE.match(line):
+            return StoreKey(path, number, match[2])
+    return None
+
+
+def find_database_keys(path: Path) -> list[tuple[str, StoreKey]]:
+    """The [STORE_LOG] store_queues and store_messages lines: (key, where and value)."""
+    found = []
+    for number, line in _section_lines(path):
+        if match := _DATABASE_LINE.match(line):
+            found.append((match[1].lower(), StoreKey(path, number, match[2])))
+    return found
+
+
+def _section_lines(path: Path) -> list[tuple[int, str]]:
+    """The lines (1-based number, text) of the file's [STORE_LOG] section."""
+    section, lines = "", []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if header := _SECTION_LINE.match(line):
             section = header[1].strip()
-        elif section == SECTION and (match := _STORE_LINE.match(line)):
-            return StoreKey(path, number, match[2])
-    return None
+        elif section == SECTION:
+            lines.append((number, line))
+    return lines
 
 
 def check_store_key(path: Path | None, data_dir: Path | None, found: str | None) -> None:
     """Refuse a file whose store key names another kind than the data directory holds."""
     if path is None or data_dir is None or found is None:
         return
+    if found != "postgres":
+        for name, database_key in find_database_keys(path):
+            command = MIGRATE_COMMAND.format(data_dir=data_dir, kind="postgres")
+            raise ConfigFileError(
+                f"{path}:{database_key.line}: [{SECTION}] {name}: {database_key.value} (the "
+                f"postgres store), but the data directory {data_dir} holds a {found} store; "
+                f"comment the line out, or move the data with: {command}"
+            )
     key = find_store_key(path)
     if key is None or key.value == found:
         return
@@ -57,6 +91,27 @@ def check_store_key(path: Path | None, data_dir: Path | None, found: str | None)
         f"{data_dir} holds a {found} store; set `{KEY}: {found}` there (or remove the line), "
         f"or move the data with: {command}"
     )
+
+
+def set_store_keys(path: Path, kind: str) -> list[str]:
+    """After the data moved to `kind`: the file's store key says `kind`, and the reference
+    router's store_queues/store_messages, which name the postgres store, are commented
+    out when `kind` is another; returns what was done, a line each."""
+    done = [set_store_key(path, kind)]
+    if kind == "postgres":
+        return done
+    keys = find_database_keys(path)
+    if not keys:
+        return done
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    for name, key in keys:
+        lines[key.line - 1] = "# " + lines[key.line - 1]
+        done.append(
+            f"{path}:{key.line}: [{SECTION}] {name} = {key.value} commented out: the data "
+            f"directory holds a {kind} store now"
+        )
+    _rewrite(path, lines)
+    return done
 
 
 def set_store_key(path: Path, kind: str) -> str:
@@ -74,7 +129,11 @@ def set_store_key(path: Path, kind: str) -> str:
     match = _STORE_LINE.match(text.rstrip("\r\n"))
     assert match is not None  # find_store_key matched this line
     lines[key.line - 1] = f"{match[1]}{kind}{ending}"
+    _rewrite(path, lines)
+    return f"{where} changed from {key.value} to {kind}"
+
+
+def _rewrite(path: Path, lines: list[str]) -> None:
     # The file may hold passwords: the new one keeps the old one's permissions.
     atomic_write(path, ["".join(lines).encode("utf-8")],
                  mode=os.stat(path).st_mode & 0o777)
-    return f"{where} changed from {key.value} to {kind}"
