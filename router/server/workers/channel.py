@@ -107,7 +107,7 @@ class Links:
             send, receive = trio.open_memory_channel[bytes](LINK_QUEUE)
             self._outgoing[peer] = send
             assert self._nursery is not None, "links are used while they run"
-            self._nursery.start_soon(self._write_link, peer, stream, receive)
+            self._nursery.start_soon(self._write_link, peer, stream, send, receive)
             return send
         finally:
             del self._opening[peer]
@@ -128,6 +128,7 @@ class Links:
         raise LinkLost(f"worker {peer} cannot be reached")
 
     async def _write_link(self, peer: int, stream: trio.SocketStream,
+                          channel: trio.MemorySendChannel[bytes],
                           frames: trio.MemoryReceiveChannel[bytes]) -> None:
         try:
             async with stream, frames:
@@ -143,13 +144,16 @@ class Links:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.warning("the link to worker %d broke", peer)
         finally:
-            self._lose(peer)
+            if self._outgoing.get(peer) is channel:  # not a link opened since
+                self._lose(peer)
 
     def _lose(self, peer: int) -> None:
+        """The peer is gone: its link is dropped (the next send opens a new one, to
+        its restarted process) and what depended on it ends."""
         channel = self._outgoing.pop(peer, None)
         if channel is not None:
             channel.close()
-            self._on_peer_lost(peer)
+        self._on_peer_lost(peer)
 
     async def _receive_link(self, sock: trio.socket.SocketType) -> None:
         stream = trio.SocketStream(sock)
@@ -178,7 +182,9 @@ class Links:
             except Exception:  # a frame this side cannot take: the link ends, not the worker
                 log.exception("a frame from worker %d could not be handled", peer)
         log.warning("the link from worker %d ended", peer)
-        self._on_peer_lost(peer)
+        # The link to it ends too, before anything is sent on it to a dead process
+        # and lost (a link's writer hears of its end only when it writes).
+        self._lose(peer)
 
 
 class _FrameReader:
