@@ -21,6 +21,13 @@ part's answers in its stream, `_PART_DONE`). So an answer the front gives itself
 the commands before it, as in one process; the answers of different owners are
 not in the block's order among themselves.
 
+Some commands are not one owner's: an RFWD's transmission is known once the front
+has opened it (core/forwarded.py), then runs in its owner as a part of its own;
+SUBS / NSUBS (a service's queues are in every worker) and LGET / LKEY (a contact
+queue's link id is the client's) go to every worker, and the front makes one
+answer of theirs (docs/workers.md#service-subscriptions,
+docs/workers.md#a-contact-queues-link-id).
+
 Back-pressure: a front sends at most `WINDOW` blocks to a shadow that it has
 not taken yet, and a shadow at most `WINDOW` writes the front has not taken; the
 front takes a write once the real connection's pending list has room. So a
