@@ -11,7 +11,9 @@ from loopback_router import running_router
 
 from router.client import MessageEvent, SMPError, open_client
 from router.protocol import crypto
-from router.protocol.types import AUTH, ERR, OK, SEND, SKEY
+from router.protocol.codec import decode_response, encode_command
+from router.protocol.transmission import Transmission, decode_transmission, encode_transmission
+from router.protocol.types import AUTH, ERR, OK, PING, SEND, SKEY
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers.in_process import workers_in_process
@@ -90,3 +92,36 @@ async def test_a_sender_secures_a_queue_of_the_other_worker_through_the_proxy(
             raise AssertionError("a SEND to no queue was answered OK")
         assert owner.router.statistics().proxy_messages_received == 0
         assert front.router.statistics().proxy_messages_received == 4
+
+
+async def test_one_part_carries_several_forwarded_transmissions_to_their_owner(
+        tmp_path) -> None:
+    """The owner's side of a block's RFWDs for it: one part, each transmission run with
+    its own version, the answers in their order (as `Forwarded.answer_many` sends)."""
+    config = RouterConfig(host="127.0.0.1", port=0, store="memory", data_dir=tmp_path)
+    async with (
+        workers_in_process(config) as (owner, front),
+        open_client(owner.address) as recipient,
+        open_client(front.address) as proxy_side,
+    ):
+        queues = [await recipient.create_queue(snd_secure=False) for _ in range(3)]
+        await proxy_side.command(b"", PING())  # its connection is served in the front now
+        [conn] = front.router.connections.values()
+        client = front.router.subscriptions._subscribers[conn]
+        route = front.router.dispatcher._forwarded.route
+        version = conn.version
+        sends = [encode_transmission(Transmission(
+            b"", b"%d" % n * 24, q.sender_id, encode_command(SEND(b"F", b"%d" % n), version)),
+            version) for n, q in enumerate(queues)]
+        unknown = encode_transmission(Transmission(
+            b"", b"u" * 24, os.urandom(24), encode_command(SEND(b"F", b"x"), version)), version)
+        answers = await route.run_elsewhere(client, 0, [(t, version) for t in sends]
+                                            + [(unknown, version)])
+        decoded = [decode_transmission(a, version) for [a] in answers]
+        assert [t.corr_id for t in decoded] == [b"%d" % n * 24 for n in range(3)] + [b"u" * 24]
+        assert [decode_response(t.command, version) for t in decoded] == [OK()] * 3 + [
+            ERR(AUTH)]
+        assert owner.router.statistics().messages_sent == 3
+        for n, queue in enumerate(queues):
+            message = await recipient.get(queue)
+            assert message is not None and message.body == b"%d" % n
