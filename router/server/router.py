@@ -159,7 +159,8 @@ class Router:
         client is served, each given only what it uses."""
         config, counters = self.config, self.counters
         self.notifications = Notifications(
-            self.subscriptions.notifier_connection, config.ntf_batch_interval
+            self.subscriptions.notifier_connection, config.ntf_batch_interval,
+            service_holder=self.subscriptions.notifier_service_connection,
         )
         self.deliverer = Deliverer(
             self.subscriptions, self.messages, counters, self.latencies,

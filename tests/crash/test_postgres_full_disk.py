@@ -10,12 +10,10 @@ data directory is the tmpfs (mounted as root, as CI and the test machines run).
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
 import pwd
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import pytest
 import trio
 from crash_history import History, Outcome, check
 from postgres_server import PostgresServer, schema_for
+from small_disk import fill, mounted_tmpfs
 
 from router.client import MessageEvent, RecipientQueue, SMPError, open_client
 from router.server import RouterConfig, serve_router
@@ -40,37 +39,16 @@ def small_disk_server(tmp_path: Path) -> Iterator[PostgresServer]:
     disk = server.dir / "disk"
     disk.mkdir()
     owner = pwd.getpwnam("postgres").pw_uid if os.geteuid() == 0 else os.geteuid()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700,uid={owner}", "tmpfs",
-         str(disk)], capture_output=True, text=True,
-    )
-    assert mounted.returncode == 0, f"cannot mount a tmpfs (run as root): {mounted.stderr}"
-    server.data = disk / "data"
     try:
-        server.start()
-        yield server
-    finally:
-        try:
-            server.stop()  # the server, and what of its directory is not the tmpfs
-        finally:
-            subprocess.run(["umount", "-l", str(disk)], check=False)
-            shutil.rmtree(server.dir, ignore_errors=True)
-
-
-def fill(directory: Path) -> Path:
-    """Write a filler file until the filesystem has no byte left."""
-    filler = directory / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        chunk = b"\0" * 65536
-        while True:
+        with mounted_tmpfs(disk, TMPFS_SIZE, f"mode=0700,uid={owner}"):
+            server.data = disk / "data"
             try:
-                f.write(chunk)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                if len(chunk) == 1:
-                    return filler
-                chunk = chunk[: len(chunk) // 2]
+                server.start()
+                yield server
+            finally:
+                server.stop()  # the server, and what of its directory is not the tmpfs
+    finally:
+        shutil.rmtree(server.dir, ignore_errors=True)
 
 
 def _switch_wal(url: str) -> None:

@@ -2,8 +2,8 @@
 and the router works again once there is space.
 
 Two ways to fill the disk, both run when they can: a real, small tmpfs holding
-the data directory, filled with a filler file (needs the right to mount; skipped
-otherwise), and an injected ENOSPC in-process (the journal's writes fail; SQLite
+the data directory, filled with a filler file (needs the right to mount, as CI
+has), and an injected ENOSPC in-process (the journal's writes fail; SQLite
 is held to its current size with `PRAGMA max_page_count`, which fails its writes
 with SQLITE_FULL, the error a full disk gives).
 """
@@ -13,13 +13,13 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
+from small_disk import fill, mounted_tmpfs
 
 import store.journal.messages
 from router.client import SMPClient, SMPError, open_client
@@ -32,19 +32,9 @@ TMPFS_SIZE = "4m"
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MB tmpfs mounted for the test, or a skip where mounting is not allowed."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mount)],
-        capture_output=True, text=True,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    try:
+    """A 4 MB tmpfs mounted for the test."""
+    with mounted_tmpfs(tmp_path / "disk", TMPFS_SIZE) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @asynccontextmanager
@@ -53,22 +43,6 @@ async def running_router(kind: str, data_dir: Path) -> AsyncIterator[RouterInfo]
     async with trio.open_nursery() as nursery:
         yield await nursery.start(serve_router, config)
         nursery.cancel_scope.cancel()
-
-
-def fill(directory: Path) -> Path:
-    """Write a filler file until the filesystem has no byte left."""
-    filler = directory / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        chunk = b"\0" * 65536
-        while True:
-            try:
-                f.write(chunk)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                if len(chunk) == 1:
-                    return filler
-                chunk = chunk[: len(chunk) // 2]
 
 
 async def send_until_refused(client: SMPClient, sender_id: bytes, limit: int = 50) -> tuple[

@@ -4,7 +4,7 @@ has, and a store that could not save refuses to start with one line naming the f
 
 The router runs as `smp-router serve` in its own process (its exit codes are part
 of what is checked), on a small tmpfs filled up by the test (needs the right to
-mount; skipped where that is not allowed), or with ENOSPC injected in that process
+mount, as CI has), or with ENOSPC injected in that process
 (enospc_router.py).
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from test_e2e_full_disk import fill
+from small_disk import fill, mounted_tmpfs
 
 from router.client import SMPClient, SMPError, open_client
 
@@ -32,18 +32,8 @@ STARTED_WITHIN = 30.0
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(mount)],
-        capture_output=True, text=True,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", DISK_SIZE) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 class RouterProcess:

@@ -129,17 +129,23 @@ async def test_a_block_of_sends_is_one_round_trip_after_its_lookups(router, monk
         assert await _stored(router, queues) == [1] * BLOCK
 
 
+async def _delivered(session, sender, queues) -> dict[bytes, bytes]:
+    """One message sent to each of `queues` and subscribed: recipient id -> its MSG's id."""
+    await sender.commands(_sends(queues))
+    await session.commands([(q.recipient_id, SUB(), q.rcv_seed) for q in queues])
+    delivered = {}
+    for _ in queues:
+        event = await session.next_event()
+        assert isinstance(event.response, MSG)
+        delivered[event.entity_id] = event.response.msg_id
+    return delivered
+
+
 async def test_a_block_of_acks_is_one_round_trip_after_its_lookups(router, monkeypatch):
     with trio.fail_after(60):
         async with connect(router) as session, connect(router) as sender:
             queues = await session.create_queues(BLOCK)
-            await sender.commands(_sends(queues))
-            await session.commands([(q.recipient_id, SUB(), q.rcv_seed) for q in queues])
-            delivered = {}
-            for _ in queues:
-                event = await session.next_event()
-                assert isinstance(event.response, MSG)
-                delivered[event.entity_id] = event.response.msg_id
+            delivered = await _delivered(session, sender, queues)
             trips = RoundTrips(router, monkeypatch)
             await session.send_block(_block(session, [
                 (q.recipient_id, ACK(delivered[q.recipient_id]), q.rcv_seed) for q in queues]))
@@ -191,12 +197,7 @@ async def test_a_failure_mid_block_fails_exactly_the_uncommitted_acks(router, mo
     with trio.fail_after(60):
         async with connect(router) as session, connect(router) as sender:
             queues = await session.create_queues(BLOCK)
-            await sender.commands(_sends(queues))
-            await session.commands([(q.recipient_id, SUB(), q.rcv_seed) for q in queues])
-            delivered = {}
-            for _ in queues:
-                event = await session.next_event()
-                delivered[event.entity_id] = event.response.msg_id
+            delivered = await _delivered(session, sender, queues)
             acks = [(q.recipient_id, ACK(delivered[q.recipient_id]), q.rcv_seed)
                     for q in queues]
             half = BLOCK // 2

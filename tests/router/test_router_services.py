@@ -101,9 +101,9 @@ async def check_catch_up_and_takeover(
         if delivery == SINGLE_TASK:
             # the catch-up added no task of its own: it runs in the delivery task
             assert max(task_counts) <= BUSY_CONNECTION_TASKS
-        else:  # one per queue
-            assert IDLE_CONNECTION_TASKS + n_queues <= max(task_counts)
-            assert max(task_counts) <= BUSY_CONNECTION_TASKS + n_queues
+        else:  # one per queue with a message on its way, none for the idle ones
+            assert IDLE_CONNECTION_TASKS + n_full <= max(task_counts)
+            assert max(task_counts) <= BUSY_CONNECTION_TASKS + n_full
         assert await first.no_more_events()
 
         # The first connection acknowledges half; the rest stays in flight there.
@@ -150,8 +150,6 @@ async def test_subs_delivers_every_waiting_message_once_through_the_delivery_tas
 async def test_subs_delivers_3000_waiting_messages_of_10000_queues_once_in_every_setting(
     router_factory, delivery, store_kind
 ):
-    if delivery == SINGLE_TASK and store_kind == "memory":
-        pytest.skip("the default run covers this setting at this size")
     router = await router_factory()
     with trio.fail_after(600):
         await check_catch_up_and_takeover(router, delivery, *FULL_SCALE)
@@ -361,8 +359,7 @@ async def test_subs_walks_the_store_by_pages_through_queues_changed_meanwhile(
             assert await service.no_more_events()
 
 
-async def test_nsubs_reads_the_services_notifiers_by_pages(router, monkeypatch):
-    monkeypatch.setattr(services_core, "CATCH_UP_PAGE", 2)
+async def test_nsubs_registers_nothing_per_notifier_and_gets_what_was_pending(router):
     cert = self_signed_cert()
     with trio.fail_after(20):
         async with connect(router) as recipient:
@@ -373,10 +370,88 @@ async def test_nsubs_reads_the_services_notifiers_by_pages(router, monkeypatch):
                     [(n.notifier_id, NSUB(), n.seed) for n in notifiers]
                 )
                 assert responses == [SOK(first.service_id)] * 5
+            # sent while the service has no connection: kept for it
+            flagged = [(q.sender_id, SEND(b"T", b"hi"), None) for q in queues]
+            assert await recipient.commands(flagged) == [OK()] * 5
             async with connect(router, service=cert, role=b"N") as ntf:
                 assert await ntf.service_command(NSUBS()) == 5
-                flagged = [(q.sender_id, SEND(b"T", b"hi"), None) for q in queues]
-                assert await recipient.commands(flagged) == [OK()] * 5
+                assert router.subscriptions.notifiers_subscribed() == 0
                 events = [await ntf.next_event() for _ in queues]
                 assert all(isinstance(e.response, NMSG) for e in events)
                 assert {e.entity_id for e in events} == {n.notifier_id for n in notifiers}
+                assert await ntf.no_more_events()
+
+
+async def test_a_service_holds_no_subscription_per_idle_queue_whatever_their_count(router):
+    """SUBS of many queues leaves no per-queue entry; a message on its way makes one,
+    its ACK of the queue's last message takes it away."""
+    cert = self_signed_cert()
+    subscriptions = router.subscriptions
+    with trio.fail_after(20):
+        for n in (20, 200):
+            queues = await service_queues(router, cert, n)
+            async with connect(router) as sender, connect(router, service=cert) as service:
+                count, messages, _ = await catch_up(service, router)
+                assert messages == [] and count >= n
+                assert len(subscriptions) == 0 and subscriptions.service_subs_count() == 0
+                busy = queues[:3]
+                for q in busy:
+                    await sender.send(q.sender_id, b"live")
+                pushed = [await service.next_message(q) for q in busy]
+                assert len(subscriptions) == subscriptions.service_subs_count() == 3
+                for q, (msg, _) in zip(busy, pushed, strict=True):
+                    assert await service.recipient(q, ACK(msg.msg_id)) == OK()
+                assert len(subscriptions) == 0 and subscriptions.service_subs_count() == 0
+
+
+async def test_a_send_to_an_associated_queue_after_subs_is_delivered_one_unacknowledged_at_once(
+    router,
+):
+    cert = self_signed_cert()
+    q1, q2 = await service_queues(router, cert, 2)
+    with trio.fail_after(10):
+        async with connect(router) as sender, connect(router, service=cert) as service:
+            assert await service.service_command(SUBS()) == 2
+            assert (await service.next_event()).response == ALLS()
+            for i in range(3):
+                await sender.send(q1.sender_id, body(i))
+            await sender.send(q2.sender_id, b"other queue")
+            first, opened_first = await service.next_message(q1)
+            _, opened_other = await service.next_message(q2)
+            assert (opened_first.body, opened_other.body) == (body(0), b"other queue")
+            assert await service.no_more_events()  # q1's next wait for its ACK
+            for i in (1, 2):
+                assert await service.recipient(q1, ACK(first.msg_id)) == OK()
+                first, opened = await service.next_message(q1)  # the ACK's answer
+                assert opened.body == body(i)
+                assert await service.no_more_events()
+            assert await service.recipient(q1, ACK(first.msg_id)) == OK()
+            assert await service.recipient(q1, ACK(first.msg_id)) == ERR(NO_MSG)
+            assert await service.no_more_events()
+
+
+async def test_a_takeover_sends_one_ends_and_the_new_holder_gets_the_unacknowledged_and_new(
+    router,
+):
+    cert = self_signed_cert()
+    queues = await service_queues(router, cert, 30)
+    busy = queues[:10]
+    with trio.fail_after(20):
+        async with connect(router) as sender, connect(router, service=cert) as first, \
+                connect(router, service=cert) as second:
+            assert await first.service_command(SUBS()) == 30
+            assert (await first.next_event()).response == ALLS()
+            assert set(await sender.commands(sends(busy, [b"old"] * 10))) == {OK()}
+            pushed = [await first.next_event() for _ in busy]  # never acknowledged there
+            assert all(isinstance(e.response, MSG) for e in pushed)
+            assert {e.entity_id for e in pushed} == {q.recipient_id for q in busy}
+            count, moved, _ = await catch_up(second, router)
+            assert count == 30
+            assert ends_count(await first.next_event()) == 30
+            assert await first.no_more_events()  # one ENDS, no END per queue
+            assert sorted(m.entity_id for m in moved) == sorted(q.recipient_id for q in busy)
+            await sender.send(queues[20].sender_id, b"new")
+            _, new = await second.next_message(queues[20])
+            assert new.body == b"new"
+            assert await first.no_more_events()
+            assert router.subscriptions.service_subs_count() == 11

@@ -147,3 +147,23 @@ async def test_the_flush_task_sends_a_batch_after_the_window():
                 await trio.sleep(0.005)
             nursery.cancel_scope.cancel()
     assert opened(batch, c) == [(b"\1" * 24, NOW)]
+
+
+async def test_a_notifier_of_a_service_goes_to_the_services_holder_else_to_its_subscriber():
+    service_id = b"s" * 24
+    holders: dict[bytes, object] = {}
+    ntfs, registry = setup(service_holder=holders.get)
+    c, own, holder = creds(1), connection(1), connection(2)
+    registry.subscribe(c.notifier_id, own)  # its service-signed NSUB, on another connection
+    ntfs.notify(c, message(1), service_id)
+    ntfs.flush()
+    assert opened(own.take_pending(), c) == [(b"\1" * 24, NOW)]  # no NSUBS holder: its own
+    ntfs.notify(c, message(2), service_id)
+    holders[service_id] = holder  # NSUBS
+    ntfs.service_subscribed(service_id)
+    ntfs.flush()
+    assert opened(holder.take_pending(), c) == [(b"\2" * 24, NOW)]
+    assert own.take_pending() == []
+    ntfs.notify(c, message(3))  # the queue left the service (an unsigned NSUB)
+    ntfs.flush()
+    assert opened(own.take_pending(), c) == [(b"\3" * 24, NOW)]

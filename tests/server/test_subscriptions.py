@@ -83,16 +83,22 @@ class Model:
         elif op == "ndel":
             self.subs.end_notifier(nid, Event.DELETED)
         elif op == "subs" and s.conn.service_id is not None:
-            held = self.subs.take_over_service(s, Party.RECIPIENT, len(QUEUES))
+            self.subs.take_over_service(s, Party.RECIPIENT, len(QUEUES))
+        elif op == "service-send" and s.conn.service_id is not None:
+            # a SEND to a queue associated with the service, held by nobody
+            holder = self.subs.service_holder(s.conn.service_id, rid)
+            if holder is not None and self.subs.subscriber_of(rid) is None:
+                sub = self.subs.subscribe_for_service(holder, rid, b"k")
+                if n % 2:
+                    self.subs.in_flight(sub, Message(b"m" * 24, 1, b"F", b""))
+                else:
+                    holder.deliveries.add(rid, 1, b"k")
+        elif op == "settle":
             sub = s.queues.get(rid)
-            if sub is None:
-                sub = self.subs.subscribe(s, rid, b"k")
-            if not sub.get_mode:
-                held.subs.add(sub)
+            if sub is not None:
+                self.subs.settle(s, sub)
         elif op == "nsubs" and s.conn.service_id is not None:
-            held = self.subs.take_over_service(s, Party.NOTIFIER, len(NOTIFIERS))
-            self.subs.subscribe_notifier(s, nid)
-            held.notifier_ids.add(nid)
+            self.subs.take_over_service(s, Party.NOTIFIER, len(NOTIFIERS))
         elif op == "close":
             self.subs.forget(s)
             self.forgotten.append(s)
@@ -120,12 +126,18 @@ class Model:
         in_flight = [sub for s in live for sub in s.queues.values()
                      if self.subs.delivered(sub) is not None]
         assert self.subs.in_flight_count() == len(in_flight)
+        # a service's `Sub`s are held by its holder, and only while their queue is busy
+        for s in live:
+            held = self.subs.service_held(s, Party.RECIPIENT)
+            for sub in held.subs if held is not None else ():
+                assert sub.client is s and s.queue(sub.recipient_id) is sub
+        assert self.subs.service_subs_count() <= len(QUEUES)
         for s in self.forgotten:
             assert not s.queues and not s.notifiers and self.subs.subscriber_for(s.conn) is None
 
 
 OPS = ["sub", "get", "ack", "delete", "block", "defer", "deliver", "nsub", "ndel", "subs",
-       "nsubs", "close"]
+       "service-send", "settle", "nsubs", "close"]
 STEP = st.tuples(
     st.sampled_from(OPS),
     st.integers(0, CONNECTIONS - 1),

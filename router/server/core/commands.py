@@ -509,7 +509,11 @@ class Commands:
         # Only the notification flag is kept: the MSG body carries 'T'/'F'
         # (docs/protocol.md#encryption).
         msg = Message(secrets.token_bytes(ID_SIZE), int(time.time()), cmd.flags[:1], cmd.body)
-        if self._context.subscriptions.subscriber_of(queue.recipient_id) is not None:
+        subscriptions = self._context.subscriptions
+        if subscriptions.subscriber_of(queue.recipient_id) is not None or (
+            queue.rcv_service_id is not None
+            and subscriptions.service_holder(queue.rcv_service_id, queue.recipient_id)
+        ):
             self._context.latencies.sent(msg.msg_id, arrived)
         await self._context.expire_before_send(queue.recipient_id)
         self._context.queue_active(queue.recipient_id)
@@ -523,7 +527,8 @@ class Commands:
         # queue with messages must get one, however it came to be idle (delivery.py).
         into_empty = result is WriteResult.STORED_INTO_EMPTY
         self._context.deliverer.stored(
-            queue.recipient_id, msg, queue.rcv_dh_secret, into_empty=into_empty)
+            queue.recipient_id, msg, queue.rcv_dh_secret, into_empty=into_empty,
+            service_id=queue.rcv_service_id)
         if result is WriteResult.QUOTA_EXCEEDED:
             self._context.latencies.not_stored(msg.msg_id)
             self._context.counters.messages_quota_refused += 1
@@ -534,7 +539,8 @@ class Commands:
             return _reply(verified, MEMORY_FULL)
         self._context.counters.messages_sent += 1
         if cmd.notify and queue.notifier is not None:
-            self._context.notifications.notify(queue.notifier, msg)  # sent with the next batch
+            # sent with the next batch, to the notifier service's holder if it has one
+            self._context.notifications.notify(queue.notifier, msg, queue.ntf_service_id)
         return _reply(verified, _OK)
 
     async def _sub(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
@@ -621,7 +627,9 @@ class Commands:
         if deleted:
             self._context.counters.messages_acked += 1
             self._context.queue_active(rid)
-        if head is None or sub.get_mode or not self._context.subscriptions.can_push(client, sub):
+        subscriptions = self._context.subscriptions
+        if head is None or sub.get_mode or not subscriptions.can_push(client, sub):
+            subscriptions.settle(client, sub)  # a service's queue emptied: its `Sub` goes
             return _reply(verified, _OK)
         return [self._context.deliverer.message_transmission(
             verified.corr_id, rid, sub, head, _queue(verified).rcv_dh_secret)]
@@ -682,7 +690,7 @@ class Commands:
         await self._context.services.associate(client, queue, Party.NOTIFIER)
         nid = queue.notifier.notifier_id  # the store's id object, as for SUB
         self._context.subscriptions.subscribe_notifier(client, nid)
-        self._context.notifications.subscribed(nid)
+        self._context.notifications.subscribed(nid, client.conn.service_id)
         self._context.counters.notifier_subscriptions_ok += 1
         return _reply(verified, SOK(client.conn.service_id))
 

@@ -118,17 +118,27 @@ class Deliverer:
         client.conn.spawn(self._queue_task, client, sub, box_key)
 
     def stored(self, recipient_id: bytes, msg: Message, box_key: bytes, *,
-               into_empty: bool) -> None:
+               into_empty: bool, service_id: bytes | None = None) -> None:
         """A SEND's write returned (it is visible): an idle subscriber gets the head.
 
         `into_empty`: the queue held nothing else, so `msg` is its head and can go
         out at once; otherwise the head is read by the task that pushes it.
-        `box_key` is the queue's key, from the record the SEND read.
+        `box_key` is the queue's key and `service_id` its recipient service, from
+        the record the SEND read: a queue nobody holds that is associated with a
+        service goes to the service's holder (docs/protocol.md#service-subscriptions),
+        through a `Sub` that lasts while its messages are on their way.
         """
-        client = self._subscriptions.subscriber_of(recipient_id)
+        subscriptions = self._subscriptions
+        client = subscriptions.subscriber_of(recipient_id)
         if client is None:
-            return
-        sub = client.queues.get(recipient_id)
+            if service_id is None:
+                return
+            client = subscriptions.service_holder(service_id, recipient_id)
+            if client is None:
+                return
+            sub: Sub | None = subscriptions.subscribe_for_service(client, recipient_id, box_key)
+        else:
+            sub = client.queues.get(recipient_id)
         if not self._subscriptions.push_due(client, sub, msg.ts):
             return  # the common case for a busy queue: its ACK delivers the next one
         assert sub is not None
@@ -204,6 +214,8 @@ class Deliverer:
             return None
         msg = await self._messages.peek_message(recipient_id)
         if msg is None or not self._subscriptions.may_push(client, sub, msg):
+            if sub is not None:
+                self._subscriptions.settle(client, sub)  # a service's `Sub` with nothing to send
             return None
         assert sub is not None
         return self.message_transmission(b"", recipient_id, sub, msg, box_key)

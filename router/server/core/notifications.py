@@ -21,6 +21,11 @@ ntfStore):
   still bounded, and the next flush tries again. Others are not held up.
 - The subscriber is looked up when the flush runs, so NMSGs queued before a
   NSUB/NSUBS takeover go to the new subscriber, not the displaced one.
+- A notifier associated with a notifier service (the queue record's
+  `ntf_service_id` when the SEND read it, kept current by NSUB) goes to the
+  holder of that service's NSUBS, if any, else to its own subscriber: NSUBS
+  registers nothing per notifier (docs/protocol.md#service-subscriptions), and
+  what is kept per notifier is bounded by what is pending.
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ _Pending = deque[tuple[int, bytes]]  # (ts of the message, encoded NMSG transmis
 
 class Notifications:
     __slots__ = (
-        "_subscriber_of", "_interval", "_ttl", "_max_pending", "_clock",
+        "_subscriber_of", "_service_holder", "_service_of", "_interval", "_ttl",
+        "_max_pending", "_clock",
         "_pending", "_ready_ids", "_ready", "sent", "dropped",
     )
 
@@ -64,8 +70,13 @@ class Notifications:
         ttl: int = NTF_TTL,
         max_pending: int = NTF_MAX_PENDING,
         clock: Callable[[], float] = time.time,
+        service_holder: SubscriberLookup | None = None,
     ) -> None:
         self._subscriber_of = subscriber_of
+        # Service id -> the connection holding its NSUBS, if any (subscriptions.py).
+        self._service_holder = service_holder
+        # Notifier id -> its notifier service, for the notifiers with NMSGs pending.
+        self._service_of: dict[bytes, bytes] = {}
         self._interval = interval
         self._ttl = ttl
         self._max_pending = max_pending
@@ -86,9 +97,14 @@ class Notifications:
 
     # --- changes (called by command handlers; never wait) -----------------------------
 
-    def notify(self, creds: NotifierCreds, msg: Message) -> None:
-        """A flagged SEND was stored: queue its NMSG for the notifier."""
+    def notify(self, creds: NotifierCreds, msg: Message, service_id: bytes | None = None) -> None:
+        """A flagged SEND was stored: queue its NMSG for the notifier (associated
+        with the notifier service `service_id`, if any)."""
         nid = creds.notifier_id
+        if service_id is None:
+            self._service_of.pop(nid, None)
+        else:
+            self._service_of[nid] = service_id
         nonce, meta = encrypt_ntf_meta(creds.rcv_ntf_dh_secret, msg.msg_id, msg.ts)
         t = encode_response_transmission(b"", nid, NMSG(nonce, meta))
         pending = self._pending.get(nid)
@@ -99,19 +115,41 @@ class Notifications:
         pending.append((msg.ts, t))
         self._mark_ready(nid)
 
-    def subscribed(self, notifier_id: bytes) -> None:
-        """A connection subscribed to the notifier: what is pending goes at the next flush."""
+    def subscribed(self, notifier_id: bytes, service_id: bytes | None = None) -> None:
+        """A connection subscribed to the notifier (NSUB, which associated it with
+        `service_id` or released it): what is pending goes at the next flush."""
         if notifier_id in self._pending:
+            if service_id is None:
+                self._service_of.pop(notifier_id, None)
+            else:
+                self._service_of[notifier_id] = service_id
             self._mark_ready(notifier_id)
+
+    def service_subscribed(self, service_id: bytes) -> None:
+        """NSUBS: what is pending for the service's notifiers goes at the next flush
+        (a look at the pending ones only, bounded as they are)."""
+        for nid, service in list(self._service_of.items()):
+            if service == service_id:
+                self._mark_ready(nid)
 
     def forget(self, notifier_id: bytes) -> int:
         """The notifier is gone (DEL, NDEL, replaced by NKEY): drop its NMSGs."""
         self._ready_ids.discard(notifier_id)
+        self._service_of.pop(notifier_id, None)
         pending = self._pending.pop(notifier_id, None)
         return 0 if pending is None else len(pending)
 
+    def _connection(self, notifier_id: bytes) -> Connection | None:
+        """Who gets the notifier's NMSGs now: its service's holder, else its subscriber."""
+        service_id = self._service_of.get(notifier_id)
+        if service_id is not None and self._service_holder is not None:
+            conn = self._service_holder(service_id)
+            if conn is not None:
+                return conn
+        return self._subscriber_of(notifier_id)
+
     def _mark_ready(self, notifier_id: bytes) -> None:
-        if self._subscriber_of(notifier_id) is not None:
+        if self._connection(notifier_id) is not None:
             self._ready_ids.add(notifier_id)
             self._ready.set()
 
@@ -139,7 +177,7 @@ class Notifications:
         ids, self._ready_ids = self._ready_ids, set()
         by_conn: dict[Connection, list[bytes]] = {}
         for nid in ids:
-            conn = self._subscriber_of(nid)
+            conn = self._connection(nid)
             if conn is not None and not conn.closed:
                 by_conn.setdefault(conn, []).append(nid)
         for conn, nids in by_conn.items():
@@ -158,6 +196,7 @@ class Notifications:
         cutoff = self._clock() - self._ttl
         batch: list[bytes] = []
         for nid in notifier_ids:
+            self._service_of.pop(nid, None)
             for ts, t in self._pending.pop(nid, ()):
                 if ts >= cutoff:
                     batch.append(t)
@@ -177,5 +216,6 @@ class Notifications:
             if not pending:
                 del self._pending[nid]
                 self._ready_ids.discard(nid)
+                self._service_of.pop(nid, None)
         self.dropped += expired
         return expired

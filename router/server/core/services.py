@@ -11,37 +11,41 @@ client certificate and `clientService`; `Connection.service_id` is then set.
   SUBS does not take the queue back from its new subscriber. The store keeps
   the association and each service's count and ids hash (`QueueStore.set_service`,
   a block's at once by `set_queues_service`), so they survive restarts.
+- Holding. A service subscription is one entry per service and side
+  (`Subscriptions.take_over_service`: service id -> the holding connection),
+  nothing per queue. A SEND to a queue nobody holds with SUB whose record
+  names a held service is pushed to the holder (`Deliverer.stored`) through a
+  `Sub` made then (`Subscriptions.subscribe_for_service`) and let go as soon
+  as nothing of the queue is on its way (`Subscriptions.settle`: after the
+  ACK of its last message, or a delivery that found nothing): what a service
+  subscription keeps grows with its messages in flight, not with its queues
+  (the reference's `serviceSubscribers`, `deliverServiceMessages`).
 - SUBS. The router reads the service's figures, makes this connection the
-  service's subscriber, answers `SOKS n idsHash` with the store's figures and
+  service's holder, answers `SOKS n idsHash` with the store's figures and
   then catches up: the connection's one delivery task walks the service's
   queues by pages of the store in recipient id order
   (`QueueStore.service_queue_page`, keyset: the next page starts past the
-  last id read), and for each queue that is still associated it registers
-  the subscription (an individual subscriber elsewhere gets END) and pushes
-  the queue's head message. When the store has no page left it pushes
-  `ALLS`. No task per queue, and the walk holds one page, whatever the
-  count: what grows with the queues is the subscriptions themselves. A
-  queue associated before SUBS and still associated when the walk reaches
-  its id is walked exactly once; one associated meanwhile was subscribed by
-  the command that associated it (or comes in a later page), one released
-  or deleted is skipped.
-- No gap, no duplicate. Each queue is registered before its head is peeked,
-  so a SEND stored before that is found by the peek, and a SEND stored after
-  it is pushed by the SEND's own fast path. Both paths check the queue's
-  `delivered` gate after their last await and set it before writing, so
-  only one of them sends a given message.
+  last id read), reads the heads of each step at once and pushes those that
+  are not in flight yet, through the same `Sub`s. When the store has no page
+  left it pushes `ALLS`. No task per queue, and the walk holds one page,
+  whatever the count. SENDs go to the holder only once the walk has started
+  (after the SOKS): one stored before that is found by the walk.
+- No gap, no duplicate. A queue has one `Sub` at most, router-wide, and both
+  a SEND's push and the walk's check its `delivered` gate after their last
+  await and set it before writing, so only one of them sends a given message;
+  a SEND during the walk is pushed by its own path whether or not the walk
+  has passed its queue.
 - Displacement. A second connection proving the same service that sends
-  SUBS takes over: the first gets `ENDS n idsHash` (the figures of its own SOKS),
-  loses its catch-up and, at once, every queue its walk subscribed or found
-  subscribed (`ServiceSubscription.subs`); the queues move to the new
-  connection as its catch-up reaches them. Meanwhile they are simply
-  unsubscribed: SENDs are stored and the catch-up finds them. A queue the
-  first connection subscribed with plain SUB and its walk never reached is
-  an individual subscription: it stays there until the new walk takes it,
-  which sends its END (docs/protocol.md#end-and-ends).
-- NSUBS does the same for the notifier side without delivering anything:
-  the notifier ids are registered at once, then any NMSGs waiting for them
-  go out with the next notification flush. There is no ALLS after NSUBS.
+  SUBS takes over with one swap: the first gets `ENDS n idsHash` (the
+  figures of its own SOKS), loses its catch-up and the `Sub`s of the
+  messages in flight to it (`ServiceSubscription.subs`), and the new holder's
+  walk pushes those messages again. A queue the first connection subscribed
+  with plain SUB is an individual subscription: it stays there until the new
+  walk takes it, which sends its END (docs/protocol.md#end-and-ends).
+- NSUBS makes the connection the holder of the notifier side and nothing
+  more: NMSGs of a notifier associated with the service go to the holder
+  (notifications.py), those waiting with the next flush. There is no ALLS
+  after NSUBS.
 
 Who holds which service, and what a takeover ends, is subscription state:
 `Subscriptions` (subscriptions.py) keeps it; this module reads the store and
@@ -150,38 +154,54 @@ class Services:
     async def _catch_up_queues(
         self, client: ClientSubscriptions, walk: CatchUp, rids: list[bytes]
     ) -> int:
-        """Subscribe the queues of one step of the walk and push their heads (one
-        store read for the records, one for the heads); returns how many went out.
+        """Push the heads of one step of the walk (one store read for the records, one
+        for the heads); returns how many went out.
 
-        Each queue is registered before its head is read, and every head is marked
-        in flight as soon as it is read (no await between), so that a SEND's push
-        and this one never both deliver a message (the theory of operation above)."""
+        A queue gets a `Sub` here only if it has a head to push (or to take it from
+        an individual holder elsewhere, who gets END), and every head is marked in
+        flight as soon as it is read (no await between): a SEND's push and this one
+        never both deliver a message (the theory of operation above)."""
         records = await self._queues.get_queues(Party.RECIPIENT, rids)
         subscriptions = self._subscriptions
-        held = subscriptions.service_held(client, Party.RECIPIENT)
-        if held is None or client.catch_up is not walk:
+        if client.catch_up is not walk or not subscriptions.service_held(client, Party.RECIPIENT):
             return 0
-        walked: list[tuple[Sub, QueueRecord]] = []
+        walked: list[QueueRecord] = []
         for queue in records:
             if queue is None or queue.rcv_service_id != walk.service_id:
                 continue  # deleted, or taken by another subscriber, since the page was read
             rid = queue.recipient_id
-            sub = client.queues.get(rid)
+            sub = client.queue(rid)
             if sub is None:
-                sub = subscriptions.subscribe(client, rid, queue.rcv_dh_secret)
+                if subscriptions.subscriber_of(rid) is not None:
+                    subscriptions.subscribe_for_service(client, rid, queue.rcv_dh_secret)
             elif sub.get_mode:
                 continue  # GET was used on this connection: SUB is prohibited here too
-            held.subs.add(sub)
-            walked.append((sub, queue))
+            else:  # its own SUB of the service's queue: the service subscription's now
+                subscriptions.adopt_for_service(client, sub)
+            walked.append(queue)
         if not walked:
             return 0
-        heads = await self._messages.peek_messages([queue.recipient_id for _, queue in walked])
+        heads = await self._messages.peek_messages([queue.recipient_id for queue in walked])
+        held = client.catch_up is walk and subscriptions.service_held(client, Party.RECIPIENT)
         out: list[tuple[Sub, tuple[bytes, int], bytes]] = []
-        for (sub, queue), msg in zip(walked, heads, strict=True):
-            if msg is None or not subscriptions.may_push(client, sub, msg):
+        for queue, msg in zip(walked, heads, strict=True):
+            rid = queue.recipient_id
+            sub = client.queue(rid)
+            if msg is None or not held:
+                if sub is not None:
+                    subscriptions.settle(client, sub)
+                continue
+            if sub is None:
+                if subscriptions.subscriber_of(rid) is not None:
+                    continue  # an individual SUB took it meanwhile
+                sub = subscriptions.subscribe_for_service(client, rid, queue.rcv_dh_secret)
+            elif sub.get_mode:
+                continue
+            if not subscriptions.may_push(client, sub, msg):
+                subscriptions.settle(client, sub)
                 continue
             transmission = self._deliverer.message_transmission(
-                b"", queue.recipient_id, sub, msg, queue.rcv_dh_secret)
+                b"", rid, sub, msg, queue.rcv_dh_secret)
             out.append((sub, (msg.msg_id, msg.ts), transmission))
         pushed = 0
         for at in range(0, len(out), DELIVERY_BATCH):
@@ -198,26 +218,14 @@ class Services:
     # --- NSUBS ------------------------------------------------------------------------
 
     async def subscribe_notifiers(self, client: ClientSubscriptions) -> ServiceQueues:
-        """NSUBS: take the service's notifiers over; returns the figures for SOKS."""
+        """NSUBS: take the service's notifiers over; returns the figures for SOKS.
+        Nothing is registered per notifier: an NMSG of a notifier associated with the
+        service goes to its holder (notifications.py), and those pending go now."""
         service_id = client.conn.service_id
         assert service_id is not None
         figures = await self._queues.service_summary(service_id, Party.NOTIFIER)
-        subscriptions = self._subscriptions
-        held = subscriptions.take_over_service(
+        self._subscriptions.take_over_service(
             client, Party.NOTIFIER, figures.count, figures.ids_hash
         )
-        after: bytes | None = None
-        while True:  # by pages of the store, as the SUBS walk
-            page = await self._queues.service_queue_page(
-                service_id, Party.NOTIFIER, after, CATCH_UP_PAGE
-            )
-            if subscriptions.service_held(client, Party.NOTIFIER) is not held:
-                break  # displaced meanwhile: the new holder subscribes them
-            for nid in page:
-                subscriptions.subscribe_notifier(client, nid)
-                self._notifications.subscribed(nid)
-                held.notifier_ids.add(nid)
-            if len(page) < CATCH_UP_PAGE:
-                break
-            after = page[-1]
+        self._notifications.service_subscribed(service_id)
         return figures

@@ -35,8 +35,10 @@ Theory of operation (docs/protocol.md#behaviour, the reference router's model):
   and a `Sub` let go (`_let_go`, a GET-mode `Sub` dropped) loses its entry at
   once, so the map holds only queues with a message in flight.
 - A service subscription (SUBS / NSUBS, services.py) is held by one
-  subscriber per service and side; it records the `Sub`s its walk made or
-  found, which a takeover ends with one ENDS.
+  subscriber per service and side: one entry, nothing per queue. It records
+  only the `Sub`s of its queues with a message on its way
+  (`subscribe_for_service`, let go by `settle`), which a takeover ends with
+  one ENDS.
 - `PendingEvents` collects END/DELD per subscriber and one router task
   flushes them every `end_batch_interval`, so that a burst of takeovers (a
   client reconnecting with thousands of queues) costs the old connection a few
@@ -318,18 +320,18 @@ class SubscriberRegistry:
 class ServiceSubscription:
     """One subscriber's service subscription on one side.
 
-    It holds the `Sub` records the SUBS walk made or found (recipient side)
-    or the notifier ids NSUBS subscribed (notifier side). A takeover ends
-    exactly these with one ENDS; anything else the connection subscribed with
-    plain SUB / NSUB stays an individual subscription, which gets its own END
+    On the recipient side it holds the `Sub`s of its queues with a message on
+    its way to the holder, made by a SEND or the SUBS walk and let go once the
+    queue is idle; nothing per notifier on the notifier side. A takeover ends
+    these with one ENDS; anything the connection subscribed with plain
+    SUB / NSUB stays an individual subscription, which gets its own END
     when it is taken.
     """
 
     client: ClientSubscriptions
     count: int  # the n of its SOKS
     ids_hash: bytes = NO_IDS_HASH  # the ids hash of its SOKS (v19)
-    subs: set[Sub] = field(default_factory=set)  # recipient side
-    notifier_ids: set[bytes] = field(default_factory=set)  # notifier side
+    subs: set[Sub] = field(default_factory=set)  # recipient side, a message on its way
 
 
 class _ServiceRegistry:
@@ -351,6 +353,12 @@ class _ServiceRegistry:
             return None
         self._held[service_id] = ServiceSubscription(client, count, ids_hash)
         return previous
+
+    def holder(self, service_id: bytes) -> ServiceSubscription | None:
+        return self._held.get(service_id)
+
+    def all(self) -> Iterator[ServiceSubscription]:
+        return iter(self._held.values())
 
     def held_by(self, service_id: bytes, client: ClientSubscriptions) -> ServiceSubscription | None:
         held = self._held.get(service_id)
@@ -412,6 +420,11 @@ class Subscriptions:
         client = self._notifiers.get(notifier_id)
         return None if client is None else client.conn
 
+    def notifier_service_connection(self, service_id: bytes) -> Connection | None:
+        """The connection holding the notifier service's NSUBS, if any."""
+        held = self._services[Party.NOTIFIER].holder(service_id)
+        return None if held is None else held.client.conn
+
     def subscriber_for(self, conn: Connection) -> ClientSubscriptions | None:
         return self._subscribers.get(conn)
 
@@ -440,6 +453,62 @@ class Subscriptions:
         if service_id is None:
             return None
         return self._services[party].held_by(service_id, client)
+
+    def service_holder(self, service_id: bytes, recipient_id: bytes) -> ClientSubscriptions | None:
+        """The connection a SEND to a queue associated with `service_id` (and held by
+        nobody) is pushed to: the service's holder, once its SUBS has answered (its walk
+        started) and unless it used GET on the queue (docs/protocol.md#service-subscriptions)."""
+        held = self._services[Party.RECIPIENT].holder(service_id)
+        if held is None:
+            return None
+        client = held.client
+        if client.next_catch_up is not None or recipient_id in (client._get_subs or ()):
+            return None
+        return client
+
+    def subscribe_for_service(
+        self, client: ClientSubscriptions, recipient_id: bytes, box_key: bytes
+    ) -> Sub:
+        """A `Sub` of an associated queue for the service's holder, made only while a
+        message of the queue is on its way (`settle` lets it go); an individual holder
+        elsewhere is displaced with END, as by SUB."""
+        held = self.service_held(client, Party.RECIPIENT)
+        assert held is not None  # called for the holder only
+        sub = self.subscribe(client, recipient_id, box_key)
+        held.subs.add(sub)
+        return sub
+
+    def adopt_for_service(self, client: ClientSubscriptions, sub: Sub) -> None:
+        """The holder's own SUB of one of the service's queues, reached by its walk,
+        becomes the service subscription's: covered by ENDS, let go when idle."""
+        held = self.service_held(client, Party.RECIPIENT)
+        if held is not None and sub.client is client:
+            held.subs.add(sub)
+
+    def settle(self, client: ClientSubscriptions, sub: Sub) -> None:
+        """A service's `Sub` with nothing in flight and nothing waiting goes: the
+        service subscription keeps no state per queue while its queues are idle."""
+        if (
+            sub.client is not client
+            or sub in self._in_flight
+            or sub in self._acking
+            or sub.recipient_id in client.deliveries
+        ):
+            return
+        held = self.service_held(client, Party.RECIPIENT)
+        if held is None or sub not in held.subs:
+            return  # an individual subscription: it stays
+        held.subs.discard(sub)
+        self._detach(client, sub.recipient_id)
+
+    def notifiers_subscribed(self) -> int:
+        """Notifier ids subscribed one by one (NSUB), router-wide."""
+        return len(self._notifiers)
+
+    def service_subs_count(self) -> int:
+        """`Sub`s service subscriptions hold now, router-wide (queues with a message on
+        its way to a service's holder)."""
+        return sum(len(held.subs) for held in self._services[Party.RECIPIENT].all())
 
     def queue_state(self, client: ClientSubscriptions, sub: Sub | None) -> str:
         """The `qSubThread` of a QUE answer."""
@@ -496,7 +565,11 @@ class Subscriptions:
         return sub if sub.get_mode else None
 
     def send_again(self, client: ClientSubscriptions, sub: Sub) -> None:
-        """SUB again on the same connection: the head goes out again (reference behaviour)."""
+        """SUB again on the same connection: the head goes out again (reference behaviour).
+        A service's `Sub` becomes an individual subscription (it no longer goes when idle)."""
+        held = self.service_held(client, Party.RECIPIENT)
+        if held is not None:
+            held.subs.discard(sub)
         self._in_flight.pop(sub, None)
         client.deliveries.discard(sub.recipient_id)
 
@@ -547,6 +620,10 @@ class Subscriptions:
         sub.client = None
         self._in_flight.pop(sub, None)
         client._release()
+        if client.conn.service_id is not None:
+            held = self.service_held(client, Party.RECIPIENT)
+            if held is not None:
+                held.subs.discard(sub)
         if sub.scope is not None:
             sub.scope.cancel()
 
@@ -651,6 +728,12 @@ class Subscriptions:
         previous = registry.take_over(service_id, client, count, ids_hash)
         if previous is not None:
             self._end_service(previous, party)
+        if party is Party.NOTIFIER:
+            # Its own NSUBs so far (each service-signed: of the service's notifiers) are
+            # the service subscription's now, whose NMSGs come by the service id
+            # (notifications.py): their entries go, and a takeover ends them with ENDS.
+            for nid in list(client.notifiers):
+                self._detach_notifier(client, nid)
         held = registry.held_by(service_id, client)
         assert held is not None  # just taken over
         return held
@@ -661,11 +744,16 @@ class Subscriptions:
         client = previous.client
         if party is Party.RECIPIENT:
             client.catch_up = client.next_catch_up = None
-        for sub in previous.subs:
+        else:
+            # Its NSUBs since its NSUBS (each service-signed, so of the service's
+            # notifiers) are the new holder's now: each gets its END. Bounded by what the
+            # connection subscribed one by one, not by the service's count.
+            for nid in list(client.notifiers):
+                self._detach_notifier(client, nid)
+                self.events.add(client, nid, Event.NTF_END)
+        for sub in list(previous.subs):  # only queues with a message on its way
             if client.queue(sub.recipient_id) is sub:
                 self._detach(client, sub.recipient_id)
-        for nid in previous.notifier_ids:
-            self._detach_notifier(client, nid)
         service_id = client.conn.service_id
         assert service_id is not None
         ends = ENDS(previous.count, previous.ids_hash)
