@@ -281,6 +281,9 @@ class Handoff:
         front = self._front(client)
         refused = await self._refuse_taken_links(front, parts, contacts) if contacts else []
         own = parts.pop(self.ownership.index, None)
+        # Apart from the rest, so that their answers are all in what the dispatcher
+        # returns (a costly block writes its answers so far when it pauses: dispatch.py).
+        everywhere = parts.pop(_EVERY, None)
         for corr_id, party in gathered.items():
             front.gathered[corr_id] = (party, [])
         services = any(party is not None for party in gathered.values())
@@ -293,8 +296,8 @@ class Handoff:
             if services:
                 front.hold_after[owner] = awaited[owner]
         answers: list[bytes] = refused
-        if own is not None:
-            for own_block in encode_batches(own):
+        for mine in (everywhere, own):
+            for own_block in encode_batches(mine or []):
                 answers.extend(await self._serving.process_block(client, own_block))
         for owner, count in awaited.items():
             await front.wait_answered(owner, count)
@@ -347,7 +350,9 @@ class Handoff:
                 else:
                     gathered[t.corr_id] = _SERVICE_TAGS.get(t.command.split(b" ", 1)[0])
                     for worker in range(self.ownership.workers):
-                        parts.setdefault(worker, []).append(raw)
+                        # This worker's copy under _EVERY: answered as a block of its own
+                        parts.setdefault(_EVERY if worker == self.ownership.index else worker,
+                                         []).append(raw)
                     continue
             parts.setdefault(owner, []).append(raw)
         return parts, gathered, contacts
