@@ -12,7 +12,15 @@ import pytest
 import trio
 from supervised import supervised
 
-from router.client import ConnectionClosed, EndEvent, MessageEvent, SMPError, open_client
+from bench.service_client import chain_of_two
+from router.client import (
+    ConnectionClosed,
+    EndEvent,
+    MessageEvent,
+    ServiceCertificate,
+    SMPError,
+    open_client,
+)
 from router.server.core.ownership import Ownership
 
 OWNER = Ownership(2, 0).owner_of
@@ -120,3 +128,25 @@ async def test_the_memory_snapshots_of_every_worker_come_back_after_a_restart(tm
         for queue, body in ((q0, b"kept in worker 0"), (q1, b"kept in worker 1")):
             event = await client.get(queue)
             assert event is not None and event.body == body
+
+
+async def test_a_service_whose_sessions_land_on_both_workers_is_one_service(tmp_path):
+    """Through the command line: the workers make one service id for a certificate from
+    the router's identity, and SUBS counts the queues of both."""
+    cert = ServiceCertificate(*chain_of_two().files())
+    async with supervised(tmp_path / "data", "--store", "journal") as r, AsyncExitStack() as stack:
+        owners: dict[int, int] = {}
+        service_ids = set()
+        for _ in range(80):
+            creator = await stack.enter_async_context(open_client(r.address, service_cert=cert))
+            service_ids.add(creator.service_id)
+            queue = await creator.create_queue(subscribe=True, snd_secure=False)
+            owner = OWNER(queue.recipient_id)
+            owners[owner] = owners.get(owner, 0) + 1
+            if len(owners) == 2:
+                break
+        assert len(owners) == 2, "every connection landed on one worker"
+        assert len(service_ids) == 1
+        async with open_client(r.address, service_cert=cert) as holder:
+            assert holder.service_id in service_ids
+            assert await holder.subscribe_service() == sum(owners.values())
