@@ -8,7 +8,8 @@
 # reads the router's identity certificate in tests/server/test_identity.py; PostgreSQL
 # (Debian's postgresql), which tests start privately for the postgres store, and its
 # JDBC driver (libpostgresql-jdbc-java: /usr/share/java/postgresql.jar), through which
-# `smp-pipeline stats --db` reads a router's postgres store with Spark; and, when
+# `smp-pipeline stats --db` reads a router's postgres store with Spark; a Java
+# runtime for Spark (Debian's default-jre-headless, Java 17) where none is; and, when
 # ../shared/upstream holds it, upstream's browser SMP client, built unmodified into a
 # cache outside the repository for tests/upstream (scripts/build-upstream-web-client.sh).
 # Run as root on Debian; idempotent, so CI runs it every time.
@@ -23,6 +24,7 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v openssl >/dev/null || missing+=(openssl)
 ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || missing+=(postgresql)
 [ -f /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
+command -v java >/dev/null || missing+=(default-jre-headless)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
