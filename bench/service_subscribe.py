@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import secrets
 import statistics
 import subprocess
@@ -44,7 +43,7 @@ import psutil
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from bench import identities
+from bench import harness, identities
 from bench.service_client import (
     ServiceCert,
     ServiceSession,
@@ -66,7 +65,6 @@ PING_INTERVAL = 0.02
 RSS_INTERVAL = 0.05
 START_TIMEOUT = 900.0  # loading a snapshot of a million queues takes a while on a busy machine
 HERE = Path(__file__).resolve().parent.parent
-_SMP_ADDRESS = re.compile(r"smp://\S+")
 
 
 # --- the store, filled before the router starts ----------------------------------------
@@ -114,11 +112,11 @@ async def _start_router(data_dir: Path) -> tuple[trio.Process, str]:
     assert router.stdout is not None
     with trio.fail_after(START_TIMEOUT):
         line = await _read_line(router.stdout)
-    found = _SMP_ADDRESS.search(line)
-    if found is None:
+    try:
+        return router, harness.smp_address(line)
+    except harness.BenchError:
         router.kill()
-        raise RuntimeError(f"the router did not start: {line!r}")
-    return router, found.group()
+        raise
 
 
 async def _read_line(stream: trio.abc.ReceiveStream) -> str:

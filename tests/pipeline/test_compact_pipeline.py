@@ -239,7 +239,7 @@ def test_the_output_holds_only_snapshot_lines_and_no_staging_files(spark, router
 async def _store_contents(path: Path, services: list[ServiceRecord]) -> dict[str, object]:
     """Everything the router's queue store holds after opening the log at `path`: each
     queue with its link, each service (found by its certificate) and, per service and
-    side, the count, ids hash and queues of its associations."""
+    side, the count, ids hash and the ids of its associations, as the store pages them."""
     store = await StoreLogQueueStore.open(path, fsync="never", backups=0)
     try:
         queues = {}
@@ -251,8 +251,11 @@ async def _store_contents(path: Path, services: list[ServiceRecord]) -> dict[str
             found.append(stored)
             for party in (Party.RECIPIENT, Party.NOTIFIER):
                 summary = await store.service_summary(s.service_id, party)
-                members = await store.service_queues(s.service_id, party)
-                figures[(s.service_id, party)] = (summary, sorted(r.recipient_id for r in members))
+                members, after = [], None
+                while page := await store.service_queue_page(s.service_id, party, after, 64):
+                    members += page
+                    after = page[-1]
+                figures[(s.service_id, party)] = (summary, members)
         return {"queues": queues, "services": found, "associations": figures}
     finally:
         await store.close()

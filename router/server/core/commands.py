@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from router.protocol import versions
 from router.protocol.codec import encode_response_transmission
@@ -151,6 +151,22 @@ def _queue(verified: Verified) -> QueueRecord:
     return verified.queue
 
 
+def _run_answers(begun: list[Any], kind: type, results: list[Any] | BaseException,
+                 finish: Callable[[Any, Any], list[bytes]]) -> list[list[bytes] | BaseException]:
+    """A run's answers in its order: what did not begin, its answer; what did, `finish`ed
+    with its store result in turn, or the store call's error for all of them."""
+    written = iter(results) if isinstance(results, list) else None
+    answers: list[list[bytes] | BaseException] = []
+    for b in begun:
+        if not isinstance(b, kind):
+            answers.append(b)
+        elif written is None:
+            answers.append(results)  # type: ignore[arg-type]
+        else:
+            answers.append(finish(b, next(written)))
+    return answers
+
+
 class Commands:
     def __init__(self, context: CommandContext) -> None:
         self._context = context
@@ -236,15 +252,7 @@ class Commands:
                     [(b.queue.recipient_id, b.msg) for b in writes], self._context.config.quota)
             except Exception as e:
                 results = e
-        written = iter(results) if isinstance(results, list) else None
-        answers: list[list[bytes] | BaseException] = []
-        for b in begun:
-            if not isinstance(b, _SendBegun):
-                answers.append(b)
-            elif written is None:
-                answers.append(results)  # type: ignore[arg-type]
-            else:
-                answers.append(self._send_finish(b, next(written)))
+        answers = _run_answers(begun, _SendBegun, results, self._send_finish)
         return PreparedRun(answers, (perf_counter() - started) / len(run))
 
     async def ack_run(self, client: ClientSubscriptions, run: list[Verified]) -> PreparedRun:
@@ -265,15 +273,8 @@ class Commands:
                         [(b.recipient_id, msg_id) for b, msg_id in zip(acks, ids, strict=True)])
             except Exception as e:
                 results = e
-        deleted = iter(results) if isinstance(results, list) else None
-        answers: list[list[bytes] | BaseException] = []
-        for b in begun:
-            if not isinstance(b, _AckBegun):
-                answers.append(b)
-            elif deleted is None:
-                answers.append(results)  # type: ignore[arg-type]
-            else:
-                answers.append(self._ack_finish(client, b, *next(deleted)))
+        answers = _run_answers(begun, _AckBegun, results,
+                               lambda b, result: self._ack_finish(client, b, *result))
         return PreparedRun(answers, (perf_counter() - started) / len(run))
 
     def _sub_finish(self, client: ClientSubscriptions, begun: _SubBegun,
