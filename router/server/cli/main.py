@@ -7,6 +7,7 @@
     smp-router control [--config FILE | --data-dir DIR] [--role user] [COMMAND]
     smp-router migrate-store --data-dir DIR --to sqlite
     smp-router database import|export --data-dir DIR    (migrate-store to and from postgres)
+    smp-router workers-move --data-dir DIR --workers 4
     smp-router gateway --port 8080 --store memory    (router/gateway/cli.py)
     smp-router --version
 
@@ -78,6 +79,7 @@ from .settings import (
     config_from_settings,
     effective_settings,
 )
+from .workers_move import add_workers_move_command, workers_move
 
 log = logging.getLogger("smp-router")
 
@@ -146,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     control.add_argument("words", nargs="*", metavar="COMMAND", default=[],
                          help="one command, e.g. `stats`; none: commands from stdin, one a line")
     add_database_command(commands)
+    add_workers_move_command(commands)
     add_gateway_command(commands, serve)
     return parser
 
@@ -200,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with lock_data_dir(args.data_dir, create=False):
             if args.command == "database":
                 run_database_command(args)
+                return EXIT_OK
+            if args.command == "workers-move":
+                trio.run(workers_move, args)
                 return EXIT_OK
             database = database_settings(args.data_dir, {
                 "db_connection": args.db_connection, "db_schema": args.db_schema,

@@ -1,0 +1,181 @@
+"""Another count of workers on an existing data directory
+(docs/workers.md#another-count-of-workers): `workers-move` takes the queues, their
+messages, notifiers, links and blocked marks to their new homes, and every id of a
+moved queue reaches it afterwards (SEND by sender id, SUB by recipient id, NSUB by
+notifier id, LGET by link id), though ids minted under one count name unrelated
+workers under another."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
+
+import pytest
+import trio
+from loopback_router import running_router
+
+from router.client import MessageEvent, NotificationEvent, SMPError, open_client
+from router.protocol import (
+    IDS,
+    LGET,
+    LNK,
+    NEW,
+    QueueLink,
+    Transmission,
+    crypto,
+    encode_command,
+    encode_transmission,
+    pad_block,
+)
+from router.server import RouterConfig
+from router.server.cli.main import main
+from router.server.core.blocked import BlockedQueues
+from router.server.settings.config import ConfigError
+from router.server.workers.in_process import workers_in_process
+from router.server.workers.layout import check_worker_count, worker_dir
+from router.server.workers.move import move_workers
+from router.server.workers.owner_exceptions import OWNER_EXCEPTIONS_FILE, read_owner_exceptions
+
+QUEUES = 10
+
+
+@asynccontextmanager
+async def serving(config: RouterConfig, workers: int):
+    """Three connections to the router of `workers` workers, spread over its workers."""
+    check_worker_count(replace(config, workers=workers))  # as `serve` does: refuse or record
+    async with AsyncExitStack() as stack:
+        if workers == 1:
+            infos = [await stack.enter_async_context(running_router(
+                store=config.store, data_dir=config.data_dir, store_options=config.store_options))]
+        else:
+            infos = await stack.enter_async_context(workers_in_process(config, workers))
+        yield [await stack.enter_async_context(open_client(infos[i % len(infos)].address))
+               for i in range(3)]
+
+
+async def _event(client, wanted, recipient_id: bytes | None = None):
+    """The client's next event but the MSGs of the messages left for the next count in
+    the queues it is still subscribed to."""
+    while True:
+        with trio.fail_after(10):
+            event = await client.next_event()
+        if not (isinstance(event, MessageEvent) and event.body == b"kept"
+                and event.recipient_id != recipient_id):
+            break
+    assert isinstance(event, wanted), event
+    return event
+
+
+async def _new_contact(c, link_id: bytes):
+    """A contact queue with a short link whose link id is `link_id` (the client's)."""
+    corr_id = os.urandom(24)
+    seed, key = crypto.new_ed25519()
+    _, dh = crypto.new_x25519()
+    sender_id = hashlib.sha3_384(corr_id).digest()[:24]
+    body = encode_command(NEW(key, dh, None, False, False,
+                              QueueLink(sender_id, b"fixed", b"user", link_id)), c.version)
+    data = encode_transmission(Transmission(
+        crypto.authorize(seed, c.session_id, corr_id, b"", body), corr_id, b"", body), c.version)
+    await c.send_raw_block(pad_block(bytes((1,)) + len(data).to_bytes(2, "big") + data))
+    with trio.fail_after(10):
+        ids = await c.next_raw_response()
+    assert isinstance(ids, IDS)
+    return ids
+
+
+async def _populate(clients):
+    """Queues with a notifier and two messages each, and a contact queue's link."""
+    queues, notifiers = [], []
+    for i in range(QUEUES):
+        c = clients[i % 3]
+        queue = await c.create_queue(snd_secure=False)
+        notifiers.append(await c.enable_notifications(queue))
+        queues.append(queue)
+        for n in range(2):
+            await clients[(i + 1) % 3].send(queue.sender_id, b"before %d" % n)
+    link_id = os.urandom(24)
+    contact = await _new_contact(clients[0], link_id)
+    return queues, notifiers, (link_id, contact.snd_id)
+
+
+async def _check_every_id(clients, queues, notifiers, link, pending: list[bytes]) -> None:
+    """Each queue's messages waiting (SUB by recipient id), a SEND by sender id from
+    another connection delivered with its NMSG (NSUB by notifier id), one message
+    left waiting for the next count, and the link found (LGET by link id)."""
+    for i, (queue, creds) in enumerate(zip(queues, notifiers, strict=True)):
+        recipient, sender, notified = clients[i % 3], clients[(i + 1) % 3], clients[(i + 2) % 3]
+        await recipient.subscribe(queue)
+        for body in pending:
+            event = await _event(recipient, MessageEvent, queue.recipient_id)
+            assert (event.recipient_id, event.body) == (queue.recipient_id, body)
+            await recipient.ack(queue, event.msg_id)
+        await notified.subscribe_notifications(creds)
+        await sender.send(queue.sender_id, b"after", notify=True)
+        event = await _event(recipient, MessageEvent, queue.recipient_id)
+        assert (event.recipient_id, event.body) == (queue.recipient_id, b"after")
+        await recipient.ack(queue, event.msg_id)
+        assert (await _event(notified, NotificationEvent)).notifier_id == creds.notifier_id
+        await sender.send(queue.sender_id, b"kept")
+    link_id, sender_id = link
+    for c in clients:
+        assert await c.command(link_id, LGET()) == LNK(sender_id, b"fixed", b"user")
+
+
+async def _move_through_counts(config: RouterConfig, tmp_path) -> None:
+    data = config.data_dir
+    async with serving(config, 1) as clients:
+        queues, notifiers, link = await _populate(clients)
+        blocked_queue = await clients[0].create_queue(snd_secure=False)
+    BlockedQueues(data).add(blocked_queue.recipient_id, "spam")
+    pending = [b"before 0", b"before 1"]
+    for before, after in ((1, 2), (2, 3), (3, 1)):
+        moved = await move_workers(data, after, settings=_settings(config))
+        # The postgres store is shared: its messages stay where they are.
+        copied = 0 if config.store == "postgres" else QUEUES * len(pending)
+        assert (moved.queues, moved.messages) == (QUEUES + 2, copied)
+        assert moved.backup is not None and moved.backup.name.startswith(f"workers-{before}.old-")
+        if after > 1:
+            # Ids minted at random (one process) or for another count: some need a home.
+            table = read_owner_exceptions(data, after)
+            assert len(table) == moved.exceptions > 0
+            blocked = [BlockedQueues(worker_dir(data, i)).reasons for i in range(after)]
+            assert sum(len(b) for b in blocked) == 1
+        else:
+            assert not (data / OWNER_EXCEPTIONS_FILE).exists()
+            assert BlockedQueues(data).reasons == {blocked_queue.recipient_id: "spam"}
+        with pytest.raises(ConfigError, match=f"workers-move --data-dir {data} --workers "
+                                              f"{before}"):
+            check_worker_count(replace(config, workers=before))
+        async with serving(config, after) as clients:
+            await _check_every_id(clients, queues, notifiers, link, pending)
+            for c in clients:  # its mark went to its home, wherever the SUB lands
+                with pytest.raises(SMPError, match="BLOCKED"):
+                    await c.subscribe(blocked_queue)
+        pending = [b"kept"]
+
+
+def _settings(config: RouterConfig) -> dict[str, object]:
+    return dict(config.store_options or {})
+
+
+@pytest.mark.parametrize("kind", ["memory", "journal", "sqlite"])
+async def test_queues_move_from_one_process_to_two_then_three_then_one(tmp_path, kind):
+    await _move_through_counts(
+        RouterConfig(host="127.0.0.1", port=0, store=kind, data_dir=tmp_path / "d"), tmp_path)
+
+
+def test_the_command_line_moves_and_keeps_the_old_shares(tmp_path, capsys):
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "STORE_KIND").write_text("journal\n")
+    assert main(["workers-move", "--data-dir", str(data), "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "0 queues and 0 messages moved from 1 to 2 workers" in out
+    assert (data / "WORKERS").read_text() == "2\n"
+    assert (data / "worker-1" / "STORE_KIND").read_text() == "journal\n"
+    backups = list(data.glob("workers-1.old-*"))
+    assert len(backups) == 1 and (backups[0] / "STORE_KIND").exists()
+    assert main(["workers-move", "--data-dir", str(data), "--workers", "0"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
