@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 import trio
 from loopback_router import running_router
+from postgres_server import router_store_settings
 
 from router.client import MessageEvent, NotificationEvent, SMPError, open_client
 from router.protocol import (
@@ -164,6 +165,12 @@ def _settings(config: RouterConfig) -> dict[str, object]:
 async def test_queues_move_from_one_process_to_two_then_three_then_one(tmp_path, kind):
     await _move_through_counts(
         RouterConfig(host="127.0.0.1", port=0, store=kind, data_dir=tmp_path / "d"), tmp_path)
+
+
+async def test_a_postgres_router_changes_its_count_with_its_exceptions(tmp_path):
+    data = tmp_path / "d"
+    await _move_through_counts(RouterConfig(
+        host="127.0.0.1", port=0, **router_store_settings("postgres", data)), tmp_path)
 
 
 def test_the_command_line_moves_and_keeps_the_old_shares(tmp_path, capsys):
