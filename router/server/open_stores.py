@@ -22,7 +22,6 @@ from store.journal.storelog import LogCorruptError, StoreLogError
 from store.postgres.opener import DatabaseUnavailable, SchemaLocked, SchemaTooNew
 from store.sqlite.database import DB_FILE
 
-from .core.ownership import ONE_WORKER, Ownership
 from .settings.config import ConfigError, RouterConfig
 
 # A router is normally stopped by cancelling it; closing its stores (the last
@@ -32,17 +31,12 @@ STORE_CLOSE_TIMEOUT = 60.0
 
 @asynccontextmanager
 async def open_router_stores(
-    config: RouterConfig, ownership: Ownership = ONE_WORKER,
+    config: RouterConfig,
 ) -> AsyncIterator[tuple[QueueStore, MessageStore]]:
     stack = AsyncExitStack()
-    settings = config.store_options
-    if ownership.workers > 1 and config.store == "postgres":
-        # The one store every worker shares: each holds the schema with the others
-        # (store/postgres/database.py, docs/workers.md#stores).
-        settings = {**settings, "db_worker": ownership.index}
     try:
         try:
-            options = store_options(config.store, fsync=config.fsync, **settings)
+            options = store_options(config.store, fsync=config.fsync, **config.store_options)
             stores = await stack.enter_async_context(
                 open_stores(config.store, config.data_dir, options)
             )

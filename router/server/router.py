@@ -528,7 +528,7 @@ async def open_router(
     `ownership`, one worker of several (docs/workers.md), whose data directory is its
     share and whose identity is in `identity_dir`."""
     identity = load_or_create_identity(config.data_dir if identity_dir is None else identity_dir)
-    async with open_router_stores(config, ownership) as (queues, messages):
+    async with open_router_stores(config) as (queues, messages):
         if isinstance(messages, MemoryMessageStore):
             messages.max_bytes = config.memory_store_max_bytes
         router = Router(config, identity, queues, messages, ownership)

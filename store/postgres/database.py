@@ -19,10 +19,7 @@ is answered OK unless its transaction committed.
 
 One router per schema: the database holds a session advisory lock keyed by the
 schema's name on a connection of its own for the router's life. A second
-router on the same schema fails to take it and refuses to start. The workers
-of one router (docs/workers.md) share the schema: each holds that lock shared,
-which a router of one process cannot take, and a lock of its worker index
-alone, which a second router's worker of that index cannot. If that
+router on the same schema fails to take it and refuses to start. If that
 connection is lost (the database restarted), the lock is taken again as soon
 as the database answers.
 """
@@ -98,7 +95,7 @@ class PostgresDatabase:
 
     def __init__(
         self, url: str, *, schema: str = DEFAULT_SCHEMA, pool_size: int = DEFAULT_POOL_SIZE,
-        fsync: FsyncPolicy | str = FsyncPolicy.BATCH, worker: int | None = None,
+        fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ValueError(
@@ -112,7 +109,6 @@ class PostgresDatabase:
         self.schema = schema
         self.pool_size = pool_size
         self.fsync = FsyncPolicy.parse(fsync)
-        self.worker = worker  # this router's worker index, if it runs several
         self._limiter = trio.CapacityLimiter(pool_size)
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._lock_conn: psycopg.Connection | None = None
@@ -162,15 +158,10 @@ class PostgresDatabase:
         """Take the schema's lock, trying for `wait` seconds: a router killed a moment ago
         holds it until PostgreSQL notices its connection is gone."""
         deadline = time.monotonic() + wait
-        if self.worker is None:
-            query, params = "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (
-                LOCK_CLASS, self.schema)
-        else:
-            query = ("SELECT pg_try_advisory_lock_shared(%s, hashtext(%s)) "
-                     "AND pg_try_advisory_lock(%s, hashtext(%s))")
-            params = (LOCK_CLASS, self.schema, LOCK_CLASS + 1 + self.worker, self.schema)
         while True:
-            row = conn.execute(query, params).fetchone()
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)
+            ).fetchone()
             if (row and row[0]) or time.monotonic() >= deadline:
                 break
             time.sleep(LOCK_RETRY)

@@ -57,8 +57,6 @@ class PostgresOptions(StoreOptions):
     db_schema: str = DEFAULT_SCHEMA
     db_pool_size: int = DEFAULT_POOL_SIZE
     db_deleted_ttl: int = DEFAULT_DELETED_TTL  # seconds
-    # The index of this router's worker, when it runs several: they share the schema.
-    db_worker: int | None = None
 
 
 @asynccontextmanager
@@ -68,7 +66,7 @@ async def open_postgres_stores(
     """Both stores on the schema `options` name; `store_dir` (if any) gets a note of where."""
     db = PostgresDatabase(
         options.db_connection, schema=options.db_schema, pool_size=options.db_pool_size,
-        fsync=options.fsync, worker=options.db_worker,
+        fsync=options.fsync,
     )
     await db.open()
     try:

@@ -311,31 +311,6 @@ async def test_a_second_store_on_one_schema_is_refused_until_the_first_closes(sc
     await second.close()
 
 
-async def test_the_workers_of_one_router_share_the_schema_and_no_other_router_does(
-        schema, monkeypatch):
-    monkeypatch.setattr("store.postgres.database.LOCK_WAIT", 0.1)
-    url = shared_server().url
-    workers = [PostgresDatabase(url, schema=schema, worker=i) for i in range(2)]
-    for worker in workers:
-        await worker.open()
-    try:
-        # A router of one process, or a second router's worker 0: refused.
-        for other in (PostgresDatabase(url, schema=schema),
-                      PostgresDatabase(url, schema=schema, worker=0)):
-            with pytest.raises(SchemaLocked, match=f"another router uses schema {schema}"):
-                await other.open()
-    finally:
-        for worker in workers:
-            await worker.close()
-    alone = PostgresDatabase(url, schema=schema)
-    await alone.open()
-    try:
-        with pytest.raises(SchemaLocked):
-            await PostgresDatabase(url, schema=schema, worker=1).open()
-    finally:
-        await alone.close()
-
-
 async def test_an_unreachable_database_is_one_clear_error():
     with socket_closed_port() as port:
         db = PostgresDatabase(f"postgresql://smp:secret@127.0.0.1:{port}/smp", schema="x")
