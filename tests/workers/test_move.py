@@ -141,8 +141,9 @@ async def _move_through_counts(config: RouterConfig, tmp_path) -> None:
             # Ids minted at random (one process) or for another count: some need a home.
             table = read_owner_exceptions(data, after)
             assert len(table) == moved.exceptions > 0
-            blocked = [BlockedQueues(worker_dir(data, i)).reasons for i in range(after)]
-            assert sum(len(b) for b in blocked) == 1
+            if config.store != "postgres":  # whose workers keep the directory itself
+                blocked = [BlockedQueues(worker_dir(data, i)).reasons for i in range(after)]
+                assert sum(len(b) for b in blocked) == 1
         else:
             assert not (data / OWNER_EXCEPTIONS_FILE).exists()
             assert BlockedQueues(data).reasons == {blocked_queue.recipient_id: "spam"}

@@ -14,9 +14,9 @@ blocked mark, is written to its home's new share; every service record goes to
 every share, so that each worker finds the certificate's one id. The new layout is
 built in `DIR/workers-move.tmp/`, checked (queues and each queue's messages
 counted), synced, then switched in: the old shares are kept whole in
-`DIR/workers-N.old-<UTC time>/`. The postgres store is shared: nothing is copied,
-but its queues' ids are read for the exceptions, and the blocked marks (kept per
-worker) are moved.
+`DIR/workers-N.old-<UTC time>/`. The postgres store is shared, and its workers
+keep the data directory itself (layout.py): nothing is copied, its queues' ids are
+read for the exceptions, and the count recorded.
 
 The switch is a few renames; `MOVE_MARK` names them before the first, so a start
 in between is refused and the command run again finishes them.
@@ -112,6 +112,9 @@ async def move_workers(
     if from_workers == to_workers:
         return Moved(0, 0, 0, None)
     report = progress or (lambda phase, done, total: None)
+    if (shared_kind := read_store_kind(data_dir)) in SHARED_STORES:
+        return await _move_shared(data_dir, shared_kind, from_workers, to_workers, report,
+                                  settings or {})
     sources = _shares(data_dir, from_workers)
     kind = _kind_of(sources)
     tmp = data_dir / MOVE_TMP
@@ -131,11 +134,7 @@ async def move_workers(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    backup, n = data_dir / f"workers-{from_workers}.old-{stamp}", 1
-    while backup.exists():
-        n += 1
-        backup = data_dir / f"workers-{from_workers}.old-{stamp}-{n}"
+    backup = _backup_dir(data_dir, from_workers)
     write_owner_exceptions(tmp, to_workers, exceptions)
     mark = {
         "from": from_workers, "to": to_workers, "backup": backup.name,
@@ -145,6 +144,16 @@ async def move_workers(
     }
     atomic_write(data_dir / MOVE_MARK, (json.dumps(mark).encode(),))
     return _finish_switch(data_dir)
+
+
+def _backup_dir(data_dir: Path, from_workers: int) -> Path:
+    """`workers-N.old-<UTC time>`, or `-2`, `-3`... after it: never over a backup."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    backup, n = data_dir / f"workers-{from_workers}.old-{stamp}", 1
+    while backup.exists():
+        n += 1
+        backup = data_dir / f"workers-{from_workers}.old-{stamp}-{n}"
+    return backup
 
 
 def _finish_switch(data_dir: Path) -> Moved:
@@ -173,7 +182,6 @@ async def _copy(kind: str, sources: list[Path], targets: list[Path], ownership: 
                 exceptions: dict[bytes, int], report: Progress, settings: dict[str, Any],
                 fsync: FsyncPolicy | str) -> tuple[int, int]:
     """Every queue of `sources` into its home's share of `targets`; (queues, messages)."""
-    shared = kind in SHARED_STORES
     source_options = store_options(kind, fsync=fsync, **settings)
     target_options = store_options(kind, fsync=FsyncPolicy.NEVER, **settings)
     blocked = [BlockedQueues(share) for share in targets]
@@ -181,16 +189,15 @@ async def _copy(kind: str, sources: list[Path], targets: list[Path], ownership: 
     async with AsyncExitStack() as stack:
         srcs: list[Stores] = []
         for share in sources:
-            if read_store_kind(share) is not None and not (shared and srcs):
+            if read_store_kind(share) is not None:
                 srcs.append(await stack.enter_async_context(
                     open_stores(kind, share, source_options)))
         dsts: list[Stores] = []
         for share in targets:
             share.mkdir(mode=0o700, exist_ok=True)
             atomic_write(share / KIND_FILE, (kind.encode() + b"\n",))
-            if not shared:
-                dsts.append(await stack.enter_async_context(
-                    store_opener(kind)(store_dir(share, kind), target_options)))
+            dsts.append(await stack.enter_async_context(
+                store_opener(kind)(store_dir(share, kind), target_options)))
         service_ids = await _copy_services(srcs, dsts)
         total = sum([await src.queues.queue_count() for src in srcs])
         report("queues", 0, total)
@@ -200,8 +207,7 @@ async def _copy(kind: str, sources: list[Path], targets: list[Path], ownership: 
                 home = homes[record.recipient_id] = home_of(record, ownership)
                 for entity_id in exceptions_of(record, home, ownership):
                     exceptions[entity_id] = home
-                if not shared:
-                    n_messages += await _copy_queue(src, dsts[home], record, service_ids)
+                n_messages += await _copy_queue(src, dsts[home], record, service_ids)
                 n_queues += 1
                 if n_queues % 500 == 0 or n_queues == total:
                     report("queues", n_queues, total)
@@ -212,12 +218,44 @@ async def _copy(kind: str, sources: list[Path], targets: list[Path], ownership: 
         for marks, share_reasons in zip(blocked, reasons, strict=True):
             if share_reasons:
                 marks.add_many(share_reasons)
-        if not shared:
-            held = sum([await dst.queues.queue_count() for dst in dsts])
-            if held != n_queues:
-                raise MigrationCheckError(
-                    f"queue count check failed: copied {n_queues}, the new shares hold {held}")
+        held = sum([await dst.queues.queue_count() for dst in dsts])
+        if held != n_queues:
+            raise MigrationCheckError(
+                f"queue count check failed: copied {n_queues}, the new shares hold {held}")
     return n_queues, n_messages
+
+
+async def _move_shared(data_dir: Path, kind: str, from_workers: int, to_workers: int,
+                       report: Progress, settings: dict[str, Any]) -> Moved:
+    """A store every worker shares: only the exceptions change, and the count. The
+    table is written first, for the new count: until the count is, a start of the
+    old one refuses it (owner_exceptions.py) rather than misroutes."""
+    ownership = Ownership(to_workers)
+    exceptions: dict[bytes, int] = {}
+    n_queues = 0
+    async with open_stores(kind, data_dir, store_options(kind, **settings)) as stores:
+        total = await stores.queues.queue_count()
+        report("queues", 0, total)
+        async for record in stores.queues.iter_queues():
+            home = home_of(record, ownership)
+            for entity_id in exceptions_of(record, home, ownership):
+                exceptions[entity_id] = home
+            n_queues += 1
+            if n_queues % 500 == 0 or n_queues == total:
+                report("queues", n_queues, total)
+    backup = _backup_dir(data_dir, from_workers)
+    backup.mkdir(mode=0o700)
+    if (data_dir / OWNER_EXCEPTIONS_FILE).exists():
+        shutil.copy2(data_dir / OWNER_EXCEPTIONS_FILE, backup / OWNER_EXCEPTIONS_FILE)
+    if (data_dir / WORKERS_FILE).exists():
+        shutil.copy2(data_dir / WORKERS_FILE, backup / WORKERS_FILE)
+    write_owner_exceptions(data_dir, to_workers, exceptions)
+    if to_workers > 1:
+        atomic_write(data_dir / WORKERS_FILE, (f"{to_workers}\n".encode(),))
+    else:
+        (data_dir / WORKERS_FILE).unlink(missing_ok=True)
+    fsync_dir(data_dir)
+    return Moved(n_queues, 0, len(exceptions), backup)
 
 
 async def _copy_services(srcs: list[Stores], dsts: list[Stores]) -> dict[bytes, bytes]:
