@@ -34,10 +34,12 @@ from router.server import RouterConfig
 from router.server.cli.main import main
 from router.server.core.blocked import BlockedQueues
 from router.server.settings.config import ConfigError
+from router.server.settings.datadir import lock_data_dir
 from router.server.workers.in_process import workers_in_process
 from router.server.workers.layout import check_worker_count, worker_dir
 from router.server.workers.move import move_workers
 from router.server.workers.owner_exceptions import OWNER_EXCEPTIONS_FILE, read_owner_exceptions
+from store.durability import replace_durably
 
 QUEUES = 10
 
@@ -179,11 +181,43 @@ def test_the_command_line_moves_and_keeps_the_old_shares(tmp_path, capsys):
     data.mkdir()
     (data / "STORE_KIND").write_text("journal\n")
     assert main(["workers-move", "--data-dir", str(data), "--workers", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "0 queues and 0 messages moved from 1 to 2 workers" in out
+    shown = capsys.readouterr()
+    assert "0 queues and 0 messages moved from 1 to 2 workers" in shown.out
+    assert "queues [" in shown.err  # the progress, on stderr
     assert (data / "WORKERS").read_text() == "2\n"
     assert (data / "worker-1" / "STORE_KIND").read_text() == "journal\n"
     backups = list(data.glob("workers-1.old-*"))
     assert len(backups) == 1 and (backups[0] / "STORE_KIND").exists()
     assert main(["workers-move", "--data-dir", str(data), "--workers", "0"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    with lock_data_dir(data):  # as a running router holds it
+        assert main(["workers-move", "--data-dir", str(data), "--workers", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"data directory {data} is in use by process {os.getpid()}" in err
+    assert (data / "WORKERS").read_text() == "2\n"
+
+
+async def test_a_move_cut_short_in_its_switch_is_refused_then_finished(tmp_path, monkeypatch):
+    config = RouterConfig(host="127.0.0.1", port=0, store="journal", data_dir=tmp_path / "d")
+    async with serving(config, 1) as clients:
+        queues, notifiers, link = await _populate(clients)
+    renames = []
+
+    def crash_on_the_third(source, target):
+        if len(renames) == 2:
+            raise OSError("the machine stopped")
+        renames.append(target)
+        replace_durably(source, target)
+
+    monkeypatch.setattr("router.server.workers.move.replace_durably", crash_on_the_third)
+    with pytest.raises(OSError, match="stopped"):
+        await move_workers(config.data_dir, 2)
+    for workers in (1, 2):
+        with pytest.raises(ConfigError, match="in the middle of a move .* finish it with "
+                                              f"smp-router workers-move .* --workers {workers}"):
+            check_worker_count(replace(config, workers=workers))
+    monkeypatch.undo()
+    moved = await move_workers(config.data_dir, 2)
+    assert moved.queues == QUEUES + 1
+    async with serving(config, 2) as clients:
+        await _check_every_id(clients, queues, notifiers, link, [b"before 0", b"before 1"])
