@@ -17,7 +17,15 @@ import trio
 from loopback_router import running_router
 from postgres_server import router_store_settings
 
-from router.client import MessageEvent, NotificationEvent, SMPError, open_client
+from bench.service_client import chain_of_two
+from router.client import (
+    AllReceivedEvent,
+    MessageEvent,
+    NotificationEvent,
+    ServiceCertificate,
+    SMPError,
+    open_client,
+)
 from router.protocol import (
     IDS,
     LGET,
@@ -30,9 +38,11 @@ from router.protocol import (
     encode_transmission,
     pad_block,
 )
+from router.protocol.ids_hash import queue_ids_hash
 from router.server import RouterConfig
 from router.server.cli.main import main
 from router.server.core.blocked import BlockedQueues
+from router.server.core.ownership import Ownership
 from router.server.settings.config import ConfigError
 from router.server.settings.datadir import lock_data_dir
 from router.server.workers.in_process import workers_in_process
@@ -42,6 +52,7 @@ from router.server.workers.owner_exceptions import OWNER_EXCEPTIONS_FILE, read_o
 from store.durability import replace_durably
 
 QUEUES = 10
+SERVICE_QUEUES = 16
 
 
 @asynccontextmanager
@@ -221,3 +232,43 @@ async def test_a_move_cut_short_in_its_switch_is_refused_then_finished(tmp_path,
     assert moved.queues == QUEUES + 1
     async with serving(config, 2) as clients:
         await _check_every_id(clients, queues, notifiers, link, [b"before 0", b"before 1"])
+
+
+async def test_a_services_queues_move_with_its_one_id(tmp_path):
+    """A service of one process (a random id) moved to two workers: each worker finds its
+    record, so its sessions on either keep the id, and one SUBS covers the queues of
+    both homes (docs/workers.md#another-count-of-workers)."""
+    config = RouterConfig(host="127.0.0.1", port=0, store="sqlite", data_dir=tmp_path / "d")
+    # Random ids: the queues' homes are both workers but for a chance of 2 in 65,536.
+    cert = ServiceCertificate(*chain_of_two().files())
+    async with (
+        running_router(store="sqlite", data_dir=config.data_dir) as router,
+        open_client(router.address) as sender,
+    ):
+        async with open_client(router.address, service_cert=cert) as creator:
+            service_id = creator.service_id
+            queues = [await creator.create_queue(snd_secure=False) for _ in range(SERVICE_QUEUES)]
+        for n, queue in enumerate(queues):
+            await sender.send(queue.sender_id, b"waiting %d" % n)
+    await move_workers(config.data_dir, 2)
+    by_id = {q.recipient_id: q for q in queues}
+    table = read_owner_exceptions(config.data_dir, 2)
+    homes = {table.get(q.recipient_id, Ownership(2).owner_of(q.recipient_id)) for q in queues}
+    assert homes == {0, 1}, "every queue in one worker: nothing across workers tested"
+    check_worker_count(replace(config, workers=2))
+    async with workers_in_process(config, 2) as infos:
+        for info in infos:
+            async with open_client(info.address, service_cert=cert) as service:
+                assert service.service_id == service_id
+                for queue in queues:
+                    service.add_queue(queue)
+                assert await service.subscribe_service() == SERVICE_QUEUES
+                assert service.service_figures == (SERVICE_QUEUES, queue_ids_hash(by_id))
+                bodies = set()
+                for _ in range(SERVICE_QUEUES):
+                    event = await _event(service, MessageEvent)
+                    bodies.add(event.body)
+                    if info is infos[-1]:
+                        await service.ack(by_id[event.recipient_id], event.msg_id)
+                assert bodies == {b"waiting %d" % n for n in range(SERVICE_QUEUES)}
+                await _event(service, AllReceivedEvent)
