@@ -16,6 +16,7 @@ import pytest
 import trio
 from loopback_router import running_router
 from postgres_server import router_store_settings
+from supervised import run, supervised
 
 from bench.service_client import chain_of_two
 from router.client import (
@@ -272,3 +273,34 @@ async def test_a_services_queues_move_with_its_one_id(tmp_path):
                         await service.ack(by_id[event.recipient_id], event.msg_id)
                 assert bodies == {b"waiting %d" % n for n in range(SERVICE_QUEUES)}
                 await _event(service, AllReceivedEvent)
+
+
+async def test_the_command_line_moves_a_routers_queues_to_its_workers(tmp_path):
+    """`serve` of one process, `workers-move`, `serve --workers 2`: the workers load the
+    exceptions (a SEND by a sender id of the other worker than its queue's home, from
+    connections landing on either, reaches the queue's subscriber)."""
+    data = tmp_path / "d"
+    async with supervised(data, "--store", "journal", workers=1) as router:
+        async with open_client(router.address) as c:
+            queues = [await c.create_queue(snd_secure=False) for _ in range(QUEUES)]
+            for queue in queues:
+                await c.send(queue.sender_id, b"before")
+    code, out, err = await run("workers-move", "--data-dir", str(data), "--workers", "2")
+    assert code == 0, err
+    assert f"{QUEUES} queues and {QUEUES} messages moved from 1 to 2 workers" in out
+    table = read_owner_exceptions(data, 2)
+    assert any(q.sender_id in table for q in queues)
+    async with supervised(data, "--store", "journal", workers=2) as router:
+        async with AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(open_client(router.address))
+                       for _ in range(4)]
+            for i, queue in enumerate(queues):
+                recipient, sender = clients[i % 4], clients[(i + 1) % 4]
+                await recipient.subscribe(queue)
+                event = await _event(recipient, MessageEvent, queue.recipient_id)
+                assert event.body == b"before"
+                await recipient.ack(queue, event.msg_id)
+                await sender.send(queue.sender_id, b"after")
+                event = await _event(recipient, MessageEvent, queue.recipient_id)
+                assert (event.recipient_id, event.body) == (queue.recipient_id, b"after")
+                await recipient.ack(queue, event.msg_id)
