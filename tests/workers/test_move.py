@@ -225,10 +225,12 @@ async def test_a_move_cut_short_in_its_switch_is_refused_then_finished(tmp_path,
     with pytest.raises(OSError, match="stopped"):
         await move_workers(config.data_dir, 2)
     for workers in (1, 2):
-        with pytest.raises(ConfigError, match="in the middle of a move .* finish it with "
-                                              f"smp-router workers-move .* --workers {workers}"):
+        with pytest.raises(ConfigError, match="in the middle of a move to 2 workers: finish "
+                                              "it with smp-router workers-move .* --workers 2"):
             check_worker_count(replace(config, workers=workers))
     monkeypatch.undo()
+    with pytest.raises(ConfigError, match="finish it first"):
+        await move_workers(config.data_dir, 3)
     moved = await move_workers(config.data_dir, 2)
     assert moved.queues == QUEUES + 1
     async with serving(config, 2) as clients:

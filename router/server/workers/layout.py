@@ -14,6 +14,7 @@ recipient id breaks delivery there too), so it records its count the same way
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,6 +45,17 @@ def recorded_workers(data_dir: Path) -> int | None:
     return int(text)
 
 
+def moving_to(data_dir: Path) -> int | None:
+    """The count a move cut short in its switch was going to (None: no move)."""
+    try:
+        return int(json.loads((data_dir / MOVE_MARK).read_text())["to"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{data_dir / MOVE_MARK} is damaged ({e}): the old shares are "
+                          "in the newest workers-N.old-* directory") from e
+
+
 def check_worker_count(config: RouterConfig) -> None:
     """Refuse (ConfigError, one line) a data directory made for another count of
     workers; record the count in a fresh directory started with several."""
@@ -53,10 +65,11 @@ def check_worker_count(config: RouterConfig) -> None:
     data_dir = config.data_dir
     if data_dir is None:
         return
+    if (moving := moving_to(data_dir)) is not None:
+        raise ConfigError(f"data directory {data_dir} is in the middle of a move to {moving} "
+                          "workers: finish it with "
+                          f"{MOVE_COMMAND.format(data_dir=data_dir, workers=moving)}")
     command = MOVE_COMMAND.format(data_dir=data_dir, workers=config.workers)
-    if (data_dir / MOVE_MARK).exists():
-        raise ConfigError(f"data directory {data_dir} is in the middle of a move to another "
-                          f"count of workers: finish it with {command}")
     recorded = recorded_workers(data_dir)
     held_by_one = recorded is None and (data_dir / KIND_FILE).exists()
     if recorded is None and not held_by_one and config.workers > 1:

@@ -43,7 +43,14 @@ from store.interfaces import QueueRecord, ServiceRecord
 from ..core.blocked import BLOCKED_FILE, BlockedQueues
 from ..core.ownership import Ownership
 from ..settings.config import ConfigError
-from .layout import MOVE_MARK, SHARED_STORES, WORKERS_FILE, recorded_workers, worker_dir
+from .layout import (
+    MOVE_MARK,
+    SHARED_STORES,
+    WORKERS_FILE,
+    moving_to,
+    recorded_workers,
+    worker_dir,
+)
 from .owner_exceptions import OWNER_EXCEPTIONS_FILE, write_owner_exceptions
 
 MOVE_TMP = "workers-move.tmp"
@@ -106,7 +113,10 @@ async def move_workers(
     by the caller). `settings`: the store kind's (postgres: where its database is)."""
     if to_workers < 1:
         raise ConfigError(f"--workers must be at least 1, not {to_workers}")
-    if (data_dir / MOVE_MARK).exists():
+    if (moving := moving_to(data_dir)) is not None:
+        if moving != to_workers:
+            raise ConfigError(f"data directory {data_dir} is in the middle of a move to "
+                              f"{moving} workers: finish it first (--workers {moving})")
         return _finish_switch(data_dir)
     from_workers = found_workers(data_dir)
     if from_workers == to_workers:
