@@ -207,6 +207,16 @@ def test_the_command_line_moves_and_keeps_the_old_shares(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"data directory {data} is in use by process {os.getpid()}" in err
     assert (data / "WORKERS").read_text() == "2\n"
+    # A memory store whose last run did not save: refused in one line, nothing moved.
+    unsaved = tmp_path / "unsaved"
+    (unsaved / "memory-store").mkdir(parents=True)
+    (unsaved / "STORE_KIND").write_text("memory\n")
+    (unsaved / "memory-store" / "snapshot.reserve").write_bytes(b"")
+    assert main(["workers-move", "--data-dir", str(unsaved), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "did not finish saving" in err and err.count("\n") == 1
+    assert sorted(p.name for p in unsaved.iterdir()) == ["STORE_KIND", "memory-store",
+                                                         "router.lock"]
 
 
 async def test_a_move_cut_short_in_its_switch_is_refused_then_finished(tmp_path, monkeypatch):

@@ -7,9 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from store import SnapshotError
+from store.interfaces import StoreError
+from store.journal.storelog import StoreLogError
 from store.postgres.opener import DatabaseUnavailable, SchemaLocked, SchemaTooNew
 
-from ..settings.config import ConfigError
+from ..settings.config import ConfigError, StartupError
 from ..settings.config_file import LOG_LEVELS
 from ..workers.move import found_workers, move_workers
 from .database import add_database_flags
@@ -46,6 +49,8 @@ async def workers_move(args: argparse.Namespace) -> None:
         raise ConfigError(str(e)) from e
     except (DatabaseUnavailable, SchemaLocked, SchemaTooNew) as e:
         raise ConfigError(f"cannot open the postgres store: {e}") from e
+    except (SnapshotError, StoreLogError, StoreError) as e:
+        raise StartupError(f"cannot read the stores of {data_dir}: {e}") from e
     finally:
         bar.close()
     if moved.backup is None:

@@ -110,7 +110,8 @@ async def move_workers(
     settings: dict[str, Any] | None = None, fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
 ) -> Moved:
     """Move the directory's queues to `to_workers` workers (the directory's lock held
-    by the caller). `settings`: the store kind's (postgres: where its database is)."""
+    by the caller). `settings`: the postgres store's (where its database is), if it
+    is one; the embedded kinds need none."""
     if to_workers < 1:
         raise ConfigError(f"--workers must be at least 1, not {to_workers}")
     if (moving := moving_to(data_dir)) is not None:
@@ -136,10 +137,8 @@ async def move_workers(
     try:
         counts = (0, 0)
         if kind is not None:
-            counts = await _copy(kind, sources, targets, ownership, exceptions, report,
-                                 settings or {}, fsync)
-        if kind is not None and kind not in SHARED_STORES and (
-                FsyncPolicy.parse(fsync) is not FsyncPolicy.NEVER):
+            counts = await _copy(kind, sources, targets, ownership, exceptions, report, fsync)
+        if kind is not None and FsyncPolicy.parse(fsync) is not FsyncPolicy.NEVER:
             await trio.to_thread.run_sync(sync_tree, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -189,11 +188,12 @@ def _finish_switch(data_dir: Path) -> Moved:
 
 
 async def _copy(kind: str, sources: list[Path], targets: list[Path], ownership: Ownership,
-                exceptions: dict[bytes, int], report: Progress, settings: dict[str, Any],
+                exceptions: dict[bytes, int], report: Progress,
                 fsync: FsyncPolicy | str) -> tuple[int, int]:
-    """Every queue of `sources` into its home's share of `targets`; (queues, messages)."""
-    source_options = store_options(kind, fsync=fsync, **settings)
-    target_options = store_options(kind, fsync=FsyncPolicy.NEVER, **settings)
+    """Every queue of `sources` into its home's share of `targets`; (queues, messages).
+    Written unsynced (the caller syncs the whole copy once, before the switch)."""
+    source_options = store_options(kind, fsync=fsync)
+    target_options = store_options(kind, fsync=FsyncPolicy.NEVER)
     blocked = [BlockedQueues(share) for share in targets]
     n_queues = n_messages = 0
     async with AsyncExitStack() as stack:
