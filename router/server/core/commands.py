@@ -323,10 +323,9 @@ class Commands:
         if type(cmd) is LDEL:
             return _reply(verified, await queues.delete_link(_queue(verified).recipient_id) or _OK)
         if queue is not None and not self._context.ownership.owns(queue.recipient_id):
-            # LGET / LKEY are asked of every worker; a store shared by the workers
-            # (postgres) has every queue, but only its owner answers for it
-            # (docs/workers.md#a-contact-queues-link-id).
-            return _reply(verified, AUTH)
+            # asked of every worker (docs/workers.md#a-contact-queues-link-id): a shared
+            # store (PostgreSQL) finds every worker's queues, only the owner answers
+            queue = None
         if type(cmd) is LKEY:
             # Verified with the key it installs (dispatch.py); messaging queues only.
             if queue is None or queue.queue_mode != b"M":
