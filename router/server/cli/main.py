@@ -40,6 +40,7 @@ import sys
 from argparse import SUPPRESS
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -63,6 +64,7 @@ from ..settings.config_file import (
 )
 from ..settings.datadir import lock_data_dir
 from ..workers.layout import check_worker_count
+from ..workers.owner_exceptions import with_owner_exceptions
 from ..workers.seat import label_log_records, seat_from_environment
 from ..workers.supervisor import supervise
 from .check import config_check
@@ -172,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             seat = seat_from_environment() if args.command == "serve" else None
             if seat is not None:  # the supervisor holds the lock and checked the directory
                 label_log_records(seat.index)
+                seat = replace(seat, ownership=with_owner_exceptions(seat.ownership,
+                                                                     config.data_dir))
                 trio.run(serve, config, _reloader(args), seat)
                 return EXIT_OK
             with lock_data_dir(config.data_dir) if config.data_dir is not None else nullcontext():

@@ -21,7 +21,6 @@ from ..settings.config import (
 )
 from ..workers.handoff import Handoff, group_of_supervisor
 from ..workers.layout import worker_config
-from ..workers.owner_exceptions import with_owner_exceptions
 from ..workers.seat import WorkerSeat, stop_when_supervisor_gone
 from .lifecycle import SIGNALS, Reload, Reloaded, run_until_stopped
 
@@ -36,12 +35,11 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
             if seat is None:
                 info: RouterInfo = await nursery.start(serve_router, config)
             else:
-                ownership = with_owner_exceptions(seat.ownership, config.data_dir)
-                handoff = Handoff(ownership, group_of_supervisor(os.getppid()))
+                handoff = Handoff(seat.ownership, group_of_supervisor(os.getppid()))
                 await nursery.start(handoff.run)
                 info = await nursery.start(partial(
-                    serve_router, worker_config(config, ownership),
-                    ownership=ownership, listening=seat.listening_socket(),
+                    serve_router, worker_config(config, seat.ownership),
+                    ownership=seat.ownership, listening=seat.listening_socket(),
                     identity_dir=config.data_dir, prepare=handoff.install,
                 ))
                 nursery.start_soon(stop_when_supervisor_gone, nursery.cancel_scope)
