@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields, replace
 from functools import partial
 from itertools import count
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 import trio
@@ -74,6 +74,9 @@ from .ops.memory import MemoryCensus
 from .ops.metrics import serve_metrics
 from .ops.statslog import StatsLog
 from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig, os_error_reason
+
+if TYPE_CHECKING:
+    from .workers.admission import SharedAdmission
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +123,7 @@ class Router:
         self.counters = Counters()
         self.latencies = Latencies()
         self.connections: dict[int, Connection] = {}
+        self.shadows = 0  # of `connections`, other workers' clients (serve_shadow)
         self._ids = count(1)
         self.gate = SuspendGate()  # closed by the control port's suspend
         self.listener: Suspendable | None = None  # the listener, once it is accepting
@@ -357,12 +361,14 @@ class Router:
             transport.scope = scope  # type: ignore[attr-defined]
             conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
             self.connections[conn.id] = conn
+            self.shadows += 1
             client = self.subscriptions.open(conn)
             try:
                 await conn.run(serving, client, scope, self._background)
             except TransportClosed:
                 pass
             finally:
+                self.shadows -= 1
                 self.subscriptions.forget(client)
                 self.proxy.forget(conn.id)
                 self.connections.pop(conn.id, None)
@@ -477,7 +483,8 @@ class Router:
 
     def statistics(self) -> RouterStatistics:
         return self.counters.snapshot(
-            connections=len(self.connections),
+            # another worker's clients served here (workers/handoff.py) are not counted
+            connections=len(self.connections) - self.shadows,
             subscriptions=len(self.subscriptions),
             pending_deliveries=self.subscriptions.pending_deliveries(),
             proxy_connections=len(self.relays),
@@ -553,12 +560,14 @@ async def serve_router(
     listening: socket.socket | None = None,
     identity_dir: Path | None = None,
     prepare: Callable[[Router], None] | None = None,
+    shared_admission: SharedAdmission | None = None,
     task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router on `config.host:config.port` until cancelled; `info_page`
     answers a plain GET of "/". A worker of several (docs/workers.md) is given its
-    `ownership`, the `listening` socket its supervisor bound and the `identity_dir`;
-    `prepare` is called with the router before its listener accepts."""
+    `ownership`, the `listening` socket its supervisor bound, the `identity_dir` and
+    the router's `shared_admission`; `prepare` is called with the router before its
+    listener accepts."""
     tls = listener_tls(config)
     async with (
         open_router(config, ownership, identity_dir) as router,
@@ -572,6 +581,7 @@ async def serve_router(
                 serve_edge, router.serve_transport, config.host, config.port,
                 hook=router.request_hook, limits=config.edge_limits(), tls=tls,
                 identity_tls=identity_tls_context(router.identity), listening=listening,
+                shared_admission=shared_admission,
             ))
         router.listener = listener
         router.tls = tls

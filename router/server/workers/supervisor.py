@@ -27,8 +27,12 @@ import trio
 from ..core.ownership import Ownership
 from ..edge.identity import load_or_create_identity
 from ..edge.listen import naming_address
-from ..edge.listener import bind_listening_socket
+from ..edge.admission import AdmissionLimits
+from ..edge.listener import bind_listening_socket, connection_cap
 from ..settings.config import RouterConfig, StartupError
+from .admission import serve_admission
+from .handoff import group_of_supervisor
+from .operator import SupervisedRouter, start_router_ports
 from .seat import WORKER_ENV, WorkerSeat
 
 log = logging.getLogger("smp-router")
@@ -188,6 +192,10 @@ async def supervise(
                 for i in range(config.workers)
             ]
             async with trio.open_nursery() as nursery:
+                # The router's caps on connections, asked by every worker (admission.py).
+                group = group_of_supervisor(os.getpid())
+                admission = await nursery.start(serve_admission, group,
+                                                router_admission_limits(config))
                 for worker in workers:
                     nursery.start_soon(worker.keep_running)
                 for worker in workers:
@@ -198,11 +206,23 @@ async def supervise(
                     raise failure
                 log.info("%d workers serving, pids %s", len(workers),
                          " ".join(str(w.process.pid) for w in workers if w.process))
+                await start_router_ports(nursery,
+                                         SupervisedRouter(config, group, workers, admission))
                 print(workers[0].ready_line, flush=True)
                 nursery.start_soon(_end_when_all_ended, workers, nursery.cancel_scope)
                 await _answer_signals(signals, workers, reload)
                 await _stop_all(workers)
                 nursery.cancel_scope.cancel()
+
+
+def router_admission_limits(config: RouterConfig) -> AdmissionLimits:
+    """The listener's caps for the router as a whole: its total of connections at most
+    what the workers' descriptor limits allow together."""
+    limits = config.edge_limits()
+    return AdmissionLimits(
+        limits.max_pending, limits.max_pending_per_address,
+        min(limits.max_connections, config.workers * connection_cap(limits)),
+        limits.max_connections_per_address)
 
 
 async def _stop_all(workers: list[WorkerProcess]) -> None:
