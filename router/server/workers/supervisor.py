@@ -25,9 +25,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import trio
 
 from ..core.ownership import Ownership
+from ..edge.admission import AdmissionLimits
 from ..edge.identity import load_or_create_identity
 from ..edge.listen import naming_address
-from ..edge.admission import AdmissionLimits
 from ..edge.listener import bind_listening_socket, connection_cap
 from ..settings.config import RouterConfig, StartupError
 from .admission import serve_admission
