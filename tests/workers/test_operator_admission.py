@@ -111,21 +111,28 @@ async def test_a_per_address_cap_holds_whichever_worker_accepts(tmp_path):
                 (listed,) = await control(r.control_port, "clients")
                 if set(workers_of(listed)) == {0, 1}:
                     break
-                async with open_client(r.address):
-                    pass  # a connection more: it may land on the other worker
+                # One more in its place: it may land on the other worker.
+                await clients.pop().aclose()
+                await wait_admitted(r.metrics_port, cap - 1)
+                clients.append(await stack.enter_async_context(open_client(r.address)))
             else:
                 raise AssertionError(f"every connection landed on one worker: {listed}")
             # Each worker holds fewer than the cap: the cap is the router's.
             for _ in range(4):
                 assert await refused_answer(port) == "too many connections from this address"
             await clients[0].aclose()
-            with trio.fail_after(30):
-                while True:
-                    _, page = await http_get(r.metrics_port, "/metrics")
-                    if sample(page.decode(), "smp_router_admitted_connections") == cap - 1:
-                        break
-                    await trio.sleep(0.05)
+            await wait_admitted(r.metrics_port, cap - 1)
             assert await refused_answer(port) == "200"
+
+
+async def wait_admitted(metrics_port: int, count: int) -> None:
+    """Until the router's caps count `count` open connections."""
+    with trio.fail_after(30):
+        while True:
+            _, page = await http_get(metrics_port, "/metrics")
+            if sample(page.decode(), "smp_router_admitted_connections") == count:
+                return
+            await trio.sleep(0.05)
 
 
 async def test_the_pending_pool_is_one_for_the_router(tmp_path):

@@ -30,6 +30,7 @@ import trio
 
 from ..edge.admission import Admission, AdmissionLimits, Refused, Ticket
 from ..edge.block_stream import STREAM_GONE
+from ..edge.listener import EVICTION_LOG_INTERVAL
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +61,23 @@ class _WorkerTicket(Ticket):
     def evict(self) -> None:
         super().evict()
         self.link.tell(f"X {self.ticket_id}")
+        self.link.admission.log_eviction()
 
 
 class RouterAdmission(Admission):
+    last_eviction_log = -math.inf
+
     def _new_ticket(self, key: str) -> Ticket:
         return _WorkerTicket(self, key)
+
+    def log_eviction(self) -> None:
+        now = trio.current_time()
+        if now - self.last_eviction_log >= EVICTION_LOG_INTERVAL:
+            self.last_eviction_log = now
+            log.warning(
+                "the pool of connections being opened is full (%d): the most represented "
+                "address's oldest ones are dropped for newcomers (%d so far)",
+                self.limits.max_pending, self.evicted + 1)
 
 
 class _WorkerLink:
