@@ -5,6 +5,7 @@ reaches the workers it concerns, and the metrics add up."""
 from __future__ import annotations
 
 import re
+import signal
 
 import trio
 from operated import ADMIN, control, http_get, operated, queue_id_text, sample, workers_of
@@ -42,7 +43,7 @@ async def test_one_control_port_speaks_for_both_workers(tmp_path):
         assert memory[0] == "worker 0:" and "worker 1:" in memory
         assert unknown == ["error: no such queue"]
         pids = [int(pid) for pid in re.search(r"pids ([\d ]+)", r.log())[1].split()]
-        (drain,) = await control(r.control_port, "drain 0.2")
+        (drain,) = await control(r.control_port, "drain 0")
         assert drain[0].startswith("ok: draining")
         with trio.fail_after(30):
             assert await r.process.wait() == 0  # every worker drained, none started again
@@ -109,3 +110,23 @@ def test_pages_are_added_up_but_for_the_gauges_that_are_not_sums():
     assert "simplex_smp_queues_total1 4.0" in merge_expositions(
         [shared + "simplex_smp_queues_total1 4\n", shared + "simplex_smp_queues_total1 3\n"],
         shared_store=True)
+
+
+async def test_sighup_gives_the_supervisors_ports_the_new_passwords(tmp_path):
+    async with operated(tmp_path, "--store", "memory") as r:
+        config = tmp_path / "r.ini"
+        config.write_text(config.read_text().replace(f"= {ADMIN}", "= changed"))
+        r.process.send_signal(signal.SIGHUP)
+        with trio.fail_after(30):
+            while "SIGHUP: passed on to 2 workers" not in r.log():
+                await trio.sleep(0.05)
+        stream = await trio.open_tcp_stream("127.0.0.1", r.control_port)
+        async with stream:
+            await stream.send_all(b"auth changed\nquit\n")
+            data = b""
+            with trio.fail_after(30):
+                while chunk := await stream.receive_some(4096):
+                    data += chunk
+        assert data.decode().splitlines() == ["Current role is admin"]
+        status, _ = await http_get(r.metrics_port, "/connz", {"Authorization": "Bearer changed"})
+        assert status == 200

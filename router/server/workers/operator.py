@@ -30,7 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
@@ -46,6 +46,7 @@ from ..edge.listen import bound_port, open_listeners
 from ..ops.control import (
     COMMANDS,
     CONTROL_HOST,
+    MAX_DRAIN_PERIOD,
     ControlSession,
     Handler,
     Role,
@@ -100,6 +101,12 @@ class SupervisedRouter:
     @property
     def count(self) -> int:
         return len(self.workers)
+
+    def reload_passwords(self, new: RouterConfig) -> None:
+        """SIGHUP: the control port's passwords of `new`, as one process takes them
+        (router.py, LIVE_SETTINGS); the other settings of the ports need a restart."""
+        self.config = replace(self.config, control_admin_password=new.control_admin_password,
+                              control_user_password=new.control_user_password)
 
     async def ask(self, index: int, request: str) -> bytes | None:
         """Worker `index`'s answer to `request`; None if it cannot answer now."""
@@ -230,14 +237,26 @@ async def _clients(session: ControlSession, args: list[str]) -> list[str]:
 
 async def _drain(session: ControlSession, args: list[str]) -> list[str]:
     router: SupervisedRouter = session.router  # type: ignore[assignment]
+    if _drain_period_given(args):
+        # Before the workers hear of it: one drained at once ends at once, and is not a
+        # death to start again from.
+        for worker in router.workers:
+            worker.stopping = True
+        log.info("control port: drain passed on to %d workers", router.count)
     answers = await _control_everywhere(router, " ".join(["drain", *args]))
     if isinstance(answers, str):
         return [answers]
-    if any(refusal(answer) is None for answer in answers):
-        for worker in router.workers:
-            worker.stopping = True  # a drained worker ends, and is not started again
-        log.info("control port: drain passed on to %d workers", router.count)
     return _one_answer(answers)
+
+
+def _drain_period_given(args: list[str]) -> bool:
+    """Whether the workers will take `drain ARGS` (else each answers its usage error)."""
+    if len(args) > 1:
+        return False
+    try:
+        return not args or 0 <= float(args[0]) <= MAX_DRAIN_PERIOD
+    except ValueError:
+        return False
 
 
 async def _memory(session: ControlSession, args: list[str]) -> list[str]:

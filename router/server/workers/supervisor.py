@@ -206,11 +206,11 @@ async def supervise(
                     raise failure
                 log.info("%d workers serving, pids %s", len(workers),
                          " ".join(str(w.process.pid) for w in workers if w.process))
-                await start_router_ports(nursery,
-                                         SupervisedRouter(config, group, workers, admission))
+                operated = SupervisedRouter(config, group, workers, admission)
+                await start_router_ports(nursery, operated)
                 print(workers[0].ready_line, flush=True)
                 nursery.start_soon(_end_when_all_ended, workers, nursery.cancel_scope)
-                await _answer_signals(signals, workers, reload)
+                await _answer_signals(signals, workers, reload, operated)
                 await _stop_all(workers)
                 nursery.cancel_scope.cancel()
 
@@ -242,14 +242,19 @@ async def _end_when_all_ended(workers: list[WorkerProcess], scope: trio.CancelSc
 async def _answer_signals(
     signals: AsyncIterator[int], workers: list[WorkerProcess],
     reload: Callable[[], object],
+    operated: SupervisedRouter | None = None,
 ) -> None:
     """Pass each signal on to every worker; return on a stop signal."""
     async for signum in signals:
         if signum == RELOAD_SIGNAL:
             try:
-                reload()  # the supervisor's own log file, opened again
+                reloaded = reload()  # the supervisor's own log file, opened again
             except Exception as e:  # noqa: BLE001 - each worker logs the error itself
                 log.error("SIGHUP: the supervisor's log was not reopened: %s", e)
+            else:
+                new = getattr(reloaded, "config", None)
+                if operated is not None and isinstance(new, RouterConfig):
+                    operated.reload_passwords(new)
             log.info("SIGHUP: passed on to %d workers", len(workers))
         elif signum == DRAIN_SIGNAL:
             log.info("draining on SIGUSR2: passed on to %d workers", len(workers))
