@@ -9,7 +9,7 @@ import signal
 
 import trio
 from operated import ADMIN, control, http_get, operated, queue_id_text, sample, workers_of
-from supervised import alive
+from supervised import alive, run
 
 from router.client import open_client
 from router.server.workers.operator import merge_expositions
@@ -130,3 +130,15 @@ async def test_sighup_gives_the_supervisors_ports_the_new_passwords(tmp_path):
         assert data.decode().splitlines() == ["Current role is admin"]
         status, _ = await http_get(r.metrics_port, "/connz", {"Authorization": "Bearer changed"})
         assert status == 200
+
+
+async def test_smp_router_control_speaks_to_the_router_of_two_workers(tmp_path):
+    async with operated(tmp_path, "--store", "memory") as r:
+        async with open_client(r.address):
+            code, out, err = await run("control", "--config", str(tmp_path / "r.ini"),
+                                       "--port", str(r.control_port), "stats")
+            assert (code, err) == (0, "")
+            assert out.splitlines()[0] == "workers: 2" and "connections: 1\n" in out
+            code, out, err = await run("control", "--config", str(tmp_path / "r.ini"),
+                                       "--port", str(r.control_port), "status AAAA")
+            assert code == 1 and "error: no such queue" in err
