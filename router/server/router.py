@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields, replace
 from functools import partial
 from itertools import count
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import trio
@@ -58,6 +58,7 @@ from .core.relays import Destination, RelayLimits, Relays
 from .core.services import Services
 from .core.serving import ClientServing
 from .core.subscriptions import ClientSubscriptions, Event, Subscriptions
+from .edge.admission import SharedCaps
 from .edge.block_stream import BlockStream, TransportClosed
 from .edge.encrypted import EncryptedTransport
 from .edge.gate import GatedTransport, Suspendable, SuspendGate
@@ -74,9 +75,6 @@ from .ops.memory import MemoryCensus
 from .ops.metrics import serve_metrics
 from .ops.statslog import StatsLog
 from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig, os_error_reason
-
-if TYPE_CHECKING:
-    from .workers.admission import SharedAdmission
 
 log = logging.getLogger(__name__)
 
@@ -560,7 +558,7 @@ async def serve_router(
     listening: socket.socket | None = None,
     identity_dir: Path | None = None,
     prepare: Callable[[Router], None] | None = None,
-    shared_admission: SharedAdmission | None = None,
+    shared_admission: SharedCaps | None = None,
     task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router on `config.host:config.port` until cancelled; `info_page`

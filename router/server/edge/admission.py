@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -155,3 +156,21 @@ class Admission:
         else:
             del self._open_by_key[ticket.key]
         self.open -= 1
+
+
+class AdmittedConnection(Protocol):
+    """What the listener uses of a ticket (`Ticket`, or a worker's of the router's caps)."""
+
+    @property
+    def scope(self) -> trio.CancelScope: ...
+
+    def established(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SharedCaps(Protocol):
+    """The router's caps kept outside this process (a worker's supervisor's:
+    workers/admission.py), asked after this process's own `Admission` admitted."""
+
+    async def admit(self, key: str, local: Ticket) -> AdmittedConnection: ...

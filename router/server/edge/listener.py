@@ -46,7 +46,6 @@ import socket
 import ssl
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 import trio
 from OpenSSL import SSL
@@ -56,7 +55,14 @@ from websockets.server import ServerProtocol
 from router.protocol.handshake import web_challenge
 
 from ..settings.edge_limits import EdgeLimits
-from .admission import Admission, AdmissionLimits, Refused, Ticket, address_key
+from .admission import (
+    Admission,
+    AdmissionLimits,
+    AdmittedConnection,
+    Refused,
+    SharedCaps,
+    address_key,
+)
 from .block_stream import STREAM_GONE, BlockStream
 from .http import (
     ACCEPT_WEBSOCKET,
@@ -71,9 +77,6 @@ from .http import (
 )
 from .native_tls import NativeEdge, TlsBlockTransport
 from .websocket import Keepalive, WebSocketTransport, end_framing, framing, new_framing
-
-if TYPE_CHECKING:
-    from ..workers.admission import SharedAdmission, SharedTicket
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +123,7 @@ class EdgeListener:
         limits: EdgeLimits,
         tls: ssl.SSLContext | None,
         identity_tls: SSL.Context | None = None,
-        shared_admission: SharedAdmission | None = None,
+        shared_admission: SharedCaps | None = None,
     ) -> None:
         self._listener = listener
         self._handler = handler
@@ -239,9 +242,10 @@ class EdgeListener:
         evicted = self.admission.evicted
         key = address_key(remote_host)
         try:
-            ticket: Ticket | SharedTicket = self.admission.admit(key)
+            local = self.admission.admit(key)
+            ticket: AdmittedConnection = local
             if self._shared is not None:
-                ticket = await self._shared.admit(key, ticket)
+                ticket = await self._shared.admit(key, local)
         except Refused as refusal:
             await self._refuse(stream, str(refusal))
             return
@@ -386,7 +390,7 @@ async def serve_edge(
     tls: ssl.SSLContext | None = None,
     identity_tls: SSL.Context | None = None,
     listening: socket.socket | None = None,
-    shared_admission: SharedAdmission | None = None,
+    shared_admission: SharedCaps | None = None,
     task_status: trio.TaskStatus[EdgeListener] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on `host:port` (0: a free port) until cancelled; reports the `EdgeListener`

@@ -31,7 +31,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -69,9 +69,6 @@ from ..settings.config import RouterConfig
 from .layout import SHARED_STORES
 from .operations import operations_address
 
-if TYPE_CHECKING:
-    from .supervisor import WorkerProcess
-
 log = logging.getLogger("smp-router")
 
 ASK_TIMEOUT = 60.0  # seconds a worker has to answer (a fresh memory census takes a while)
@@ -87,6 +84,10 @@ _STORE_WIDE_METRICS = frozenset({"simplex_smp_queues_total1"})
 _STORE_WIDE_STATS = frozenset({"queues_stored"})
 
 
+class Stoppable(Protocol):
+    stopping: bool  # its end is not a death to start it again from (supervisor.py)
+
+
 @dataclass
 class SupervisedRouter:
     """What the supervisor's operation ports act on: the configuration (passwords,
@@ -94,7 +95,7 @@ class SupervisedRouter:
 
     config: RouterConfig
     group: str
-    workers: Sequence[WorkerProcess]
+    workers: Sequence[Stoppable]
     admission: Admission | None = None  # the router's caps on connections (admission.py)
     started: float = field(default_factory=time.monotonic)
 
