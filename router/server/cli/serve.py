@@ -49,7 +49,8 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
                     identity_dir=config.data_dir, prepare=handoff.install,
                     shared_admission=admission,
                 ))
-                await nursery.start(serve_operations, info.router, group, seat.index)
+                await nursery.start(partial(serve_operations, info.router, group, seat.index,
+                                            metrics=config.metrics_port is not None))
                 nursery.start_soon(stop_when_supervisor_gone, nursery.cancel_scope)
                 reload = _worker_reload(reload, seat)
             show_information(info)

@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import struct
+from contextlib import AsyncExitStack
 
 import trio
 
@@ -41,22 +42,25 @@ def operations_address(group: str, index: int) -> bytes:
 
 
 async def serve_operations(
-    router: OperatedRouter, group: str, index: int,
-    *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    router: OperatedRouter, group: str, index: int, *, metrics: bool,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Answer the supervisor's requests about this worker until cancelled."""
+    """Answer the supervisor's requests about this worker until cancelled; its metrics
+    pages only if the router has a metrics port (making them counts the stored queues)."""
     listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with listener:
         await listener.bind(operations_address(group, index))
         listener.listen(16)
-        async with open_pages(router) as pages, trio.open_nursery() as nursery:
+        async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+            pages = await stack.enter_async_context(open_pages(router)) if metrics else None
             task_status.started()
             while True:
                 sock, _ = await listener.accept()
                 nursery.start_soon(_answer, router, pages, sock)
 
 
-async def _answer(router: OperatedRouter, pages: Pages, sock: trio.socket.SocketType) -> None:
+async def _answer(router: OperatedRouter, pages: Pages | None,
+                  sock: trio.socket.SocketType) -> None:
     _pid, uid, _gid = _PEERCRED.unpack(
         sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
     stream = trio.SocketStream(sock)
@@ -76,14 +80,14 @@ async def _answer(router: OperatedRouter, pages: Pages, sock: trio.socket.Socket
             log.exception("an operations request failed")
 
 
-async def answer(router: OperatedRouter, pages: Pages, request: str) -> bytes:
+async def answer(router: OperatedRouter, pages: Pages | None, request: str) -> bytes:
     kind, _, rest = request.partition(" ")
     if kind == "control":
         session = ControlSession(router)
         session.role = Role.ADMIN
         lines = await session.execute(rest)
         return "".join(f"{line}\n" for line in lines).encode()
-    if kind == "page":
+    if kind == "page" and pages is not None:
         method, _, target = rest.partition(" ")
         status, body, content_type = await pages.page(method, target, lambda: True)
         return f"{status}\n{content_type}\n".encode() + body
