@@ -49,9 +49,16 @@ async def test_one_control_port_speaks_for_both_workers(tmp_path):
             assert suspend == ["ok: suspended (no new clients, no commands read, no deliveries)"]
             assert resume == ["ok: resumed"]
             assert await a.get(queue) is not None  # resumed in both
-        memory, unknown = await control(r.control_port, "memory", "status AAAA")
+        memory, unknown, save, listed, delete, deleted = await control(
+            r.control_port, "memory", "status AAAA", "save", "help", f"delete {text}",
+            f"status {text}")
         assert memory[0] == "worker 0:" and "worker 1:" in memory
         assert unknown == ["error: no such queue"]
+        # Each worker saves its own share: the queue in one, none in the other.
+        assert [line[:20] for line in save] == ["worker 0: ok: saved ", "worker 1: ok: saved "]
+        assert sorted(int(line.split()[4]) for line in save) == [0, 1]
+        assert "drain (admin role)" in listed and "stats (user role)" in listed
+        assert delete == ["ok"] and deleted == ["error: no such queue"]
         pids = [int(pid) for pid in re.search(r"pids ([\d ]+)", r.log())[1].split()]
         (drain,) = await control(r.control_port, "drain 0")
         assert drain[0].startswith("ok: draining")
