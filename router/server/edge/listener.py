@@ -249,6 +249,9 @@ class EdgeListener:
         except Refused as refusal:
             await self._refuse(stream, str(refusal))
             return
+        except BaseException:  # cancelled while the router's caps were asked
+            stream.socket.close()
+            raise
         if self.admission.evicted != evicted:
             self._log_eviction()
         # Not `with framing()`: the context manager would be one more object kept for

@@ -191,12 +191,13 @@ class SharedTicket:
     cap on this process's descriptors, the connection's cancel scope) and the
     supervisor's count of it."""
 
-    __slots__ = ("_local", "_shared", "ticket_id")
+    __slots__ = ("_local", "_shared", "ticket_id", "_open")
 
     def __init__(self, local: Ticket, shared: SharedAdmission, ticket_id: int) -> None:
         self._local = local
         self._shared = shared
         self.ticket_id = ticket_id
+        self._open = True
 
     @property
     def scope(self) -> trio.CancelScope:
@@ -209,15 +210,18 @@ class SharedTicket:
     def established(self) -> None:
         if self._local.pending:
             self._local.established()
+            self._shared.pending.pop(self.ticket_id, None)
             self._shared.tell(f"E {self.ticket_id}")
 
     def close(self) -> None:
         self.established()
         self._local.close()
-        if self._shared.tickets.pop(self.ticket_id, None) is not None:
+        if self._open:
+            self._open = False
             self._shared.tell(f"C {self.ticket_id}")
 
     def evict(self) -> None:
+        self._shared.pending.pop(self.ticket_id, None)
         self._local.evict()
 
 
@@ -236,7 +240,8 @@ class SharedAdmission:
         self._group = group
         self._ids = count(1)
         self._asks: dict[int, _Ask] = {}
-        self.tickets: dict[int, SharedTicket] = {}
+        # the pending ones, which the supervisor may evict (established ones are not kept)
+        self.pending: dict[int, SharedTicket] = {}
         self._send, self._lines = trio.open_memory_channel[str](math.inf)
         self._gone = False
 
@@ -263,7 +268,9 @@ class SharedAdmission:
         if ask.refusal is not None:
             local.close()
             raise Refused(ask.refusal)
-        ticket = self.tickets[ticket_id] = SharedTicket(local, self, ticket_id)
+        ticket = SharedTicket(local, self, ticket_id)
+        if local.pending:
+            self.pending[ticket_id] = ticket
         return ticket
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -287,7 +294,7 @@ class SharedAdmission:
         text_id, _, reason = rest.partition(" ")
         ticket_id = int(text_id)
         if kind == "X":  # the router's full pool drops this pending connection
-            ticket = self.tickets.get(ticket_id)
+            ticket = self.pending.get(ticket_id)
             if ticket is not None:
                 ticket.evict()
             return
