@@ -91,6 +91,11 @@ async def test_one_metrics_page_adds_up_both_workers(tmp_path):
             assert sample(page, "simplex_smp_info" + '{version="' + re.search(
                 r'simplex_smp_info\{version="([^"]*)"\}', page)[1] + '"}') == 1
             assert page.count("# TYPE simplex_smp_queues_created counter") == 1
+            types = re.findall(r"^# TYPE (\S+) ", page, re.M)
+            assert len(types) == len(set(types)) and len(types) > 50  # each family once
+            for family in ("smp_router_gc_pause_seconds", "process_resident_memory_bytes",
+                           "smp_router_memory_bytes", "simplex_smp_relay_messages_requests"):
+                assert family in types, family
             assert sample(page, 'smp_router_command_seconds_count{command="NEW"}') == 3
             status, body = await http_get(r.metrics_port, "/healthz")
             assert status == 200 and b'"status": "ok"' in body and b'"workers": 2' in body
