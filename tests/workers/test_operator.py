@@ -108,6 +108,10 @@ async def test_one_metrics_page_adds_up_both_workers(tmp_path):
             status, body = await http_get(r.metrics_port, "/subsz",
                                           {"Authorization": f"Bearer {ADMIN}"})
             assert status == 200 and b'"subscriptions": 3' in body
+        # The information page, from whichever worker accepts: one page.
+        port = int(r.address.rsplit(":", 1)[1])
+        pages = {await http_get(port, "/?format=json") for _ in range(6)}
+        assert len(pages) == 1 and next(iter(pages))[0] == 200
         await control(r.control_port, "suspend")
         status, body = await http_get(r.metrics_port, "/healthz")
         assert status == 503 and b'"status": "suspended"' in body
