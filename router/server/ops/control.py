@@ -202,7 +202,7 @@ async def _clients(session: ControlSession, args: list[str]) -> list[str]:
 
 
 async def _status(session: ControlSession, args: list[str]) -> list[str]:
-    rid = _queue_id(args)
+    rid = queue_id_of(args)
     if rid is None:
         return ["error: usage: status QUEUE_ID"]
     router = session.router
@@ -217,7 +217,7 @@ async def _status(session: ControlSession, args: list[str]) -> list[str]:
 
 
 async def _delete(session: ControlSession, args: list[str]) -> list[str]:
-    rid = _queue_id(args)
+    rid = queue_id_of(args)
     if rid is None:
         return ["error: usage: delete QUEUE_ID"]
     if not await session.router.delete_queue(rid):
@@ -230,7 +230,7 @@ _BLOCK_USAGE = "error: usage: block QUEUE_ID [spam|content] [notice [SECONDS]]"
 
 
 async def _block(session: ControlSession, args: list[str]) -> list[str]:
-    rid = _queue_id(args[:1])
+    rid = queue_id_of(args[:1])
     reason = args[1].lower() if len(args) >= 2 else "spam"
     if rid is None or len(args) > 4 or reason not in BLOCK_REASONS:
         return [_BLOCK_USAGE]
@@ -247,7 +247,7 @@ async def _block(session: ControlSession, args: list[str]) -> list[str]:
 
 
 async def _unblock(session: ControlSession, args: list[str]) -> list[str]:
-    rid = _queue_id(args)
+    rid = queue_id_of(args)
     if rid is None:
         return ["error: usage: unblock QUEUE_ID"]
     if not session.router.unblock_queue(rid):
@@ -325,7 +325,7 @@ COMMANDS: dict[str, tuple[Role, Handler]] = {
 }
 
 
-def _queue_id(args: list[str]) -> bytes | None:
+def queue_id_of(args: list[str]) -> bytes | None:
     if len(args) != 1:
         return None
     text = args[0]

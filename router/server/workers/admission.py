@@ -92,15 +92,16 @@ class _WorkerLink:
     def take(self, line: str) -> None:
         kind, _, rest = line.partition(" ")
         if kind == "A":
-            ticket_id, _, key = rest.partition(" ")
+            text_id, _, key = rest.partition(" ")
+            ticket_id = int(text_id)
             try:
                 ticket = self.admission.admit(key)
             except Refused as refusal:
                 self.tell(f"N {ticket_id} {refusal}")
                 return
             assert isinstance(ticket, _WorkerTicket)
-            ticket.link, ticket.ticket_id = self, int(ticket_id)
-            self.tickets[ticket.ticket_id] = ticket
+            ticket.link, ticket.ticket_id = self, ticket_id
+            self.tickets[ticket_id] = ticket
             self.tell(f"Y {ticket_id}")
         elif kind == "E":
             established = self.tickets.get(int(rest))

@@ -50,7 +50,7 @@ from ..ops.control import (
     ControlSession,
     Handler,
     Role,
-    _queue_id,
+    queue_id_of,
     refusal,
     serve_control,
 )
@@ -191,7 +191,7 @@ def _everywhere(name: str) -> Handler:
 def _to_owner(name: str) -> Handler:
     async def handler(session: ControlSession, args: list[str]) -> list[str]:
         router: SupervisedRouter = session.router  # type: ignore[assignment]
-        queue_id = _queue_id(args[:1])
+        queue_id = queue_id_of(args[:1])
         owner = 0 if queue_id is None else router.owner_of(queue_id)  # 0: its usage error
         answer = await router.ask(owner, " ".join(["control", name, *args]))
         return [_no_answer(owner)] if answer is None else _lines(answer)
