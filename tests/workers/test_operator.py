@@ -4,6 +4,7 @@ reaches the workers it concerns, and the metrics add up."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from contextlib import AsyncExitStack
@@ -102,12 +103,20 @@ async def test_one_metrics_page_adds_up_both_workers(tmp_path):
             assert b'"connections": 3' in body
             status, _ = await http_get(r.metrics_port, "/connz")
             assert status == 401
-            status, body = await http_get(r.metrics_port, "/connz",
-                                          {"Authorization": f"Bearer {ADMIN}"})
-            assert status == 200 and b'"total": 3' in body and b'"worker":' in body
+            status, connz = await http_get(r.metrics_port, "/connz",
+                                           {"Authorization": f"Bearer {ADMIN}"})
+            assert status == 200 and b'"total": 3' in connz and b'"worker":' in connz
             status, body = await http_get(r.metrics_port, "/subsz",
                                           {"Authorization": f"Bearer {ADMIN}"})
             assert status == 200 and b'"subscriptions": 3' in body
+            first = json.loads(connz)["clients"][0]
+            status, body = await http_get(
+                r.metrics_port, f"/subsz?worker={first['worker']}&client={first['id']}",
+                {"Authorization": f"Bearer {ADMIN}"})
+            assert status == 200 and len(json.loads(body)["queues"]) == 1
+            status, _ = await http_get(r.metrics_port, f"/subsz?client={first['id']}",
+                                       {"Authorization": f"Bearer {ADMIN}"})
+            assert status == 404  # a client's id is its worker's
         # The information page, from whichever worker accepts: one page.
         port = int(r.address.rsplit(":", 1)[1])
         pages = {await http_get(port, "/?format=json") for _ in range(6)}
