@@ -9,7 +9,8 @@ in the backlog is lost with a worker; docs/workers.md#the-listener). A worker
 that dies is started again; SIGTERM, SIGINT, SIGHUP and SIGUSR2 (drain) are
 passed on to every worker. The supervisor prints the ready line once every
 worker has printed its own, and ends when they have all ended after a stop or
-a drain.
+a drain. It keeps the router's caps on connections for every worker
+(admission.py) and serves its control and metrics ports (operator.py).
 """
 
 from __future__ import annotations
