@@ -58,6 +58,7 @@ from .core.relays import Destination, RelayLimits, Relays
 from .core.services import Services
 from .core.serving import ClientServing
 from .core.subscriptions import ClientSubscriptions, Event, Subscriptions
+from .edge.admission import SharedCaps
 from .edge.block_stream import BlockStream, TransportClosed
 from .edge.encrypted import EncryptedTransport
 from .edge.gate import GatedTransport, Suspendable, SuspendGate
@@ -120,6 +121,7 @@ class Router:
         self.counters = Counters()
         self.latencies = Latencies()
         self.connections: dict[int, Connection] = {}
+        self.shadows = 0  # of `connections`, other workers' clients (serve_shadow)
         self._ids = count(1)
         self.gate = SuspendGate()  # closed by the control port's suspend
         self.listener: Suspendable | None = None  # the listener, once it is accepting
@@ -357,12 +359,14 @@ class Router:
             transport.scope = scope  # type: ignore[attr-defined]
             conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
             self.connections[conn.id] = conn
+            self.shadows += 1
             client = self.subscriptions.open(conn)
             try:
                 await conn.run(serving, client, scope, self._background)
             except TransportClosed:
                 pass
             finally:
+                self.shadows -= 1
                 self.subscriptions.forget(client)
                 self.proxy.forget(conn.id)
                 self.connections.pop(conn.id, None)
@@ -477,7 +481,8 @@ class Router:
 
     def statistics(self) -> RouterStatistics:
         return self.counters.snapshot(
-            connections=len(self.connections),
+            # another worker's clients served here (workers/handoff.py) are not counted
+            connections=len(self.connections) - self.shadows,
             subscriptions=len(self.subscriptions),
             pending_deliveries=self.subscriptions.pending_deliveries(),
             proxy_connections=len(self.relays),
@@ -553,12 +558,14 @@ async def serve_router(
     listening: socket.socket | None = None,
     identity_dir: Path | None = None,
     prepare: Callable[[Router], None] | None = None,
+    shared_admission: SharedCaps | None = None,
     task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router on `config.host:config.port` until cancelled; `info_page`
     answers a plain GET of "/". A worker of several (docs/workers.md) is given its
-    `ownership`, the `listening` socket its supervisor bound and the `identity_dir`;
-    `prepare` is called with the router before its listener accepts."""
+    `ownership`, the `listening` socket its supervisor bound, the `identity_dir` and
+    the router's `shared_admission`; `prepare` is called with the router before its
+    listener accepts."""
     tls = listener_tls(config)
     async with (
         open_router(config, ownership, identity_dir) as router,
@@ -572,6 +579,7 @@ async def serve_router(
                 serve_edge, router.serve_transport, config.host, config.port,
                 hook=router.request_hook, limits=config.edge_limits(), tls=tls,
                 identity_tls=identity_tls_context(router.identity), listening=listening,
+                shared_admission=shared_admission,
             ))
         router.listener = listener
         router.tls = tls

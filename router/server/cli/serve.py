@@ -19,8 +19,10 @@ from ..settings.config import (
     WILDCARD_HOSTS,
     RouterConfig,
 )
+from ..workers.admission import SharedAdmission
 from ..workers.handoff import Handoff, group_of_supervisor
 from ..workers.layout import worker_config
+from ..workers.operations import serve_operations
 from ..workers.seat import WorkerSeat, stop_when_supervisor_gone
 from .lifecycle import SIGNALS, Reload, Reloaded, run_until_stopped
 
@@ -35,13 +37,20 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
             if seat is None:
                 info: RouterInfo = await nursery.start(serve_router, config)
             else:
-                handoff = Handoff(seat.ownership, group_of_supervisor(os.getppid()))
+                group = group_of_supervisor(os.getppid())
+                handoff = Handoff(seat.ownership, group)
                 await nursery.start(handoff.run)
+                # The router's caps and operation ports are the supervisor's (docs/workers.md).
+                admission = SharedAdmission(group)
+                await nursery.start(admission.run)
                 info = await nursery.start(partial(
                     serve_router, worker_config(config, seat.ownership),
                     ownership=seat.ownership, listening=seat.listening_socket(),
                     identity_dir=config.data_dir, prepare=handoff.install,
+                    shared_admission=admission,
                 ))
+                await nursery.start(partial(serve_operations, info.router, group, seat.index,
+                                            metrics=config.metrics_port is not None))
                 nursery.start_soon(stop_when_supervisor_gone, nursery.cancel_scope)
                 reload = _worker_reload(reload, seat)
             show_information(info)

@@ -180,14 +180,15 @@ class Commands:
             RKEY: self._rkey,
         }
         # NEW rate limits (limits.py): per connection (forgotten with it), address, router.
-        self._new_limits = NewQueueLimits(context.config)
+        self._new_limits = NewQueueLimits(context.config, context.ownership.workers)
 
     def reconfigure(self, config: RouterConfig) -> None:
         """Commands from now on follow `config` (quota, passwords, the NEW limits)."""
         old = self._context.config
         self._context = replace(self._context, config=config)
         if new_queue_limits(old) != new_queue_limits(config):
-            self._new_limits = NewQueueLimits(config)  # every bucket starts at its new size
+            # every bucket starts at its new size
+            self._new_limits = NewQueueLimits(config, self._context.ownership.workers)
 
     async def execute(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         refused = self._blocked_answer(verified)

@@ -59,9 +59,6 @@ def moving_to(data_dir: Path) -> int | None:
 def check_worker_count(config: RouterConfig) -> None:
     """Refuse (ConfigError, one line) a data directory made for another count of
     workers; record the count in a fresh directory started with several."""
-    if config.workers > 1 and (config.control_port is not None or config.metrics_port is not None):
-        raise ConfigError("control_port and metrics_port are not served with workers above 1 "
-                          "yet (docs/workers.md): unset them or set workers to 1")
     data_dir = config.data_dir
     if data_dir is None:
         return
@@ -91,17 +88,18 @@ def _processes(count: int) -> str:
 
 def worker_config(config: RouterConfig, ownership: Ownership) -> RouterConfig:
     """The configuration worker `ownership.index` runs: its own share of the data
-    directory and its own stats log (the identity is read from the shared one)."""
+    directory and its own stats log (the identity is read from the shared one); the
+    control and metrics ports are the supervisor's (workers/operator.py)."""
     if ownership.workers == 1:
         return config
+    stats_log = config.stats_log
+    if stats_log is not None:
+        stats_log = stats_log.with_name(f"{stats_log.stem}.worker-{ownership.index}"
+                                        f"{stats_log.suffix}")
+    config = replace(config, control_port=None, metrics_port=None, stats_log=stats_log)
     if config.store in SHARED_STORES:  # one schema for every worker, a lock of its own each
         return replace(config, store_options={**config.store_options,
                                               "db_lock_index": ownership.index})
     if config.data_dir is None:
         return config
-    share = worker_dir(config.data_dir, ownership.index)
-    stats_log = config.stats_log
-    if stats_log is not None:
-        stats_log = stats_log.with_name(f"{stats_log.stem}.worker-{ownership.index}"
-                                        f"{stats_log.suffix}")
-    return replace(config, data_dir=share, stats_log=stats_log)
+    return replace(config, data_dir=worker_dir(config.data_dir, ownership.index))

@@ -9,7 +9,8 @@ in the backlog is lost with a worker; docs/workers.md#the-listener). A worker
 that dies is started again; SIGTERM, SIGINT, SIGHUP and SIGUSR2 (drain) are
 passed on to every worker. The supervisor prints the ready line once every
 worker has printed its own, and ends when they have all ended after a stop or
-a drain.
+a drain. It keeps the router's caps on connections for every worker
+(admission.py) and serves its control and metrics ports (operator.py).
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import trio
 
 from ..core.ownership import Ownership
+from ..edge.admission import AdmissionLimits
 from ..edge.identity import load_or_create_identity
 from ..edge.listen import naming_address
-from ..edge.listener import bind_listening_socket
+from ..edge.listener import bind_listening_socket, connection_cap
 from ..settings.config import RouterConfig, StartupError
+from .admission import serve_admission
+from .handoff import group_of_supervisor
+from .operator import SupervisedRouter, start_router_ports
 from .seat import WORKER_ENV, WorkerSeat
 
 log = logging.getLogger("smp-router")
@@ -188,6 +193,10 @@ async def supervise(
                 for i in range(config.workers)
             ]
             async with trio.open_nursery() as nursery:
+                # The router's caps on connections, asked by every worker (admission.py).
+                group = group_of_supervisor(os.getpid())
+                admission = await nursery.start(serve_admission, group,
+                                                router_admission_limits(config))
                 for worker in workers:
                     nursery.start_soon(worker.keep_running)
                 for worker in workers:
@@ -198,11 +207,23 @@ async def supervise(
                     raise failure
                 log.info("%d workers serving, pids %s", len(workers),
                          " ".join(str(w.process.pid) for w in workers if w.process))
+                operated = SupervisedRouter(config, group, workers, admission)
+                await start_router_ports(nursery, operated)
                 print(workers[0].ready_line, flush=True)
                 nursery.start_soon(_end_when_all_ended, workers, nursery.cancel_scope)
-                await _answer_signals(signals, workers, reload)
+                await _answer_signals(signals, workers, reload, operated)
                 await _stop_all(workers)
                 nursery.cancel_scope.cancel()
+
+
+def router_admission_limits(config: RouterConfig) -> AdmissionLimits:
+    """The listener's caps for the router as a whole: its total of connections at most
+    what the workers' descriptor limits allow together."""
+    limits = config.edge_limits()
+    return AdmissionLimits(
+        limits.max_pending, limits.max_pending_per_address,
+        min(limits.max_connections, config.workers * connection_cap(limits)),
+        limits.max_connections_per_address)
 
 
 async def _stop_all(workers: list[WorkerProcess]) -> None:
@@ -222,14 +243,19 @@ async def _end_when_all_ended(workers: list[WorkerProcess], scope: trio.CancelSc
 async def _answer_signals(
     signals: AsyncIterator[int], workers: list[WorkerProcess],
     reload: Callable[[], object],
+    operated: SupervisedRouter | None = None,
 ) -> None:
     """Pass each signal on to every worker; return on a stop signal."""
     async for signum in signals:
         if signum == RELOAD_SIGNAL:
             try:
-                reload()  # the supervisor's own log file, opened again
+                reloaded = reload()  # the supervisor's own log file, opened again
             except Exception as e:  # noqa: BLE001 - each worker logs the error itself
                 log.error("SIGHUP: the supervisor's log was not reopened: %s", e)
+            else:
+                new = getattr(reloaded, "config", None)
+                if operated is not None and isinstance(new, RouterConfig):
+                    operated.reload_passwords(new)
             log.info("SIGHUP: passed on to %d workers", len(workers))
         elif signum == DRAIN_SIGNAL:
             log.info("draining on SIGUSR2: passed on to %d workers", len(workers))
