@@ -68,6 +68,8 @@ COMMANDS: dict[str, Command] = {
                      own_options=True),
     "postgres_writes": Command("a block's 100 SENDs into PostgreSQL: one by one, pipelined, "
                                "one statement over arrays", own_options=True),
+    "workers_storm": Command("the reconnect storm at --workers 1 and 2 in one run",
+                             own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }
