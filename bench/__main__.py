@@ -70,6 +70,9 @@ COMMANDS: dict[str, Command] = {
                                "one statement over arrays", own_options=True),
     "workers_storm": Command("the reconnect storm at --workers 1 and 2 in one run",
                              own_options=True),
+    "workers_costs": Command("one worker beside two: idle memory, light-load latency, CPU "
+                             "per message at 50 clients, memory per idle connection and "
+                             "subscription", own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }
