@@ -73,6 +73,8 @@ COMMANDS: dict[str, Command] = {
     "workers_costs": Command("one worker beside two: idle memory, light-load latency, CPU "
                              "per message at 50 clients, memory per idle connection and "
                              "subscription", own_options=True),
+    "workers_shadow": Command("the Python memory of a client's hand-offs per connection "
+                              "(front and shadow, traced)", own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }
