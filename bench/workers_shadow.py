@@ -40,6 +40,7 @@ CLIENTS = 400
 QUICK_CLIENTS = 20
 LOAD_PROCESSES = 2
 SITES = 12
+_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _queues_of(worker: int, count: int, start: int = 0) -> list[int]:
@@ -56,12 +57,13 @@ def _traced() -> int:
     return tracemalloc.get_traced_memory()[0]
 
 
-def _sites(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, files: str,
+def _sites(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, key: str,
            per: int) -> list[list[Any]]:
-    stats = after.filter_traces([tracemalloc.Filter(True, files)]).compare_to(
-        before.filter_traces([tracemalloc.Filter(True, files)]), "lineno")
-    return [[str(s.traceback[0]), round(s.size_diff / per), round(s.count_diff / per, 2)]
-            for s in stats[:SITES]]
+    """The largest growths from `before` to `after` by `key` ("lineno", "filename"),
+    per connection."""
+    stats = after.compare_to(before, key)
+    return [[str(s.traceback[0]).removeprefix(str(_ROOT) + "/"), round(s.size_diff / per),
+             round(s.count_diff / per, 2)] for s in stats[:SITES]]
 
 
 async def _measure(clients: int) -> dict[str, Any]:
@@ -121,7 +123,8 @@ def run(clients: int, out: Path | None = None) -> dict[str, Any]:
         "bytes_per_own_subscription": subscription,
         "bytes_per_other_workers_subscription": spread,
         "handoff_bytes_per_connection": spread - subscription,
-        "sites": _sites(own_snap, other_snap, "*", clients),
+        "sites": _sites(own_snap, other_snap, "lineno", clients),
+        "files": _sites(own_snap, other_snap, "filename", clients),
     }
     text = harness.md_table(
         ["clients (on worker 0)", "B: one subscription, own worker's queue",
@@ -132,6 +135,8 @@ def run(clients: int, out: Path | None = None) -> dict[str, Any]:
     text += "\n\n" + harness.md_table(["allocation site (the other worker's first SUB)",
                                        "B per connection", "blocks per connection"],
                                       result["sites"])
+    text += "\n\n" + harness.md_table(["file", "B per connection", "blocks per connection"],
+                                      result["files"])
     harness.write_results("workers_shadow", result, text, out)
     print(text)
     return result

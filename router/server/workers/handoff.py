@@ -190,6 +190,10 @@ class ShadowTransport:
         self._blocks.append(block)
         self._wake_reader()
 
+    def _reader_cancelled(self, _: object) -> trio.lowlevel.Abort:
+        self._reader = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
     def _wake_reader(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
@@ -207,12 +211,7 @@ class ShadowTransport:
             if self._closed:
                 raise TransportClosed("the front ended")
             self._reader = trio.lowlevel.current_task()
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                self._reader = None
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
+            await trio.lowlevel.wait_task_rescheduled(self._reader_cancelled)
         block = self._blocks.pop(0)
         await self._send(Frame(BLOCK_TAKEN, self._front_id, b""))
         return block
