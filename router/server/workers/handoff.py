@@ -49,6 +49,7 @@ from router.protocol.block import (
     decode_batch_content,
     encode_batches,
     iter_batch_content,
+    pad_block,
     unpad_block,
 )
 from router.protocol.codec import (
@@ -214,7 +215,7 @@ class ShadowTransport:
             await trio.lowlevel.wait_task_rescheduled(self._reader_cancelled)
         block = self._blocks.pop(0)
         await self._send(Frame(BLOCK_TAKEN, self._front_id, b""))
-        return block
+        return block if block.startswith(_FORWARDED) else pad_block(block)
 
     async def send_block(self, block: bytes) -> None:
         await self.send_blocks([block])
@@ -601,7 +602,11 @@ class Handoff:
                 await self.links.send(owner, Frame(OPEN, front.conn.id,
                                                    encode_handshake(front.conn)))
             await window.acquire()
-            await self.links.send(owner, Frame(BLOCK, front.conn.id, block))
+            # A block goes without its padding (the shadow pads it again): a part is
+            # often a small share of a block, and 16 KB per part in flight is most of
+            # what hand-offs cost in memory and copies (bench/RESULTS.md, "Worker processes").
+            payload = block if block.startswith(_FORWARDED) else unpad_block(block)
+            await self.links.send(owner, Frame(BLOCK, front.conn.id, payload))
         except LinkLost as e:
             front.conn.close_now(f"its queues' worker {owner} cannot be reached: {e}")
             raise TransportClosed(str(e)) from e
