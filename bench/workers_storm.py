@@ -19,6 +19,11 @@ and every worker, summed) per SUB; another client's PING round trips during the
 storm; the router's RSS (summed) before and after; the machine's load average
 before "go". The load process runs at nice 19 and has signed its SUBs before the
 clock starts, so it costs the router's cores little.
+
+Then the machine itself is weighed (`machine_scaling`): `CHECKS` Ed25519 checks (the
+storm's main cost) in one process, then in as many processes as the largest count at
+once. On cores of their own the wall time stays the same; the slowdown is what any
+count of workers loses to the machine (shared or throttled cores, neighbours).
 """
 
 from __future__ import annotations
@@ -30,14 +35,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
+from nacl import bindings
 
 from router.client import open_client
+from router.protocol.crypto import _ed25519_ok
 
-from . import harness
+from . import harness, identities
 from .fairness import _lines, _ping_ms, _stop, summary_ms
 from .storm import CLIENT_VERSIONS, QUIET_PINGS, _ping_on_a_clock
 from .workers_router import START_TIMEOUT, CliRouter, fill
@@ -46,7 +54,42 @@ QUEUES, CONNECTIONS = 200_000, 2_000
 QUICK_QUEUES, QUICK_CONNECTIONS = 400, 8
 COUNTS = (1, 2)
 STORE = "memory"
+CHECKS, QUICK_CHECKS = 40_000, 500  # Ed25519 checks per process, to weigh the machine
 HERE = Path(__file__).resolve().parent.parent
+
+
+def verify_loop(count: int) -> float:
+    """`count` Ed25519 checks of a SUB-sized signed text, the storm's main CPU cost
+    (bench/RESULTS.md); the CPU seconds they took."""
+    seed = identities.keys()["rcv_seed"]
+    public, secret = bindings.crypto_sign_seed_keypair(seed)
+    data = os.urandom(120)
+    signature = bindings.crypto_sign(data, secret)[:64]
+    began = time.process_time()
+    for _ in range(count):
+        assert _ed25519_ok(signature, public, data)
+    return time.process_time() - began
+
+
+async def machine_scaling(processes: int, count: int) -> dict[str, Any]:
+    """The machine's own gain from more processes: the wall time of `count` Ed25519
+    checks in one process, then in each of `processes` at once. Two cores that are
+    really two give the same wall time; a shared or throttled core gives more, and
+    bounds what any count of workers can gain here."""
+
+    async def one_batch(n: int) -> float:
+        began = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(partial(trio.run_process, [
+                    sys.executable, "-m", "bench.workers_storm", "verify", str(count)],
+                    cwd=HERE, stdout=subprocess.DEVNULL))
+        return time.perf_counter() - began
+
+    alone = await one_batch(1)
+    together = await one_batch(processes)
+    return {"processes": processes, "checks": count, "alone_s": alone,
+            "together_s": together, "slowdown": together / alone}
 
 
 async def one_count(workers: int, kind: str, queues: int, connections: int,
@@ -136,6 +179,14 @@ def table(results: list[dict[str, Any]]) -> str:
          "RSS after MB", "errors", "MSGs", "load avg"], rows)
 
 
+def scaling_table(scaling: dict[str, Any]) -> str:
+    return harness.md_table(
+        ["the machine: Ed25519 checks", "1 process alone, s",
+         f"{scaling['processes']} processes at once, s (each)", "slowdown (1.00: cores of their own)"],
+        [[f"{scaling['checks']:,} per process", f"{scaling['alone_s']:.2f}",
+          f"{scaling['together_s']:.2f}", f"{scaling['slowdown']:.2f}"]])
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -146,11 +197,12 @@ def run(*, quick: bool = False, queues: int | None = None, connections: int | No
     queues = queues or (QUICK_QUEUES if quick else QUEUES)
     connections = connections or (QUICK_CONNECTIONS if quick else CONNECTIONS)
     results = trio.run(_run_counts, counts, store, queues, connections, messages_every)
-    text = table(results)
+    scaling = trio.run(machine_scaling, max(counts), QUICK_CHECKS if quick else CHECKS)
+    text = table(results) + "\n\n" + scaling_table(scaling)
     harness.write_results("workers_storm", {"parameters": {
         "queues": queues, "connections": connections, "counts": counts, "store": store,
         "messages_every": messages_every, "client_versions": CLIENT_VERSIONS},
-        "results": results}, text, out)
+        "results": results, "machine_scaling": scaling}, text, out)
     print(text)
     return results
 
@@ -163,6 +215,9 @@ def _counts(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "verify":
+        verify_loop(int(argv[1]))
+        return 0
     parser = argparse.ArgumentParser(prog="python -m bench workers_storm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queues", type=lambda t: int(float(t)))

@@ -23,5 +23,7 @@ def test_a_tiny_storm_subscribes_every_queue_at_one_and_two_workers(tmp_path: Pa
     assert min(results[1]["queues_per_worker"].values()) > 0
     assert results[1]["rss_before"] > results[0]["rss_before"]
     data = json.loads((tmp_path / "workers_storm.json").read_text())
+    scaling = data["machine_scaling"]
+    assert scaling["processes"] == 2 and scaling["alone_s"] > 0 and scaling["together_s"] > 0
     assert data["parameters"]["counts"] == [1, 2]
     assert (tmp_path / "workers_storm.md").read_text().startswith("|")
