@@ -59,7 +59,11 @@ from router.protocol.codec import (
     encode_response_transmission,
 )
 from router.protocol.ids_hash import ids_hash_bytes, ids_hash_int
-from router.protocol.transmission import decode_transmission, encode_transmission
+from router.protocol.transmission import (
+    decode_transmission,
+    encode_transmission,
+    entity_and_command_offset,
+)
 from router.protocol.types import (
     AUTH,
     ERR,
@@ -105,6 +109,7 @@ _SERVICE_TAGS = {b"SUBS": Party.RECIPIENT, b"NSUBS": Party.NOTIFIER}
 # they are asked of every worker, and the one that has the link answers.
 _LINK_TAGS = frozenset({b"LGET", b"LKEY"})
 _EVERY = -1  # the owner of what every worker answers for its own queues
+_TAG_PEEK = 6  # bytes of a command enough to tell the tags above (5 at most) apart
 
 
 @dataclass(slots=True)
@@ -380,11 +385,19 @@ class Handoff:
                contacts: dict[bytes, tuple[bytes, bytes]]) -> int:
         here = self.ownership.index
         try:
-            t = decode_transmission(raw, version)
+            # A look at the entity id and the tag: most of a block is SUBs, SENDs and ACKs,
+            # which need no more (the owner takes them apart again).
+            entity_id, at = entity_and_command_offset(raw, version)
         except ProtocolError:
             return here  # answered with its error here
-        tag = t.command.split(b" ", 1)[0]
+        tag = raw[at:at + _TAG_PEEK].split(b" ", 1)[0]
         if tag in _LOCAL_TAGS:
+            return here
+        if entity_id and tag not in _SERVICE_TAGS and tag not in _LINK_TAGS:
+            return here if len(entity_id) != ID_SIZE else self.ownership.owner_of(entity_id)
+        try:
+            t = decode_transmission(raw, version)
+        except ProtocolError:
             return here
         if tag in _SERVICE_TAGS:
             # A connection without a service is refused here; an empty corrId could
