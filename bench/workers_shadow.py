@@ -10,7 +10,9 @@ stores, and the clients in two `bench.loadgen` processes. Live Python bytes
 1. after `--clients` idle connections to worker 0;
 2. after each subscribed one queue of worker 0 (no hand-off: one subscription);
 3. after each subscribed one queue of worker 1 (the first block for worker 1: a
-   shadow connection there, the front's bookkeeping here, and one subscription).
+   shadow connection there, the front's bookkeeping here, and one subscription);
+4. after each subscribed `MORE` more queues of worker 1, one at a time (through
+   the shadow: each should cost what a subscription costs in one process).
 
 So (3) - (2) less one subscription is what a client whose queues spread over two
 workers costs beyond one worker's, split by worker (the front's and the shadow's),
@@ -40,6 +42,7 @@ CLIENTS = 400
 QUICK_CLIENTS = 20
 LOAD_PROCESSES = 2
 SITES = 12
+MORE = 10  # more subscriptions per client through its shadow, after the first
 _ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -68,7 +71,7 @@ def _sites(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, key: str,
 
 async def _measure(clients: int) -> dict[str, Any]:
     config = RouterConfig(host="127.0.0.1", port=0, store="memory")
-    mine, theirs = _queues_of(0, clients), _queues_of(1, clients)
+    mine, theirs = _queues_of(0, clients), _queues_of(1, clients * (1 + MORE))
     async with workers_in_process(config) as (front, other):
         for info, indices in ((front, mine), (other, theirs)):
             for i in indices:
@@ -84,8 +87,12 @@ async def _measure(clients: int) -> dict[str, Any]:
                 figures["connected"] = trio.from_thread.run(_read)
                 _subscribe_each(group, per_worker, mine)
                 figures["own_subscribed"] = trio.from_thread.run(_read)
-                _subscribe_each(group, per_worker, theirs)
+                _subscribe_each(group, per_worker, theirs[:clients])
                 figures["other_subscribed"] = trio.from_thread.run(_read)
+                for more in range(1, 1 + MORE):
+                    _subscribe_each(group, per_worker,
+                                    theirs[clients * more : clients * (more + 1)])
+                figures["more_subscribed"] = trio.from_thread.run(_read)
                 return figures
 
         async def _read() -> tuple[int, tracemalloc.Snapshot]:
@@ -114,24 +121,28 @@ def run(clients: int, out: Path | None = None) -> dict[str, Any]:
         figures = trio.run(_measure, clients)
     finally:
         tracemalloc.stop()
-    (connected, _), (own, own_snap), (other, other_snap) = (
-        figures["connected"], figures["own_subscribed"], figures["other_subscribed"])
+    (connected, _), (own, own_snap), (other, other_snap), (more, _) = (
+        figures["connected"], figures["own_subscribed"], figures["other_subscribed"],
+        figures["more_subscribed"])
     subscription = (own - connected) / clients
     spread = (other - own) / clients
+    through_shadow = (more - other) / (clients * MORE)
     result = {
         "clients": clients, "traced_connected": connected,
         "bytes_per_own_subscription": subscription,
         "bytes_per_other_workers_subscription": spread,
         "handoff_bytes_per_connection": spread - subscription,
+        "bytes_per_subscription_through_shadow": through_shadow,
         "sites": _sites(own_snap, other_snap, "lineno", clients),
         "files": _sites(own_snap, other_snap, "filename", clients),
     }
     text = harness.md_table(
         ["clients (on worker 0)", "B: one subscription, own worker's queue",
          "B: one subscription of the other worker's queue (first)",
-         "B of hand-off bookkeeping per connection (front + shadow)"],
+         "B of hand-off bookkeeping per connection (front + shadow)",
+         f"B: each of {MORE} more subscriptions through the shadow"],
         [[clients, f"{subscription:,.0f}", f"{spread:,.0f}",
-          f"{spread - subscription:,.0f}"]])
+          f"{spread - subscription:,.0f}", f"{through_shadow:,.0f}"]])
     text += "\n\n" + harness.md_table(["allocation site (the other worker's first SUB)",
                                        "B per connection", "blocks per connection"],
                                       result["sites"])
