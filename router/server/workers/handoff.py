@@ -29,7 +29,7 @@ answer of theirs (docs/workers.md#service-subscriptions,
 docs/workers.md#a-contact-queues-link-id).
 
 Back-pressure: a front sends at most `WINDOW` blocks to a shadow that it has
-not taken yet, and a shadow at most `WINDOW` writes the front has not taken; the
+not answered yet, and a shadow at most `WINDOW` writes the front has not taken; the
 front takes a write once the real connection's pending list has room. So a
 slow client holds its own shadows' writers, as it holds a connection's writer
 in one process, and no worker's memory grows for it.
@@ -89,7 +89,7 @@ from .channel import Frame, LinkLost, Links
 
 log = logging.getLogger(__name__)
 
-OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)
+OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)  # BLOCK_TAKEN: not sent
 # Written by a shadow after a part's answers, in their stream: no real transmission
 # is empty (router/protocol/transmission.py), and the front takes it out.
 _PART_DONE = b""
@@ -219,7 +219,8 @@ class ShadowTransport:
             self._reader = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(self._reader_cancelled)
         block = self._blocks.pop(0)
-        await self._send(Frame(BLOCK_TAKEN, self._front_id, b""))
+        # No BLOCK_TAKEN: the front counts a block taken once its part is answered (the
+        # _PART_DONE mark, `_write_to_front`), a frame less each way per part.
         return block if block.startswith(_FORWARDED) else pad_block(block)
 
     async def send_block(self, block: bytes) -> None:
@@ -650,10 +651,6 @@ class Handoff:
                 shadow.deliver(frame.payload)
         elif kind == OUT:
             self._write_to_front(peer, frame)
-        elif kind == BLOCK_TAKEN:
-            front = self._fronts.get(frame.conn_id)
-            if front is not None and peer in front.windows:
-                front.windows[peer].release()
         elif kind == OUT_TAKEN:
             shadow = self._shadows.get((peer, frame.conn_id))
             if shadow is not None:
@@ -707,6 +704,10 @@ class Handoff:
             front.answered[peer] = answered
             front.progress.set()
             front.progress = trio.Event()
+            window = front.windows.get(peer)
+            if window is not None:
+                for _ in range(answered - before):  # those parts' blocks are taken
+                    window.release()
         taken = Frame(OUT_TAKEN, frame.conn_id, b"")
         assert self._nursery is not None
         if held:
