@@ -714,7 +714,7 @@ class Handoff:
             front.held_taken.append((peer, taken))  # a held walk waits within its window
         elif conn.outbox_full():
             self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
-        else:
+        elif not self.links.send_nowait(peer, taken):
             self._nursery.start_soon(self._send_quietly, peer, taken)
 
     async def _taken_once_room(self, conn: Connection, peer: int, taken: Frame) -> None:
