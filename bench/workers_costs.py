@@ -89,6 +89,11 @@ def _measure(router: CliRouter, load: RouterLoad, duration: float,
     result["router_cores"] = cores
     result["cpu_us_per_msg"] = (cores / result["msgs_per_s"] * 1e6 if result["msgs_per_s"]
                                 else None)
+    # Blocks the clients sent and got per message delivered: each one written is
+    # encrypted, framed and a write of its own (hand-offs answer in blocks of their own).
+    delivered = max(1, result["delivered_total"])
+    result["blocks_in_per_msg"] = result["router_blocks_in"] / delivered
+    result["blocks_out_per_msg"] = result["router_blocks_out"] / delivered
     return result
 
 
@@ -191,6 +196,7 @@ def table(results: list[dict[str, Any]]) -> str:
             _f(loaded["msgs_per_s"], 0), _f(loaded["router_cores"], 2),
             _f(loaded["cpu_us_per_msg"], 0),
             _x(loaded["cpu_us_per_msg"], base["loaded"]["cpu_us_per_msg"]),
+            _f(loaded["blocks_in_per_msg"], 2), _f(loaded["blocks_out_per_msg"], 2),
             _f(loaded["latency_ms"]["p50"], 1), _f(loaded["latency_ms"]["p99"], 1),
             _f(mem["bytes_per_connection"], 0),
             _x(mem["bytes_per_connection"], base["memory"]["bytes_per_connection"]),
@@ -204,7 +210,8 @@ def table(results: list[dict[str, Any]]) -> str:
         ["workers", "idle RSS MB", "idle RSS by process MB", "PING p50 ms", "PING p99 ms",
          f"light SEND->MSG p50 ms ({LIGHT_RATE:.0f}/s)", "light SEND->MSG p99 ms",
          f"{clients} clients msg/s", "router cores busy", "CPU us/msg (all processes)",
-         f"CPU/msg x {base['workers']}", "loaded p50 ms", "loaded p99 ms",
+         f"CPU/msg x {base['workers']}", "blocks in / msg", "blocks out / msg",
+         "loaded p50 ms", "loaded p99 ms",
          "B/idle connection (RSS)", f"x {base['workers']}", "B/idle subscription (RSS)",
          f"x {base['workers']}", "errors"], rows)
 
