@@ -213,6 +213,7 @@ class ShadowTransport:
             self.scope.cancel()
 
     async def receive_block(self) -> bytes:
+        await trio.lowlevel.checkpoint_if_cancelled()  # a block waiting is taken at once
         while not self._blocks:
             if self._closed:
                 raise TransportClosed("the front ended")
