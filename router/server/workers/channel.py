@@ -93,6 +93,18 @@ class Links:
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise LinkLost(f"the link to worker {peer} broke") from e
 
+    def send_nowait(self, peer: int, frame: Frame) -> bool:
+        """Queue `frame` on the link to `peer` if it is open and has room; False if not
+        (then `send` it). Spares a task for a small frame sent from a callback."""
+        channel = self._outgoing.get(peer)
+        if channel is None:
+            return False
+        try:
+            channel.send_nowait(frame.encode())
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
+
     async def _open(self, peer: int) -> trio.MemorySendChannel[bytes]:
         opening = self._opening.get(peer)
         if opening is not None:  # another task opens it: wait for that one

@@ -29,7 +29,7 @@ answer of theirs (docs/workers.md#service-subscriptions,
 docs/workers.md#a-contact-queues-link-id).
 
 Back-pressure: a front sends at most `WINDOW` blocks to a shadow that it has
-not taken yet, and a shadow at most `WINDOW` writes the front has not taken; the
+not answered yet, and a shadow at most `WINDOW` writes the front has not taken; the
 front takes a write once the real connection's pending list has room. So a
 slow client holds its own shadows' writers, as it holds a connection's writer
 in one process, and no worker's memory grows for it.
@@ -50,6 +50,7 @@ from router.protocol.block import (
     decode_batch_content,
     encode_batches,
     iter_batch_content,
+    pad_block,
     unpad_block,
 )
 from router.protocol.codec import (
@@ -59,7 +60,11 @@ from router.protocol.codec import (
     encode_response_transmission,
 )
 from router.protocol.ids_hash import ids_hash_bytes, ids_hash_int
-from router.protocol.transmission import decode_transmission, encode_transmission
+from router.protocol.transmission import (
+    decode_transmission,
+    encode_transmission,
+    entity_and_command_offset,
+)
 from router.protocol.types import (
     AUTH,
     ERR,
@@ -85,7 +90,7 @@ from .channel import Frame, LinkLost, Links
 
 log = logging.getLogger(__name__)
 
-OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)
+OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)  # BLOCK_TAKEN: not sent
 # A contact NEW's link id held reserved by owner(link id) for a front, its grant and
 # its end (docs/workers.md#a-contact-queues-link-id); the payload is the link id.
 RESERVE, RESERVED, RELEASE = 20, 21, 22
@@ -108,6 +113,7 @@ _SERVICE_TAGS = {b"SUBS": Party.RECIPIENT, b"NSUBS": Party.NOTIFIER}
 # they are asked of every worker, and the one that has the link answers.
 _LINK_TAGS = frozenset({b"LGET", b"LKEY"})
 _EVERY = -1  # the owner of what every worker answers for its own queues
+_TAG_PEEK = 6  # bytes of a command enough to tell the tags above (5 at most) apart
 
 
 @dataclass(slots=True)
@@ -174,19 +180,34 @@ class ShadowTransport:
         self.remote = remote
         self._handoff = handoff
         self._front_worker, self._front_id = front_worker, front_id
-        self._blocks_in, self._blocks = trio.open_memory_channel[bytes](WINDOW)
+        # The front's blocks not read yet (at most WINDOW) and the task waiting for one:
+        # a list and a task, not a memory channel, whose state (a deque and two waiting
+        # lists) is ~1.8 KB of every shadow (bench/RESULTS.md, "Worker processes").
+        self._blocks: list[bytes] = []
+        self._reader: trio.lowlevel.Task | None = None
+        self._closed = False
         self._out_window = trio.Semaphore(WINDOW)
         self.scope: trio.CancelScope | None = None
         self.ended_by_front = False
 
     def deliver(self, block: bytes) -> None:
         """A block from the front (within its window, so never more than WINDOW)."""
-        try:
-            self._blocks_in.send_nowait(block)
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+        if self._closed or len(self._blocks) >= WINDOW:
             log.warning("worker %d overran its window to a shadow: ending it",
                         self._front_worker)
             self.end()
+            return
+        self._blocks.append(block)
+        self._wake_reader()
+
+    def _reader_cancelled(self, _: object) -> trio.lowlevel.Abort:
+        self._reader = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def _wake_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            trio.lowlevel.reschedule(reader)
 
     def taken(self) -> None:
         self._out_window.release()
@@ -196,12 +217,16 @@ class ShadowTransport:
             self.scope.cancel()
 
     async def receive_block(self) -> bytes:
-        try:
-            block = await self._blocks.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError) as e:
-            raise TransportClosed("the front ended") from e
-        await self._send(Frame(BLOCK_TAKEN, self._front_id, b""))
-        return block
+        await trio.lowlevel.checkpoint_if_cancelled()  # a block waiting is taken at once
+        while not self._blocks:
+            if self._closed:
+                raise TransportClosed("the front ended")
+            self._reader = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._reader_cancelled)
+        block = self._blocks.pop(0)
+        # No BLOCK_TAKEN: the front counts a block taken once its part is answered (the
+        # _PART_DONE mark, `_write_to_front`), a frame less each way per part.
+        return block if block.startswith(_FORWARDED) else pad_block(block)
 
     async def send_block(self, block: bytes) -> None:
         await self.send_blocks([block])
@@ -235,7 +260,8 @@ class ShadowTransport:
         pass
 
     async def aclose(self, timeout: float) -> None:
-        self._blocks_in.close()
+        self._closed = True
+        self._wake_reader()
         if not self.ended_by_front:
             with trio.move_on_after(timeout):
                 try:
@@ -381,11 +407,19 @@ class Handoff:
                contacts: dict[bytes, tuple[bytes, bytes]]) -> int:
         here = self.ownership.index
         try:
-            t = decode_transmission(raw, version)
+            # A look at the entity id and the tag: most of a block is SUBs, SENDs and ACKs,
+            # which need no more (the owner takes them apart again).
+            entity_id, at = entity_and_command_offset(raw, version)
         except ProtocolError:
             return here  # answered with its error here
-        tag = t.command.split(b" ", 1)[0]
+        tag = raw[at:at + _TAG_PEEK].split(b" ", 1)[0]
         if tag in _LOCAL_TAGS:
+            return here
+        if entity_id and tag not in _SERVICE_TAGS and tag not in _LINK_TAGS:
+            return here if len(entity_id) != ID_SIZE else self.ownership.owner_of(entity_id)
+        try:
+            t = decode_transmission(raw, version)
+        except ProtocolError:
             return here
         if tag in _SERVICE_TAGS:
             # A connection without a service is refused here; an empty corrId could
@@ -651,7 +685,11 @@ class Handoff:
                 await self.links.send(owner, Frame(OPEN, front.conn.id,
                                                    encode_handshake(front.conn)))
             await window.acquire()
-            await self.links.send(owner, Frame(BLOCK, front.conn.id, block))
+            # A block goes without its padding (the shadow pads it again): a part is
+            # often a small share of a block, and 16 KB per part in flight is most of
+            # what hand-offs cost in memory and copies (bench/RESULTS.md, "Worker processes").
+            payload = block if block.startswith(_FORWARDED) else unpad_block(block)
+            await self.links.send(owner, Frame(BLOCK, front.conn.id, payload))
         except LinkLost as e:
             front.conn.close_now(f"its queues' worker {owner} cannot be reached: {e}")
             raise TransportClosed(str(e)) from e
@@ -682,10 +720,6 @@ class Handoff:
                 shadow.deliver(frame.payload)
         elif kind == OUT:
             self._write_to_front(peer, frame)
-        elif kind == BLOCK_TAKEN:
-            front = self._fronts.get(frame.conn_id)
-            if front is not None and peer in front.windows:
-                front.windows[peer].release()
         elif kind == OUT_TAKEN:
             shadow = self._shadows.get((peer, frame.conn_id))
             if shadow is not None:
@@ -750,13 +784,17 @@ class Handoff:
             front.answered[peer] = answered
             front.progress.set()
             front.progress = trio.Event()
+            window = front.windows.get(peer)
+            if window is not None:
+                for _ in range(answered - before):  # those parts' blocks are taken
+                    window.release()
         taken = Frame(OUT_TAKEN, frame.conn_id, b"")
         assert self._nursery is not None
         if held:
             front.held_taken.append((peer, taken))  # a held walk waits within its window
         elif conn.outbox_full():
             self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
-        else:
+        elif not self.links.send_nowait(peer, taken):
             self._nursery.start_soon(self._send_quietly, peer, taken)
 
     async def _taken_once_room(self, conn: Connection, peer: int, taken: Frame) -> None:
