@@ -135,6 +135,10 @@ class _LiveIds:
     def taken(self, party: Party, entity_id: bytes) -> bool:
         return entity_id in self._ids[party]
 
+    def of(self, party: Party) -> set[bytes]:
+        """The ids of `party` (to be read, not changed)."""
+        return self._ids[party]
+
     def add(self, rid: bytes, sid: bytes, nid: bytes | None, lid: bytes | None = None) -> None:
         self._ids[Party.RECIPIENT].add(rid)
         self._ids[Party.SENDER].add(sid)
@@ -236,6 +240,15 @@ class SqliteQueueStore:
             # Forget the record, not the queue: its ids stay in the index.
             self._cache.drop(next(iter(self._cache.queues)))
 
+    def _cache_loaded(self, rec: QueueRecord) -> None:
+        """Cache a record just read from the database, of a queue not cached: its ids are
+        indexed already (every live queue's are), so this is `_cache_put` without the
+        index's work, which a reconnect storm would do for every record it reads."""
+        queues = self._cache.queues
+        self._cache.put(rec)
+        if len(queues) > self.cache_size:
+            self._cache.drop(next(iter(queues)))
+
     def _cache_drop(self, rec: QueueRecord) -> None:
         """The queue is gone: forget the record and its ids."""
         self._cache.drop(rec.recipient_id)
@@ -264,7 +277,7 @@ class SqliteQueueStore:
                 cached = self._cache.queues.get(rec.recipient_id)
                 if cached is not None:
                     return cached if self._cached(party, entity_id) is cached else None
-                self._cache_put(rec)
+                self._cache_loaded(rec)
                 return rec
 
     async def _load_many(
@@ -293,7 +306,7 @@ class SqliteQueueStore:
             entity_id = key_of(rec)
             cached = self._cache.queues.get(rec.recipient_id)
             if cached is None:
-                self._cache_put(rec)
+                self._cache_loaded(rec)
             elif self._cached(party, entity_id) is not cached:
                 continue  # the cached record, newer, no longer has this id
             else:
@@ -306,12 +319,16 @@ class SqliteQueueStore:
         """The ids of `entity_ids` that are neither cached nor gone now (the others go
         into `found`)."""
         wanted = []
+        cached, live = self._cache.get, self._ids.of(party)  # per id of a storm's blocks
         for entity_id in entity_ids:
-            rec = self._cached(party, entity_id)
-            if rec is None and self._ids.taken(party, entity_id):
+            rec = cached(party, entity_id)
+            if rec is not None:
+                self._lru.move_to_end(rec.recipient_id)
+                found[entity_id] = rec
+            elif entity_id in live:
                 wanted.append(entity_id)
             else:
-                found[entity_id] = rec
+                found[entity_id] = None
         return wanted
 
     def _now(self) -> int:

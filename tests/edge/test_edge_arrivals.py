@@ -5,9 +5,11 @@ timed."""
 
 from __future__ import annotations
 
+import socket
+
 import trio
 
-from router.server.edge.arrivals import Arrivals, arrivals
+from router.server.edge.arrivals import Arrivals, arrivals, peer_gone
 
 
 class PassCounter(trio.abc.Instrument):
@@ -197,3 +199,31 @@ async def test_a_place_in_a_free_round_costs_no_pass() -> None:
 
 async def test_the_run_has_one() -> None:
     assert arrivals() is arrivals()
+
+
+def test_a_peer_is_gone_only_once_nothing_is_left_before_its_end() -> None:
+    """What a crowd leaving is told apart by (`Arrivals.admit_read`): a look at the
+    socket that leaves what there is to read in it."""
+
+    router_side, peer = socket.socketpair()
+    router_side.setblocking(False)
+    with router_side, peer:
+        assert not peer_gone(router_side)  # nothing yet
+        peer.sendall(b"a block")
+        assert not peer_gone(router_side)
+        peer.shutdown(socket.SHUT_WR)
+        assert not peer_gone(router_side)  # its bytes first
+        assert router_side.recv(100) == b"a block"
+        assert peer_gone(router_side)
+
+
+async def test_would_wait_says_whether_an_arrival_now_would_wait() -> None:
+    gate = Arrivals(per_pass=2)
+    assert not gate.would_wait()
+    await gate.admit()
+    assert not gate.would_wait()
+    await gate.admit()
+    assert gate.would_wait()  # the round's places are taken
+    await trio.lowlevel.checkpoint()  # a new round
+    await trio.lowlevel.checkpoint()
+    assert not gate.would_wait()

@@ -228,3 +228,66 @@ async def test_connections_the_router_ends_at_once_are_taken_apart_a_few_per_pas
         trio.lowlevel.remove_instrument(counter)
     assert counter.total("close") == CROWD
     assert counter.most_in_a_pass("close") <= 2 * PER_PASS
+
+
+async def test_a_ping_is_read_ahead_of_a_crowd_leaving_around_it(
+    nursery: trio.Nursery, counter: WorkCounter,
+) -> None:
+    """Clients dropping their connections (a FIN, no close_notify) before and after
+    another client's PING: each is a read that finds the connection's end, and takes the
+    later line (edge/arrivals.py), so the PING is not read behind those that left before
+    it, while those leaving after it keep taking the newest places."""
+    gate = arrivals()
+    gate.per_pass = PER_PASS
+    router, port = await nursery.start(_hold_router)
+    before = CROWD // 2
+    sessions: list[object] = []
+    hold = trio.Event()
+
+    async def crowd_client() -> None:
+        async with _connect_over_tls(port, router, version=10) as session:
+            sessions.append(session)
+            await hold.wait()
+
+    def drop(session: object) -> None:
+        session.transport.connection.stream.transport_stream.socket.close()  # type: ignore[attr-defined]
+
+    async with _connect_over_tls(port, router, version=10) as pinger, \
+            trio.open_nursery() as clients:
+        ping = _ping_block(pinger)
+        for _ in range(CROWD):
+            clients.start_soon(crowd_client)
+        while len(sessions) < CROWD or len(router.connections) < CROWD + 1:
+            await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()
+        answered: list[int] = []
+
+        async def pong() -> None:
+            (reply,) = await pinger.receive()
+            answered.append(counter.index)
+            assert reply.response == PONG()
+
+        clients.start_soon(pong)
+        await trio.testing.wait_all_tasks_blocked()
+        trio.lowlevel.add_instrument(counter)
+        for session in sessions[:before]:
+            drop(session)
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
+        sent_at = counter.index
+        await pinger.send_block(ping)
+        for i, session in enumerate(sessions[before:]):  # two more leave every pass
+            drop(session)
+            if i % 2:
+                await trio.lowlevel.checkpoint()
+        while len(router.connections) > 1 or not answered:
+            await trio.sleep(0.01)
+        await trio.lowlevel.checkpoint()  # this pass counted too
+        trio.lowlevel.remove_instrument(counter)
+        hold.set()
+    (answered_at,) = answered
+    assert counter.total("close") == CROWD
+    closed_by_then = sum(kinds["close"] for kinds in counter.by_kind[:answered_at])
+    assert closed_by_then < CROWD  # the crowd was still leaving
+    assert answered_at - sent_at <= 6
+    assert max(counter.passes) <= 2 * PER_PASS

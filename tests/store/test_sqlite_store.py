@@ -17,6 +17,7 @@ from store.interfaces import (
     Party,
     QueueLinkData,
     QueueRecord,
+    QueueStatus,
     ServiceQueues,
     StoreError,
     WriteResult,
@@ -547,3 +548,42 @@ async def test_the_heads_of_a_block_are_one_read(db_path):
         reads = db.reads
         assert await store.peek_messages(ids) == [heads.get(rid) for rid in ids]
         assert db.reads == reads + 1
+
+
+def full_record() -> QueueRecord:
+    """A record with every optional part set, and the non-default status and mode."""
+    return QueueRecord(
+        new_id(), new_id(), os.urandom(44), os.urandom(32), os.urandom(44), False,
+        status=QueueStatus.OFF, notifier=NotifierCreds(new_id(), os.urandom(44), os.urandom(32)),
+        rcv_service_id=new_id(), ntf_service_id=new_id(), updated_at=1_700_000_000,
+        queue_mode=b"C", link_id=new_id(), more_recipient_keys=(os.urandom(44), os.urandom(44)),
+    )
+
+
+@pytest.mark.parametrize("make", [record, full_record])
+def test_a_row_becomes_the_record_it_was_made_of(make):
+    rec = make()
+    back = sqlite_schema.record_from_row(sqlite_schema.queue_row(rec))
+    assert back == rec
+    assert hash(back) == hash(rec)
+    with pytest.raises(AttributeError):
+        back.sender_key = b"x"  # still frozen
+
+
+async def test_records_a_block_reads_past_the_cache_are_found_by_every_id(db_path):
+    """A block of more queues than the cache holds: each record is read whole, and every
+    id of each queue, evicted or not, finds it again later."""
+    records = [full_record() for _ in range(12)]
+    links = [(r.recipient_id, QueueLinkData(r.link_id, b"fixed", b"user")) for r in records]
+    async with open_sqlite_database(db_path) as db:
+        await (await open_queue_store(db)).bulk_import(records, links=links)
+    async with open_sqlite_database(db_path) as db:
+        queues = await open_queue_store(db, cache_size=4)  # a fresh process, a small cache
+        ids = [r.recipient_id for r in records]
+        assert await queues.get_queues(Party.RECIPIENT, ids) == records
+        assert queues.cached_count() == 4
+        for rec in records:
+            assert await queues.get_queue(Party.SENDER, rec.sender_id) == rec
+            assert await queues.get_queue(Party.NOTIFIER, rec.notifier.notifier_id) == rec
+            assert await queues.get_queue(Party.LINK, rec.link_id) == rec
+        assert await queues.get_queues(Party.SENDER, [r.sender_id for r in records]) == records

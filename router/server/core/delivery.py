@@ -178,11 +178,12 @@ class Deliverer:
         Returns once there is none (`Connection.wake_delivery` starts it again)."""
         conn = client.conn
         first = True
-        while conn.overflow_events or client.deliveries or client.catch_up:
+        while True:
             if not first:
                 # A write that the socket takes at once does not yield, nor does a
                 # memory store's peek: one pass of the scheduler per batch keeps a
-                # long burst from holding the others up.
+                # long burst from holding the others up. What is to do is looked at
+                # after it, since the pass may have changed it.
                 await trio.lowlevel.checkpoint()
             first = False
             if conn.overflow_events:
@@ -192,8 +193,10 @@ class Deliverer:
                 batch = await self._take_heads(client)
                 if batch:
                     await conn.push(batch)  # has room: made and handed over in one step
-            else:
+            elif client.catch_up:
                 await walker.catch_up_step(client)
+            else:
+                return
 
     async def _take_heads(self, client: ClientSubscriptions) -> list[bytes]:
         """MSGs for the oldest waiting queues, up to `DELIVERY_BATCH` of them as one
@@ -206,7 +209,8 @@ class Deliverer:
         by another connection and its END written, and a SUB answered meanwhile would
         then carry the same message a second time."""
         conn = client.conn
-        await conn.wait_for_room()
+        while conn.outbox_full():
+            await conn.push([])  # what is pending is this task's to write, when nobody is
         subscriptions, deliveries = self._subscriptions, client.deliveries
         taken: list[tuple[bytes, bytes, Sub]] = []
         while deliveries and len(taken) < DELIVERY_BATCH:

@@ -32,7 +32,11 @@ read) comes before what joins or leaves the router (`admit_later`: a TLS
 handshake, the hello, taking a connection apart), so that a client's PING is
 not read behind thousands of connections leaving or arriving at once. The
 later line keeps a quarter of each round's places while it has waiting tasks,
-so neither line waits without bound.
+so neither line waits without bound. A connection whose peer has gone (its end,
+with nothing before it, seen with a look at the socket while arrivals wait:
+`admit_read`) takes the later line already for the read that finds its end, not
+only for its teardown: thousands of clients dropping their connections at once
+are not read ahead of another client's PING.
 
 There is one `Arrivals` per Trio run (`arrivals()`): the places are the
 scheduler's, which every connection of every router in the run shares.
@@ -40,6 +44,7 @@ scheduler's, which every connection of every router in the run shares.
 
 from __future__ import annotations
 
+import socket
 from collections import OrderedDict
 
 import trio
@@ -69,6 +74,10 @@ class Arrivals:
     def waiting(self) -> int:
         return len(self._waiting) + len(self._later)
 
+    def would_wait(self) -> bool:
+        """Whether an arrival now would wait for a round (in either line)."""
+        return self._taken >= self.per_pass or bool(self._waiting) or bool(self._later)
+
     async def admit(self) -> None:
         """Return once this arrival has a place: at once, without yielding, if this
         round has one left and nobody waits; else after a round lets it in."""
@@ -78,6 +87,15 @@ class Arrivals:
                 self._need_round()  # the next pass opens a new one
             return
         await self._park()
+
+    async def admit_read(self, sock: socket.socket) -> None:
+        """`admit` for a read from `sock`, which has become readable; while arrivals
+        wait, `admit_later` if its peer has gone with nothing left to read (the read
+        would find the connection's end: a teardown, not a block)."""
+        if self.would_wait() and peer_gone(sock):
+            await self.admit_later()
+        else:
+            await self.admit()
 
     async def admit_after_pass(self) -> None:
         """`admit`, after letting the scheduler's other tasks run if it would not
@@ -157,6 +175,17 @@ def _let_in_from(waiting: OrderedDict[Task, None], places: int) -> int:
         trio.lowlevel.reschedule(task)
         let_in += 1
     return let_in
+
+
+def peer_gone(sock: socket.socket) -> bool:
+    """Whether the socket's peer has closed it with nothing left to read (a look, not a
+    read: what there is stays in the kernel for the read)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True  # reset: the read says so
 
 
 _ARRIVALS: RunVar[Arrivals] = RunVar("arrivals")

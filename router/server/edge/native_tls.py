@@ -395,8 +395,9 @@ class TlsBlockTransport(WritesSocketNow):
                         if scope.cancelled_caught:
                             raise TransportClosed(f"block not complete in {timeout} s")
                     # Readable: a place in this pass's arrivals before the read, so
-                    # that a crowd's blocks are not all read in one pass (arrivals.py).
-                    await self._arrivals.admit()
+                    # that a crowd's blocks are not all read in one pass; a peer that
+                    # has gone waits behind connected clients' blocks (arrivals.py).
+                    await self._arrivals.admit_read(sock)
                 if deadline == math.inf:
                     deadline = trio.current_time() + timeout
                 if raw:

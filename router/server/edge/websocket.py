@@ -229,8 +229,10 @@ class WebSocketTransport(WritesSocketNow):
                         # their frames would stay alive as long as the wait.
                         await trio.lowlevel.wait_readable(sock)
                         waited = True
-                        # A place in this pass's arrivals before the read (arrivals.py).
-                        await self._arrivals.admit()
+                        # A place in this pass's arrivals before the read; a peer
+                        # that has gone waits behind connected clients' blocks
+                        # (arrivals.py).
+                        await self._arrivals.admit_read(sock)
         except STREAM_GONE as e:
             raise TransportClosed(self._aborted or "peer closed the connection") from e
         finally:
