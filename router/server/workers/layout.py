@@ -70,7 +70,12 @@ def _processes(count: int) -> str:
 def worker_config(config: RouterConfig, ownership: Ownership) -> RouterConfig:
     """The configuration worker `ownership.index` runs: its own share of the data
     directory and its own stats log (the identity is read from the shared one)."""
-    if ownership.workers == 1 or config.data_dir is None:
+    if ownership.workers == 1:
+        return config
+    if config.store in SHARED_STORES:  # one schema for every worker, a lock of its own each
+        return replace(config, store_options={**config.store_options,
+                                              "db_lock_index": ownership.index})
+    if config.data_dir is None:
         return config
     share = worker_dir(config.data_dir, ownership.index)
     stats_log = config.stats_log
