@@ -5,8 +5,10 @@ starts as two workers sharing the queues by ownership (docs/workers.md), in the
 test's own process (`workers/in_process.py`), behind one address: a test's
 clients connect to one port and land on the workers in turn, so a sender and
 its recipient are usually on different workers and their commands go through
-the hand-off. What the test reads of "the router" (its statistics, its stores)
-is the first worker's.
+the hand-off. What the test reads of "the router" is a `WorkerRouters`: its
+statistics summed over the workers, a client's connection found in whichever
+worker it landed on, everything else (its stores, its configuration) the first
+worker's.
 
 Tests of one process only (a listener suspended, figures of the whole router
 read from one `Router`) are marked `one_process` with their reason and
@@ -19,12 +21,15 @@ import itertools
 import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import partial
+from typing import Any
 
 import trio
 
 from router.server import Router, RouterConfig, RouterInfo, open_router, serve_router
+from router.server.core.connection import Connection
+from router.server.core.counters import RouterStatistics
 from router.server.core.ownership import Ownership
 from router.server.workers.handoff import Handoff
 from router.server.workers.in_process import shared_identity_dir, workers_in_process
@@ -76,7 +81,8 @@ async def _serve_one_address(
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, forward, 0, host=host))
         port = listeners[0].socket.getsockname()[1]
-        task_status.started(replace(infos[0], port=port, listener=None))
+        routers = WorkerRouters([info.router for info in infos])
+        task_status.started(replace(infos[0], port=port, listener=None, router=routers))
         await trio.sleep_forever()
 
 
@@ -93,9 +99,11 @@ async def _pump(source: trio.SocketStream, sink: trio.SocketStream,
 
 
 class WorkerRouters:
-    """The routers of several workers in one process, as the router tests use one
-    `Router`: each `serve_transport` (a client) goes to the next worker in turn;
-    everything else is the first worker's."""
+    """The routers of several workers in one process, as tests use one `Router`: each
+    `serve_transport` (a client) goes to the next worker in turn; the statistics
+    are the sums of the workers' (a client's shadows not counted as connections);
+    a session's connection is found in its worker; everything else is the first
+    worker's."""
 
     def __init__(self, routers: list[Router]) -> None:
         self.routers = routers
@@ -104,8 +112,44 @@ class WorkerRouters:
     async def serve_transport(self, *args: object, **kwargs: object) -> None:
         await next(self._turns).serve_transport(*args, **kwargs)
 
+    def connection_for_session(self, session_id: bytes) -> Connection | None:
+        """The client's own connection (in the worker it landed on), not a shadow."""
+        for router in self.routers:
+            for conn in router.connections.values():
+                if conn.session_id == session_id and not _is_shadow(conn):
+                    return conn
+        return None
+
+    @property
+    def subscriptions(self) -> _SubscriptionsSummed:
+        return _SubscriptionsSummed([router.subscriptions for router in self.routers])
+
+    def statistics(self) -> RouterStatistics:
+        each = [router.statistics() for router in self.routers]
+        summed = {f.name: sum(getattr(s, f.name) for s in each) for f in fields(RouterStatistics)}
+        summed["connections"] -= sum(_is_shadow(conn) for router in self.routers
+                                     for conn in router.connections.values())
+        return RouterStatistics(**summed)
+
     def __getattr__(self, name: str) -> object:
         return getattr(self.routers[0], name)
+
+
+class _SubscriptionsSummed:
+    """The counts of every worker's subscriptions (each holds its own queues')."""
+
+    def __init__(self, each: list[Any]) -> None:
+        self._each = each
+
+    def __len__(self) -> int:
+        return sum(len(subscriptions) for subscriptions in self._each)
+
+    def service_subs_count(self) -> int:
+        return sum(subscriptions.service_subs_count() for subscriptions in self._each)
+
+
+def _is_shadow(conn: Connection) -> bool:
+    return getattr(conn.transport, "shadow", False)
 
 
 @asynccontextmanager

@@ -36,10 +36,11 @@ import trio
 import trio.testing
 from e2e_helpers import create_queues, raw_connection
 from observed_recipient import Ledger, ObservedRecipient
+from worker_count import serve_router_under_test
 
 from router.client import RecipientQueue, SMPClient, open_client
 from router.protocol.types import ACK, AUTH, ERR, GET, OK, SEND, SUB
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 from router.server.workers.in_process import workers_in_process
 
 STORE_POLICIES = [
@@ -324,7 +325,7 @@ async def run_interleaving(info: RouterInfo, seed: int, totals: Totals,
 
 
 async def _run_combination(nursery: trio.Nursery, config: RouterConfig, runs: int) -> Totals:
-    info = await nursery.start(serve_router, config)
+    info = await nursery.start(serve_router_under_test, config)
     totals = Totals()
     problems: list[str] = []
     for i in range(runs):
@@ -367,22 +368,39 @@ async def test_many_interleavings_keep_the_delivery_invariant(
 # --- across worker processes (docs/workers.md) ---------------------------------------------
 
 
-@pytest.mark.parametrize("store, fsync", [("memory", "batch"), ("journal", "batch")])
+ACROSS_WORKERS = [("memory", "batch"), ("journal", "batch"), ("sqlite", "batch")]
+
+
+async def _run_across_workers(tmp_path, store: str, fsync: str, delivery: str,
+                              runs: int) -> None:
+    config = _config(tmp_path, store, fsync, delivery)
+    totals = Totals()
+    problems: list[str] = []
+    async with workers_in_process(config) as (owner, front):
+        for i in range(runs):
+            problems += await run_interleaving(owner, BASE_SEED * 1_000_003 + i, totals,
+                                               receivers=front)
+            if problems:
+                break
+    print(f"\nacross workers {store}/{fsync}/{delivery}: {totals.runs} interleavings, "
+          f"{totals.commands} commands, {totals.deliveries} deliveries")
+    assert not problems, "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("store, fsync", ACROSS_WORKERS[:2])
 async def test_the_invariant_holds_with_the_queues_in_another_worker(
     tmp_path, store, fsync, delivery
 ):
     """The queues live in worker 0; the subscribers, the poller and one sender are
     clients of worker 1, so every command of theirs is handed to worker 0."""
-    config = _config(tmp_path, store, fsync, delivery)
-    totals = Totals()
-    problems: list[str] = []
     with trio.fail_after(120):
-        async with workers_in_process(config) as (owner, front):
-            for i in range(RUNS):
-                problems += await run_interleaving(owner, BASE_SEED * 1_000_003 + i, totals,
-                                                   receivers=front)
-                if problems:
-                    break
-    print(f"\nacross workers {store}/{fsync}/{delivery}: {totals.runs} interleavings, "
-          f"{totals.commands} commands, {totals.deliveries} deliveries")
-    assert not problems, "\n".join(problems[:20])
+        await _run_across_workers(tmp_path, store, fsync, delivery, RUNS)
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("store, fsync", ACROSS_WORKERS)
+async def test_many_interleavings_keep_the_invariant_across_workers(
+    tmp_path, store, fsync, delivery
+):
+    with trio.fail_after(1800):
+        await _run_across_workers(tmp_path, store, fsync, delivery, STRESS_RUNS)

@@ -11,10 +11,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
+from worker_count import serve_router_under_test
 
 from router.client import SMPClient, open_client
 from router.protocol import crypto
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 from router.server.ops.stats_lines import COUNTER_FIELDS, HEADER
 
 EXPECTED = {
@@ -33,7 +34,7 @@ EXPECTED = {
 async def running_router(stats_log: Path) -> AsyncIterator[RouterInfo]:
     config = RouterConfig(port=0, stats_log=stats_log, stats_interval=1)
     async with trio.open_nursery() as nursery:
-        yield await nursery.start(serve_router, config)
+        yield await nursery.start(serve_router_under_test, config)
         nursery.cancel_scope.cancel()
 
 
