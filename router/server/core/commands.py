@@ -322,6 +322,10 @@ class Commands:
             return _reply(verified, error or _OK)
         if type(cmd) is LDEL:
             return _reply(verified, await queues.delete_link(_queue(verified).recipient_id) or _OK)
+        if queue is not None and not self._context.ownership.owns(queue.recipient_id):
+            # asked of every worker (docs/workers.md#a-contact-queues-link-id): a shared
+            # store (PostgreSQL) finds every worker's queues, only the owner answers
+            queue = None
         if type(cmd) is LKEY:
             # Verified with the key it installs (dispatch.py); messaging queues only.
             if queue is None or queue.queue_mode != b"M":
