@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import fields, replace
 from functools import partial
@@ -136,7 +136,8 @@ class WorkerRouters:
 
 
 class _SubscriptionsSummed:
-    """The counts of every worker's subscriptions (each holds its own queues')."""
+    """The counts of every worker's subscriptions (each holds its own queues'): its
+    length and each of its counting methods (`service_subs_count()`, ...) summed."""
 
     def __init__(self, each: list[Any]) -> None:
         self._each = each
@@ -144,8 +145,8 @@ class _SubscriptionsSummed:
     def __len__(self) -> int:
         return sum(len(subscriptions) for subscriptions in self._each)
 
-    def service_subs_count(self) -> int:
-        return sum(subscriptions.service_subs_count() for subscriptions in self._each)
+    def __getattr__(self, name: str) -> Callable[[], int]:
+        return lambda: sum(getattr(subscriptions, name)() for subscriptions in self._each)
 
 
 def _is_shadow(conn: Connection) -> bool:
