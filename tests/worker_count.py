@@ -145,8 +145,23 @@ class _SubscriptionsSummed:
     def __len__(self) -> int:
         return sum(len(subscriptions) for subscriptions in self._each)
 
+    @property
+    def events(self) -> _EndsFlushed:
+        return _EndsFlushed([subscriptions.events for subscriptions in self._each])
+
     def __getattr__(self, name: str) -> Callable[[], int]:
         return lambda: sum(getattr(subscriptions, name)() for subscriptions in self._each)
+
+
+class _EndsFlushed:
+    """Every worker's gathering of END / DELD: `flush()` sends what each holds."""
+
+    def __init__(self, each: list[Any]) -> None:
+        self._each = each
+
+    def flush(self) -> None:
+        for events in self._each:
+            events.flush()
 
 
 def _is_shadow(conn: Connection) -> bool:

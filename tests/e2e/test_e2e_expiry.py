@@ -30,6 +30,8 @@ async def running_router(**settings: object) -> AsyncIterator[RouterInfo]:
 
 
 @pytest.mark.parametrize("kind", STORES)
+@pytest.mark.one_process("writes into the store of the data directory as one process lays "
+                         "it out (a worker's share is DIR/worker-I/)")
 async def test_a_router_expires_messages_at_start_with_the_default_ttl_of_21_days(
     kind, tmp_path: Path
 ):

@@ -63,6 +63,7 @@ async def deliver(sender, recipient, queue, n: int) -> None:
         await recipient.ack(queue, event.msg_id)
 
 
+@pytest.mark.one_process("the task steps of one process: a hand-off adds the channel's")
 @pytest.mark.parametrize("transport", ["ws", "smp"])
 async def test_a_delivered_message_costs_the_router_two_task_steps(nursery, transport):
     config = RouterConfig(host="127.0.0.1", port=0, store="memory", delivery=SINGLE_TASK)
