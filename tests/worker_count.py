@@ -55,12 +55,14 @@ async def serve_router_under_test(
     if workers == 1:
         await serve_router(config, task_status=task_status)
         return
-    async with workers_in_process(config, workers) as infos:
-        await _serve_one_address(config.host, infos, task_status=task_status)
+    # the workers on ports of their own, the one address on the configured port
+    async with workers_in_process(replace(config, port=0), workers) as infos:
+        await _serve_one_address(config.host, config.port, infos, task_status=task_status)
 
 
 async def _serve_one_address(
-    host: str, infos: list[RouterInfo], *, task_status: trio.TaskStatus[RouterInfo]
+    host: str, port: int, infos: list[RouterInfo], *,
+    task_status: trio.TaskStatus[RouterInfo]
 ) -> None:
     """A port whose connections go to each worker's own port in turn, byte for byte:
     in one process the workers cannot share one listening socket as under the
@@ -79,7 +81,7 @@ async def _serve_one_address(
             nursery.start_soon(_pump, upstream, client, nursery.cancel_scope)
 
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, forward, 0, host=host))
+        listeners = await nursery.start(partial(trio.serve_tcp, forward, port, host=host))
         port = listeners[0].socket.getsockname()[1]
         routers = WorkerRouters([info.router for info in infos])
         task_status.started(replace(infos[0], port=port, listener=None, router=routers))
@@ -102,7 +104,8 @@ class WorkerRouters:
     """The routers of several workers in one process, as tests use one `Router`: each
     `serve_transport` (a client) goes to the next worker in turn; the statistics
     are the sums of the workers' (a client's shadows not counted as connections);
-    a session's connection is found in its worker; everything else is the first
+    a session's connection is found in its worker; suspending and resuming reach
+    every worker, blocking a queue its owner; everything else is the first
     worker's."""
 
     def __init__(self, routers: list[Router]) -> None:
@@ -119,6 +122,23 @@ class WorkerRouters:
                 if conn.session_id == session_id and not _is_shadow(conn):
                     return conn
         return None
+
+    def suspend(self) -> None:
+        for router in self.routers:
+            router.suspend()
+
+    def resume(self) -> None:
+        for router in self.routers:
+            router.resume()
+
+    async def block_queue(self, recipient_id: bytes, reason: str) -> bool:
+        return await self._owner(recipient_id).block_queue(recipient_id, reason)
+
+    def unblock_queue(self, recipient_id: bytes) -> bool:
+        return self._owner(recipient_id).unblock_queue(recipient_id)
+
+    def _owner(self, entity_id: bytes) -> Router:
+        return self.routers[self.routers[0].ownership.owner_of(entity_id)]
 
     @property
     def subscriptions(self) -> _SubscriptionsSummed:
