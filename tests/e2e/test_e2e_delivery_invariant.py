@@ -368,6 +368,7 @@ async def test_many_interleavings_keep_the_delivery_invariant(
 # --- across worker processes (docs/workers.md) ---------------------------------------------
 
 
+INTERLEAVING_TIMEOUT = 120  # s: one that hangs is named by its seed
 ACROSS_WORKERS = [("memory", "batch"), ("journal", "batch"), ("sqlite", "batch")]
 
 
@@ -378,8 +379,11 @@ async def _run_across_workers(tmp_path, store: str, fsync: str, delivery: str,
     problems: list[str] = []
     async with workers_in_process(config) as (owner, front):
         for i in range(runs):
-            problems += await run_interleaving(owner, BASE_SEED * 1_000_003 + i, totals,
-                                               receivers=front)
+            seed = BASE_SEED * 1_000_003 + i
+            with trio.move_on_after(INTERLEAVING_TIMEOUT) as scope:
+                problems += await run_interleaving(owner, seed, totals, receivers=front)
+            if scope.cancelled_caught:
+                problems.append(f"seed {seed}: not done in {INTERLEAVING_TIMEOUT} s")
             if problems:
                 break
     print(f"\nacross workers {store}/{fsync}/{delivery}: {totals.runs} interleavings, "
