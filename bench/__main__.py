@@ -52,6 +52,8 @@ COMMANDS: dict[str, Command] = {
     "transports": Command("idle-connection memory, WebSocket vs native TLS"),
     "relay": Command("a large relay's load: many connections, a storm", own_options=True),
     "storelog_start": Command("serve's start-up on a long store log", own_options=True),
+    "owner_exceptions": Command("a workers-move's owner exceptions: memory per exception, "
+                                "the cost of a lookup", own_options=True),
     "framing": Command("CPU of the WebSocket framing libraries per block", own_options=True),
     "compaction": Command("store-log compaction, router vs Spark", own_options=True),
     "charts": Command("draw the charts again from saved figures", own_options=True),

@@ -163,6 +163,9 @@ class MemoryQueueStore(TableQueueStore):
             magic = _QUEUES_MAGIC
         services = store._table.services
         assert services is not None
+        # A service's id is the same for its queues: one object for all of them, not a
+        # copy in each record (bench/RESULTS.md, "A service's queues: one SUBS against SUBs in blocks").
+        service_ids: dict[bytes, bytes] = {}
         for rd in read_snapshot(path, magic):
             kind = rd.byte() if magic == _QUEUES_MAGIC else _QUEUE_ITEM[0]
             if kind == _SERVICE_ITEM[0]:
@@ -170,7 +173,7 @@ class MemoryQueueStore(TableQueueStore):
                 continue
             if kind != _QUEUE_ITEM[0]:
                 raise SnapshotError(f"{path}: unknown item kind {kind}")
-            rec, link = _decode_record(rd, magic)
+            rec, link = _decode_record(rd, magic, service_ids)
             if store.add_queue_nowait(rec, link) is not None:
                 raise SnapshotError(f"{path}: duplicate queue ids in snapshot")
         return store
@@ -486,7 +489,9 @@ def _decode_service(rd: _Reader) -> ServiceRecord:
     return ServiceRecord(rd.bytes_(), rd.bytes_(), rd.bytes_(), rd.bytes_(), rd.i64())
 
 
-def _decode_record(rd: _Reader, magic: bytes) -> tuple[QueueRecord, QueueLinkData | None]:
+def _decode_record(
+    rd: _Reader, magic: bytes, service_ids: dict[bytes, bytes]
+) -> tuple[QueueRecord, QueueLinkData | None]:
     rid, sid, rkey, rdh, skey = (
         rd.bytes_(),
         rd.bytes_(),
@@ -499,6 +504,10 @@ def _decode_record(rd: _Reader, magic: bytes) -> tuple[QueueRecord, QueueLinkDat
     if status not in _STATUS_BY_CODE:
         raise SnapshotError(f"unknown queue status code {status}")
     rsvc, nsvc, updated_at = rd.opt_bytes(), rd.opt_bytes(), rd.i64()
+    if rsvc is not None:
+        rsvc = service_ids.setdefault(rsvc, rsvc)
+    if nsvc is not None:
+        nsvc = service_ids.setdefault(nsvc, nsvc)
     mode, link = None, None
     if magic != _QUEUES_MAGIC_V1:
         mode, link_id = rd.opt_bytes(), rd.opt_bytes()

@@ -135,3 +135,66 @@ async def test_an_end_due_while_a_block_is_answered_follows_that_blocks_answers(
                     replies += await first.receive()
             assert [r.response for r in replies] == [OK(), END()], replies
             assert replies[0].corr_id and not replies[1].corr_id
+
+
+@contextmanager
+def hold_reads_of(monkeypatch, router, recipient_id: bytes, count: int):
+    """Hold each of the next `count` reads of the head of `recipient_id` (alone or in
+    a batch) after the store answered it, until its `released` is set."""
+    holds = [HeldRead(recipient_id) for _ in range(count)]
+    store_class = type(router.messages)
+    peek, peek_many = store_class.peek_message, store_class.peek_messages
+    reads = iter(holds)
+
+    async def hold_if_wanted(ids) -> None:
+        if recipient_id in ids and (held := next(reads, None)) is not None:
+            held.entered.set()
+            await held.released.wait()
+
+    async def held_peek(store, rid: bytes):
+        msg = await peek(store, rid)
+        await hold_if_wanted([rid])
+        return msg
+
+    async def held_peek_many(store, rids):
+        heads = await peek_many(store, rids)
+        await hold_if_wanted(rids)
+        return heads
+
+    monkeypatch.setattr(store_class, "peek_message", held_peek)
+    monkeypatch.setattr(store_class, "peek_messages", held_peek_many)
+    yield holds
+
+
+async def test_a_push_made_before_its_queue_was_taken_is_not_written_after_its_end(
+    router, monkeypatch
+):
+    """The delivery task pushes the heads of two queues; while it reads them, another
+    client takes the first queue, and the first client gets END. The first client
+    never reads that queue's message after its END: it went to the new holder only
+    (one message in flight at one connection)."""
+    with trio.fail_after(10):
+        async with (
+            connect(router) as first, connect(router) as second, connect(router) as sender,
+        ):
+            q1, q2 = await first.create_queue(), await first.create_queue()
+            with hold_reads_of(monkeypatch, router, q2.recipient_id, 2) as (sub_read, held):
+                # The SUBs' read misses the two writes, so the delivery task pushes
+                # both heads after the answers, reading them (the second read).
+                packer = BatchPacker()
+                for q in (q1, q2):
+                    assert packer.add(first.transmission(q.recipient_id, SUB(), q.rcv_seed))
+                await first.send_block(packer.take_block())
+                await sub_read.entered.wait()
+                await sender.send(q1.sender_id, b"one")
+                await sender.send(q2.sender_id, b"two")
+                sub_read.released.set()
+                await held.entered.wait()
+                assert await second.recipient(q1, SUB()) == OK()  # with "one"
+                await trio.sleep(router.config.end_batch_interval * 3)  # the END is due
+                held.released.set()
+                pushed = list(first.events) + await _pushed_before_pong(first)
+            after_end = pushed[[r.response for r in pushed].index(END()) + 1:]
+            assert all(r.entity_id != q1.recipient_id for r in after_end), pushed
+            msg, body = await second.next_message(q1)
+            assert body.body == b"one"

@@ -80,3 +80,18 @@ async def test_a_client_with_a_full_send_channel_does_not_hold_up_the_events_of_
     events.flush()
     assert [e for _, e, _ in decoded(full.overflow_events)] == [b"a" * 24, b"c" * 24]
     assert len(events) == 0
+
+
+async def test_an_end_that_found_the_send_channel_full_goes_before_what_is_pushed_after_it():
+    """A later push (a SUB's answer taking the queue back, a MSG) never overtakes an
+    END that waits for room: the client would read the END as the last word."""
+    events = PendingEvents(interval=0.01)
+    full = connection(1)
+    full.push_nowait([b"filler"])
+    events.add(ClientSubscriptions(full), b"a" * 24, Event.END)
+    events.flush()
+    assert full.take_pending() == [b"filler"]  # room again
+    full.push_nowait([b"later"])
+    pending = full.take_pending()
+    assert decoded(pending[:1]) == [(b"", b"a" * 24, END())] and pending[1:] == [b"later"]
+    assert not full.overflow_events

@@ -93,6 +93,21 @@ async def test_a_snapshot_keeps_queue_modes_and_links(tmp_path):
     assert await loaded.get_queue(Party.LINK, link.link_id) == linked
 
 
+async def test_queues_of_one_service_share_one_id_object_once_loaded(tmp_path):
+    """A million queues of one service would otherwise hold a million copies of its id."""
+    queues = MemoryQueueStore()
+    service = new_id()
+    for _ in range(3):
+        await queues.add_queue(QueueRecord(
+            new_id(), new_id(), b"k", b"d", None, True,
+            rcv_service_id=bytes(service), ntf_service_id=bytes(service),
+        ))  # fmt: skip
+    queues.save(tmp_path / "q")
+    loaded = list(MemoryQueueStore.load(tmp_path / "q").records())
+    ids = {id(r.rcv_service_id) for r in loaded} | {id(r.ntf_service_id) for r in loaded}
+    assert len(ids) == 1 and loaded[0].rcv_service_id == service
+
+
 async def test_a_snapshot_written_before_links_still_loads(tmp_path):
     """Version 1 items are version 3 items without the last three fields (mode, link,
     the count of more recipient keys)."""

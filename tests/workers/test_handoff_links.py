@@ -103,3 +103,38 @@ async def test_a_contact_link_is_read_through_a_proxy_landing_on_the_other_worke
             assert await sender.proxied_command(session, link_id, LGET()) == LNK(
                 ids.snd_id, b"f", b"u")
             assert await sender.proxied_command(session, _id_of(1), LGET()) == ERR(AUTH)
+
+
+async def _send_new_with_link(c, corr_id: bytes, link_id: bytes) -> None:
+    seed, key = crypto.new_ed25519()
+    _, dh = crypto.new_x25519()
+    sender_id = hashlib.sha3_384(corr_id).digest()[:24]
+    cmd = NEW(key, dh, None, False, False, QueueLink(sender_id, b"f", b"u", link_id))
+    body = encode_command(cmd, c.version)
+    auth = crypto.authorize(seed, c.session_id, corr_id, b"", body)
+    data = encode_transmission(Transmission(auth, corr_id, b"", body), c.version)
+    await c.send_raw_block(pad_block(bytes((1,)) + len(data).to_bytes(2, "big") + data))
+
+
+async def test_two_news_of_one_link_id_at_once_on_two_workers_one_is_refused(tmp_path) -> None:
+    """The front of a contact NEW holds its link id reserved in owner(link id) while it
+    checks every worker and the NEW runs: the second waits, finds it taken, AUTH."""
+    config = RouterConfig(host="127.0.0.1", port=0, store="memory", data_dir=tmp_path / "d")
+    async with (
+        workers_in_process(config) as (w0, w1),
+        open_client(w0.address) as c0,
+        open_client(w1.address) as c1,
+    ):
+        for round_ in range(12):
+            # Each queue in its front's worker, the link id either's: both fronts check
+            # the other worker before either NEW is stored.
+            link_id = _id_of(round_ % 2)
+            await _send_new_with_link(c0, _corr_id_of(0), link_id)
+            await _send_new_with_link(c1, _corr_id_of(1), link_id)
+            with trio.fail_after(10):
+                answers = [await c0.next_raw_response(), await c1.next_raw_response()]
+            assert sorted(type(a).__name__ for a in answers) == ["ERR", "IDS"], answers
+            assert ERR(AUTH) in answers
+            ids = next(a for a in answers if isinstance(a, IDS))
+            for c in (c0, c1):
+                assert await c.command(link_id, LGET()) == LNK(ids.snd_id, b"f", b"u")

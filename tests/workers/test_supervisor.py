@@ -100,8 +100,8 @@ async def test_a_data_directory_of_another_count_of_workers_is_refused(tmp_path)
                                "--store", "journal")
     assert code == 2 and out == ""
     assert err == (f"smp-router: error: data directory {data} holds the queues of 2 workers, "
-                   "not 1: start it with --workers 2 (moving queues between counts of "
-                   "workers is not built yet: docs/workers.md)\n")
+                   "not 1: start it with --workers 2, or move them first with: smp-router "
+                   f"workers-move --data-dir {data} --workers 1\n")
     # A directory one process made: refused with several workers.
     single = tmp_path / "single"
     single.mkdir()

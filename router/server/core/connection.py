@@ -187,6 +187,7 @@ class Connection:
         cancel scope of its own may stop mid-write, which would cut a block in two)."""
         if self.closed:
             return
+        transmissions = self._after_events(transmissions)
         if self._write_now(transmissions):
             return
         self._pending.extend(transmissions)
@@ -236,11 +237,21 @@ class Connection:
                 if self.closed:
                     raise TransportClosed("connection closed")
             if self._writing:
+                transmissions = self._after_events(transmissions)
                 if transmissions:
                     self._pending.extend(transmissions)
                     self._pending_batches += 1
                 return
-        await self._write(transmissions)
+        await self._write(self._after_events(transmissions))
+
+    def _after_events(self, transmissions: list[bytes]) -> list[bytes]:
+        """`transmissions` behind the events that found the pending list full
+        (`push_events`): nothing overtakes an END made before it, such as the OK of
+        a SUB that took the queue back after it."""
+        if not self.overflow_events:
+            return transmissions
+        events, self.overflow_events = self.overflow_events, []
+        return events + transmissions
 
     def _answers_wait(self, transmissions: list[bytes]) -> bool:
         """Hold a block's answers (the receive loop's, once the block is done) in the

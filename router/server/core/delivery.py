@@ -191,19 +191,41 @@ class Deliverer:
             elif client.deliveries:
                 batch = await self._take_heads(client)
                 if batch:
-                    await conn.push(batch)
+                    await conn.push(batch)  # has room: made and handed over in one step
             else:
                 await walker.catch_up_step(client)
 
     async def _take_heads(self, client: ClientSubscriptions) -> list[bytes]:
         """MSGs for the oldest waiting queues, up to `DELIVERY_BATCH` of them as one
-        batch: a burst costs one write per batch, not per MSG."""
+        batch: a burst costs one write per batch, not per MSG.
+
+        Their heads are read in one store call, and the MSGs are made after it, once
+        the connection has room for them: nothing is awaited between making a MSG
+        and handing it to the connection. A MSG made before an await (a store's read
+        in its thread) could otherwise be written after its subscription was taken
+        by another connection and its END written, and a SUB answered meanwhile would
+        then carry the same message a second time."""
+        conn = client.conn
+        await conn.wait_for_room()
+        subscriptions, deliveries = self._subscriptions, client.deliveries
+        taken: list[tuple[bytes, bytes, Sub]] = []
+        while deliveries and len(taken) < DELIVERY_BATCH:
+            recipient_id, box_key = deliveries.pop_oldest()
+            sub = client.queues.get(recipient_id)
+            if subscriptions.can_push(client, sub):
+                assert sub is not None
+                taken.append((recipient_id, box_key, sub))
+        if not taken:
+            return []
+        heads = await self._messages.peek_messages([rid for rid, _, _ in taken])
         batch: list[bytes] = []
-        deliveries = client.deliveries
-        while deliveries and len(batch) < DELIVERY_BATCH:
-            transmission = await self._head_transmission(client, *deliveries.pop_oldest())
-            if transmission is not None:
-                batch.append(transmission)
+        for (recipient_id, box_key, sub), msg in zip(taken, heads, strict=True):
+            if msg is None or not subscriptions.may_push(client, sub, msg):
+                subscriptions.settle(client, sub)  # a service's `Sub` with nothing to send
+            elif conn.outbox_full():  # filled while the heads were read: wait again
+                deliveries.add(recipient_id, msg.ts, box_key)
+            else:
+                batch.append(self.message_transmission(b"", recipient_id, sub, msg, box_key))
         return batch
 
     async def _head_transmission(

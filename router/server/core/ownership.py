@@ -17,7 +17,8 @@ single draw, as before workers existed.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits-and-defaults)
 # The bytes of an id that choose its owner: four, so that the bias of `% N` is
@@ -31,6 +32,10 @@ class Ownership:
 
     workers: int = 1
     index: int = 0
+    # Ids whose queue lives elsewhere than their owner by the function: those of queues
+    # moved from another count of workers (docs/workers.md#another-count-of-workers).
+    # Empty unless a move left some, so the common path costs one truth test.
+    exceptions: Mapping[bytes, int] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -42,6 +47,10 @@ class Ownership:
         """The worker owning the queue of `entity_id` (any of its ids)."""
         if self.workers == 1:
             return 0
+        if self.exceptions:
+            home = self.exceptions.get(entity_id)
+            if home is not None:
+                return home
         return int.from_bytes(entity_id[:_OWNER_BYTES], "big") % self.workers
 
     def owns(self, entity_id: bytes) -> bool:

@@ -40,7 +40,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 import trio
@@ -86,6 +87,9 @@ from .layout import SHARED_STORES
 log = logging.getLogger(__name__)
 
 OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)
+# A contact NEW's link id held reserved by owner(link id) for a front, its grant and
+# its end (docs/workers.md#a-contact-queues-link-id); the payload is the link id.
+RESERVE, RESERVED, RELEASE = 20, 21, 22
 # Written by a shadow after a part's answers, in their stream: no real transmission
 # is empty (router/protocol/transmission.py), and the front takes it out.
 _PART_DONE = b""
@@ -256,6 +260,11 @@ class Handoff:
         self._fronts: dict[int, _Front] = {}
         self._shadows: dict[tuple[int, int], ShadowTransport] = {}
         self._nursery: trio.Nursery | None = None
+        self._reservations = _LinkReservations()
+        # (holder, front connection, link id) -> set once the holder granted it
+        self._reserving: dict[tuple[int, int, bytes], trio.Event] = {}
+        # (front worker, its connection, link id) -> set when the front releases it
+        self._held_for: dict[tuple[int, int, bytes], trio.Event] = {}
 
     def install(self, router: Router) -> None:
         """Serve `router`'s connections as fronts (before its listener accepts)."""
@@ -282,6 +291,17 @@ class Handoff:
             return await self._serving.process_block(client, block)
         parts, gathered, contacts = split
         front = self._front(client)
+        if contacts:
+            # Its link ids held until the NEW has run: a NEW of one of them elsewhere
+            # waits, then finds it taken.
+            async with self._links_reserved(front, contacts):
+                return await self._process_parts(client, front, parts, gathered, contacts)
+        return await self._process_parts(client, front, parts, gathered, contacts)
+
+    async def _process_parts(self, client: ClientSubscriptions, front: _Front,
+                             parts: dict[int, list[bytes]], gathered: dict[bytes, Party | None],
+                             contacts: dict[bytes, tuple[bytes, bytes]]) -> list[bytes]:
+        assert self._serving is not None
         refused = await self._refuse_taken_links(front, parts, contacts) if contacts else []
         own = parts.pop(self.ownership.index, None)
         # Apart from the rest, so that their answers are all in what the dispatcher
@@ -476,6 +496,54 @@ class Handoff:
             del parts[owner]
         return refused
 
+    @asynccontextmanager
+    async def _links_reserved(self, front: _Front, contacts: dict[bytes, tuple[bytes, bytes]]
+                              ) -> AsyncIterator[None]:
+        """Every link id of the block's contact NEWs held reserved (in the order of the
+        ids, so that two blocks never wait for each other's)."""
+        async with AsyncExitStack() as stack:
+            for link_id in sorted({link_id for _, link_id in contacts.values()}):
+                await stack.enter_async_context(self._link_reserved(front, link_id))
+            yield
+
+    @asynccontextmanager
+    async def _link_reserved(self, front: _Front, link_id: bytes) -> AsyncIterator[None]:
+        holder = self.ownership.owner_of(link_id)
+        if holder == self.ownership.index:
+            async with self._reservations.held(link_id):
+                yield
+            return
+        assert self._nursery is not None
+        key = (holder, front.conn.id, link_id)
+        granted = self._reserving[key] = trio.Event()
+        try:
+            try:
+                await self.links.send(holder, Frame(RESERVE, front.conn.id, link_id))
+            except LinkLost as e:
+                raise TransportClosed(str(e)) from e
+            await granted.wait()
+            if self._reserving.get(key) is not granted:
+                raise TransportClosed(f"worker {holder}, holding link ids, is gone")
+            yield
+        finally:
+            if self._reserving.pop(key, None) is not None:
+                # From a task of its own: also once this one is cancelled.
+                self._nursery.start_soon(self._send_quietly, holder,
+                                         Frame(RELEASE, front.conn.id, link_id))
+
+    async def _hold_link(self, peer: int, conn_id: int, link_id: bytes) -> None:
+        """Hold `link_id` reserved for a front of `peer` until it releases it (or is gone)."""
+        key = (peer, conn_id, link_id)
+        released = self._held_for[key] = trio.Event()
+        try:
+            async with self._reservations.held(link_id):
+                if not released.is_set():
+                    await self._send_quietly(peer, Frame(RESERVED, conn_id, link_id))
+                    await released.wait()
+        finally:
+            if self._held_for.get(key) is released:
+                del self._held_for[key]
+
     async def _link_elsewhere(self, front: _Front, owner: int, corr_id: bytes,
                               link_id: bytes) -> bool:
         """Whether a worker other than `owner` has a contact queue of `link_id`."""
@@ -627,6 +695,17 @@ class Handoff:
                 shadow.taken()
         elif kind == OPEN:
             self._open_shadow(peer, frame)
+        elif kind == RESERVE:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._hold_link, peer, frame.conn_id, frame.payload)
+        elif kind == RESERVED:
+            granted = self._reserving.get((peer, frame.conn_id, frame.payload))
+            if granted is not None:
+                granted.set()
+        elif kind == RELEASE:
+            released = self._held_for.get((peer, frame.conn_id, frame.payload))
+            if released is not None:
+                released.set()
         elif kind == CLOSE:
             shadow = self._shadows.get((peer, frame.conn_id))
             if shadow is not None:
@@ -707,6 +786,10 @@ class Handoff:
 
     def _on_peer_lost(self, peer: int) -> None:
         """A peer died (or its link broke): what depended on it ends."""
+        for key in [key for key in self._held_for if key[0] == peer]:
+            self._held_for.pop(key).set()
+        for key in [key for key in self._reserving if key[0] == peer]:
+            self._reserving.pop(key).set()  # the waiting front finds it gone
         for front in list(self._fronts.values()):
             if peer in front.windows:
                 front.conn.close_now(f"its queues' worker {peer} is gone")
@@ -714,6 +797,30 @@ class Handoff:
             if front_worker == peer:
                 shadow.ended_by_front = True
                 shadow.end()
+
+
+class _LinkReservations:
+    """The link ids this worker holds reserved as their owner: a contact NEW of one
+    waits for the NEW of it before (docs/workers.md#a-contact-queues-link-id)."""
+
+    def __init__(self) -> None:
+        self._held: dict[bytes, tuple[trio.Lock, int]] = {}  # link id -> lock, its users
+
+    @asynccontextmanager
+    async def held(self, link_id: bytes) -> AsyncIterator[None]:
+        lock, users = self._held.get(link_id, (None, 0))
+        if lock is None:
+            lock = trio.Lock()
+        self._held[link_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._held[link_id]
+            if users == 1:
+                del self._held[link_id]
+            else:
+                self._held[link_id] = (lock, users - 1)
 
 
 def _link_answer(answers: list[bytes], version: int) -> bytes:

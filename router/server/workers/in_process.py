@@ -23,6 +23,7 @@ from ..router import RouterInfo, serve_router
 from ..settings.config import RouterConfig
 from .handoff import Handoff
 from .layout import worker_config
+from .owner_exceptions import with_owner_exceptions
 
 _groups = count()
 
@@ -35,7 +36,7 @@ async def workers_in_process(config: RouterConfig, workers: int = 2
     async with shared_identity_dir(config) as identity_dir, trio.open_nursery() as nursery:
         infos: list[RouterInfo] = []
         for index in range(workers):
-            ownership = Ownership(workers, index)
+            ownership = with_owner_exceptions(Ownership(workers, index), config.data_dir)
             handoff = Handoff(ownership, group)
             await nursery.start(handoff.run)
             infos.append(await nursery.start(partial(

@@ -5,12 +5,16 @@ memory snapshot), its blocked queues and its stats log in `DIR/worker-i/`; the
 identity stays in `DIR`, shared. `DIR/WORKERS` records N: the queues' owners are
 a function of their ids and N (core/ownership.py), so the same directory under
 another N would find each queue in the wrong worker's store. A start with
-another count is refused in one line. The postgres store is shared by every
-worker whatever N, so it keeps no count (docs/workers.md#stores).
+another count is refused in one line naming the command that moves the queues
+(`workers-move`, move.py). The postgres store is shared by every worker, but its
+queues' ids are the count's as well (a sender id of another worker than its
+recipient id breaks delivery there too), so it records its count the same way
+(docs/workers.md#another-count-of-workers).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +26,8 @@ from ..settings.config import ConfigError, RouterConfig
 
 WORKERS_FILE = "WORKERS"
 SHARED_STORES = frozenset({"postgres"})  # one store for every worker
+MOVE_COMMAND = "smp-router workers-move --data-dir {data_dir} --workers {workers}"
+MOVE_MARK = "WORKERS-MOVING"  # a move's switch in progress (move.py)
 
 
 def worker_dir(data_dir: Path, index: int) -> Path:
@@ -39,6 +45,17 @@ def recorded_workers(data_dir: Path) -> int | None:
     return int(text)
 
 
+def moving_to(data_dir: Path) -> int | None:
+    """The count a move cut short in its switch was going to (None: no move)."""
+    try:
+        return int(json.loads((data_dir / MOVE_MARK).read_text())["to"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{data_dir / MOVE_MARK} is damaged ({e}): the old shares are "
+                          "in the newest workers-N.old-* directory") from e
+
+
 def check_worker_count(config: RouterConfig) -> None:
     """Refuse (ConfigError, one line) a data directory made for another count of
     workers; record the count in a fresh directory started with several."""
@@ -46,8 +63,13 @@ def check_worker_count(config: RouterConfig) -> None:
         raise ConfigError("control_port and metrics_port are not served with workers above 1 "
                           "yet (docs/workers.md): unset them or set workers to 1")
     data_dir = config.data_dir
-    if data_dir is None or config.store in SHARED_STORES:
+    if data_dir is None:
         return
+    if (moving := moving_to(data_dir)) is not None:
+        raise ConfigError(f"data directory {data_dir} is in the middle of a move to {moving} "
+                          "workers: finish it with "
+                          f"{MOVE_COMMAND.format(data_dir=data_dir, workers=moving)}")
+    command = MOVE_COMMAND.format(data_dir=data_dir, workers=config.workers)
     recorded = recorded_workers(data_dir)
     held_by_one = recorded is None and (data_dir / KIND_FILE).exists()
     if recorded is None and not held_by_one and config.workers > 1:
@@ -58,8 +80,8 @@ def check_worker_count(config: RouterConfig) -> None:
     if found != config.workers:
         raise ConfigError(
             f"data directory {data_dir} holds the queues of {_processes(found)}, not "
-            f"{config.workers}: start it with --workers {found} (moving queues between "
-            "counts of workers is not built yet: docs/workers.md)"
+            f"{config.workers}: start it with --workers {found}, or move them first with: "
+            f"{command}"
         )
 
 
