@@ -164,7 +164,8 @@ class MemoryQueueStore(TableQueueStore):
         services = store._table.services
         assert services is not None
         # A service's id is the same for its queues: one object for all of them, not a
-        # copy in each record (bench/RESULTS.md, "A service's queues: one SUBS against SUBs in blocks").
+        # copy in each record (bench/RESULTS.md, "A service's queues: one SUBS against
+        # SUBs in blocks").
         service_ids: dict[bytes, bytes] = {}
         for rd in read_snapshot(path, magic):
             kind = rd.byte() if magic == _QUEUES_MAGIC else _QUEUE_ITEM[0]

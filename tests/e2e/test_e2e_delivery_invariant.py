@@ -324,6 +324,7 @@ async def run_interleaving(info: RouterInfo, seed: int, totals: Totals,
 
 
 async def _run_combination(nursery: trio.Nursery, config: RouterConfig, runs: int) -> Totals:
+    # one process: the check reads the queues' worker; the runs across workers are below
     info = await nursery.start(serve_router, config)
     totals = Totals()
     problems: list[str] = []
@@ -367,22 +368,43 @@ async def test_many_interleavings_keep_the_delivery_invariant(
 # --- across worker processes (docs/workers.md) ---------------------------------------------
 
 
-@pytest.mark.parametrize("store, fsync", [("memory", "batch"), ("journal", "batch")])
+INTERLEAVING_TIMEOUT = 120  # s: one that hangs is named by its seed
+ACROSS_WORKERS = [("memory", "batch"), ("journal", "batch"), ("sqlite", "batch")]
+
+
+async def _run_across_workers(tmp_path, store: str, fsync: str, delivery: str,
+                              runs: int) -> None:
+    config = _config(tmp_path, store, fsync, delivery)
+    totals = Totals()
+    problems: list[str] = []
+    async with workers_in_process(config) as (owner, front):
+        for i in range(runs):
+            seed = BASE_SEED * 1_000_003 + i
+            with trio.move_on_after(INTERLEAVING_TIMEOUT) as scope:
+                problems += await run_interleaving(owner, seed, totals, receivers=front)
+            if scope.cancelled_caught:
+                problems.append(f"seed {seed}: not done in {INTERLEAVING_TIMEOUT} s")
+            if problems:
+                break
+    print(f"\nacross workers {store}/{fsync}/{delivery}: {totals.runs} interleavings, "
+          f"{totals.commands} commands, {totals.deliveries} deliveries")
+    assert not problems, "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("store, fsync", ACROSS_WORKERS[:2])
 async def test_the_invariant_holds_with_the_queues_in_another_worker(
     tmp_path, store, fsync, delivery
 ):
     """The queues live in worker 0; the subscribers, the poller and one sender are
     clients of worker 1, so every command of theirs is handed to worker 0."""
-    config = _config(tmp_path, store, fsync, delivery)
-    totals = Totals()
-    problems: list[str] = []
     with trio.fail_after(120):
-        async with workers_in_process(config) as (owner, front):
-            for i in range(RUNS):
-                problems += await run_interleaving(owner, BASE_SEED * 1_000_003 + i, totals,
-                                                   receivers=front)
-                if problems:
-                    break
-    print(f"\nacross workers {store}/{fsync}/{delivery}: {totals.runs} interleavings, "
-          f"{totals.commands} commands, {totals.deliveries} deliveries")
-    assert not problems, "\n".join(problems[:20])
+        await _run_across_workers(tmp_path, store, fsync, delivery, RUNS)
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("store, fsync", ACROSS_WORKERS)
+async def test_many_interleavings_keep_the_invariant_across_workers(
+    tmp_path, store, fsync, delivery
+):
+    with trio.fail_after(1800):
+        await _run_across_workers(tmp_path, store, fsync, delivery, STRESS_RUNS)

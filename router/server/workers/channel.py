@@ -150,7 +150,7 @@ class Links:
                     while True:
                         try:
                             batch.append(frames.receive_nowait())
-                        except trio.WouldBlock:
+                        except (trio.WouldBlock, trio.EndOfChannel):  # closed: the peer is lost
                             break
                     await stream.send_all(b"".join(batch))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

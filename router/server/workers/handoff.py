@@ -87,6 +87,7 @@ from ..edge.block_stream import TransportClosed
 from ..edge.handshake import Handshake, ServiceSession
 from ..router import Router
 from .channel import Frame, LinkLost, Links
+from .layout import SHARED_STORES
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +299,8 @@ class Handoff:
         self._shadow_serving = ShadowServing(self._serving)
         router.dispatcher.route_forwarded(self)
         router.services.walk_done = self.own_walk_done
+        if router.config.store in SHARED_STORES:
+            router.services.share_a_store(self.ownership)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
