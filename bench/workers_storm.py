@@ -185,14 +185,15 @@ def table(results: list[dict[str, Any]]) -> str:
     return harness.md_table(
         ["workers", "store", "storm s", f"x {base['workers']} worker(s)", "SUBs/s",
          "router CPU s (all processes)", "CPU us/SUB", f"CPU x {base['workers']}",
-         "cores busy", "load's CPU us/SUB", "quiet PING p99 ms", "PING p50 ms", "PING p99 ms", "RSS before MB",
-         "RSS after MB", "errors", "MSGs", "load avg"], rows)
+         "cores busy", "load's CPU us/SUB", "quiet PING p99 ms", "PING p50 ms", "PING p99 ms",
+         "RSS before MB", "RSS after MB", "errors", "MSGs", "load avg"], rows)
 
 
 def scaling_table(scaling: dict[str, Any]) -> str:
     return harness.md_table(
         ["the machine: Ed25519 checks", "1 process alone, s",
-         f"{scaling['processes']} processes at once, s (each)", "slowdown (1.00: cores of their own)"],
+         f"{scaling['processes']} processes at once, s (each)",
+         "slowdown (1.00: cores of their own)"],
         [[f"{scaling['checks']:,} per process", f"{scaling['alone_s']:.2f}",
           f"{scaling['together_s']:.2f}", f"{scaling['slowdown']:.2f}"]])
 
