@@ -146,9 +146,8 @@ class WorkerRouters:
 
     def statistics(self) -> RouterStatistics:
         each = [router.statistics() for router in self.routers]
+        # Each worker's figures leave its shadows out already (Router.statistics).
         summed = {f.name: sum(getattr(s, f.name) for s in each) for f in fields(RouterStatistics)}
-        summed["connections"] -= sum(_is_shadow(conn) for router in self.routers
-                                     for conn in router.connections.values())
         return RouterStatistics(**summed)
 
     def __getattr__(self, name: str) -> object:

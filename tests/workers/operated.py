@@ -18,6 +18,8 @@ ADMIN = "adm"
 CONTROL = re.compile(r"smp-router: control port on 127\.0\.0\.1:(\d+)")
 METRICS = re.compile(r"smp-router: metrics on http://127\.0\.0\.1:(\d+)/metrics")
 
+PIDS = re.compile(r"(\d+) workers serving, pids ([\d ]+)")
+
 
 @dataclass
 class Operated:
@@ -29,6 +31,11 @@ class Operated:
 
     def log(self) -> str:
         return self.log_file.read_text()
+
+    def worker_pids(self) -> list[int]:
+        found = PIDS.search(self.log())
+        assert found is not None, self.log()
+        return [int(pid) for pid in found[2].split()]
 
 
 @asynccontextmanager

@@ -5,7 +5,9 @@ are shared out."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 from contextlib import AsyncExitStack
 
 import trio
@@ -107,16 +109,20 @@ async def test_a_per_address_cap_holds_whichever_worker_accepts(tmp_path):
         async with AsyncExitStack() as stack:
             clients = [await stack.enter_async_context(open_client(r.address))
                        for _ in range(cap)]
-            for _ in range(40):  # until the connections are in both workers
-                (listed,) = await control(r.control_port, "clients")
-                if set(workers_of(listed)) == {0, 1}:
-                    break
-                # One more in its place: it may land on the other worker.
+            (listed,) = await control(r.control_port, "clients")
+            if len(set(workers_of(listed))) == 1:
+                # All in one worker: one of them again while that worker cannot accept,
+                # so that the other one takes it.
+                busy = r.worker_pids()[workers_of(listed)[0]]
                 await clients.pop().aclose()
                 await wait_admitted(r.metrics_port, cap - 1)
-                clients.append(await stack.enter_async_context(open_client(r.address)))
-            else:
-                raise AssertionError(f"every connection landed on one worker: {listed}")
+                os.kill(busy, signal.SIGSTOP)
+                try:
+                    clients.append(await stack.enter_async_context(open_client(r.address)))
+                finally:
+                    os.kill(busy, signal.SIGCONT)
+                (listed,) = await control(r.control_port, "clients")
+            assert set(workers_of(listed)) == {0, 1}, listed
             # Each worker holds fewer than the cap: the cap is the router's.
             for _ in range(4):
                 assert await refused_answer(port) == "too many connections from this address"
