@@ -7,7 +7,7 @@ sender, notifier, a messaging queue's link id) must therefore map to the same
 owner: the router mints its ids by drawing random ids until one maps to the
 owner (rejection sampling: N draws on average, each id still uniformly random
 among the owner's ids). Where the client chooses an id (the sender id of NEW
-with short-link data, docs/protocol.md#short-links-v15-and-the-forms-of-new-and-ids),
+with short-link data, docs/protocol.md#short-links),
 the owner follows from that id and the router's ids follow the owner.
 
 One worker (N = 1) is today's router: every id is its own, and `mint` is a
@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits-and-defaults)
+ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
 # The bytes of an id that choose its owner: four, so that the bias of `% N` is
 # below 1e-9 for any N a machine has cores for.
 _OWNER_BYTES = 4
