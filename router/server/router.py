@@ -44,7 +44,7 @@ from store.memory.stores import MemoryMessageStore, MemoryQueueStore
 
 from .core.blocked import BlockedQueues
 from .core.commands import CommandContext, Commands, not_logged, nothing_to_expire
-from .core.connection import ClientHandler, Connection
+from .core.connection import Cancellable, ClientHandler, Connection
 from .core.counters import Counters, RouterStatistics
 from .core.delivery import Deliverer
 from .core.dispatch import Dispatcher
@@ -121,7 +121,7 @@ class Router:
         self.counters = Counters()
         self.latencies = Latencies()
         self.connections: dict[int, Connection] = {}
-        self.shadows = 0  # of `connections`, other workers' clients (serve_shadow)
+        self.shadows = 0  # of `connections`, other workers' clients (open_shadow)
         self._ids = count(1)
         self.gate = SuspendGate()  # closed by the control port's suspend
         self.listener: Suspendable | None = None  # the listener, once it is accepting
@@ -350,29 +350,28 @@ class Router:
         self._fronts = fronts
         return own
 
-    async def serve_shadow(self, transport: BlockStream, handshake: Handshake,
-                           serving: ClientHandler[ClientSubscriptions]) -> None:
-        """Serve another worker's client for the queues this worker owns, as a
-        connection of its own whose transport is the channel (workers/handoff.py)."""
+    def open_shadow(self, transport: BlockStream, handshake: Handshake,
+                    serving: ClientHandler[ClientSubscriptions],
+                    ender: Cancellable) -> ClientSubscriptions:
+        """Another worker's client, served here for the queues this worker owns: a
+        connection whose transport is the channel (workers/handoff.py), served on
+        demand (no task while it is idle); `ender.cancel()` ends it, and
+        `close_shadow` forgets it."""
         assert self._background is not None, "connections are served while it runs"
-        with trio.CancelScope() as scope:
-            transport.scope = scope  # type: ignore[attr-defined]
-            conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
-            self.connections[conn.id] = conn
-            self.shadows += 1
-            client = self.subscriptions.open(conn)
-            try:
-                await conn.run(serving, client, scope, self._background)
-            except TransportClosed:
-                pass
-            finally:
-                self.shadows -= 1
-                self.subscriptions.forget(client)
-                self.proxy.forget(conn.id)
-                self.connections.pop(conn.id, None)
-                conn.close()
-        with trio.CancelScope(shield=True):
-            await transport.aclose(self.config.close_timeout)
+        conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
+        self.connections[conn.id] = conn
+        self.shadows += 1
+        client = self.subscriptions.open(conn)
+        conn.serve_on_demand(serving, client, ender, self._background)
+        return client
+
+    def close_shadow(self, client: ClientSubscriptions) -> None:
+        """Forget a shadow whose tasks are gone (`Connection.end_on_demand`)."""
+        self.shadows -= 1
+        self.subscriptions.forget(client)
+        self.proxy.forget(client.conn.id)
+        self.connections.pop(client.conn.id, None)
+        client.conn.close()
 
     # --- operation (the control port) ---------------------------------------------------
 

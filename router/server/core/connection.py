@@ -81,6 +81,13 @@ Client = TypeVar("Client")
 T = TypeVar("T")
 
 
+class Cancellable(Protocol):
+    """What `close_now` cancels: the connection's scope, or what ends a connection
+    served on demand."""
+
+    def cancel(self) -> None: ...
+
+
 class ClientHandler(Protocol[Client]):
     """What serves a connection's client; `client` is the state it keeps for it."""
 
@@ -130,7 +137,7 @@ class Connection:
         # Set by run(): the cancel scope the connection's task runs in, the nursery its
         # helper tasks run in (shared with other connections), and those tasks, each
         # under a cancel scope of its own (made on the first: most connections have none).
-        self._scope: trio.CancelScope | None = None
+        self._scope: Cancellable | None = None
         self._helper_nursery: trio.Nursery | None = None
         self._helpers: dict[trio.CancelScope, trio.lowlevel.Task | None] | None = None
         self._helpers_gone: trio.Event | None = None
@@ -407,6 +414,43 @@ class Connection:
                 await arrivals().admit_later()
             if self._helpers:
                 await self._end_helpers()
+
+    # --- served without a receive loop (another worker's client: workers/handoff.py) ---
+
+    def serve_on_demand(self, handler: ClientHandler[Client], client: Client,
+                        ender: Cancellable, helpers: trio.Nursery) -> None:
+        """Serve the client without a receive loop of its own: an idle client here is
+        memory, no task. Its blocks are answered by `answer_blocks`, in a task that
+        exists while it has some; `close_now` calls `ender.cancel()`, which ends it;
+        `end_on_demand` takes it apart, as the end of `run` does."""
+        self.last_activity = trio.current_time()
+        self._scope, self._helper_nursery = ender, helpers
+        self._handler, self._client = handler, client
+
+    async def answer_blocks(self, next_block: Callable[[], bytes | None]) -> None:
+        """The receive loop's work in the calling task, for the blocks `next_block`
+        gives until it gives None (a connection served on demand)."""
+        handler, client = self._handler, self._client
+        assert handler is not None, "served on demand and not ended"
+        while (block := next_block()) is not None:
+            self.last_activity = trio.current_time()
+            answering = handler.process_block(client, block)
+            del block
+            responses = await answering
+            del answering
+            if responses:
+                await self.push(responses)
+            del responses
+            handler.answered(client)
+
+    async def end_on_demand(self) -> None:
+        """What the end of `run` does, for a connection served on demand: nothing more
+        is started, and its helper tasks are gone when this returns."""
+        self._handler = None
+        with trio.CancelScope(shield=True):
+            await arrivals().admit_later()
+        if self._helpers:
+            await self._end_helpers()
 
     @types.coroutine
     def _releasing_held_answers(self, work: Awaitable[T]) -> Generator[Any, Any, T]:

@@ -171,8 +171,14 @@ class ShadowServing:
 
 
 class ShadowTransport:
-    """A shadow's transport: blocks from its front, writes back to it as frames."""
+    """A shadow's transport: blocks from its front, writes back to it as frames. It
+    also serves the shadow on demand (`Connection.serve_on_demand`): an idle shadow
+    is no task, only memory (bench/RESULTS.md, "Worker processes": a task and its
+    frames were ~1.5 KB of every shadow); a task answers its blocks while it has
+    some, and another takes it apart once it ends."""
 
+    __slots__ = ("remote", "_handoff", "_front_worker", "_front_id", "_blocks", "_client",
+                 "_out_free", "_room", "_pass", "_busy", "_ending", "ended_by_front")
     shadow = True  # not a client of this worker's own: no idle timeout (router.py)
     stalled = False
     web_challenge = None
@@ -181,53 +187,109 @@ class ShadowTransport:
         self.remote = remote
         self._handoff = handoff
         self._front_worker, self._front_id = front_worker, front_id
-        # The front's blocks not read yet (at most WINDOW) and the task waiting for one:
-        # a list and a task, not a memory channel, whose state (a deque and two waiting
-        # lists) is ~1.8 KB of every shadow (bench/RESULTS.md, "Worker processes").
-        self._blocks: list[bytes] = []
-        self._reader: trio.lowlevel.Task | None = None
-        self._closed = False
-        self._out_window = trio.Semaphore(WINDOW)
-        self.scope: trio.CancelScope | None = None
+        self._blocks: list[bytes] | None = None  # the front's, not answered yet (<= WINDOW)
+        self._client: ClientSubscriptions | None = None  # set by `serve`
+        # Writes the front may still take before it has taken one (a semaphore is
+        # ~340 B), and what a write waits on for one, made when one waits.
+        self._out_free = WINDOW
+        self._room: trio.Event | None = None
+        self._pass: trio.CancelScope | None = None  # the task answering blocks, if one does
+        self._busy = False  # a task answers blocks or takes the shadow apart
+        self._ending = False
         self.ended_by_front = False
+
+    def serve(self, router: Router, handshake: Handshake, serving: ShadowServing) -> None:
+        self._client = router.open_shadow(self, handshake, serving, self)
 
     def deliver(self, block: bytes) -> None:
         """A block from the front (within its window, so never more than WINDOW)."""
-        if self._closed or len(self._blocks) >= WINDOW:
-            log.warning("worker %d overran its window to a shadow: ending it",
-                        self._front_worker)
-            self.end()
+        blocks = self._blocks
+        if self._ending or (blocks is not None and len(blocks) >= WINDOW):
+            if not self._ending:
+                log.warning("worker %d overran its window to a shadow: ending it",
+                            self._front_worker)
+            self.cancel()
             return
-        self._blocks.append(block)
-        self._wake_reader()
+        if blocks is None:
+            self._blocks = [block]
+        else:
+            blocks.append(block)
+        self._start()
 
-    def _reader_cancelled(self, _: object) -> trio.lowlevel.Abort:
-        self._reader = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    def _wake_reader(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            trio.lowlevel.reschedule(reader)
-
-    def taken(self) -> None:
-        self._out_window.release()
-
-    def end(self) -> None:
-        if self.scope is not None:
-            self.scope.cancel()
-
-    async def receive_block(self) -> bytes:
-        await trio.lowlevel.checkpoint_if_cancelled()  # a block waiting is taken at once
-        while not self._blocks:
-            if self._closed:
-                raise TransportClosed("the front ended")
-            self._reader = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._reader_cancelled)
-        block = self._blocks.pop(0)
+    def _next_block(self) -> bytes | None:
+        blocks = self._blocks
+        if not blocks or self._ending:
+            return None
+        block = blocks.pop(0)
+        if not blocks:
+            self._blocks = None
         # No BLOCK_TAKEN: the front counts a block taken once its part is answered (the
         # _PART_DONE mark, `_write_to_front`), a frame less each way per part.
         return block if block.startswith(_FORWARDED) else pad_block(block)
+
+    def _start(self) -> None:
+        if not self._busy:
+            self._busy = True
+            nursery = self._handoff._nursery
+            assert nursery is not None
+            nursery.start_soon(self._serve_blocks)
+
+    def taken(self) -> None:
+        self._out_free += 1
+        room, self._room = self._room, None
+        if room is not None:
+            room.set()
+
+    def cancel(self) -> None:
+        """End the shadow (`Connection.close_now`, the front's CLOSE, the front's
+        worker gone): its task is cancelled, and it is taken apart."""
+        if self._ending:
+            return
+        self._ending = True
+        if self._pass is not None:
+            self._pass.cancel()
+        self._start()
+
+    end = cancel
+
+    async def _serve_blocks(self) -> None:
+        """Answer the blocks waiting, then end (or take the shadow apart if it ends)."""
+        client = self._client
+        assert client is not None
+        conn = client.conn
+        try:
+            with trio.CancelScope() as self._pass:
+                await conn.answer_blocks(self._next_block)
+        except TransportClosed as e:
+            conn.close_reason = conn.close_reason or str(e)
+            self._ending = True
+        except trio.Cancelled:
+            self._ending = True  # the worker stops
+            raise
+        except Exception:
+            log.exception("%r: answering its blocks failed", conn)
+            conn.close_reason = conn.close_reason or "internal error"
+            self._ending = True
+        finally:
+            self._pass = None
+            if self._ending:
+                with trio.CancelScope(shield=True):
+                    await self._take_apart(client)
+            else:
+                self._busy = False  # no wait since the last block was taken
+
+    async def _take_apart(self, client: ClientSubscriptions) -> None:
+        handoff = self._handoff
+        try:
+            await client.conn.end_on_demand()
+        finally:
+            assert handoff._router is not None
+            handoff._router.close_shadow(client)
+            handoff.shadow_gone(self._front_worker, self._front_id, self)
+            await self.aclose(handoff._router.config.close_timeout)
+
+    async def receive_block(self) -> bytes:
+        raise TransportClosed("a shadow's blocks are answered on demand")
 
     async def send_block(self, block: bytes) -> None:
         await self.send_blocks([block])
@@ -248,7 +310,11 @@ class ShadowTransport:
             await self._send_out(contents)
 
     async def _send_out(self, contents: list[bytes]) -> None:
-        await self._out_window.acquire()
+        while self._out_free <= 0:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+        self._out_free -= 1
         await self._send(Frame(OUT, self._front_id, _join(contents)))
 
     async def _send(self, frame: Frame) -> None:
@@ -261,8 +327,6 @@ class ShadowTransport:
         pass
 
     async def aclose(self, timeout: float) -> None:
-        self._closed = True
-        self._wake_reader()
         if not self.ended_by_front:
             with trio.move_on_after(timeout):
                 try:
@@ -805,22 +869,16 @@ class Handoff:
         await self._send_quietly(peer, taken)
 
     def _open_shadow(self, peer: int, frame: Frame) -> None:
-        assert self._router is not None and self._nursery is not None
-        key = (peer, frame.conn_id)
+        assert self._router is not None and self._shadow_serving is not None
         handshake, remote = decode_handshake(frame.payload)
         transport = ShadowTransport(self, peer, frame.conn_id, remote)
-        self._shadows[key] = transport
-        self._nursery.start_soon(self._serve_shadow, key, transport, handshake)
+        self._shadows[(peer, frame.conn_id)] = transport
+        transport.serve(self._router, handshake, self._shadow_serving)
 
-    async def _serve_shadow(self, key: tuple[int, int], transport: ShadowTransport,
-                            handshake: Handshake) -> None:
-        assert self._router is not None
-        try:
-            assert self._shadow_serving is not None
-            await self._router.serve_shadow(transport, handshake, self._shadow_serving)
-        finally:
-            if self._shadows.get(key) is transport:
-                del self._shadows[key]
+    def shadow_gone(self, front_worker: int, front_id: int, transport: ShadowTransport) -> None:
+        key = (front_worker, front_id)
+        if self._shadows.get(key) is transport:
+            del self._shadows[key]
 
     def _on_peer_lost(self, peer: int) -> None:
         """A peer died (or its link broke): what depended on it ends."""
