@@ -42,7 +42,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
@@ -118,31 +118,68 @@ _TAG_PEEK = 6  # bytes of a command enough to tell the tags above (5 at most) ap
 
 
 @dataclass(slots=True)
+class _Owner:
+    """A front's parts handed to one owner (its shadow there)."""
+
+    free: int = WINDOW  # parts it may still send before one more is answered
+    sent: int = 0
+    answered: int = 0
+
+
+@dataclass(slots=True, eq=False)
 class _Front:
-    """A client connection of this worker and the owners it has shadows in."""
+    """A client connection of this worker and the owners it has shadows in.
+
+    Every client whose queues spread keeps one, so what most never use is made on
+    first use (bench/RESULTS.md, "Worker processes": each dict, event or semaphore
+    made up front was 65-340 B of every such client)."""
 
     conn: Connection
     client: ClientSubscriptions
-    windows: dict[int, trio.Semaphore] = field(default_factory=dict)  # owner -> window
-    sent: dict[int, int] = field(default_factory=dict)  # owner -> parts sent
-    answered: dict[int, int] = field(default_factory=dict)  # owner -> parts answered
+    owners: list[_Owner | None] | None = None  # by worker: the shadows it has
     # owner -> the answers to the forwarded transmissions of its part in progress
-    forwarded: dict[int, list[list[bytes]]] = field(default_factory=dict)
-    forwarding: dict[int, trio.Lock] = field(default_factory=dict)  # owner -> its part's turn
+    forwarded: dict[int, list[list[bytes]]] | None = None
+    forwarding: dict[int, trio.Lock] | None = None  # owner -> its part's turn
     # A block's commands sent to every worker, by corrId: the side of a SUBS / NSUBS
     # (None: LGET / LKEY) and the other workers' answers, made into one answer.
-    gathered: dict[bytes, tuple[Party | None, list[bytes]]] = field(default_factory=dict)
+    gathered: dict[bytes, tuple[Party | None, list[bytes]]] | None = None
     # owner -> its part of a block with SUBS: what it writes after the part's answers
     # (its walk) waits, with the frames' OUT_TAKEN, until the front's SOKS is written.
-    hold_after: dict[int, int] = field(default_factory=dict)
-    held: list[bytes] = field(default_factory=list)
-    held_taken: list[tuple[int, Frame]] = field(default_factory=list)
+    hold_after: dict[int, int] | None = None
+    held: list[bytes] | None = None
+    held_taken: list[tuple[int, Frame]] | None = None
     walks_left: int = 0  # the workers whose SUBS walk has not written its ALLS yet
-    progress: trio.Event = field(default_factory=trio.Event)  # set as parts are answered
+    progress: trio.Event | None = None  # made by a task that waits, set as parts are answered
 
-    async def wait_answered(self, owner: int, parts: int) -> None:
-        while self.answered.get(owner, 0) < parts:
-            await self.progress.wait()
+    def owner(self, worker: int) -> _Owner | None:
+        return None if self.owners is None else self.owners[worker]
+
+    def shadow_workers(self) -> list[int]:
+        return [w for w, o in enumerate(self.owners or ()) if o is not None]
+
+    def gathering(self) -> dict[bytes, tuple[Party | None, list[bytes]]]:
+        if self.gathered is None:
+            self.gathered = {}
+        return self.gathered
+
+    async def wait_progress(self) -> None:
+        if self.progress is None:
+            self.progress = trio.Event()
+        await self.progress.wait()
+
+    def parts_answered(self, owner: _Owner, parts: int) -> None:
+        """`parts` more of the owner's parts are answered: their blocks are taken."""
+        owner.answered += parts
+        owner.free += parts
+        progress, self.progress = self.progress, None
+        if progress is not None:
+            progress.set()
+
+    async def wait_answered(self, worker: int, parts: int) -> None:
+        owner = self.owner(worker)
+        assert owner is not None, "parts are awaited of a worker they were handed to"
+        while owner.answered < parts:
+            await self.wait_progress()
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,7 +435,7 @@ class Handoff:
         # returns (a costly block writes its answers so far when it pauses: dispatch.py).
         everywhere = parts.pop(_EVERY, None)
         for corr_id, party in gathered.items():
-            front.gathered[corr_id] = (party, [])
+            front.gathering()[corr_id] = (party, [])
         services = any(party is not None for party in gathered.values())
         if Party.RECIPIENT in gathered.values():
             front.walks_left = self.ownership.workers
@@ -407,6 +444,8 @@ class Handoff:
             for sub_block in encode_batches(transmissions):
                 awaited[owner] = await self._hand_to(front, owner, sub_block)
             if services:
+                if front.hold_after is None:
+                    front.hold_after, front.held, front.held_taken = {}, [], []
                 front.hold_after[owner] = awaited[owner]
         answers: list[bytes] = refused
         for mine in (everywhere, own):
@@ -416,7 +455,7 @@ class Handoff:
             await front.wait_answered(owner, count)
         if gathered:
             answers = [self._gathered_answer(front, answer) for answer in answers]
-            front.gathered.clear()
+            front.gathered = None
         return answers
 
     def delivery_loop(self, client: ClientSubscriptions):  # type: ignore[no-untyped-def]
@@ -427,15 +466,14 @@ class Handoff:
         assert self._serving is not None and self._nursery is not None
         self._serving.answered(client)
         front = self._fronts.get(client.conn.id)
-        if front is not None and front.hold_after:
+        if front is not None and front.hold_after is not None:
             # The block's SOKS is written: the other workers' walks follow it.
-            front.hold_after.clear()
-            held, front.held = front.held, []
+            held, held_taken = front.held, front.held_taken
+            front.hold_after = front.held = front.held_taken = None
             if held:
                 client.conn.leave(held)
-            for peer, taken in front.held_taken:
+            for peer, taken in held_taken or ():
                 self._nursery.start_soon(self._taken_once_room, client.conn, peer, taken)
-            front.held_taken.clear()
 
     def _split(self, conn: Connection, block: bytes) -> tuple[
             dict[int, list[bytes]], dict[bytes, Party | None], dict[bytes, tuple[bytes, bytes]]
@@ -535,6 +573,9 @@ class Handoff:
         if owner == _EVERY:
             return await self._run_everywhere(client, forwarded)
         front = self._front(client)
+        if front.forwarding is None:
+            front.forwarding, front.forwarded = {}, {}
+        assert front.forwarded is not None
         lock = front.forwarding.get(owner)
         if lock is None:
             lock = front.forwarding[owner] = trio.Lock()
@@ -657,13 +698,14 @@ class Handoff:
                   if w not in (owner, self.ownership.index)]
         if not others:
             return False
-        front.gathered[probe_id] = (None, answers := [])
+        front.gathering()[probe_id] = (None, answers := [])
         try:
             awaited = {w: await self._hand_to(front, w, probe[0]) for w in others}
             for worker, count in awaited.items():
                 await front.wait_answered(worker, count)
         finally:
-            del front.gathered[probe_id]
+            if front.gathered is not None:
+                front.gathered.pop(probe_id, None)
         return any(_response(answer, version) != _NO_LINK for answer in answers)
 
     # --- service subscriptions (SUBS, NSUBS): every worker walks its own queues ------
@@ -673,7 +715,7 @@ class Handoff:
         other workers' answers."""
         version = front.conn.version
         t = decode_transmission(answer, version)
-        entry = front.gathered.get(t.corr_id)
+        entry = None if front.gathered is None else front.gathered.get(t.corr_id)
         if entry is None:
             return answer
         party, others = entry
@@ -719,7 +761,7 @@ class Handoff:
                 return None
             if command == b"ALLS":
                 return transmission if self._walk_ended(front) else None
-        entry = front.gathered.get(t.corr_id) if t.corr_id else None
+        entry = front.gathered.get(t.corr_id) if t.corr_id and front.gathered else None
         if entry is not None:
             entry[1].append(transmission)
             return None
@@ -745,13 +787,17 @@ class Handoff:
 
     async def _hand_to(self, front: _Front, owner: int, block: bytes) -> int:
         """Send a part to the owner's shadow; its number among the parts sent there."""
-        window = front.windows.get(owner)
+        if front.owners is None:
+            front.owners = [None] * self.ownership.workers
+        window = front.owners[owner]
         try:
             if window is None:
-                window = front.windows[owner] = trio.Semaphore(WINDOW)
+                window = front.owners[owner] = _Owner()
                 await self.links.send(owner, Frame(OPEN, front.conn.id,
                                                    encode_handshake(front.conn)))
-            await window.acquire()
+            while window.free <= 0:
+                await front.wait_progress()
+            window.free -= 1
             # A block goes without its padding (the shadow pads it again): a part is
             # often a small share of a block, and 16 KB per part in flight is most of
             # what hand-offs cost in memory and copies (bench/RESULTS.md, "Worker processes").
@@ -760,15 +806,15 @@ class Handoff:
         except LinkLost as e:
             front.conn.close_now(f"its queues' worker {owner} cannot be reached: {e}")
             raise TransportClosed(str(e)) from e
-        front.sent[owner] = sent = front.sent.get(owner, 0) + 1
-        return sent
+        window.sent += 1
+        return window.sent
 
     def forget(self, conn: Connection) -> None:
         """A front connection ended: its shadows end too."""
         front = self._fronts.pop(conn.id, None)
         if front is None or self._nursery is None:
             return
-        for owner in front.windows:
+        for owner in front.shadow_workers():
             self._nursery.start_soon(self._send_quietly, owner, Frame(CLOSE, conn.id, b""))
 
     async def _send_quietly(self, peer: int, frame: Frame) -> None:
@@ -822,9 +868,12 @@ class Handoff:
             return
         conn = front.conn
         watch = conn.service_id is not None or bool(front.gathered)
-        answered = before = front.answered.get(peer, 0)
-        hold_after = front.hold_after.get(peer)
-        forwarded = front.forwarded.get(peer)
+        window = front.owner(peer)
+        if window is None:
+            return
+        answered = before = window.answered
+        hold_after = front.hold_after.get(peer) if front.hold_after else None
+        forwarded = front.forwarded.get(peer) if front.forwarded else None
         out: list[bytes] = []
         held = False
         for content in _split(frame.payload):
@@ -840,7 +889,7 @@ class Handoff:
                     if written is None:
                         continue
                     t = written
-                if hold_after is not None and answered >= hold_after:
+                if hold_after is not None and answered >= hold_after and front.held is not None:
                     front.held.append(t)
                     held = True
                 else:
@@ -848,16 +897,10 @@ class Handoff:
         if out:
             conn.leave(out)  # in order with what came before; never waits
         if answered != before:
-            front.answered[peer] = answered
-            front.progress.set()
-            front.progress = trio.Event()
-            window = front.windows.get(peer)
-            if window is not None:
-                for _ in range(answered - before):  # those parts' blocks are taken
-                    window.release()
+            front.parts_answered(window, answered - before)
         taken = Frame(OUT_TAKEN, frame.conn_id, b"")
         assert self._nursery is not None
-        if held:
+        if held and front.held_taken is not None:
             front.held_taken.append((peer, taken))  # a held walk waits within its window
         elif conn.outbox_full():
             self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
@@ -887,7 +930,7 @@ class Handoff:
         for key in [key for key in self._reserving if key[0] == peer]:
             self._reserving.pop(key).set()  # the waiting front finds it gone
         for front in list(self._fronts.values()):
-            if peer in front.windows:
+            if front.owner(peer) is not None:
                 front.conn.close_now(f"its queues' worker {peer} is gone")
         for (front_worker, _), shadow in list(self._shadows.items()):
             if front_worker == peer:
@@ -965,7 +1008,9 @@ def _field(value: bytes | None) -> bytes:
 def encode_handshake(conn: Connection) -> bytes:
     """What an owner needs of a front's connection to verify and answer its commands."""
     service = conn.service
-    fields = [conn.version.to_bytes(2, "big"), conn.session_id, conn.client_key,
+    # No client key: an RFWD, the one command it serves (its box key), is opened in the
+    # front (`_LOCAL_TAGS`), and a shadow keeps what it is sent.
+    fields = [conn.version.to_bytes(2, "big"), conn.session_id, None,
               conn.router_dh_private, conn.transport.remote.encode()]
     if service is not None:
         fields += [service.service_id, service.role, service.cert_hash, service.service_key]
