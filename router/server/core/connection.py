@@ -130,7 +130,8 @@ class Connection:
         self.service_id: bytes | None = (
             None if self.service is None else self.service.service_id
         )
-        self.overflow_events: list[bytes] = []  # END/DELD/ENDS waiting for pending room
+        # END/DELD/ENDS waiting for pending room (made when one does: few ever do)
+        self.overflow_events: list[bytes] | None = None
         self.closed = False
         self.close_reason = ""
         self.last_activity = 0.0  # trio time the client last sent a block (set by run())
@@ -257,7 +258,7 @@ class Connection:
         a SUB that took the queue back after it."""
         if not self.overflow_events:
             return transmissions
-        events, self.overflow_events = self.overflow_events, []
+        events, self.overflow_events = self.overflow_events, None
         return events + transmissions
 
     def _answers_wait(self, transmissions: list[bytes]) -> bool:
@@ -328,6 +329,8 @@ class Connection:
                 return
             except trio.WouldBlock:
                 pass
+        if self.overflow_events is None:
+            self.overflow_events = []
         self.overflow_events.extend(transmissions)
         self.wake_delivery()
 
@@ -422,8 +425,8 @@ class Connection:
         """Serve the client without a receive loop of its own: an idle client here is
         memory, no task. Its blocks are answered by `answer_blocks`, in a task that
         exists while it has some; `close_now` calls `ender.cancel()`, which ends it;
-        `end_on_demand` takes it apart, as the end of `run` does."""
-        self.last_activity = trio.current_time()
+        `end_on_demand` takes it apart, as the end of `run` does. Its `last_activity`
+        is not kept (a float of every such client): no idle timeout applies to it."""
         self._scope, self._helper_nursery = ender, helpers
         self._handler, self._client = handler, client
 
@@ -433,7 +436,6 @@ class Connection:
         handler, client = self._handler, self._client
         assert handler is not None, "served on demand and not ended"
         while (block := next_block()) is not None:
-            self.last_activity = trio.current_time()
             answering = handler.process_block(client, block)
             del block
             responses = await answering
@@ -525,8 +527,11 @@ class Connection:
             self.close_now("internal error")
         finally:
             del helpers[scope]
-            if not helpers and self._helpers_gone is not None:
-                self._helpers_gone.set()
+            if not helpers:
+                if self._helpers is helpers:
+                    self._helpers = None  # an emptied dict keeps its table: ~220 B
+                if self._helpers_gone is not None:
+                    self._helpers_gone.set()
 
     def close_now(self, reason: str) -> None:
         """End the connection's tasks (the router's cleanup follows)."""
@@ -539,7 +544,7 @@ class Connection:
         self.closed = True
         self._pending = []
         self._pending_batches = 0
-        self.overflow_events = []
+        self.overflow_events = None
         self._handler = self._client = None  # the client state refers back to us
         self._helper_nursery = None
         for event in (self._room, self._closed_event):

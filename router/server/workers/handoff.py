@@ -43,6 +43,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -119,24 +120,21 @@ _TAG_PEEK = 6  # bytes of a command enough to tell the tags above (5 at most) ap
 
 @dataclass(slots=True)
 class _Owner:
-    """A front's parts handed to one owner (its shadow there)."""
+    """A front's parts handed to one owner (its shadow there); a front's owners are a
+    chain (`next`): a list of every worker would be more for few shadows."""
 
+    worker: int
+    next: _Owner | None = None
     free: int = WINDOW  # parts it may still send before one more is answered
     sent: int = 0
     answered: int = 0
 
 
-@dataclass(slots=True, eq=False)
-class _Front:
-    """A client connection of this worker and the owners it has shadows in.
+@dataclass(slots=True)
+class _Seldom:
+    """What a front keeps for proxied commands, commands sent to every worker and
+    service subscriptions: made on first use, which most fronts never see."""
 
-    Every client whose queues spread keeps one, so what most never use is made on
-    first use (bench/RESULTS.md, "Worker processes": each dict, event or semaphore
-    made up front was 65-340 B of every such client)."""
-
-    conn: Connection
-    client: ClientSubscriptions
-    owners: list[_Owner | None] | None = None  # by worker: the shadows it has
     # owner -> the answers to the forwarded transmissions of its part in progress
     forwarded: dict[int, list[list[bytes]]] | None = None
     forwarding: dict[int, trio.Lock] | None = None  # owner -> its part's turn
@@ -149,13 +147,64 @@ class _Front:
     held: list[bytes] | None = None
     held_taken: list[tuple[int, Frame]] | None = None
     walks_left: int = 0  # the workers whose SUBS walk has not written its ALLS yet
-    progress: trio.Event | None = None  # made by a task that waits, set as parts are answered
+
+
+def _seldom(name: str, default: object = None) -> Any:
+    """A `_Front` attribute kept in its `_Seldom`, made when set to something."""
+
+    def get(front: _Front) -> Any:
+        return default if front.seldom is None else getattr(front.seldom, name)
+
+    def put(front: _Front, value: object) -> None:
+        if front.seldom is None:
+            if value == default:
+                return
+            front.seldom = _Seldom()
+        setattr(front.seldom, name, value)
+
+    return property(get, put)
+
+
+class _Front:
+    """A client connection of this worker and the owners it has shadows in.
+
+    Every client whose queues spread keeps one, so what most never use is made on
+    first use (bench/RESULTS.md, "Worker processes": each dict, event or semaphore
+    made up front was 65-340 B of every such client)."""
+
+    __slots__ = ("conn", "client", "owners", "progress", "seldom")
+
+    def __init__(self, conn: Connection, client: ClientSubscriptions) -> None:
+        self.conn, self.client = conn, client
+        self.owners: _Owner | None = None  # the first of the chain
+        # Made by a task that waits for parts, set (and dropped) as parts are answered.
+        self.progress: trio.Event | None = None
+        self.seldom: _Seldom | None = None
+
+    forwarded: dict[int, list[list[bytes]]] | None = _seldom("forwarded")
+    forwarding: dict[int, trio.Lock] | None = _seldom("forwarding")
+    gathered: dict[bytes, tuple[Party | None, list[bytes]]] | None = _seldom("gathered")
+    hold_after: dict[int, int] | None = _seldom("hold_after")
+    held: list[bytes] | None = _seldom("held")
+    held_taken: list[tuple[int, Frame]] | None = _seldom("held_taken")
+    walks_left: int = _seldom("walks_left", 0)
 
     def owner(self, worker: int) -> _Owner | None:
-        return None if self.owners is None else self.owners[worker]
+        owner = self.owners
+        while owner is not None and owner.worker != worker:
+            owner = owner.next
+        return owner
+
+    def add_owner(self, worker: int) -> _Owner:
+        owner = self.owners = _Owner(worker, self.owners)
+        return owner
 
     def shadow_workers(self) -> list[int]:
-        return [w for w, o in enumerate(self.owners or ()) if o is not None]
+        workers, owner = [], self.owners
+        while owner is not None:
+            workers.append(owner.worker)
+            owner = owner.next
+        return workers
 
     def gathering(self) -> dict[bytes, tuple[Party | None, list[bytes]]]:
         if self.gathered is None:
@@ -385,7 +434,10 @@ class Handoff:
         self._serving: ClientServing | None = None  # the router's own, for its parts
         self._shadow_serving: ShadowServing | None = None
         self._fronts: dict[int, _Front] = {}
-        self._shadows: dict[tuple[int, int], ShadowTransport] = {}
+        # front worker -> its connection's id -> the shadow (a key of two ints is a tuple
+        # more of every shadow)
+        self._shadows: list[dict[int, ShadowTransport]] = [
+            {} for _ in range(ownership.workers)]
         self._nursery: trio.Nursery | None = None
         self._reservations = _LinkReservations()
         # (holder, front connection, link id) -> set once the holder granted it
@@ -787,12 +839,10 @@ class Handoff:
 
     async def _hand_to(self, front: _Front, owner: int, block: bytes) -> int:
         """Send a part to the owner's shadow; its number among the parts sent there."""
-        if front.owners is None:
-            front.owners = [None] * self.ownership.workers
-        window = front.owners[owner]
+        window = front.owner(owner)
         try:
             if window is None:
-                window = front.owners[owner] = _Owner()
+                window = front.add_owner(owner)
                 await self.links.send(owner, Frame(OPEN, front.conn.id,
                                                    encode_handshake(front.conn)))
             while window.free <= 0:
@@ -828,13 +878,13 @@ class Handoff:
     async def _on_frame(self, peer: int, frame: Frame) -> None:
         kind = frame.kind
         if kind == BLOCK:
-            shadow = self._shadows.get((peer, frame.conn_id))
+            shadow = self._shadows[peer].get(frame.conn_id)
             if shadow is not None:
                 shadow.deliver(frame.payload)
         elif kind == OUT:
             self._write_to_front(peer, frame)
         elif kind == OUT_TAKEN:
-            shadow = self._shadows.get((peer, frame.conn_id))
+            shadow = self._shadows[peer].get(frame.conn_id)
             if shadow is not None:
                 shadow.taken()
         elif kind == OPEN:
@@ -851,7 +901,7 @@ class Handoff:
             if released is not None:
                 released.set()
         elif kind == CLOSE:
-            shadow = self._shadows.get((peer, frame.conn_id))
+            shadow = self._shadows[peer].get(frame.conn_id)
             if shadow is not None:
                 shadow.ended_by_front = True
                 shadow.end()
@@ -915,13 +965,13 @@ class Handoff:
         assert self._router is not None and self._shadow_serving is not None
         handshake, remote = decode_handshake(frame.payload)
         transport = ShadowTransport(self, peer, frame.conn_id, remote)
-        self._shadows[(peer, frame.conn_id)] = transport
+        self._shadows[peer][frame.conn_id] = transport
         transport.serve(self._router, handshake, self._shadow_serving)
 
     def shadow_gone(self, front_worker: int, front_id: int, transport: ShadowTransport) -> None:
-        key = (front_worker, front_id)
-        if self._shadows.get(key) is transport:
-            del self._shadows[key]
+        shadows = self._shadows[front_worker]
+        if shadows.get(front_id) is transport:
+            del shadows[front_id]
 
     def _on_peer_lost(self, peer: int) -> None:
         """A peer died (or its link broke): what depended on it ends."""
@@ -932,10 +982,9 @@ class Handoff:
         for front in list(self._fronts.values()):
             if front.owner(peer) is not None:
                 front.conn.close_now(f"its queues' worker {peer} is gone")
-        for (front_worker, _), shadow in list(self._shadows.items()):
-            if front_worker == peer:
-                shadow.ended_by_front = True
-                shadow.end()
+        for shadow in list(self._shadows[peer].values()):
+            shadow.ended_by_front = True
+            shadow.end()
 
 
 class _LinkReservations:
