@@ -350,7 +350,9 @@ class ShadowTransport:
             conn.close_reason = conn.close_reason or str(e)
             self._ending = True
         except trio.Cancelled:
-            self._ending = True  # the worker stops
+            # The worker stops (its own scope is caught by the `with`): its front's worker
+            # learns it from their link, and this one's links take no more frames.
+            self._ending = self.ended_by_front = True
             raise
         except Exception:
             log.exception("%r: answering its blocks failed", conn)
