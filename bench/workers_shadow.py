@@ -15,8 +15,9 @@ stores, and the clients in two `bench.loadgen` processes. Live Python bytes
    the shadow: each should cost what a subscription costs in one process).
 
 So (3) - (2) less one subscription is what a client whose queues spread over two
-workers costs beyond one worker's, split by worker (the front's and the shadow's),
-and the largest allocation sites of each are listed.
+workers costs beyond one worker's (the front's bookkeeping and the shadow), and the
+largest allocation sites are listed; and the trio tasks it adds (none while idle: a
+shadow is served on demand, docs/workers.md#hand-offs-in-blocks).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 import trio
 
 from router.server import RouterConfig
+from router.server.core.tasks import run_task_count
 from router.server.workers.in_process import workers_in_process
 
 from . import harness, identities
@@ -98,9 +100,9 @@ async def _measure(clients: int) -> dict[str, Any]:
                 figures["more_subscribed"] = trio.from_thread.run(_read)
                 return figures
 
-        async def _read() -> tuple[int, tracemalloc.Snapshot]:
+        async def _read() -> tuple[int, tracemalloc.Snapshot, int]:
             await trio.sleep(0.5)
-            return _traced(), tracemalloc.take_snapshot()
+            return _traced(), tracemalloc.take_snapshot(), run_task_count()
 
         figures = await trio.to_thread.run_sync(load)
     return figures
@@ -124,9 +126,10 @@ def run(clients: int, out: Path | None = None) -> dict[str, Any]:
         figures = trio.run(_measure, clients)
     finally:
         tracemalloc.stop()
-    (connected, _), (own, own_snap), (other, other_snap), (more, _) = (
-        figures["connected"], figures["own_subscribed"], figures["other_subscribed"],
-        figures["more_subscribed"])
+    (connected, _, _), (own, own_snap, own_tasks), (other, other_snap, other_tasks), \
+        (more, _, _) = (figures["connected"], figures["own_subscribed"],
+                        figures["other_subscribed"], figures["more_subscribed"])
+    tasks = (other_tasks - own_tasks) / clients
     subscription = (own - connected) / clients
     spread = (other - own) / clients
     through_shadow = (more - other) / (clients * MORE)
@@ -136,6 +139,7 @@ def run(clients: int, out: Path | None = None) -> dict[str, Any]:
         "bytes_per_other_workers_subscription": spread,
         "handoff_bytes_per_connection": spread - subscription,
         "bytes_per_subscription_through_shadow": through_shadow,
+        "tasks_per_connection_with_a_shadow": tasks,
         "sites": _sites(own_snap, other_snap, "lineno", clients),
         "files": _sites(own_snap, other_snap, "filename", clients),
     }
@@ -143,9 +147,10 @@ def run(clients: int, out: Path | None = None) -> dict[str, Any]:
         ["clients (on worker 0)", "B: one subscription, own worker's queue",
          "B: one subscription of the other worker's queue (first)",
          "B of hand-off bookkeeping per connection (front + shadow)",
-         f"B: each of {MORE} more subscriptions through the shadow"],
+         f"B: each of {MORE} more subscriptions through the shadow",
+         "tasks per connection with a shadow (idle)"],
         [[clients, f"{subscription:,.0f}", f"{spread:,.0f}",
-          f"{spread - subscription:,.0f}", f"{through_shadow:,.0f}"]])
+          f"{spread - subscription:,.0f}", f"{through_shadow:,.0f}", f"{tasks:.2f}"]])
     text += "\n\n" + harness.md_table(["allocation site (the other worker's first SUB)",
                                        "B per connection", "blocks per connection"],
                                       result["sites"])
