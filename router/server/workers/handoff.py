@@ -169,8 +169,8 @@ class _Front:
     """A client connection of this worker and the owners it has shadows in.
 
     Every client whose queues spread keeps one, so what most never use is made on
-    first use (bench/RESULTS.md, "Worker processes": each dict, event or semaphore
-    made up front was 65-340 B of every such client)."""
+    first use: a dict is 65-225 B, an event ~270 B, a semaphore ~340 B
+    (`python -m bench workers_shadow` lists the sites)."""
 
     __slots__ = ("conn", "client", "owners", "progress", "seldom")
 
@@ -261,7 +261,7 @@ class ShadowTransport:
     also serves the shadow on demand (`Connection.serve_on_demand`): an idle shadow
     is no task, only memory (bench/RESULTS.md, "Worker processes": a task and its
     frames were ~1.5 KB of every shadow); a task answers its blocks while it has
-    some, and another takes it apart once it ends."""
+    some, and takes the shadow apart if it ends."""
 
     __slots__ = ("remote", "_handoff", "_front_worker", "_front_id", "_blocks", "_client",
                  "_out_free", "_room", "_pass", "_busy", "_ending", "ended_by_front")
