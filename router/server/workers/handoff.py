@@ -104,6 +104,10 @@ _PART_DONE = b""
 _FORWARDED = b"\xffFWD"
 WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
 OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
+# What a front keeps of its shadows' writes to send with a block's own answers; beyond
+# it they go to the connection as they come (its pending list is bounded, its frames'
+# OUT_TAKEN wait for room there).
+COLLECTED_BYTES = 1 << 17
 # Commands a front answers itself whatever their entity id: they name no queue
 # (the proxy's, PING; an RFWD's inner transmission goes to its owner, below).
 _LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD"})
@@ -138,6 +142,12 @@ class _Front:
     held: list[bytes] = field(default_factory=list)
     held_taken: list[tuple[int, Frame]] = field(default_factory=list)
     walks_left: int = 0  # the workers whose SUBS walk has not written its ALLS yet
+    # While a block is answered, what its shadows write, kept to go with the front's
+    # own answers in the block's write (None: left to the connection as it comes);
+    # its bytes, and whether the block's answers are out of `process_block` already.
+    collected: list[bytes] | None = None
+    collected_bytes: int = 0
+    collected_after: bool = False
     progress: trio.Event = field(default_factory=trio.Event)  # set as parts are answered
 
     async def wait_answered(self, owner: int, parts: int) -> None:
@@ -317,12 +327,34 @@ class Handoff:
             return await self._serving.process_block(client, block)
         parts, gathered, contacts = split
         front = self._front(client)
-        if contacts:
-            # Its link ids held until the NEW has run: a NEW of one of them elsewhere
-            # waits, then finds it taken.
-            async with self._links_reserved(front, contacts):
-                return await self._process_parts(client, front, parts, gathered, contacts)
-        return await self._process_parts(client, front, parts, gathered, contacts)
+        if not gathered:
+            # The shadows' writes go out with the front's answers, in one write where
+            # they fit, rather than each by the connection's delivery task as it comes.
+            front.collected, front.collected_bytes = [], 0
+        try:
+            if contacts:
+                # Its link ids held until the NEW has run: a NEW of one of them elsewhere
+                # waits, then finds it taken.
+                async with self._links_reserved(front, contacts):
+                    answers = await self._process_parts(client, front, parts, gathered,
+                                                        contacts)
+            else:
+                answers = await self._process_parts(client, front, parts, gathered, contacts)
+        except BaseException:
+            collected, front.collected = front.collected, None
+            if collected:
+                client.conn.leave(collected)
+            raise
+        collected = front.collected
+        if collected:
+            answers = collected + answers
+            # Until the receive loop has these answers in its write (`answered`), what
+            # the shadows write next waits here, after them.
+            front.collected = []
+            front.collected_after = True
+        else:
+            front.collected = None
+        return answers
 
     async def _process_parts(self, client: ClientSubscriptions, front: _Front,
                              parts: dict[int, list[bytes]], gathered: dict[bytes, Party | None],
@@ -363,6 +395,8 @@ class Handoff:
         assert self._serving is not None and self._nursery is not None
         self._serving.answered(client)
         front = self._fronts.get(client.conn.id)
+        if front is not None and front.collected_after:
+            self._release_collected(front)
         if front is not None and front.hold_after:
             # The block's SOKS is written: the other workers' walks follow it.
             front.hold_after.clear()
@@ -372,6 +406,19 @@ class Handoff:
             for peer, taken in front.held_taken:
                 self._nursery.start_soon(self._taken_once_room, client.conn, peer, taken)
             front.held_taken.clear()
+
+    def _release_collected(self, front: _Front) -> None:
+        """What the shadows wrote since the block's answers went to the connection,
+        and their OUT_TAKEN held meanwhile."""
+        assert self._nursery is not None
+        collected, front.collected, front.collected_after = front.collected, None, False
+        conn = front.conn
+        if collected:
+            conn.leave(collected)
+        for peer, taken in front.held_taken:
+            if conn.outbox_full() or not self.links.send_nowait(peer, taken):
+                self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
+        front.held_taken.clear()
 
     def _split(self, conn: Connection, block: bytes) -> tuple[
             dict[int, list[bytes]], dict[bytes, Party | None], dict[bytes, tuple[bytes, bytes]]
@@ -781,8 +828,17 @@ class Handoff:
                     held = True
                 else:
                     out.append(t)
+        collected = front.collected
         if out:
-            conn.leave(out)  # in order with what came before; never waits
+            if collected is None:
+                conn.leave(out)  # in order with what came before; never waits
+            else:
+                collected.extend(out)
+                front.collected_bytes += len(frame.payload)
+                if front.collected_bytes > COLLECTED_BYTES and not front.collected_after:
+                    # Bounded: the rest goes to the connection as it comes, behind these.
+                    conn.leave(collected)
+                    front.collected, front.collected_bytes = [], 0
         if answered != before:
             front.answered[peer] = answered
             front.progress.set()
@@ -793,8 +849,10 @@ class Handoff:
                     window.release()
         taken = Frame(OUT_TAKEN, frame.conn_id, b"")
         assert self._nursery is not None
-        if held:
-            front.held_taken.append((peer, taken))  # a held walk waits within its window
+        if held or (front.collected_after and out):
+            # A held walk, or writes that wait for the block's answers to be written,
+            # wait within their window.
+            front.held_taken.append((peer, taken))
         elif conn.outbox_full():
             self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
         elif not self.links.send_nowait(peer, taken):
