@@ -163,13 +163,21 @@ class ShadowServing:
     own: ClientServing
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
-        if block.startswith(_FORWARDED):
-            client.in_block = True  # as ClientServing.process_block
-            answers = [_FORWARDED + _join(await self.own.dispatcher.run_forwarded(
-                client, transmission[2:], int.from_bytes(transmission[:2], "big")))
-                for transmission in _split(block[len(_FORWARDED):])]
-        else:
-            answers = await self.own.process_block(client, block)
+        transport = client.conn.transport
+        # What the shadow writes while it works on the part (a costly block writes its
+        # answers so far at each pause, dispatch.py) waits for the part's last answers:
+        # one frame back to the front for the part, not one per pause.
+        transport.holding = True  # type: ignore[attr-defined]
+        try:
+            if block.startswith(_FORWARDED):
+                client.in_block = True  # as ClientServing.process_block
+                answers = [_FORWARDED + _join(await self.own.dispatcher.run_forwarded(
+                    client, transmission[2:], int.from_bytes(transmission[:2], "big")))
+                    for transmission in _split(block[len(_FORWARDED):])]
+            else:
+                answers = await self.own.process_block(client, block)
+        finally:
+            transport.holding = False  # type: ignore[attr-defined]
         answers.append(_PART_DONE)
         return answers
 
@@ -186,6 +194,11 @@ class ShadowTransport:
     shadow = True  # not a client of this worker's own: no idle timeout (router.py)
     stalled = False
     web_challenge = None
+    # While a part is worked on (`ShadowServing`), what is written is held, and goes
+    # with the part's answers; in the instance only while it holds some.
+    holding = False
+    _held: list[bytes] | None = None
+    _held_size = 0
 
     def __init__(self, handoff: Handoff, front_worker: int, front_id: int, remote: str) -> None:
         self.remote = remote
@@ -244,9 +257,12 @@ class ShadowTransport:
 
     async def send_blocks(self, blocks: list[bytes]) -> None:
         """The blocks' contents in frames of at most OUT_FRAME_BYTES, each within the
-        window (a write of a full pending list is many blocks)."""
-        contents: list[bytes] = []
-        size = 0
+        window (a write of a full pending list is many blocks); while `holding`, the
+        last frame's worth is kept for the next write. The connection writes from one
+        task at a time, so what is held keeps its place."""
+        contents, size = self._held or [], self._held_size
+        if contents:
+            del self._held, self._held_size  # back to the class's: nothing held
         for block in blocks:
             content = unpad_block(block)
             if contents and size + len(content) > OUT_FRAME_BYTES:
@@ -255,7 +271,10 @@ class ShadowTransport:
             contents.append(content)
             size += 4 + len(content)
         if contents:
-            await self._send_out(contents)
+            if self.holding:
+                self._held, self._held_size = contents, size
+            else:
+                await self._send_out(contents)
 
     async def _send_out(self, contents: list[bytes]) -> None:
         await self._out_window.acquire()
