@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -198,7 +198,6 @@ class ShadowTransport:
     # with the part's answers; in the instance only while it holds some.
     holding = False
     _held: list[bytes] | None = None
-    _held_size = 0
 
     def __init__(self, handoff: Handoff, front_worker: int, front_id: int, remote: str) -> None:
         self.remote = remote
@@ -256,15 +255,20 @@ class ShadowTransport:
         await self.send_blocks([block])
 
     async def send_blocks(self, blocks: list[bytes]) -> None:
-        """The blocks' contents in frames of at most OUT_FRAME_BYTES, each within the
-        window (a write of a full pending list is many blocks); while `holding`, the
-        last frame's worth is kept for the next write. The connection writes from one
-        task at a time, so what is held keeps its place."""
-        contents, size = self._held or [], self._held_size
-        if contents:
-            del self._held, self._held_size  # back to the class's: nothing held
-        for block in blocks:
-            content = unpad_block(block)
+        """What is held, then the blocks' contents, in frames of at most OUT_FRAME_BYTES,
+        each within the window (a write of a full pending list is many blocks); while
+        `holding`, the last frame's worth is kept for the next write. The connection
+        writes from one task at a time, so what is held keeps its place."""
+        held = self._held
+        if held is not None:
+            del self._held  # back to the class's: nothing held
+            held.extend(unpad_block(block) for block in blocks)
+            pieces: Iterable[bytes] = held
+        else:
+            pieces = map(unpad_block, blocks)
+        contents: list[bytes] = []
+        size = 0
+        for content in pieces:
             if contents and size + len(content) > OUT_FRAME_BYTES:
                 await self._send_out(contents)
                 contents, size = [], 0
@@ -272,12 +276,31 @@ class ShadowTransport:
             size += 4 + len(content)
         if contents:
             if self.holding:
-                self._held, self._held_size = contents, size
+                self._held = contents
             else:
                 await self._send_out(contents)
 
+    def can_send_now(self) -> bool:
+        return self._held is None and not self.holding and self._out_window.value > 0
+
+    def send_blocks_now(self, blocks: list[bytes]) -> bool:
+        """A write from any task without waiting (`Connection._write_now`: a MSG that a
+        SEND makes for this shadow's idle client) as one frame, when its window and the
+        link have room: no delivery task started for it. Else it is held, and False:
+        the connection's next write (its delivery task's) sends it first."""
+        contents = [unpad_block(block) for block in blocks]
+        if (sum(map(len, contents)) + 4 * len(contents) <= OUT_FRAME_BYTES
+                and self._out_window.value > 0):
+            self._out_window.acquire_nowait()
+            if self._handoff.links.send_nowait(self._front_worker,
+                                               Frame(OUT, self._front_id, _join(contents))):
+                return True
+            self._out_window.release()
+        self._held = contents
+        return False
+
     async def _send_out(self, contents: list[bytes]) -> None:
-        await self._out_window.acquire()
+        await _acquire(self._out_window)
         await self._send(Frame(OUT, self._front_id, _join(contents)))
 
     async def _send(self, frame: Frame) -> None:
@@ -753,7 +776,7 @@ class Handoff:
                 window = front.windows[owner] = trio.Semaphore(WINDOW)
                 await self.links.send(owner, Frame(OPEN, front.conn.id,
                                                    encode_handshake(front.conn)))
-            await window.acquire()
+            await _acquire(window)
             # A block goes without its padding (the shadow pads it again): a part is
             # often a small share of a block, and 16 KB per part in flight is most of
             # what hand-offs cost in memory and copies (bench/RESULTS.md, "Worker processes").
@@ -960,6 +983,15 @@ _NO_LINK = ERR(AUTH)
 
 
 # --- encodings ----------------------------------------------------------------------
+
+
+async def _acquire(window: trio.Semaphore) -> None:
+    """A place in `window`, without a pass of the scheduler when one is free (a
+    semaphore's `acquire` yields even then): a frame each way per part."""
+    try:
+        window.acquire_nowait()
+    except trio.WouldBlock:
+        await window.acquire()
 
 
 def _join(parts: list[bytes]) -> bytes:
