@@ -13,7 +13,14 @@ from router.protocol.block import pad_block
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers.channel import Frame
-from router.server.workers.handoff import OUT, OUT_FRAME_BYTES, WINDOW, ShadowTransport, _split
+from router.server.workers.handoff import (
+    OUT,
+    OUT_ANSWERED,
+    OUT_FRAME_BYTES,
+    WINDOW,
+    ShadowTransport,
+    _split,
+)
 from router.server.workers.in_process import workers_in_process
 
 CONFIG = RouterConfig(host="127.0.0.1", port=0, store="memory", end_batch_interval=0.02)
@@ -135,3 +142,10 @@ async def test_a_shadow_holds_its_writes_while_it_works_on_a_part() -> None:
     shadow.taken()
     await shadow.send_blocks([pad_block(b"h")])
     assert list(_split(links.frames[-1].payload)) == [b"g", b"h"]
+    # A part answered: the last frame of the write that follows goes outside the full
+    # window, once, and is never taken back.
+    shadow.parts_answered = 1
+    with trio.fail_after(5):
+        await shadow.send_blocks([pad_block(b"i")])
+    assert links.frames[-1].kind == OUT_ANSWERED and shadow.parts_answered == 0
+    assert not shadow.can_send_now()

@@ -92,6 +92,10 @@ from .layout import SHARED_STORES
 log = logging.getLogger(__name__)
 
 OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)  # BLOCK_TAKEN: not sent
+# An OUT frame outside the shadow's window, never taken back (no OUT_TAKEN): one per part
+# the shadow has answered, the last of the write that follows its answers. The front's
+# window of parts bounds them, and its receive loop the answers they bring.
+OUT_ANSWERED = 8
 # A contact NEW's link id held reserved by owner(link id) for a front, its grant and
 # its end (docs/workers.md#a-contact-queues-link-id); the payload is the link id.
 RESERVE, RESERVED, RELEASE = 20, 21, 22
@@ -179,6 +183,7 @@ class ShadowServing:
         finally:
             transport.holding = False  # type: ignore[attr-defined]
         answers.append(_PART_DONE)
+        transport.parts_answered += 1  # type: ignore[attr-defined]
         return answers
 
     def delivery_loop(self, client: ClientSubscriptions) -> Awaitable[None]:
@@ -198,6 +203,7 @@ class ShadowTransport:
     # with the part's answers; in the instance only while it holds some.
     holding = False
     _held: list[bytes] | None = None
+    parts_answered = 0  # parts answered since the last frame outside the window
 
     def __init__(self, handoff: Handoff, front_worker: int, front_id: int, remote: str) -> None:
         self.remote = remote
@@ -278,10 +284,11 @@ class ShadowTransport:
             if self.holding:
                 self._held = contents
             else:
-                await self._send_out(contents)
+                await self._send_out(contents, last=True)
 
     def can_send_now(self) -> bool:
-        return self._held is None and not self.holding and self._out_window.value > 0
+        return self._held is None and not self.holding and (
+            self._out_window.value > 0 or self.parts_answered > 0)
 
     def send_blocks_now(self, blocks: list[bytes]) -> bool:
         """A write from any task without waiting (`Connection._write_now`: a MSG that a
@@ -289,17 +296,29 @@ class ShadowTransport:
         link have room: no delivery task started for it. Else it is held, and False:
         the connection's next write (its delivery task's) sends it first."""
         contents = [unpad_block(block) for block in blocks]
-        if (sum(map(len, contents)) + 4 * len(contents) <= OUT_FRAME_BYTES
-                and self._out_window.value > 0):
-            self._out_window.acquire_nowait()
-            if self._handoff.links.send_nowait(self._front_worker,
-                                               Frame(OUT, self._front_id, _join(contents))):
-                return True
-            self._out_window.release()
+        if sum(map(len, contents)) + 4 * len(contents) <= OUT_FRAME_BYTES:
+            if self.parts_answered:
+                if self._handoff.links.send_nowait(
+                        self._front_worker,
+                        Frame(OUT_ANSWERED, self._front_id, _join(contents))):
+                    del self.parts_answered
+                    return True
+            elif self._out_window.value > 0:
+                self._out_window.acquire_nowait()
+                if self._handoff.links.send_nowait(
+                        self._front_worker, Frame(OUT, self._front_id, _join(contents))):
+                    return True
+                self._out_window.release()
         self._held = contents
         return False
 
-    async def _send_out(self, contents: list[bytes]) -> None:
+    async def _send_out(self, contents: list[bytes], *, last: bool = False) -> None:
+        """A frame within the window; or outside it, the last of a write after a part
+        was answered (`OUT_ANSWERED`)."""
+        if last and self.parts_answered:
+            del self.parts_answered  # back to the class's 0
+            await self._send(Frame(OUT_ANSWERED, self._front_id, _join(contents)))
+            return
         await _acquire(self._out_window)
         await self._send(Frame(OUT, self._front_id, _join(contents)))
 
@@ -810,7 +829,7 @@ class Handoff:
             shadow = self._shadows.get((peer, frame.conn_id))
             if shadow is not None:
                 shadow.deliver(frame.payload)
-        elif kind == OUT:
+        elif kind == OUT or kind == OUT_ANSWERED:
             self._write_to_front(peer, frame)
         elif kind == OUT_TAKEN:
             shadow = self._shadows.get((peer, frame.conn_id))
@@ -889,6 +908,8 @@ class Handoff:
             if window is not None:
                 for _ in range(answered - before):  # those parts' blocks are taken
                     window.release()
+        if frame.kind == OUT_ANSWERED:
+            return  # outside the window: nothing to take back
         taken = Frame(OUT_TAKEN, frame.conn_id, b"")
         assert self._nursery is not None
         if held or (front.collected_after and out):
