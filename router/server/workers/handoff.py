@@ -388,6 +388,8 @@ class Handoff:
             return await self._serving.process_block(client, block)
         parts, gathered, contacts = split
         front = self._front(client)
+        # A block all of one other worker's goes as it came, not packed again.
+        whole = block if len(parts) == 1 and not gathered and not contacts else None
         if not gathered:
             # The shadows' writes go out with the front's answers, in one write where
             # they fit, rather than each by the connection's delivery task as it comes.
@@ -400,7 +402,8 @@ class Handoff:
                     answers = await self._process_parts(client, front, parts, gathered,
                                                         contacts)
             else:
-                answers = await self._process_parts(client, front, parts, gathered, contacts)
+                answers = await self._process_parts(client, front, parts, gathered, contacts,
+                                                    whole)
         except BaseException:
             collected, front.collected = front.collected, None
             if collected:
@@ -419,7 +422,8 @@ class Handoff:
 
     async def _process_parts(self, client: ClientSubscriptions, front: _Front,
                              parts: dict[int, list[bytes]], gathered: dict[bytes, Party | None],
-                             contacts: dict[bytes, tuple[bytes, bytes]]) -> list[bytes]:
+                             contacts: dict[bytes, tuple[bytes, bytes]],
+                             whole: bytes | None = None) -> list[bytes]:
         assert self._serving is not None
         refused = await self._refuse_taken_links(front, parts, contacts) if contacts else []
         own = parts.pop(self.ownership.index, None)
@@ -433,7 +437,7 @@ class Handoff:
             front.walks_left = self.ownership.workers
         awaited: dict[int, int] = {}
         for owner, transmissions in parts.items():
-            for sub_block in encode_batches(transmissions):
+            for sub_block in [whole] if whole is not None else encode_batches(transmissions):
                 awaited[owner] = await self._hand_to(front, owner, sub_block)
             if services:
                 front.hold_after[owner] = awaited[owner]
