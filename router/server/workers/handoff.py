@@ -181,7 +181,7 @@ class ShadowServing:
             else:
                 answers = await self.own.process_block(client, block)
         finally:
-            transport.holding = False  # type: ignore[attr-defined]
+            del transport.holding  # back to the class's False: no field kept per shadow
         answers.append(_PART_DONE)
         transport.parts_answered += 1  # type: ignore[attr-defined]
         return answers
@@ -200,7 +200,7 @@ class ShadowTransport:
     stalled = False
     web_challenge = None
     # While a part is worked on (`ShadowServing`), what is written is held, and goes
-    # with the part's answers; in the instance only while it holds some.
+    # with the part's answers; each set in the instance only while in use.
     holding = False
     _held: list[bytes] | None = None
     parts_answered = 0  # parts answered since the last frame outside the window
