@@ -141,7 +141,14 @@ class Links:
                 await trio.sleep(CONNECT_PAUSE)
                 continue
             stream = trio.SocketStream(sock)
-            await stream.send_all(self.index.to_bytes(2, "big"))  # who is speaking
+            try:
+                await stream.send_all(self.index.to_bytes(2, "big"))  # who is speaking
+            except (trio.BrokenResourceError, OSError):
+                # A listener going away as it accepted (a peer killed as it restarts):
+                # another attempt, not the end of this worker.
+                await trio.aclose_forcefully(stream)
+                await trio.sleep(CONNECT_PAUSE)
+                continue
             return stream
         raise LinkLost(f"worker {peer} cannot be reached")
 
