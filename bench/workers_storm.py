@@ -23,6 +23,14 @@ the clock starts, so it costs little CPU (reading the answers); it runs at the
 runner's priority (`--load-nice 19`: as `bench.storm`'s, which on 2 cores
 starves it once two workers take both, and the workers then wait for it to read).
 
+The load process is this module's own (`load`): on the 2 cores it shares with the
+router, what it spends is taken from the router. It reads the answers a block at a
+time, not as a client's events: each answer's corrId is taken out of the SUBs not
+answered yet (an unknown or repeated one is an error) and its command must be `OK`;
+a push without corrId must be a `MSG` (counted); anything else is an error. A
+connection is done once every SUB of it is answered and its waiting messages are in:
+the figures still prove every SUB answered `OK` once.
+
 Then the machine itself is weighed (`machine_scaling`): `CHECKS` Ed25519 checks (the
 storm's main cost) in one process, then in as many processes as the largest count at
 once. On cores of their own the wall time stays the same; the slowdown is what any
@@ -46,12 +54,19 @@ import psutil
 import trio
 from nacl import bindings
 
-from router.client import open_client
+from router.client import open_client, parse_address
+from router.client._handshake import client_handshake
+from router.client._transport import TlsTransport
+from router.protocol import crypto
+from router.protocol.block import BatchPacker, iter_batch_content, unpad_block
+from router.protocol.codec import encode_command
 from router.protocol.crypto import _ed25519_ok
+from router.protocol.transmission import encode_transmission, entity_and_command_offset
+from router.protocol.types import SUB, Transmission
 
 from . import harness, identities
 from .fairness import _lines, _ping_ms, _stop, summary_ms
-from .storm import _LOAD_ENV, CLIENT_VERSIONS, QUIET_PINGS, _ping_on_a_clock
+from .storm import _LOAD_ENV, CLIENT_VERSIONS, CONNECT_AT_ONCE, QUIET_PINGS, _ping_on_a_clock
 from .workers_router import START_TIMEOUT, CliRouter, fill
 
 QUEUES, CONNECTIONS = 200_000, 2_000
@@ -106,8 +121,8 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
     with CliRouter(workers, kind, data_dir, max_connections=connections + 64) as router:
         try:
             load = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "bench.storm", "load", router.address, "0", str(queues),
-                 str(connections), str(messages_every)],
+                [sys.executable, "-m", "bench.workers_storm", "load", router.address,
+                 str(queues), str(connections), str(messages_every)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=HERE,
                 env={**os.environ, _LOAD_ENV: "0" if load_nice == 0 else "1"})
             load_ps = psutil.Process(load.pid)
@@ -227,9 +242,122 @@ def _counts(text: str) -> tuple[int, ...]:
     return counts
 
 
+# --- the load (its own process) ---------------------------------------------------------
+
+
+class _LoadConnection:
+    """One connection of the load: its SUB blocks, signed, and the corrIds not answered."""
+
+    def __init__(self, transport: TlsTransport, version: int, session_id: bytes) -> None:
+        self.transport, self.version, self.session_id = transport, version, session_id
+        self.blocks: list[bytes] = []
+        self.unanswered: set[bytes] = set()
+        self.messages = 0  # MSGs to wait for
+
+    def sign(self, first: int, count: int, messages_every: int) -> None:
+        seed = identities.keys()["rcv_seed"]
+        command = encode_command(SUB(), self.version)
+        packer = BatchPacker()
+        prefix = os.urandom(16)
+        for i in range(first, first + count):
+            corr_id = prefix + i.to_bytes(8, "big")
+            rid = identities.recipient_id(i)
+            raw = encode_transmission(Transmission(
+                crypto.authorize(seed, self.session_id, corr_id, rid, command), corr_id, rid,
+                command), self.version)
+            if not packer.add(raw):
+                self.blocks.append(packer.take_block())
+                packer = BatchPacker()
+                assert packer.add(raw)
+            self.unanswered.add(corr_id)
+            self.messages += bool(messages_every and i % messages_every == 0)
+        if len(packer):
+            self.blocks.append(packer.take_block())
+
+    async def storm(self, counts: dict[str, int]) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._send)
+            await self._read(counts)
+
+    async def _send(self) -> None:
+        for block in self.blocks:
+            await self.transport.send_block(block)
+
+    async def _read(self, counts: dict[str, int]) -> None:
+        """Every answer, a block at a time: each corrId answered once, with OK; a push,
+        a MSG. Anything else counts as an error."""
+        unanswered, version = self.unanswered, self.version
+        messages = errors = 0
+        while unanswered or messages < self.messages:
+            content = unpad_block(await self.transport.receive_block())
+            for t in iter_batch_content(content):
+                # A router's answer has no authorization: its corrId follows at once.
+                corr_id = t[2:2 + t[1]] if t[0] == 0 else None
+                command = t[entity_and_command_offset(t, version)[1]:]
+                if corr_id:
+                    if corr_id in unanswered and command == b"OK":
+                        unanswered.discard(corr_id)
+                        continue
+                    unanswered.discard(corr_id)
+                elif command.startswith(b"MSG "):
+                    messages += 1
+                    continue
+                errors += 1
+        counts["messages"] += messages
+        counts["errors"] += errors
+
+
+async def _load(address: str, queues: int, connections: int, messages_every: int) -> None:
+    counts = {"subs": queues, "errors": 0, "messages": 0}
+    router = parse_address(address)
+    loads: list[_LoadConnection] = []
+    limiter = trio.CapacityLimiter(CONNECT_AT_ONCE)
+
+    async def connect_one(first: int, count: int) -> None:
+        async with limiter:
+            transport = await TlsTransport.connect(router)
+            session = await client_handshake(transport, router.key_hash, CLIENT_VERSIONS)
+        load = _LoadConnection(transport, session.version, session.session_id)
+        load.sign(first, count, messages_every)
+        loads.append(load)
+
+    async with trio.open_nursery() as connecting:
+        first = 0
+        for count in harness.split(queues, connections):
+            connecting.start_soon(connect_one, first, count)
+            first += count
+    print("ready", flush=True)
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    while b"go" not in await stdin.receive_some(16):
+        pass
+    began = time.perf_counter()
+    async with trio.open_nursery() as storming:
+        for load in loads:
+            storming.start_soon(load.storm, counts)
+    counts["seconds"] = time.perf_counter() - began
+    counts["blocks"] = sum(len(load.blocks) for load in loads)
+    # Said before the connections close: their closing is not the storm.
+    print(json.dumps(counts), flush=True)
+    for load in loads:
+        await load.transport.aclose()
+
+
+def load_main(argv: list[str]) -> None:
+    """`python -m bench.workers_storm load ADDRESS QUEUES CONNECTIONS MESSAGES_EVERY`:
+    prints `ready` once every connection is open and its SUBs are signed, storms on a
+    `go` line from stdin, then prints what it got as one JSON line."""
+    address, queues, connections, messages_every = argv[0], *map(int, argv[1:4])
+    if os.environ.get(_LOAD_ENV) != "0":
+        os.nice(19)  # as bench.storm's load: the router is what is measured
+    trio.run(_load, address, queues, connections, messages_every)
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "verify":
         verify_loop(int(argv[1]))
+        return 0
+    if argv and argv[0] == "load":
+        load_main(argv[1:])
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench workers_storm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

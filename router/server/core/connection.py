@@ -429,21 +429,26 @@ class Connection:
         is not kept (a float of every such client): no idle timeout applies to it."""
         self._scope, self._helper_nursery = ender, helpers
         self._handler, self._client = handler, client
+        self._reading = True  # idle until `answer_blocks`: a write may go at once
 
     async def answer_blocks(self, next_block: Callable[[], bytes | None]) -> None:
         """The receive loop's work in the calling task, for the blocks `next_block`
         gives until it gives None (a connection served on demand)."""
         handler, client = self._handler, self._client
         assert handler is not None, "served on demand and not ended"
-        while (block := next_block()) is not None:
-            answering = handler.process_block(client, block)
-            del block
-            responses = await answering
-            del answering
-            if responses:
-                await self.push(responses)
-            del responses
-            handler.answered(client)
+        self._reading = False
+        try:
+            while (block := next_block()) is not None:
+                answering = handler.process_block(client, block)
+                del block
+                responses = await answering
+                del answering
+                if responses:
+                    await self.push(responses)
+                del responses
+                handler.answered(client)
+        finally:
+            self._reading = True
 
     async def end_on_demand(self) -> None:
         """What the end of `run` does, for a connection served on demand: nothing more

@@ -30,12 +30,13 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">IBQ")  # length of what follows the length, kind, connection id
 MAX_FRAME = 1 << 20  # bytes; a frame is a block or a write of about OUT_FRAME_BYTES
 LINK_QUEUE = 64  # frames waiting for a link's writing task
+READ_BYTES = 1 << 16  # a link's read (below the allocator's mmap threshold)
 CONNECT_ATTEMPTS = 50  # a peer being restarted listens again within a few seconds
 CONNECT_PAUSE = 0.1  # seconds between two attempts
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 3x, per frame
 class Frame:
     kind: int
     conn_id: int
@@ -88,8 +89,13 @@ class Links:
         channel = self._outgoing.get(peer)
         if channel is None:
             channel = await self._open(peer)
+        data = frame.encode()
         try:
-            await channel.send(frame.encode())
+            try:
+                # Queued at once when there is room: no pass of the scheduler per frame.
+                channel.send_nowait(data)
+            except trio.WouldBlock:
+                await channel.send(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise LinkLost(f"the link to worker {peer} broke") from e
 
@@ -135,7 +141,14 @@ class Links:
                 await trio.sleep(CONNECT_PAUSE)
                 continue
             stream = trio.SocketStream(sock)
-            await stream.send_all(self.index.to_bytes(2, "big"))  # who is speaking
+            try:
+                await stream.send_all(self.index.to_bytes(2, "big"))  # who is speaking
+            except (trio.BrokenResourceError, OSError):
+                # A listener going away as it accepted (a peer killed as it restarts):
+                # another attempt, not the end of this worker.
+                await trio.aclose_forcefully(stream)
+                await trio.sleep(CONNECT_PAUSE)
+                continue
             return stream
         raise LinkLost(f"worker {peer} cannot be reached")
 
@@ -183,12 +196,14 @@ class Links:
             if not 0 <= peer < self.workers or peer == self.index:
                 log.warning("refused a worker link claiming to be worker %d", peer)
                 return
+            on_frame = self._on_frame
             try:
                 while True:
-                    frame = await reader.frame()
-                    if frame is None:
+                    frames = await reader.frames()
+                    if not frames:
                         break
-                    await self._on_frame(peer, frame)
+                    for frame in frames:
+                        await on_frame(peer, frame)
             except (trio.BrokenResourceError, OSError, LinkLost):
                 pass
             except Exception:  # a frame this side cannot take: the link ends, not the worker
@@ -214,15 +229,32 @@ class _FrameReader:
         del self._buffer[:n]
         return taken
 
-    async def frame(self) -> Frame | None:
-        """The next frame; None at a clean end between frames."""
-        if not self._buffer:
-            data = await self._stream.receive_some(65536)
+    async def frames(self) -> list[Frame]:
+        """The whole frames read so far, reading until there is one at least; none at a
+        clean end between frames. Each is taken from where it lies in the buffer."""
+        buffer = self._buffer
+        while True:
+            frames: list[Frame] = []
+            pos, end = 0, len(buffer)
+            unpack, header = _HEADER.unpack_from, _HEADER.size
+            with memoryview(buffer) as view:  # released before the buffer is cut
+                while end - pos >= header:
+                    length, kind, conn_id = unpack(buffer, pos)
+                    size = length - (header - 4)
+                    if not 0 <= size <= MAX_FRAME:
+                        raise LinkLost(f"a frame of {size} bytes")
+                    start = pos + header
+                    if end - start < size:
+                        break
+                    frames.append(Frame(kind, conn_id, view[start:start + size].tobytes()))
+                    pos = start + size
+            if pos:
+                del buffer[:pos]
+            if frames:
+                return frames
+            data = await self._stream.receive_some(READ_BYTES)
             if not data:
-                return None
-            self._buffer += data
-        length, kind, conn_id = _HEADER.unpack(await self.exactly(_HEADER.size))
-        size = length - (_HEADER.size - 4)
-        if not 0 <= size <= MAX_FRAME:
-            raise LinkLost(f"a frame of {size} bytes")
-        return Frame(kind, conn_id, await self.exactly(size))
+                if buffer:
+                    raise LinkLost("the link ended within a frame")
+                return []
+            buffer += data

@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +93,10 @@ from .layout import SHARED_STORES
 log = logging.getLogger(__name__)
 
 OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)  # BLOCK_TAKEN: not sent
+# An OUT frame outside the shadow's window, never taken back (no OUT_TAKEN): one per part
+# the shadow has answered, the last of the write that follows its answers. The front's
+# window of parts bounds them, and its receive loop the answers they bring.
+OUT_ANSWERED = 8
 # A contact NEW's link id held reserved by owner(link id) for a front, its grant and
 # its end (docs/workers.md#a-contact-queues-link-id); the payload is the link id.
 RESERVE, RESERVED, RELEASE = 20, 21, 22
@@ -105,6 +109,10 @@ _PART_DONE = b""
 _FORWARDED = b"\xffFWD"
 WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
 OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
+# What a front keeps of its shadows' writes to send with a block's own answers; beyond
+# it they go to the connection as they come (its pending list is bounded, its frames'
+# OUT_TAKEN wait for room there).
+COLLECTED_BYTES = 1 << 17
 # Commands a front answers itself whatever their entity id: they name no queue
 # (the proxy's, PING; an RFWD's inner transmission goes to its owner, below).
 _LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD"})
@@ -172,7 +180,8 @@ class _Front:
     first use: a dict is 65-225 B, an event ~270 B, a semaphore ~340 B
     (`python -m bench workers_shadow` lists the sites)."""
 
-    __slots__ = ("conn", "client", "owners", "progress", "seldom")
+    __slots__ = ("conn", "client", "owners", "progress", "seldom", "collected",
+                 "collected_bytes", "collected_after", "collected_taken")
 
     def __init__(self, conn: Connection, client: ClientSubscriptions) -> None:
         self.conn, self.client = conn, client
@@ -180,6 +189,14 @@ class _Front:
         # Made by a task that waits for parts, set (and dropped) as parts are answered.
         self.progress: trio.Event | None = None
         self.seldom: _Seldom | None = None
+        # While a block is answered, what its shadows write, kept to go with the front's
+        # own answers in the block's write (None: left to the connection as it comes);
+        # its bytes, whether the block's answers are out of `process_block` already, and
+        # the OUT_TAKEN of what the shadows wrote since, held until they are written.
+        self.collected: list[bytes] | None = None
+        self.collected_bytes = 0
+        self.collected_after = False
+        self.collected_taken: list[tuple[int, Frame]] | None = None
 
     forwarded: dict[int, list[list[bytes]]] | None = _seldom("forwarded")
     forwarding: dict[int, trio.Lock] | None = _seldom("forwarding")
@@ -239,14 +256,23 @@ class ShadowServing:
     own: ClientServing
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
-        if block.startswith(_FORWARDED):
-            client.in_block = True  # as ClientServing.process_block
-            answers = [_FORWARDED + _join(await self.own.dispatcher.run_forwarded(
-                client, transmission[2:], int.from_bytes(transmission[:2], "big")))
-                for transmission in _split(block[len(_FORWARDED):])]
-        else:
-            answers = await self.own.process_block(client, block)
+        transport = client.conn.transport
+        # What the shadow writes while it works on the part (a costly block writes its
+        # answers so far at each pause, dispatch.py) waits for the part's last answers:
+        # one frame back to the front for the part, not one per pause.
+        transport.holding = True  # type: ignore[attr-defined]
+        try:
+            if block.startswith(_FORWARDED):
+                client.in_block = True  # as ClientServing.process_block
+                answers = [_FORWARDED + _join(await self.own.dispatcher.run_forwarded(
+                    client, transmission[2:], int.from_bytes(transmission[:2], "big")))
+                    for transmission in _split(block[len(_FORWARDED):])]
+            else:
+                answers = await self.own.process_block(client, block)
+        finally:
+            transport.holding = False
         answers.append(_PART_DONE)
+        transport.parts_answered += 1  # type: ignore[attr-defined]
         return answers
 
     def delivery_loop(self, client: ClientSubscriptions) -> Awaitable[None]:
@@ -264,7 +290,8 @@ class ShadowTransport:
     some, and takes the shadow apart if it ends."""
 
     __slots__ = ("remote", "_handoff", "_front_worker", "_front_id", "_blocks", "_client",
-                 "_out_free", "_room", "_pass", "_busy", "_ending", "ended_by_front")
+                 "_out_free", "_room", "_pass", "_busy", "_ending", "ended_by_front",
+                 "holding", "_held", "parts_answered")
     shadow = True  # not a client of this worker's own: no idle timeout (router.py)
     stalled = False
     web_challenge = None
@@ -283,6 +310,11 @@ class ShadowTransport:
         self._busy = False  # a task answers blocks or takes the shadow apart
         self._ending = False
         self.ended_by_front = False
+        # While a part is worked on (`ShadowServing`), what is written is held, and goes
+        # with the part's answers.
+        self.holding = False
+        self._held: list[bytes] | None = None
+        self.parts_answered = 0  # parts answered since the last frame outside the window
 
     def serve(self, router: Router, handshake: Handshake, serving: ShadowServing) -> None:
         self._client = router.open_shadow(self, handshake, serving, self)
@@ -383,21 +415,64 @@ class ShadowTransport:
         await self.send_blocks([block])
 
     async def send_blocks(self, blocks: list[bytes]) -> None:
-        """The blocks' contents in frames of at most OUT_FRAME_BYTES, each within the
-        window (a write of a full pending list is many blocks)."""
+        """What is held, then the blocks' contents, in frames of at most OUT_FRAME_BYTES,
+        each within the window (a write of a full pending list is many blocks); while
+        `holding`, the last frame's worth is kept for the next write. The connection
+        writes from one task at a time, so what is held keeps its place."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            held.extend(unpad_block(block) for block in blocks)
+            pieces: Iterable[bytes] = held
+        else:
+            pieces = map(unpad_block, blocks)
         contents: list[bytes] = []
         size = 0
-        for block in blocks:
-            content = unpad_block(block)
+        for content in pieces:
             if contents and size + len(content) > OUT_FRAME_BYTES:
                 await self._send_out(contents)
                 contents, size = [], 0
             contents.append(content)
             size += 4 + len(content)
         if contents:
-            await self._send_out(contents)
+            if self.holding:
+                self._held = contents
+            else:
+                await self._send_out(contents, last=True)
 
-    async def _send_out(self, contents: list[bytes]) -> None:
+    def can_send_now(self) -> bool:
+        return self._held is None and not self.holding and (
+            self._out_free > 0 or self.parts_answered > 0)
+
+    def send_blocks_now(self, blocks: list[bytes]) -> bool:
+        """A write from any task without waiting (`Connection._write_now`: a MSG that a
+        SEND makes for this shadow's idle client) as one frame, when its window and the
+        link have room: no delivery task started for it. Else it is held, and False:
+        the connection's next write (its delivery task's) sends it first."""
+        contents = [unpad_block(block) for block in blocks]
+        if sum(map(len, contents)) + 4 * len(contents) <= OUT_FRAME_BYTES:
+            if self.parts_answered:
+                if self._handoff.links.send_nowait(
+                        self._front_worker,
+                        Frame(OUT_ANSWERED, self._front_id, _join(contents))):
+                    self.parts_answered = 0
+                    return True
+            elif self._out_free > 0:
+                self._out_free -= 1
+                if self._handoff.links.send_nowait(
+                        self._front_worker, Frame(OUT, self._front_id, _join(contents))):
+                    return True
+                self._out_free += 1
+        self._held = contents
+        return False
+
+    async def _send_out(self, contents: list[bytes], *, last: bool = False) -> None:
+        """A frame within the window; or outside it, the last of a write after a part
+        was answered (`OUT_ANSWERED`)."""
+        if last and self.parts_answered:
+            self.parts_answered = 0
+            await self._send(Frame(OUT_ANSWERED, self._front_id, _join(contents)))
+            return
         while self._out_free <= 0:
             if self._room is None:
                 self._room = trio.Event()
@@ -472,16 +547,42 @@ class Handoff:
             return await self._serving.process_block(client, block)
         parts, gathered, contacts = split
         front = self._front(client)
-        if contacts:
-            # Its link ids held until the NEW has run: a NEW of one of them elsewhere
-            # waits, then finds it taken.
-            async with self._links_reserved(front, contacts):
-                return await self._process_parts(client, front, parts, gathered, contacts)
-        return await self._process_parts(client, front, parts, gathered, contacts)
+        # A block all of one other worker's goes as it came, not packed again.
+        whole = block if len(parts) == 1 and not gathered and not contacts else None
+        if not gathered:
+            # The shadows' writes go out with the front's answers, in one write where
+            # they fit, rather than each by the connection's delivery task as it comes.
+            front.collected, front.collected_bytes = [], 0
+        try:
+            if contacts:
+                # Its link ids held until the NEW has run: a NEW of one of them elsewhere
+                # waits, then finds it taken.
+                async with self._links_reserved(front, contacts):
+                    answers = await self._process_parts(client, front, parts, gathered,
+                                                        contacts)
+            else:
+                answers = await self._process_parts(client, front, parts, gathered, contacts,
+                                                    whole)
+        except BaseException:
+            collected, front.collected = front.collected, None
+            if collected:
+                client.conn.leave(collected)
+            raise
+        collected = front.collected
+        if collected:
+            answers = collected + answers
+            # Until the receive loop has these answers in its write (`answered`), what
+            # the shadows write next waits here, after them.
+            front.collected = []
+            front.collected_after = True
+        else:
+            front.collected = None
+        return answers
 
     async def _process_parts(self, client: ClientSubscriptions, front: _Front,
                              parts: dict[int, list[bytes]], gathered: dict[bytes, Party | None],
-                             contacts: dict[bytes, tuple[bytes, bytes]]) -> list[bytes]:
+                             contacts: dict[bytes, tuple[bytes, bytes]],
+                             whole: bytes | None = None) -> list[bytes]:
         assert self._serving is not None
         refused = await self._refuse_taken_links(front, parts, contacts) if contacts else []
         own = parts.pop(self.ownership.index, None)
@@ -495,7 +596,7 @@ class Handoff:
             front.walks_left = self.ownership.workers
         awaited: dict[int, int] = {}
         for owner, transmissions in parts.items():
-            for sub_block in encode_batches(transmissions):
+            for sub_block in [whole] if whole is not None else encode_batches(transmissions):
                 awaited[owner] = await self._hand_to(front, owner, sub_block)
             if services:
                 if front.hold_after is None:
@@ -520,6 +621,8 @@ class Handoff:
         assert self._serving is not None and self._nursery is not None
         self._serving.answered(client)
         front = self._fronts.get(client.conn.id)
+        if front is not None and front.collected_after:
+            self._release_collected(front)
         if front is not None and front.hold_after is not None:
             # The block's SOKS is written: the other workers' walks follow it.
             held, held_taken = front.held, front.held_taken
@@ -528,6 +631,19 @@ class Handoff:
                 client.conn.leave(held)
             for peer, taken in held_taken or ():
                 self._nursery.start_soon(self._taken_once_room, client.conn, peer, taken)
+
+    def _release_collected(self, front: _Front) -> None:
+        """What the shadows wrote since the block's answers went to the connection,
+        and their OUT_TAKEN held meanwhile."""
+        assert self._nursery is not None
+        collected, front.collected, front.collected_after = front.collected, None, False
+        conn = front.conn
+        if collected:
+            conn.leave(collected)
+        for peer, taken in front.collected_taken or ():
+            if conn.outbox_full() or not self.links.send_nowait(peer, taken):
+                self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
+        front.collected_taken = None
 
     def _split(self, conn: Connection, block: bytes) -> tuple[
             dict[int, list[bytes]], dict[bytes, Party | None], dict[bytes, tuple[bytes, bytes]]
@@ -883,7 +999,7 @@ class Handoff:
             shadow = self._shadows[peer].get(frame.conn_id)
             if shadow is not None:
                 shadow.deliver(frame.payload)
-        elif kind == OUT:
+        elif kind == OUT or kind == OUT_ANSWERED:
             self._write_to_front(peer, frame)
         elif kind == OUT_TAKEN:
             shadow = self._shadows[peer].get(frame.conn_id)
@@ -946,14 +1062,31 @@ class Handoff:
                     held = True
                 else:
                     out.append(t)
+        collected = front.collected
         if out:
-            conn.leave(out)  # in order with what came before; never waits
+            if collected is None:
+                conn.leave(out)  # in order with what came before; never waits
+            else:
+                collected.extend(out)
+                front.collected_bytes += len(frame.payload)
+                if front.collected_bytes > COLLECTED_BYTES and not front.collected_after:
+                    # Bounded: the rest goes to the connection as it comes, behind these.
+                    conn.leave(collected)
+                    front.collected, front.collected_bytes = [], 0
         if answered != before:
             front.parts_answered(window, answered - before)
+        if frame.kind == OUT_ANSWERED:
+            return  # outside the window: nothing to take back
         taken = Frame(OUT_TAKEN, frame.conn_id, b"")
         assert self._nursery is not None
         if held and front.held_taken is not None:
             front.held_taken.append((peer, taken))  # a held walk waits within its window
+        elif front.collected_after and out:
+            # Writes that wait for the block's answers to be written wait within their
+            # window.
+            if front.collected_taken is None:
+                front.collected_taken = []
+            front.collected_taken.append((peer, taken))
         elif conn.outbox_full():
             self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
         elif not self.links.send_nowait(peer, taken):
@@ -1035,6 +1168,15 @@ _NO_LINK = ERR(AUTH)
 
 
 # --- encodings ----------------------------------------------------------------------
+
+
+async def _acquire(window: trio.Semaphore) -> None:
+    """A place in `window`, without a pass of the scheduler when one is free (a
+    semaphore's `acquire` yields even then): a frame each way per part."""
+    try:
+        window.acquire_nowait()
+    except trio.WouldBlock:
+        await window.acquire()
 
 
 def _join(parts: list[bytes]) -> bytes:
