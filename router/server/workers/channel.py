@@ -33,6 +33,8 @@ LINK_QUEUE = 64  # frames waiting for a link's writing task
 READ_BYTES = 1 << 16  # a link's read (below the allocator's mmap threshold)
 CONNECT_ATTEMPTS = 50  # a peer being restarted listens again within a few seconds
 CONNECT_PAUSE = 0.1  # seconds between two attempts
+ACCEPT_WAIT = 5.0  # seconds a live peer may take to answer a link (it may be starting)
+_ACCEPTED = b"\x01"  # a link's one byte the other way: its reader is there
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 
@@ -132,6 +134,9 @@ class Links:
             opening.set()
 
     async def _connect(self, peer: int) -> trio.SocketStream:
+        """A link to the peer's live process: it counts only once the peer's reader
+        has answered it. A connection to the listener of a process being killed can
+        succeed, and what is written on it is lost when the listener goes."""
         for _ in range(CONNECT_ATTEMPTS):
             sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -141,15 +146,17 @@ class Links:
                 await trio.sleep(CONNECT_PAUSE)
                 continue
             stream = trio.SocketStream(sock)
+            accepted = b""
             try:
                 await stream.send_all(self.index.to_bytes(2, "big"))  # who is speaking
+                with trio.move_on_after(ACCEPT_WAIT):
+                    accepted = await stream.receive_some(1)
             except (trio.BrokenResourceError, OSError):
-                # A listener going away as it accepted (a peer killed as it restarts):
-                # another attempt, not the end of this worker.
-                await trio.aclose_forcefully(stream)
-                await trio.sleep(CONNECT_PAUSE)
-                continue
-            return stream
+                pass
+            if accepted == _ACCEPTED:
+                return stream
+            await trio.aclose_forcefully(stream)
+            await trio.sleep(CONNECT_PAUSE)
         raise LinkLost(f"worker {peer} cannot be reached")
 
     async def _write_link(self, peer: int, stream: trio.SocketStream,
@@ -195,6 +202,10 @@ class Links:
                 return
             if not 0 <= peer < self.workers or peer == self.index:
                 log.warning("refused a worker link claiming to be worker %d", peer)
+                return
+            try:
+                await stream.send_all(_ACCEPTED)
+            except (trio.BrokenResourceError, OSError):
                 return
             on_frame = self._on_frame
             try:

@@ -136,6 +136,7 @@ class _Owner:
     free: int = WINDOW  # parts it may still send before one more is answered
     sent: int = 0
     answered: int = 0
+    gone: bool = False  # its worker died: nothing more is sent to its next process
 
 
 @dataclass(slots=True)
@@ -217,9 +218,11 @@ class _Front:
         return owner
 
     def shadow_workers(self) -> list[int]:
+        """The workers it has a shadow in (not those that died since)."""
         workers, owner = [], self.owners
         while owner is not None:
-            workers.append(owner.worker)
+            if not owner.gone:
+                workers.append(owner.worker)
             owner = owner.next
         return workers
 
@@ -1115,7 +1118,9 @@ class Handoff:
         for key in [key for key in self._reserving if key[0] == peer]:
             self._reserving.pop(key).set()  # the waiting front finds it gone
         for front in list(self._fronts.values()):
-            if front.owner(peer) is not None:
+            owner = front.owner(peer)
+            if owner is not None:
+                owner.gone = True  # no CLOSE for it to the worker started in its place
                 front.conn.close_now(f"its queues' worker {peer} is gone")
         for shadow in list(self._shadows[peer].values()):
             shadow.ended_by_front = True
