@@ -52,6 +52,8 @@ COMMANDS: dict[str, Command] = {
     "transports": Command("idle-connection memory, WebSocket vs native TLS"),
     "relay": Command("a large relay's load: many connections, a storm", own_options=True),
     "storelog_start": Command("serve's start-up on a long store log", own_options=True),
+    "owner_exceptions": Command("a workers-move's owner exceptions: memory per exception, "
+                                "the cost of a lookup", own_options=True),
     "framing": Command("CPU of the WebSocket framing libraries per block", own_options=True),
     "compaction": Command("store-log compaction, router vs Spark", own_options=True),
     "charts": Command("draw the charts again from saved figures", own_options=True),
@@ -68,6 +70,13 @@ COMMANDS: dict[str, Command] = {
                      own_options=True),
     "postgres_writes": Command("a block's 100 SENDs into PostgreSQL: one by one, pipelined, "
                                "one statement over arrays", own_options=True),
+    "workers_storm": Command("the reconnect storm at --workers 1 and 2 in one run",
+                             own_options=True),
+    "workers_costs": Command("one worker beside two: idle memory, light-load latency, CPU "
+                             "per message at 50 clients, memory per idle connection and "
+                             "subscription", own_options=True),
+    "workers_shadow": Command("the Python memory of a client's hand-offs per connection "
+                              "(front and shadow, traced)", own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }

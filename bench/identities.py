@@ -46,12 +46,19 @@ def keys() -> dict[str, bytes]:
     }
 
 
+_SHARED_PREFIX = 8
+
+
 def recipient_id(index: int) -> bytes:
     return hashlib.blake2b(b"r%d" % index, digest_size=ID_SIZE).digest()
 
 
 def sender_id(index: int) -> bytes:
-    return hashlib.blake2b(b"s%d" % index, digest_size=ID_SIZE).digest()
+    # Begins as the recipient id does (the owner is read from the first 4 bytes): both
+    # ids of a queue name one owner at any count of workers, as the router mints them
+    # (router/server/core/ownership.py).
+    rest = hashlib.blake2b(b"s%d" % index, digest_size=ID_SIZE).digest()
+    return recipient_id(index)[:_SHARED_PREFIX] + rest[_SHARED_PREFIX:]
 
 
 def recipient_queue(index: int) -> RecipientQueue:

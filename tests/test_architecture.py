@@ -28,6 +28,7 @@ SERVER_LAYERS = (
     ("router.server.ops",),  # control, metrics, stats log, info page, collector policy
     ("router.server.open_stores",),  # the stores the configuration asks for
     ("router.server.router",),  # the composition root
+    ("router.server.workers",),  # the supervisor of several worker processes
     ("router.server.cli",),  # the command line
     ("router.server", "router.server.__main__"),
 )

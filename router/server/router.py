@@ -17,8 +17,11 @@ already accepted; `serve_router(config)` does both on its own listener
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import secrets
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +29,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields, replace
 from functools import partial
 from itertools import count
+from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import trio
@@ -39,23 +44,25 @@ from store.memory.stores import MemoryMessageStore, MemoryQueueStore
 
 from .core.blocked import BlockedQueues
 from .core.commands import CommandContext, Commands, not_logged, nothing_to_expire
-from .core.connection import Connection
+from .core.connection import Cancellable, ClientHandler, Connection
 from .core.counters import Counters, RouterStatistics
 from .core.delivery import Deliverer
 from .core.dispatch import Dispatcher
 from .core.expiry import Expirer
 from .core.latency import Latencies
 from .core.notifications import Notifications
+from .core.ownership import ONE_WORKER, Ownership
 from .core.proxy import Proxy
 from .core.proxy_destinations import DestinationPolicy
 from .core.relays import Destination, RelayLimits, Relays
 from .core.services import Services
 from .core.serving import ClientServing
 from .core.subscriptions import ClientSubscriptions, Event, Subscriptions
+from .edge.admission import SharedCaps
 from .edge.block_stream import BlockStream, TransportClosed
 from .edge.encrypted import EncryptedTransport
 from .edge.gate import GatedTransport, Suspendable, SuspendGate
-from .edge.handshake import server_handshake
+from .edge.handshake import Handshake, server_handshake
 from .edge.http import ACCEPT_WEBSOCKET, HttpRequest, HttpResponse
 from .edge.identity import RouterIdentity, host_port, load_or_create_identity
 from .edge.listen import naming_address
@@ -72,6 +79,14 @@ from .settings.config import PER_QUEUE_TASK, ConfigError, RouterConfig, os_error
 log = logging.getLogger(__name__)
 
 InfoPage = Callable[[HttpRequest], HttpResponse]
+
+
+class FrontServing(ClientHandler[ClientSubscriptions], Protocol):
+    """How a worker of several serves its connections (workers/handoff.py)."""
+
+    def forget(self, conn: Connection) -> None:
+        """The connection ended."""
+        ...
 
 
 # What `Router.reconfigure` takes from a new configuration while the router runs; the
@@ -96,14 +111,17 @@ class Router:
         identity: RouterIdentity,
         queues: QueueStore,
         messages: MessageStore,
+        ownership: Ownership = ONE_WORKER,
     ) -> None:
         self.config = config
+        self.ownership = ownership  # this process's share of the queues (docs/workers.md)
         self.identity = identity
         self.queues = queues
         self.messages = messages
         self.counters = Counters()
         self.latencies = Latencies()
         self.connections: dict[int, Connection] = {}
+        self.shadows = 0  # of `connections`, other workers' clients (open_shadow)
         self._ids = count(1)
         self.gate = SuspendGate()  # closed by the control port's suspend
         self.listener: Suspendable | None = None  # the listener, once it is accepting
@@ -119,6 +137,7 @@ class Router:
         self.draining = False  # no new clients; the connected ones are being closed
         self.drained = trio.Event()  # set when a drain is done: whoever runs the router stops it
         self._background: trio.Nursery | None = None
+        self._fronts: FrontServing | None = None  # with several workers (install_serving)
         self.stats_log: StatsLog | None = None
         # The proxy's connections to destination routers (docs/protocol.md#private-message-routing).
         self.relays = Relays(RelayLimits(
@@ -163,6 +182,7 @@ class Router:
             expire_before_send=(self.expirer.expire_queue if config.expire_on_send
                                 else nothing_to_expire),
             proxy=self.proxy,
+            ownership=self.ownership,
         ))
         self.dispatcher = Dispatcher(self.queues, commands.execute, self.latencies,
                                      counters=counters,
@@ -171,9 +191,10 @@ class Router:
                                      store_runs=(
                                          {SEND: commands.send_run, ACK: commands.ack_run}
                                          if isinstance(self.messages, MessageRuns) else None))
-        self._serving = ClientServing(
+        self._serving: ClientHandler[ClientSubscriptions] = ClientServing(
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )
+        self._shadow_serving = self._serving
 
     @property
     def key_hash(self) -> bytes:
@@ -208,6 +229,8 @@ class Router:
             await trio.sleep(max(timeout / 4, 0.05))
             oldest = trio.current_time() - timeout
             for conn in list(self.connections.values()):
+                if getattr(conn.transport, "shadow", False):
+                    continue  # another worker's client: its own worker times it out
                 if conn.last_activity < oldest and not (
                     conn.service or self._subscribed_anything(conn)
                 ):
@@ -297,13 +320,54 @@ class Router:
     async def _service_id(self, role: bytes, cert: bytes, cert_hash: bytes) -> bytes:
         """The id of the service of this certificate and role, made on its first
         session (docs/protocol.md#client-service)."""
-        record = ServiceRecord(
-            secrets.token_bytes(SERVICE_ID_SIZE), role, cert, cert_hash, int(time.time())
-        )
+        if self.ownership.workers == 1:
+            service_id = secrets.token_bytes(SERVICE_ID_SIZE)
+        else:
+            # Every worker makes the same id for a certificate, in its own store, so the
+            # service is one for the router (docs/workers.md#service-subscriptions).
+            service_id = hmac.new(self.identity.seed, b"service id " + role + cert_hash,
+                                  hashlib.sha256).digest()[:SERVICE_ID_SIZE]
+        record = ServiceRecord(service_id, role, cert, cert_hash, int(time.time()))
         return (await self.queues.add_service(record)).service_id
 
     def _cleanup(self, client: ClientSubscriptions) -> None:
         """Forget the connection and every subscription it still holds."""
+        if self._fronts is not None:
+            self._fronts.forget(client.conn)
+        self.subscriptions.forget(client)
+        self.proxy.forget(client.conn.id)
+        self.connections.pop(client.conn.id, None)
+        client.conn.close()
+
+    # --- several workers (docs/workers.md) -----------------------------------------------
+
+    def install_serving(self, fronts: FrontServing) -> ClientServing:
+        """Serve this worker's connections through `fronts` (which hands each queue's
+        commands to its owner); returns the router's own serving, for their parts."""
+        own = self._shadow_serving
+        assert isinstance(own, ClientServing)
+        self._serving = fronts
+        self._fronts = fronts
+        return own
+
+    def open_shadow(self, transport: BlockStream, handshake: Handshake,
+                    serving: ClientHandler[ClientSubscriptions],
+                    ender: Cancellable) -> ClientSubscriptions:
+        """Another worker's client, served here for the queues this worker owns: a
+        connection whose transport is the channel (workers/handoff.py), served on
+        demand (no task while it is idle); `ender.cancel()` ends it, and
+        `close_shadow` forgets it."""
+        assert self._background is not None, "connections are served while it runs"
+        conn = Connection(next(self._ids), transport, handshake, self.config.send_queue_size)
+        self.connections[conn.id] = conn
+        self.shadows += 1
+        client = self.subscriptions.open(conn)
+        conn.serve_on_demand(serving, client, ender, self._background)
+        return client
+
+    def close_shadow(self, client: ClientSubscriptions) -> None:
+        """Forget a shadow whose tasks are gone (`Connection.end_on_demand`)."""
+        self.shadows -= 1
         self.subscriptions.forget(client)
         self.proxy.forget(client.conn.id)
         self.connections.pop(client.conn.id, None)
@@ -416,7 +480,8 @@ class Router:
 
     def statistics(self) -> RouterStatistics:
         return self.counters.snapshot(
-            connections=len(self.connections),
+            # another worker's clients served here (workers/handoff.py) are not counted
+            connections=len(self.connections) - self.shadows,
             subscriptions=len(self.subscriptions),
             pending_deliveries=self.subscriptions.pending_deliveries(),
             proxy_connections=len(self.relays),
@@ -460,13 +525,17 @@ class RouterInfo:
 
 
 @asynccontextmanager
-async def open_router(config: RouterConfig) -> AsyncIterator[Router]:
-    """A running router (without a listener) for the duration of the block."""
-    identity = load_or_create_identity(config.data_dir)
+async def open_router(
+    config: RouterConfig, ownership: Ownership = ONE_WORKER, identity_dir: Path | None = None
+) -> AsyncIterator[Router]:
+    """A running router (without a listener) for the duration of the block; with
+    `ownership`, one worker of several (docs/workers.md), whose data directory is its
+    share and whose identity is in `identity_dir`."""
+    identity = load_or_create_identity(config.data_dir if identity_dir is None else identity_dir)
     async with open_router_stores(config) as (queues, messages):
         if isinstance(messages, MemoryMessageStore):
             messages.max_bytes = config.memory_store_max_bytes
-        router = Router(config, identity, queues, messages)
+        router = Router(config, identity, queues, messages, ownership)
         async with trio.open_nursery() as nursery:
             await nursery.start(router.run)
             try:
@@ -484,18 +553,32 @@ async def serve_router(
     config: RouterConfig,
     *,
     info_page: InfoPage | None = None,
+    ownership: Ownership = ONE_WORKER,
+    listening: socket.socket | None = None,
+    identity_dir: Path | None = None,
+    prepare: Callable[[Router], None] | None = None,
+    shared_admission: SharedCaps | None = None,
     task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the router on `config.host:config.port` until cancelled; `info_page`
-    answers a plain GET of "/"."""
+    answers a plain GET of "/". A worker of several (docs/workers.md) is given its
+    `ownership`, the `listening` socket its supervisor bound, the `identity_dir` and
+    the router's `shared_admission`; `prepare` is called with the router before its
+    listener accepts."""
     tls = listener_tls(config)
-    async with open_router(config) as router, trio.open_nursery() as nursery:
+    async with (
+        open_router(config, ownership, identity_dir) as router,
+        trio.open_nursery() as nursery,
+    ):
         router.info_page = info_page
+        if prepare is not None:
+            prepare(router)
         with naming_address("the router", config.host, config.port):
             listener: EdgeListener = await nursery.start(partial(
                 serve_edge, router.serve_transport, config.host, config.port,
                 hook=router.request_hook, limits=config.edge_limits(), tls=tls,
-                identity_tls=identity_tls_context(router.identity),
+                identity_tls=identity_tls_context(router.identity), listening=listening,
+                shared_admission=shared_admission,
             ))
         router.listener = listener
         router.tls = tls

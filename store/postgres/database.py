@@ -57,6 +57,10 @@ NO_SPACE = store_error("database or disk is full")
 LOCK_WAIT = 3.0  # seconds a start waits for the schema's lock before refusing
 LOCK_RETRY = 0.1
 LOCK_CLASS = 0x534D5052  # "SMPR": the advisory lock's first key; the schema's hash the second
+# Workers of one router (docs/workers.md#stores) share the schema: worker I holds the lock
+# LOCK_CLASS + I, so a router of one process (worker 0's key) or another router's worker 0
+# is still refused, and the workers' migrations wait for one another on MIGRATION_LOCK_CLASS.
+MIGRATION_LOCK_CLASS = LOCK_CLASS - 1
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -95,7 +99,7 @@ class PostgresDatabase:
 
     def __init__(
         self, url: str, *, schema: str = DEFAULT_SCHEMA, pool_size: int = DEFAULT_POOL_SIZE,
-        fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
+        fsync: FsyncPolicy | str = FsyncPolicy.BATCH, lock_index: int = 0,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ValueError(
@@ -107,6 +111,7 @@ class PostgresDatabase:
             raise ValueError(f"db_connection must be a postgresql:// URL, not {redacted(url)!r}")
         self.url = url
         self.schema = schema
+        self.lock_index = lock_index
         self.pool_size = pool_size
         self.fsync = FsyncPolicy.parse(fsync)
         self._limiter = trio.CapacityLimiter(pool_size)
@@ -160,7 +165,8 @@ class PostgresDatabase:
         deadline = time.monotonic() + wait
         while True:
             row = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))",
+                (LOCK_CLASS + self.lock_index, self.schema),
             ).fetchone()
             if (row and row[0]) or time.monotonic() >= deadline:
                 break
@@ -172,6 +178,8 @@ class PostgresDatabase:
             )
 
     def _migrate(self, conn: psycopg.Connection) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                     (MIGRATION_LOCK_CLASS, self.schema))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(self.schema)))
         conn.execute(MIGRATIONS_TABLE)

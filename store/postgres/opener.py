@@ -57,6 +57,7 @@ class PostgresOptions(StoreOptions):
     db_schema: str = DEFAULT_SCHEMA
     db_pool_size: int = DEFAULT_POOL_SIZE
     db_deleted_ttl: int = DEFAULT_DELETED_TTL  # seconds
+    db_lock_index: int = 0  # the worker of its router (docs/workers.md#stores): its own lock
 
 
 @asynccontextmanager
@@ -66,7 +67,7 @@ async def open_postgres_stores(
     """Both stores on the schema `options` name; `store_dir` (if any) gets a note of where."""
     db = PostgresDatabase(
         options.db_connection, schema=options.db_schema, pool_size=options.db_pool_size,
-        fsync=options.fsync,
+        fsync=options.fsync, lock_index=options.db_lock_index,
     )
     await db.open()
     try:

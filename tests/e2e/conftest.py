@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 from postgres_server import router_store_settings
+from worker_count import serve_router_under_test
 
-from router.server import DELIVERY_MODES, RouterConfig, RouterInfo, serve_router
+from router.server import DELIVERY_MODES, RouterConfig, RouterInfo
 
 ALL_STORES = "memory,journal,sqlite"
 E2E_STORES = [kind for kind in os.environ.get("SMP_E2E_STORES", ALL_STORES).split(",") if kind]
@@ -59,7 +60,7 @@ def router_factory(
         if settings["store"] == "postgres" and "store_options" not in overrides:
             # the schema follows the data directory, when a test names one
             settings.update(router_store_settings("postgres", settings["data_dir"]))
-        return await nursery.start(serve_router, RouterConfig(**settings))
+        return await nursery.start(serve_router_under_test, RouterConfig(**settings))
 
     return start
 

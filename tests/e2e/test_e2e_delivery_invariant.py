@@ -40,6 +40,7 @@ from observed_recipient import Ledger, ObservedRecipient
 from router.client import RecipientQueue, SMPClient, open_client
 from router.protocol.types import ACK, AUTH, ERR, GET, OK, SEND, SUB
 from router.server import RouterConfig, RouterInfo, serve_router
+from router.server.workers.in_process import workers_in_process
 
 STORE_POLICIES = [
     ("memory", "batch"),
@@ -75,6 +76,8 @@ class Run:
     info: RouterInfo
     queues: dict[bytes, RecipientQueue]
     rng: random.Random
+    # The worker the subscribers and the poller connect to, if not `info`'s (docs/workers.md).
+    receivers: RouterInfo | None = None
     ledger: Ledger = field(default_factory=Ledger)
     subscribers: dict[str, ObservedRecipient] = field(default_factory=dict)
     checked: trio.Event = field(default_factory=trio.Event)  # the lanes may close now
@@ -91,6 +94,10 @@ class Run:
         while self._done < count:
             await self._all_done.wait()
             self._all_done = trio.Event()
+
+    @property
+    def receivers_info(self) -> RouterInfo:
+        return self.info if self.receivers is None else self.receivers
 
     def lane_rng(self) -> random.Random:
         return random.Random(self.rng.getrandbits(64))
@@ -153,7 +160,10 @@ async def _subscriber_lane(run: Run, name: str) -> None:
     rng = run.lane_rng()
     steps = SUBSCRIBER_STEPS
     for epoch in itertools.count():  # a connection per epoch: each reconnect starts one
-        async with raw_connection(run.info) as (ws, session_id), trio.open_nursery() as nursery:
+        async with (
+            raw_connection(run.receivers_info) as (ws, session_id),
+            trio.open_nursery() as nursery,
+        ):
             rec = ObservedRecipient(f"{name}.{epoch}", ws, session_id, run.queues, run.ledger)
             nursery.start_soon(rec.run)
             while steps and rng.random() > 0.08:
@@ -172,7 +182,10 @@ async def _subscriber_lane(run: Run, name: str) -> None:
 
 async def _poller_lane(run: Run) -> None:
     rng = run.lane_rng()
-    async with raw_connection(run.info) as (ws, session_id), trio.open_nursery() as nursery:
+    async with (
+        raw_connection(run.receivers_info) as (ws, session_id),
+        trio.open_nursery() as nursery,
+    ):
         rec = ObservedRecipient("poller", ws, session_id, run.queues, run.ledger)
         nursery.start_soon(rec.run)
         for _ in range(POLLER_STEPS):
@@ -277,15 +290,18 @@ def _check_stored(
 # --- driving ------------------------------------------------------------------------------------
 
 
-async def run_interleaving(info: RouterInfo, seed: int, totals: Totals) -> list[str]:
-    """One random interleaving against the router; the problems found."""
+async def run_interleaving(info: RouterInfo, seed: int, totals: Totals,
+                           receivers: RouterInfo | None = None) -> list[str]:
+    """One random interleaving against the router; the problems found. With
+    `receivers` (another worker), the subscribers, the poller and one sender connect
+    there, the owner of the queues and the other sender to `info`'s worker."""
     async with (
         open_client(info.address) as owner,
         open_client(info.address) as sender_a,
-        open_client(info.address) as sender_b,
+        open_client((receivers or info).address) as sender_b,
     ):
         queues = {q.recipient_id: q for q in await create_queues(owner, QUEUES)}
-        run = Run(info, queues, random.Random(seed))
+        run = Run(info, queues, random.Random(seed), receivers)
         scripts: list[Callable[[], Awaitable[None]]] = [
             lambda: _sender_lane(run, sender_a, 0),
             lambda: _sender_lane(run, sender_b, 1),
@@ -308,6 +324,7 @@ async def run_interleaving(info: RouterInfo, seed: int, totals: Totals) -> list[
 
 
 async def _run_combination(nursery: trio.Nursery, config: RouterConfig, runs: int) -> Totals:
+    # one process: the check reads the queues' worker; the runs across workers are below
     info = await nursery.start(serve_router, config)
     totals = Totals()
     problems: list[str] = []
@@ -346,3 +363,48 @@ async def test_many_interleavings_keep_the_delivery_invariant(
 ):
     with trio.fail_after(1800):
         await _run_combination(nursery, _config(tmp_path, store, fsync, delivery), STRESS_RUNS)
+
+
+# --- across worker processes (docs/workers.md) ---------------------------------------------
+
+
+INTERLEAVING_TIMEOUT = 120  # s: one that hangs is named by its seed
+ACROSS_WORKERS = [("memory", "batch"), ("journal", "batch"), ("sqlite", "batch")]
+
+
+async def _run_across_workers(tmp_path, store: str, fsync: str, delivery: str,
+                              runs: int) -> None:
+    config = _config(tmp_path, store, fsync, delivery)
+    totals = Totals()
+    problems: list[str] = []
+    async with workers_in_process(config) as (owner, front):
+        for i in range(runs):
+            seed = BASE_SEED * 1_000_003 + i
+            with trio.move_on_after(INTERLEAVING_TIMEOUT) as scope:
+                problems += await run_interleaving(owner, seed, totals, receivers=front)
+            if scope.cancelled_caught:
+                problems.append(f"seed {seed}: not done in {INTERLEAVING_TIMEOUT} s")
+            if problems:
+                break
+    print(f"\nacross workers {store}/{fsync}/{delivery}: {totals.runs} interleavings, "
+          f"{totals.commands} commands, {totals.deliveries} deliveries")
+    assert not problems, "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("store, fsync", ACROSS_WORKERS[:2])
+async def test_the_invariant_holds_with_the_queues_in_another_worker(
+    tmp_path, store, fsync, delivery
+):
+    """The queues live in worker 0; the subscribers, the poller and one sender are
+    clients of worker 1, so every command of theirs is handed to worker 0."""
+    with trio.fail_after(120):
+        await _run_across_workers(tmp_path, store, fsync, delivery, RUNS)
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("store, fsync", ACROSS_WORKERS)
+async def test_many_interleavings_keep_the_invariant_across_workers(
+    tmp_path, store, fsync, delivery
+):
+    with trio.fail_after(1800):
+        await _run_across_workers(tmp_path, store, fsync, delivery, STRESS_RUNS)

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import trio
+from worker_count import serve_router_under_test
 
 from router.client import open_client
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 from store import Message, open_stores
 
 STORES = ["memory", "journal", "sqlite"]
@@ -24,11 +25,13 @@ DAY = 86400
 async def running_router(**settings: object) -> AsyncIterator[RouterInfo]:
     config = RouterConfig(port=0, **settings)  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
-        yield await nursery.start(serve_router, config)
+        yield await nursery.start(serve_router_under_test, config)
         nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("kind", STORES)
+@pytest.mark.one_process("writes into the store of the data directory as one process lays "
+                         "it out (a worker's share is DIR/worker-I/)")
 async def test_a_router_expires_messages_at_start_with_the_default_ttl_of_21_days(
     kind, tmp_path: Path
 ):

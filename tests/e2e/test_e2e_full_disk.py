@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 import trio
 from small_disk import fill, mounted_tmpfs
+from worker_count import serve_router_under_test
 
 import store.journal.messages
 from router.client import SMPClient, SMPError, open_client
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 from store.sqlite.messages import SqliteMessageStore
 
 BODY = os.urandom(16000)  # a full-size message, so one does not fit in leftover bytes
@@ -41,7 +42,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 async def running_router(kind: str, data_dir: Path) -> AsyncIterator[RouterInfo]:
     config = RouterConfig(port=0, store=kind, data_dir=data_dir, quota=10_000)
     async with trio.open_nursery() as nursery:
-        yield await nursery.start(serve_router, config)
+        yield await nursery.start(serve_router_under_test, config)
         nursery.cancel_scope.cancel()
 
 

@@ -17,6 +17,7 @@ import pytest
 import trio
 import trio_websocket
 from e2e_helpers import assert_no_more_events, create_queues, raw_block
+from worker_count import serve_router_under_test
 
 from bench.service_client import chain_of_two
 from router.client import (
@@ -44,7 +45,7 @@ from router.protocol.types import (
     SUBS,
     Transmission,
 )
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 from store import Message
 
 DAY = 86400
@@ -56,7 +57,7 @@ DAY = 86400
 async def one_router(nursery: trio.Nursery) -> RouterInfo:
     """One in-memory router, for what does not depend on the store."""
     config = RouterConfig(host="127.0.0.1", port=0, end_batch_interval=0.02)
-    return await nursery.start(serve_router, config)
+    return await nursery.start(serve_router_under_test, config)
 
 
 HelloBytes = Callable[[bytes], bytes]  # session id -> client hello content

@@ -13,6 +13,7 @@ import pytest
 import trio
 from e2e_helpers import assert_no_more_events
 from postgres_server import postgres_store_options
+from worker_count import serve_router_under_test
 
 from router.client import (
     MessageEvent,
@@ -24,7 +25,7 @@ from router.client import (
 )
 from router.protocol import crypto
 from router.protocol.types import AUTH, QUOTA
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 
 STORES = ["memory", "journal", "sqlite", "postgres"]
 QUOTA_SIZE = 3
@@ -36,7 +37,7 @@ async def running_router(kind: str, data_dir: Path) -> AsyncIterator[RouterInfo]
     database = {"store_options": postgres_store_options(data_dir)} if kind == "postgres" else {}
     config = RouterConfig(port=0, store=kind, data_dir=data_dir, quota=QUOTA_SIZE, **database)
     async with trio.open_nursery() as nursery:
-        yield await nursery.start(serve_router, config)
+        yield await nursery.start(serve_router_under_test, config)
         nursery.cancel_scope.cancel()
 
 

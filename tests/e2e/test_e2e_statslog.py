@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 import trio
+from worker_count import serve_router_under_test
 
 from router.client import SMPClient, open_client
 from router.protocol import crypto
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 from router.server.ops.stats_lines import COUNTER_FIELDS, HEADER
 
 EXPECTED = {
@@ -33,7 +35,7 @@ EXPECTED = {
 async def running_router(stats_log: Path) -> AsyncIterator[RouterInfo]:
     config = RouterConfig(port=0, stats_log=stats_log, stats_interval=1)
     async with trio.open_nursery() as nursery:
-        yield await nursery.start(serve_router, config)
+        yield await nursery.start(serve_router_under_test, config)
         nursery.cancel_scope.cancel()
 
 
@@ -64,6 +66,8 @@ def summed(rows: list[dict[str, str]]) -> dict[str, int]:
     return {name: sum(int(r[name]) for r in rows) for name in COUNTER_FIELDS}
 
 
+@pytest.mark.one_process("one stats log per worker until the router's one log of figures "
+                         "(docs/workers.md#one-router-to-the-operator)")
 async def test_a_router_writes_the_header_and_lines_with_its_counts(tmp_path):
     path = tmp_path / "stats.csv"
     with trio.fail_after(20):
@@ -85,6 +89,8 @@ async def test_a_router_writes_the_header_and_lines_with_its_counts(tmp_path):
     assert last["active_queues_day"] == "2"
 
 
+@pytest.mark.one_process("one stats log per worker until the router's one log of figures "
+                         "(docs/workers.md#one-router-to-the-operator)")
 async def test_counts_of_a_stopped_router_reach_the_log_after_its_next_start(tmp_path):
     path = tmp_path / "stats.csv"
     with trio.fail_after(20):

@@ -16,9 +16,10 @@ from collections import Counter
 import pytest
 import trio
 from e2e_helpers import create_queues, router_connection
+from worker_count import serve_router_under_test
 
 from router.client import open_client
-from router.server import SINGLE_TASK, RouterConfig, serve_router
+from router.server import SINGLE_TASK, RouterConfig
 from router.server.core.connection import Connection
 
 WARM_UP = 20
@@ -62,10 +63,11 @@ async def deliver(sender, recipient, queue, n: int) -> None:
         await recipient.ack(queue, event.msg_id)
 
 
+@pytest.mark.one_process("the task steps of one process: a hand-off adds the channel's")
 @pytest.mark.parametrize("transport", ["ws", "smp"])
 async def test_a_delivered_message_costs_the_router_two_task_steps(nursery, transport):
     config = RouterConfig(host="127.0.0.1", port=0, store="memory", delivery=SINGLE_TASK)
-    info = await nursery.start(serve_router, config)
+    info = await nursery.start(serve_router_under_test, config)
     # ws:// (WebSocket) or smp:// (native TLS, docs/protocol.md#native-tls) on the one port
     url = info.url if transport == "ws" else info.address
     assert url.startswith(f"{transport}://")

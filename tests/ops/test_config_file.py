@@ -67,6 +67,7 @@ NON_DEFAULT = {
     ("TRANSPORT", "tls_cert"): ("/etc/smp/cert.pem", Path("/etc/smp/cert.pem")),
     ("TRANSPORT", "tls_key"): ("/etc/smp/key.pem", Path("/etc/smp/key.pem")),
     ("TRANSPORT", "drain_period"): ("90", 90.0),
+    ("TRANSPORT", "workers"): ("4", 4),
     ("TRANSPORT", "upgrade_timeout"): ("3", 3.0),
     ("TRANSPORT", "max_pending"): ("11", 11),
     ("TRANSPORT", "max_pending_per_address"): ("12", 12),

@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 from postgres_server import router_store_settings
+from worker_count import open_router_under_test
 
-from router.server import DELIVERY_MODES, Router, RouterConfig, open_router
+from router.server import DELIVERY_MODES, Router, RouterConfig
 from router.server.settings.config import STORE_KINDS
 
 ALL_STORES = ",".join(STORE_KINDS)
@@ -71,7 +72,7 @@ def store_kind(router_case: tuple[str, str]) -> str:
 async def _hold_router(
     config: RouterConfig, *, task_status: trio.TaskStatus[Router] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    async with open_router(config) as router:
+    async with open_router_under_test(config) as router:
         task_status.started(router)
         await trio.sleep_forever()
 

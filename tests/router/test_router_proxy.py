@@ -70,6 +70,7 @@ async def receive(recipient: SMPClient, timeout: float = 5.0) -> MessageEvent:
 # --- the scenario -------------------------------------------------------------------------
 
 
+@pytest.mark.one_process("each worker of A keeps connections of its own to B (its relays)")
 async def test_a_message_sent_through_a_reaches_the_recipient_on_b_and_b_sees_only_a() -> None:
     async with running_router() as a, running_router() as b:
         async with open_client(address(b)) as recipient:
@@ -304,6 +305,8 @@ async def test_one_clients_proxied_commands_beyond_its_concurrency_wait_their_tu
             assert most[0] == concurrency
 
 
+@pytest.mark.one_process("the relays and their bounds are each worker's own: the two "
+                         "connections of one address land on two workers")
 async def test_one_addresss_forwarded_commands_in_flight_are_bounded_on_every_connection() -> None:
     async with running_router() as a, running_router() as b:
         relays = a.router.relays

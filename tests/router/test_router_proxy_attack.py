@@ -130,6 +130,9 @@ async def run_attack(scale: Scale, sources: int, caplog: pytest.LogCaptureFixtur
     assert relays.pressed_addresses <= sources
 
 
+@pytest.mark.one_process("the proxy's pool, its bounds and its warnings are each worker's "
+                         "own until the router-wide admission bounds "
+                         "(docs/workers.md#one-router-to-the-operator)")
 @pytest.mark.parametrize("sources", [1, 8])
 async def test_a_fresh_client_gets_its_route_while_attackers_fill_the_proxy_with_tarpits(
     sources: int, caplog: pytest.LogCaptureFixture,

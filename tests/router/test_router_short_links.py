@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import trio
 from postgres_server import router_store_settings
+from worker_count import serve_router_under_test
 
 from router.client import open_client
 from router.protocol import (
@@ -35,7 +36,7 @@ from router.protocol import (
     encode_transmission,
     pad_block,
 )
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 
 
 @asynccontextmanager
@@ -43,7 +44,7 @@ async def running_router(store_kind: str, data_dir):
     options = router_store_settings(store_kind, data_dir)
     async with trio.open_nursery() as nursery:
         info: RouterInfo = await nursery.start(
-            serve_router, RouterConfig(host="127.0.0.1", port=0, **options)
+            serve_router_under_test, RouterConfig(host="127.0.0.1", port=0, **options)
         )
         yield info
         nursery.cancel_scope.cancel()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import trio
 from smp_session import Queue, Session, connect
 
@@ -63,6 +64,9 @@ def _sub_requests(queues: list[Queue]) -> list[tuple[bytes, object, bytes | None
     return requests
 
 
+@pytest.mark.one_process("two connections' answers compared byte for byte: on two workers a "
+                         "block's answers from the owner come before the front's own "
+                         "(docs/workers.md#hand-offs-in-blocks); one dispatcher patched")
 async def test_a_block_of_subs_answers_as_the_subs_one_by_one(router, monkeypatch):
     """The same block, on two fresh connections one after the other (each takes the
     queues over and gets their heads again): batched, and with every SUB reading its

@@ -60,6 +60,8 @@ MANY = 10  # SUBs in each of the crowd's blocks: a costly block
 VERSION = 10
 
 
+@pytest.mark.one_process("the turns are each worker's own: every worker lets AT_ONCE costly "
+                         "blocks run on its core (docs/workers.md#tests)")
 @pytest.mark.parametrize("store_kind", ["memory"])
 async def test_costly_blocks_take_turns_and_cheap_blocks_pass_them(
     router, monkeypatch, autojump_clock

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 import trio_websocket
+from worker_count import serve_router_under_test
 
 from router.client import MessageEvent, NotificationEvent, NotifierCredentials, open_client
 from router.protocol import (
@@ -37,14 +38,15 @@ from router.protocol import (
 )
 from router.protocol.block_encryption import BlockCipher, dh_secret
 from router.protocol.types import ErrorType
-from router.server import RouterConfig, RouterInfo, serve_router
+from router.server import RouterConfig, RouterInfo
 
 
 @asynccontextmanager
 async def running_router(**options: object):
     async with trio.open_nursery() as nursery:
         info: RouterInfo = await nursery.start(
-            serve_router, RouterConfig(host="127.0.0.1", port=0, store="memory", **options)
+            serve_router_under_test,
+            RouterConfig(host="127.0.0.1", port=0, store="memory", **options),
         )
         yield info
         nursery.cancel_scope.cancel()

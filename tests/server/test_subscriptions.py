@@ -72,7 +72,7 @@ class Model:
         elif op == "defer":
             sub = s.queues.get(rid)
             if self.subs.can_push(s, sub):
-                s.deliveries.add(rid, 1, b"k")
+                s.waiting().add(rid, 1, b"k")
         elif op == "deliver":
             sub = s.queues.get(rid)
             if self.subs.may_push(s, sub, Message(b"m" * 24, 1, b"F", b"")):
@@ -92,7 +92,7 @@ class Model:
                 if n % 2:
                     self.subs.in_flight(sub, Message(b"m" * 24, 1, b"F", b""))
                 else:
-                    holder.deliveries.add(rid, 1, b"k")
+                    holder.waiting().add(rid, 1, b"k")
         elif op == "settle":
             sub = s.queues.get(rid)
             if sub is not None:

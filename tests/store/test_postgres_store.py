@@ -311,6 +311,27 @@ async def test_a_second_store_on_one_schema_is_refused_until_the_first_closes(sc
     await second.close()
 
 
+async def test_the_workers_of_one_router_share_a_schema_and_another_router_is_refused(schema):
+    """docs/workers.md#stores: worker I holds lock I; a fresh schema migrated by two
+    workers at once is migrated once."""
+    workers = [PostgresDatabase(shared_server().url, schema=schema, lock_index=i)
+               for i in range(2)]
+    async with trio.open_nursery() as nursery:
+        for worker in workers:
+            nursery.start_soon(worker.open)
+    try:
+        versions = await workers[1].run(lambda conn: conn.execute(
+            "SELECT count(*) FROM schema_migrations").fetchone()[0])
+        assert versions == SCHEMA_VERSION
+        for other_router in (PostgresDatabase(shared_server().url, schema=schema),
+                             PostgresDatabase(shared_server().url, schema=schema, lock_index=1)):
+            with pytest.raises(SchemaLocked, match=f"another router uses schema {schema}"):
+                await other_router.open()
+    finally:
+        for worker in workers:
+            await worker.close()
+
+
 async def test_an_unreachable_database_is_one_clear_error():
     with socket_closed_port() as port:
         db = PostgresDatabase(f"postgresql://smp:secret@127.0.0.1:{port}/smp", schema="x")

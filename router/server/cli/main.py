@@ -7,6 +7,7 @@
     smp-router control [--config FILE | --data-dir DIR] [--role user] [COMMAND]
     smp-router migrate-store --data-dir DIR --to sqlite
     smp-router database import|export --data-dir DIR    (migrate-store to and from postgres)
+    smp-router workers-move --data-dir DIR --workers 4
     smp-router gateway --port 8080 --store memory    (router/gateway/cli.py)
     smp-router --version
 
@@ -39,6 +40,7 @@ import sys
 from argparse import SUPPRESS
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -61,6 +63,10 @@ from ..settings.config_file import (
     LOG_LEVELS,
 )
 from ..settings.datadir import lock_data_dir
+from ..workers.layout import check_worker_count
+from ..workers.owner_exceptions import with_owner_exceptions
+from ..workers.seat import label_log_records, seat_from_environment
+from ..workers.supervisor import supervise
 from .check import config_check
 from .database import add_database_command, add_database_flags, run_database_command
 from .init import init_data_dir, renew_online_cert
@@ -75,6 +81,7 @@ from .settings import (
     config_from_settings,
     effective_settings,
 )
+from .workers_move import add_workers_move_command, workers_move
 
 log = logging.getLogger("smp-router")
 
@@ -143,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     control.add_argument("words", nargs="*", metavar="COMMAND", default=[],
                          help="one command, e.g. `stats`; none: commands from stdin, one a line")
     add_database_command(commands)
+    add_workers_move_command(commands)
     add_gateway_command(commands, serve)
     return parser
 
@@ -163,9 +171,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             _setup_logging(str(settings["log_level"]), settings["log_file"])  # type: ignore[arg-type]
             config = config_from_settings(settings)
             check_store_key_of(args, config)
+            seat = seat_from_environment() if args.command == "serve" else None
+            if seat is not None:  # the supervisor holds the lock and checked the directory
+                label_log_records(seat.index)
+                seat = replace(seat, ownership=with_owner_exceptions(seat.ownership,
+                                                                     config.data_dir))
+                trio.run(serve, config, _reloader(args), seat)
+                return EXIT_OK
             with lock_data_dir(config.data_dir) if config.data_dir is not None else nullcontext():
                 if args.command == "gateway":
                     trio.run(run_gateway, gateway_config(args, config))
+                    return EXIT_OK
+                check_worker_count(config)
+                if config.workers > 1:
+                    given = list(sys.argv[1:] if argv is None else argv)
+                    serve_args = given[given.index("serve") + 1:]
+                    trio.run(supervise, config, serve_args, _reloader(args))
                 else:
                     trio.run(serve, config, _reloader(args))
             return EXIT_OK
@@ -186,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with lock_data_dir(args.data_dir, create=False):
             if args.command == "database":
                 run_database_command(args)
+                return EXIT_OK
+            if args.command == "workers-move":
+                trio.run(workers_move, args)
                 return EXIT_OK
             database = database_settings(args.data_dir, {
                 "db_connection": args.db_connection, "db_schema": args.db_schema,

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+from dataclasses import replace
+from functools import partial
 
 import trio
 
@@ -16,15 +19,40 @@ from ..settings.config import (
     WILDCARD_HOSTS,
     RouterConfig,
 )
-from .lifecycle import SIGNALS, Reload, run_until_stopped
+from ..workers.admission import SharedAdmission
+from ..workers.handoff import Handoff, group_of_supervisor
+from ..workers.layout import worker_config
+from ..workers.operations import serve_operations
+from ..workers.seat import WorkerSeat, stop_when_supervisor_gone
+from .lifecycle import SIGNALS, Reload, Reloaded, run_until_stopped
 
 log = logging.getLogger("smp-router")
 
 
-async def serve(config: RouterConfig, reload: Reload) -> None:
+async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = None) -> None:
+    """Serve until stopped; as one worker of several if the supervisor gave a `seat`
+    (docs/workers.md)."""
     with trio.open_signal_receiver(*SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
-            info: RouterInfo = await nursery.start(serve_router, config)
+            if seat is None:
+                info: RouterInfo = await nursery.start(serve_router, config)
+            else:
+                group = group_of_supervisor(os.getppid())
+                handoff = Handoff(seat.ownership, group)
+                await nursery.start(handoff.run)
+                # The router's caps and operation ports are the supervisor's (docs/workers.md).
+                admission = SharedAdmission(group)
+                await nursery.start(admission.run)
+                info = await nursery.start(partial(
+                    serve_router, worker_config(config, seat.ownership),
+                    ownership=seat.ownership, listening=seat.listening_socket(),
+                    identity_dir=config.data_dir, prepare=handoff.install,
+                    shared_admission=admission,
+                ))
+                await nursery.start(partial(serve_operations, info.router, group, seat.index,
+                                            metrics=config.metrics_port is not None))
+                nursery.start_soon(stop_when_supervisor_gone, nursery.cancel_scope)
+                reload = _worker_reload(reload, seat)
             show_information(info)
             freeze_loaded_state()
             if config.public_host is None and config.host in WILDCARD_HOSTS:
@@ -35,6 +63,16 @@ async def serve(config: RouterConfig, reload: Reload) -> None:
             print(ready_line(info), flush=True)
             await run_until_stopped(info, reload, show_information, signals)
             nursery.cancel_scope.cancel()
+
+
+def _worker_reload(reload: Reload, seat: WorkerSeat) -> Reload:
+    """A SIGHUP's configuration as this worker runs it (its share of the data directory)."""
+
+    def reload_worker() -> Reloaded:
+        reloaded = reload()
+        return replace(reloaded, config=worker_config(reloaded.config, seat.ownership))
+
+    return reload_worker
 
 
 def ready_line(info: RouterInfo) -> str:

@@ -284,6 +284,7 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         memory_store_max_bytes=s["memory_store_max_bytes"],
         idle_timeout=_idle_timeout(s),
         drain_period=s["drain_period"],
+        workers=s["workers"],
         allow_proxy=s["allow_proxy"],
         proxy_password=None if proxy_password is None else str(proxy_password).encode(),
         proxy_max_connections=s["proxy_max_connections"],

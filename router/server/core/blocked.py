@@ -35,6 +35,10 @@ class BlockedQueues:
         self.reasons[recipient_id] = reason
         self._save()
 
+    def add_many(self, reasons: dict[bytes, str]) -> None:
+        self.reasons.update(reasons)
+        self._save()
+
     def remove(self, recipient_id: bytes) -> bool:
         if self.reasons.pop(recipient_id, None) is None:
             return False

@@ -87,6 +87,7 @@ from store.interfaces import (
 )
 
 from .limits import MEMORY_FULL, NEW_RATE_LIMITED, NewQueueLimits, new_queue_limits
+from .ownership import ID_SIZE, ONE_WORKER, Ownership
 from .subscriptions import ClientSubscriptions, Event, Sub, Subscriptions
 from .verified import Verified, error_transmission
 
@@ -101,7 +102,6 @@ if TYPE_CHECKING:
     from .proxy import Proxy
     from .services import Services
 
-ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
 _ID_ATTEMPTS = 3  # fresh ids after a DUPLICATE before giving up with INTERNAL
 _OK, _PONG = OK(), PONG()
 
@@ -126,6 +126,7 @@ class CommandContext:
     queue_active: Callable[[bytes], None]  # the queue was used (the stats log counts it)
     expire_before_send: Callable[[bytes], Awaitable[None]]  # with expire_on_send
     proxy: Proxy | None = None  # PRXY and PFWD (proxy.py); None: this router does not proxy
+    ownership: Ownership = ONE_WORKER  # the ids it mints map to the queue's worker
 
 
 def not_logged(recipient_id: bytes) -> None:
@@ -179,14 +180,15 @@ class Commands:
             RKEY: self._rkey,
         }
         # NEW rate limits (limits.py): per connection (forgotten with it), address, router.
-        self._new_limits = NewQueueLimits(context.config)
+        self._new_limits = NewQueueLimits(context.config, context.ownership.workers)
 
     def reconfigure(self, config: RouterConfig) -> None:
         """Commands from now on follow `config` (quota, passwords, the NEW limits)."""
         old = self._context.config
         self._context = replace(self._context, config=config)
         if new_queue_limits(old) != new_queue_limits(config):
-            self._new_limits = NewQueueLimits(config)  # every bucket starts at its new size
+            # every bucket starts at its new size
+            self._new_limits = NewQueueLimits(config, self._context.ownership.workers)
 
     async def execute(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         refused = self._blocked_answer(verified)
@@ -321,6 +323,10 @@ class Commands:
             return _reply(verified, error or _OK)
         if type(cmd) is LDEL:
             return _reply(verified, await queues.delete_link(_queue(verified).recipient_id) or _OK)
+        if queue is not None and not self._context.ownership.owns(queue.recipient_id):
+            # asked of every worker (docs/workers.md#a-contact-queues-link-id): a shared
+            # store (PostgreSQL) finds every worker's queues, only the owner answers
+            queue = None
         if type(cmd) is LKEY:
             # Verified with the key it installs (dispatch.py); messaging queues only.
             if queue is None or queue.queue_mode != b"M":
@@ -389,9 +395,13 @@ class Commands:
         # The queue mode is kept from v15, where NEW states it (docs/protocol.md#short-links).
         queue_mode = cmd.queue_mode if verified.version >= versions.SHORT_LINKS else None
 
+        ownership = self._context.ownership
+        # The queue's worker: the one of the sender id the client chose, else this one.
+        owner = None if cmd.link is None else ownership.owner_of(cmd.link.sender_id)
+
         def make_record(sender_id: bytes, link_id: bytes | None) -> QueueRecord:
             return QueueRecord(
-                secrets.token_bytes(ID_SIZE), sender_id, cmd.rcv_auth_key,
+                ownership.mint(owner), sender_id, cmd.rcv_auth_key,
                 secret, None, bool(cmd.snd_secure),
                 rcv_service_id=service_id,
                 updated_at=int(time.time()),
@@ -402,14 +412,15 @@ class Commands:
         record: QueueRecord | ErrorType
         if cmd.link is None:
             record = await _add_with_fresh_ids(
-                lambda: make_record(secrets.token_bytes(ID_SIZE), None),
+                lambda: make_record(ownership.mint(), None),
                 self._context.queues.add_queue,
             )
         else:
-            # A messaging queue's link id is the router's; a contact queue's, the client's.
+            # A messaging queue's link id is the router's; a contact queue's, the client's
+            # (the one id of a queue that need not map to its owner: docs/workers.md).
             link_id = cmd.link.link_id
             if link_id is None:
-                link_id = secrets.token_bytes(ID_SIZE)
+                link_id = ownership.mint(owner)
             record = make_record(cmd.link.sender_id, link_id)
             link = QueueLinkData(link_id, cmd.link.fixed_data, cmd.link.user_data)
             error = await self._context.queues.add_queue(record, link)
@@ -655,8 +666,10 @@ class Commands:
         """A notifier for `queue` (NKEY, or NEW with notifier credentials)."""
         srv_priv, srv_pub = new_x25519()
         secret = box_key(srv_priv, rcv_ntf_dh_key)
+        ownership = self._context.ownership
+        owner = ownership.owner_of(queue.recipient_id)
         creds = await _add_with_fresh_ids(
-            lambda: NotifierCreds(secrets.token_bytes(ID_SIZE), notifier_key, secret),
+            lambda: NotifierCreds(ownership.mint(owner), notifier_key, secret),
             partial(self._context.queues.add_notifier, queue.recipient_id),
         )
         if isinstance(creds, ErrorType):

@@ -81,6 +81,13 @@ Client = TypeVar("Client")
 T = TypeVar("T")
 
 
+class Cancellable(Protocol):
+    """What `close_now` cancels: the connection's scope, or what ends a connection
+    served on demand."""
+
+    def cancel(self) -> None: ...
+
+
 class ClientHandler(Protocol[Client]):
     """What serves a connection's client; `client` is the state it keeps for it."""
 
@@ -123,14 +130,15 @@ class Connection:
         self.service_id: bytes | None = (
             None if self.service is None else self.service.service_id
         )
-        self.overflow_events: list[bytes] = []  # END/DELD/ENDS waiting for pending room
+        # END/DELD/ENDS waiting for pending room (made when one does: few ever do)
+        self.overflow_events: list[bytes] | None = None
         self.closed = False
         self.close_reason = ""
         self.last_activity = 0.0  # trio time the client last sent a block (set by run())
         # Set by run(): the cancel scope the connection's task runs in, the nursery its
         # helper tasks run in (shared with other connections), and those tasks, each
         # under a cancel scope of its own (made on the first: most connections have none).
-        self._scope: trio.CancelScope | None = None
+        self._scope: Cancellable | None = None
         self._helper_nursery: trio.Nursery | None = None
         self._helpers: dict[trio.CancelScope, trio.lowlevel.Task | None] | None = None
         self._helpers_gone: trio.Event | None = None
@@ -250,7 +258,7 @@ class Connection:
         a SUB that took the queue back after it."""
         if not self.overflow_events:
             return transmissions
-        events, self.overflow_events = self.overflow_events, []
+        events, self.overflow_events = self.overflow_events, None
         return events + transmissions
 
     def _answers_wait(self, transmissions: list[bytes]) -> bool:
@@ -321,6 +329,8 @@ class Connection:
                 return
             except trio.WouldBlock:
                 pass
+        if self.overflow_events is None:
+            self.overflow_events = []
         self.overflow_events.extend(transmissions)
         self.wake_delivery()
 
@@ -408,6 +418,47 @@ class Connection:
             if self._helpers:
                 await self._end_helpers()
 
+    # --- served without a receive loop (another worker's client: workers/handoff.py) ---
+
+    def serve_on_demand(self, handler: ClientHandler[Client], client: Client,
+                        ender: Cancellable, helpers: trio.Nursery) -> None:
+        """Serve the client without a receive loop of its own: an idle client here is
+        memory, no task. Its blocks are answered by `answer_blocks`, in a task that
+        exists while it has some; `close_now` calls `ender.cancel()`, which ends it;
+        `end_on_demand` takes it apart, as the end of `run` does. Its `last_activity`
+        is not kept (a float of every such client): no idle timeout applies to it."""
+        self._scope, self._helper_nursery = ender, helpers
+        self._handler, self._client = handler, client
+        self._reading = True  # idle until `answer_blocks`: a write may go at once
+
+    async def answer_blocks(self, next_block: Callable[[], bytes | None]) -> None:
+        """The receive loop's work in the calling task, for the blocks `next_block`
+        gives until it gives None (a connection served on demand)."""
+        handler, client = self._handler, self._client
+        assert handler is not None, "served on demand and not ended"
+        self._reading = False
+        try:
+            while (block := next_block()) is not None:
+                answering = handler.process_block(client, block)
+                del block
+                responses = await answering
+                del answering
+                if responses:
+                    await self.push(responses)
+                del responses
+                handler.answered(client)
+        finally:
+            self._reading = True
+
+    async def end_on_demand(self) -> None:
+        """What the end of `run` does, for a connection served on demand: nothing more
+        is started, and its helper tasks are gone when this returns."""
+        self._handler = None
+        with trio.CancelScope(shield=True):
+            await arrivals().admit_later()
+        if self._helpers:
+            await self._end_helpers()
+
     @types.coroutine
     def _releasing_held_answers(self, work: Awaitable[T]) -> Generator[Any, Any, T]:
         """Await `work` (the receive loop's reading or answering of its next block,
@@ -481,8 +532,11 @@ class Connection:
             self.close_now("internal error")
         finally:
             del helpers[scope]
-            if not helpers and self._helpers_gone is not None:
-                self._helpers_gone.set()
+            if not helpers:
+                if self._helpers is helpers:
+                    self._helpers = None  # an emptied dict keeps its table: ~220 B
+                if self._helpers_gone is not None:
+                    self._helpers_gone.set()
 
     def close_now(self, reason: str) -> None:
         """End the connection's tasks (the router's cleanup follows)."""
@@ -495,7 +549,7 @@ class Connection:
         self.closed = True
         self._pending = []
         self._pending_batches = 0
-        self.overflow_events = []
+        self.overflow_events = None
         self._handler = self._client = None  # the client state refers back to us
         self._helper_nursery = None
         for event in (self._room, self._closed_event):

@@ -165,7 +165,7 @@ class Deliverer:
             assert sub.wake is not None
             sub.wake.set()
         elif sub.recipient_id not in client.deliveries:
-            client.deliveries.add(sub.recipient_id, ts, box_key)
+            client.waiting().add(sub.recipient_id, ts, box_key)
             client.conn.wake_delivery()
 
     def stored_into_empty(self, recipient_id: bytes, msg: Message, box_key: bytes) -> None:
@@ -187,7 +187,7 @@ class Deliverer:
                 await trio.lowlevel.checkpoint()
             first = False
             if conn.overflow_events:
-                events, conn.overflow_events = conn.overflow_events, []
+                events, conn.overflow_events = conn.overflow_events, None
                 await conn.push(events)
             elif client.deliveries:
                 batch = await self._take_heads(client)

@@ -100,7 +100,7 @@ from router.protocol.types import (
 from store.interfaces import Party, QueueRecord, QueueStore, StoreError
 
 from .counters import Counters
-from .forwarded import Forwarded
+from .forwarded import Forwarded, ForwardRoute
 from .turns import (
     Pace,
     Pacing,
@@ -245,6 +245,9 @@ class Dispatcher:
         del raw_transmissions, parsed, records
         if len(verified) > 1:
             await self._associate_block(client, verified)
+        forwarded: dict[int, list[bytes]] = {}  # a worker of several: its RFWDs' answers
+        if self._forwarded.route is not None:
+            forwarded = await self._answer_forwarded(client, verified)
         observe = self._latencies.command
         overtakable = False  # an answer in `out` that a push could overtake
         run: SubRun | None = None  # the SUBs from `run_start` to `run_end` prepared together
@@ -272,13 +275,35 @@ class Dispatcher:
                 if run_end - index > 1:
                     run = await prepare(client, [w for w, _ in verified[index:run_end]])
             started = perf_counter()
-            if run is not None and index < run_end:
+            if forwarded and index in forwarded:
+                out.extend(forwarded.pop(index))
+            elif run is not None and index < run_end:
                 out.extend(await self._execute(client, v, run, index - run_start))
                 verifying += run.seconds_each
             else:
                 out.extend(await self._execute(client, v))
             observe(type(v.command).__name__, verifying + perf_counter() - started)
         return out
+
+    async def _answer_forwarded(
+        self, client: ClientSubscriptions, verified: list[tuple[Verified, float]]
+    ) -> dict[int, list[bytes]]:
+        """The answers of the block's RFWDs by their place, the queues of other workers
+        served by them together (forwarded.py, docs/workers.md#hand-offs-in-blocks)."""
+        places = [i for i, (v, _) in enumerate(verified) if type(v.command) is RFWD]
+        if not places:
+            return {}
+        answers = await self._forwarded.answer_many(client, [verified[i][0] for i in places])
+        return dict(zip(places, answers, strict=True))
+
+    def route_forwarded(self, route: ForwardRoute) -> None:
+        """A worker of several: forwarded transmissions run in their queue's worker."""
+        self._forwarded.route = route
+
+    async def run_forwarded(self, client: ClientSubscriptions, transmission: bytes,
+                            version: int) -> list[bytes]:
+        """A transmission another worker opened from an RFWD, run here, its owner."""
+        return await self._forwarded.run_here(client, transmission, version)
 
     async def _associate_block(
         self, client: ClientSubscriptions, verified: list[tuple[Verified, float]]

@@ -15,13 +15,20 @@ does: a box that does not open `CRYPTO`, a forwarded transmission that does not 
 `CMD SYNTAX`, more or less than one transmission `BLOCK`, a connection without a
 hello key `PROXY BROKER TRANSPORT NO_AUTH`. Errors of the client's command (AUTH,
 QUOTA, ...) go back inside RRES, for the client only.
+
+In a router of several workers the RFWD is opened where the proxy's connection
+landed, and its transmission runs in the worker that owns its queue (`ForwardRoute`,
+docs/workers.md#hand-offs-in-blocks): a block's RFWDs for one other worker go to it
+together, before the block's other commands run here; their answers keep their places.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from weakref import WeakKeyDictionary
+
+import trio
 
 from router.protocol import proxying
 from router.protocol.codec import encode_response_transmission
@@ -41,6 +48,22 @@ VerifyForwarded = Callable[["Connection", bytes, int], Awaitable["Verified | byt
 Execute = Callable[["ClientSubscriptions", Verified], Awaitable[list[bytes]]]
 
 
+class ForwardRoute(Protocol):
+    """Where a forwarded transmission's queue is served when the router is several
+    workers (docs/workers.md#hand-offs-in-blocks): the front opens the RFWD, the owner
+    of the inner transmission's queue verifies and runs it, the front seals the answer."""
+
+    def owner_elsewhere(self, transmission: bytes, version: int) -> int | None:
+        """The other worker that owns the transmission's queue; None if this one does
+        (or it does not parse: it is answered here)."""
+        ...
+
+    async def run_elsewhere(self, client: ClientSubscriptions, owner: int,
+                            forwarded: list[tuple[bytes, int]]) -> list[list[bytes]]:
+        """The answers of `owner` to each (transmission, version), in their order."""
+        ...
+
+
 class Forwarded:
     """Answers RFWD; the dispatcher gives it its verification and execution."""
 
@@ -51,9 +74,57 @@ class Forwarded:
         # A proxy connection's session secret, made at its first RFWD (one X25519 less per
         # forwarded command); forgotten with the connection.
         self._secrets: WeakKeyDictionary[Connection, bytes] = WeakKeyDictionary()
+        self.route: ForwardRoute | None = None  # set in a worker of several
 
     async def answer(self, client: ClientSubscriptions, rfwd: Verified) -> list[bytes]:
-        conn = client.conn
+        opened = self._open(client.conn, rfwd)
+        if isinstance(opened, list):
+            return opened
+        forwarded, secret = opened
+        return self._seal(rfwd, forwarded, secret, await self.run_here(
+            client, forwarded.transmission, forwarded.version))
+
+    async def answer_many(self, client: ClientSubscriptions, rfwds: list[Verified]
+                          ) -> list[list[bytes]]:
+        """The answers of a block's RFWDs, with `route`: those whose queue another worker
+        owns go to it together, one part per owner, while this worker runs its own."""
+        route = self.route
+        assert route is not None
+        opened = [self._open(client.conn, rfwd) for rfwd in rfwds]
+        inner: list[list[bytes]] = [[] for _ in rfwds]
+        elsewhere: dict[int, list[int]] = {}
+        for i, o in enumerate(opened):
+            if isinstance(o, tuple):
+                owner = route.owner_elsewhere(o[0].transmission, o[0].version)
+                if owner is not None:
+                    elsewhere.setdefault(owner, []).append(i)
+
+        async def run_at(owner: int, indexes: list[int]) -> None:
+            answers = await route.run_elsewhere(client, owner, [
+                (o[0].transmission, o[0].version) for o in (opened[i] for i in indexes)
+                if isinstance(o, tuple)])
+            for i, answer in zip(indexes, answers, strict=True):
+                inner[i] = answer
+
+        away = {i for indexes in elsewhere.values() for i in indexes}
+        async with trio.open_nursery() as nursery:
+            for owner, indexes in elsewhere.items():
+                nursery.start_soon(run_at, owner, indexes)
+            for i, o in enumerate(opened):
+                if isinstance(o, tuple) and i not in away:
+                    inner[i] = await self.run_here(client, o[0].transmission, o[0].version)
+        return [o if isinstance(o, list) else self._seal(rfwd, o[0], o[1], answers)
+                for rfwd, o, answers in zip(rfwds, opened, inner, strict=True)]
+
+    async def run_here(self, client: ClientSubscriptions, transmission: bytes,
+                       version: int) -> list[bytes]:
+        """A forwarded transmission verified and run in this worker: its answers."""
+        inner = await self._verify(client.conn, transmission, version)
+        return [inner] if isinstance(inner, bytes) else await self._execute(client, inner)
+
+    def _open(self, conn: Connection, rfwd: Verified
+              ) -> tuple[proxying.Forwarded, bytes] | list[bytes]:
+        """The forwarded transmission and the session secret, or the RFWD's refusal."""
         cmd: RFWD = rfwd.command  # type: ignore[assignment]
         private, proxy_key = conn.router_dh_private, conn.client_key
         if private is None or proxy_key is None:
@@ -68,8 +139,10 @@ class Forwarded:
             return _refuse(rfwd, e.error)
         if not SMP_VERSION_MIN <= forwarded.version <= SMP_VERSION_MAX:
             return _refuse(rfwd, CMD_SYNTAX)  # a version this router cannot read it at
-        inner = await self._verify(conn, forwarded.transmission, forwarded.version)
-        answers = [inner] if isinstance(inner, bytes) else await self._execute(client, inner)
+        return forwarded, secret
+
+    def _seal(self, rfwd: Verified, forwarded: proxying.Forwarded, secret: bytes,
+              answers: list[bytes]) -> list[bytes]:
         if len(answers) != 1:  # a sender's command has one answer
             return _refuse(rfwd, INTERNAL)
         self._counters.proxy_messages_received += 1

@@ -10,6 +10,14 @@ which means a full queue, nor AUTH, which means a wrong password), and takes
 no token from the others: the reference server has no such limit, and its
 clients treat a STORE error as a failure to retry later.
 
+With several workers (docs/workers.md#one-router-to-the-operator) each worker
+keeps an equal share of the address and router buckets (rate and burst divided
+by the count of workers), so that together they never allow more than one
+router would: no round trip per NEW, at the cost of refusing early a client
+whose NEWs all land in one worker. A connection's own bucket is whole in each
+worker its NEWs run in (a NEW with short-link data runs in its queue's worker),
+and a share of a burst is at least one NEW.
+
 The memory store's cap on stored message bytes is answered
 `ERR STORE MEMORY_FULL` by SEND; nothing stored is dropped to make room.
 """
@@ -32,7 +40,7 @@ MEMORY_FULL = store_error("MEMORY_FULL")
 class TokenBucket:
     __slots__ = ("_rate", "_burst", "_tokens", "_stamp")
 
-    def __init__(self, rate: float, burst: int) -> None:
+    def __init__(self, rate: float, burst: float) -> None:
         self._rate = rate
         self._burst = float(burst)
         self._tokens = float(burst)
@@ -64,12 +72,14 @@ class NewQueueLimits:
     """The NEW token buckets of each connection, each client address and the router
     (module doc); a scale that is off in the configuration has no bucket."""
 
-    def __init__(self, config: RouterConfig) -> None:
+    def __init__(self, config: RouterConfig, shares: int = 1) -> None:
         self._config = config
+        self._shares = shares  # this worker's share of the address and router buckets
         self._connections: WeakKeyDictionary[object, TokenBucket] = WeakKeyDictionary()
         self._addresses: dict[str, TokenBucket] = {}
         self._router = (None if config.new_queue_total_rate is None else
-                        TokenBucket(config.new_queue_total_rate, config.new_queue_total_burst))
+                        TokenBucket(config.new_queue_total_rate / shares,
+                                    _share(config.new_queue_total_burst, shares)))
 
     def allow(self, connection: object, remote: str) -> bool:
         """Take a token from each of the connection's buckets, or from none of them."""
@@ -101,9 +111,16 @@ class NewQueueLimits:
         if bucket is None:
             if len(self._addresses) >= ADDRESS_BUCKETS_KEPT:
                 self._addresses = {k: b for k, b in self._addresses.items() if not b.is_full()}
-            bucket = TokenBucket(config.new_queue_address_rate, config.new_queue_address_burst)
+            bucket = TokenBucket(config.new_queue_address_rate / self._shares,
+                                 _share(config.new_queue_address_burst, self._shares))
             self._addresses[key] = bucket
         return bucket
+
+
+def _share(burst: int, shares: int) -> float:
+    """A worker's share of a burst: at least one NEW (a burst below the count of workers
+    is then that many for the router)."""
+    return max(1.0, burst / shares)
 
 
 def new_queue_limits(config: RouterConfig) -> tuple[float | int | None, ...]:

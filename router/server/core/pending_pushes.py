@@ -87,3 +87,17 @@ class Deliveries:
 
     def clear(self) -> None:
         self._order = self._entries = None
+
+
+class _NoDeliveries(Deliveries):
+    """The one empty map every client starts with (`NO_DELIVERIES`): the first queue
+    waiting gets the client a map of its own (`ClientSubscriptions.waiting`), so a
+    client that never waits for room (nearly all) keeps no object for it."""
+
+    __slots__ = ()
+
+    def add(self, recipient_id: bytes, ts: int, box_key: bytes) -> bool:
+        raise RuntimeError("the shared empty map takes no delivery: add to a client's own")
+
+
+NO_DELIVERIES: Deliveries = _NoDeliveries()

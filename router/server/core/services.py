@@ -54,6 +54,7 @@ walks the queues.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -63,6 +64,7 @@ from router.protocol.types import ALLS
 from store.interfaces import MessageStore, Party, QueueRecord, QueueStore, ServiceQueues
 
 from .delivery import DELIVERY_BATCH
+from .ownership import Ownership
 from .subscriptions import CatchUp, ClientSubscriptions, Sub, Subscriptions
 
 if TYPE_CHECKING:
@@ -73,8 +75,13 @@ CATCH_UP_STEP = 64  # queues looked at between two checks for other delivery wor
 CATCH_UP_PAGE = 1024  # ids a walk reads from the store at once (and holds, at most)
 
 
+def all_received(client: ClientSubscriptions) -> list[bytes]:
+    return [encode_response_transmission(b"", b"", ALLS(), client.conn.version)]
+
+
 class Services:
-    __slots__ = ("_queues", "_messages", "_subscriptions", "_deliverer", "_notifications")
+    __slots__ = ("_queues", "_messages", "_subscriptions", "_deliverer", "_notifications",
+                 "walk_done", "_owns", "_whole_figures")
 
     def __init__(
         self,
@@ -89,6 +96,25 @@ class Services:
         self._subscriptions = subscriptions
         self._deliverer = deliverer
         self._notifications = notifications
+        # What a walk's end writes: ALLS; in a worker of several, ALLS once every
+        # worker's walk of the service is done (workers/handoff.py).
+        self.walk_done: Callable[[ClientSubscriptions], list[bytes]] = all_received
+        self._owns: Callable[[bytes], bool] | None = None  # see share_a_store
+        self._whole_figures = True
+
+    def share_a_store(self, ownership: Ownership) -> None:
+        """A worker of several on a store every worker reads (PostgreSQL): the store's
+        figures of a service are the whole router's, so worker 0 alone answers them
+        (the front adds every worker's, docs/workers.md#service-subscriptions), and a
+        walk pushes this worker's own queues only (their owner holds their
+        subscriptions)."""
+        self._owns = ownership.owns
+        self._whole_figures = ownership.index == 0
+
+    async def _figures(self, service_id: bytes, party: Party) -> ServiceQueues:
+        if not self._whole_figures:
+            return ServiceQueues()
+        return await self._queues.service_summary(service_id, party)
 
     # --- association (SUB, NEW with subMode S, NSUB) -----------------------------
 
@@ -109,7 +135,7 @@ class Services:
         (docs/protocol.md#service-subscriptions)."""
         service_id = client.conn.service_id
         assert service_id is not None  # the dispatcher lets SUBS through only then
-        figures = await self._queues.service_summary(service_id, Party.RECIPIENT)
+        figures = await self._figures(service_id, Party.RECIPIENT)
         self._subscriptions.take_over_service(
             client, Party.RECIPIENT, figures.count, figures.ids_hash
         )
@@ -131,13 +157,16 @@ class Services:
             walk.page, walk.last_page = page, len(page) < CATCH_UP_PAGE
             if page:
                 walk.after = page[-1]
+            if self._owns is not None:
+                walk.page = [rid for rid in page if self._owns(rid)]
         step, walk.page = walk.page[:CATCH_UP_STEP], walk.page[CATCH_UP_STEP:]
         if step:
             walk.delivered += await self._catch_up_queues(client, walk, step)
         if client.catch_up is walk and walk.done:
             client.catch_up = None
-            alls = encode_response_transmission(b"", b"", ALLS(), client.conn.version)
-            await client.conn.push([alls])
+            alls = self.walk_done(client)
+            if alls:
+                await client.conn.push(alls)
         else:
             await trio.lowlevel.checkpoint()  # queues without messages never wait
 
@@ -213,7 +242,7 @@ class Services:
         service goes to its holder (notifications.py), and those pending go now."""
         service_id = client.conn.service_id
         assert service_id is not None
-        figures = await self._queues.service_summary(service_id, Party.NOTIFIER)
+        figures = await self._figures(service_id, Party.NOTIFIER)
         self._subscriptions.take_over_service(
             client, Party.NOTIFIER, figures.count, figures.ids_hash
         )

@@ -62,7 +62,7 @@ from router.protocol.codec import encode_response_transmission
 from router.protocol.types import DELD, END, ENDS, NO_IDS_HASH
 from store.interfaces import Message, Party, StoreError
 
-from .pending_pushes import Deliveries
+from .pending_pushes import NO_DELIVERIES, Deliveries
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -160,7 +160,7 @@ class ClientSubscriptions:
         self._held_count = 0  # how many of them it holds (the map names it)
         self._get_subs: dict[bytes, Sub] | None = None  # GET-mode queues here
         self._notifiers: set[bytes] | None = None  # notifier ids this connection NSUBed
-        self.deliveries = Deliveries()
+        self.deliveries = NO_DELIVERIES  # its own once a queue waits (`waiting`)
         self.catch_up: CatchUp | None = None  # a SUBS walk the delivery task is doing
         self.next_catch_up: CatchUp | None = None  # set by SUBS, started after its answer
 
@@ -196,6 +196,12 @@ class ClientSubscriptions:
             return entity_id in self.notifiers
         sub = self._registry.get(entity_id)
         return sub is not None and sub.client is self
+
+    def waiting(self) -> Deliveries:
+        """Its map of queues with a message waiting, made on first use."""
+        if self.deliveries is NO_DELIVERIES:
+            self.deliveries = Deliveries()
+        return self.deliveries
 
     def start_catch_up(self) -> None:
         """Called once a block's answers are in the outbox: a SUBS among them may

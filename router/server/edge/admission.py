@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -78,6 +79,12 @@ class Ticket:
             self._open = False
             self._admission._close(self)
 
+    def evict(self) -> None:
+        """Dropped from the full pool for a newcomer: no longer pending, its connection
+        ended."""
+        self.established()
+        self.scope.cancel()
+
 
 class Refused(Exception):
     """A connection the caps keep out; the message says which."""
@@ -115,12 +122,15 @@ class Admission:
             raise Refused("too many connections being opened from this address")
         if self.pending >= limits.max_pending:
             self._make_room(mine)
-        ticket = Ticket(self, key)
+        ticket = self._new_ticket(key)
         self._pending_by_key.setdefault(key, OrderedDict())[ticket] = None
         self.pending += 1
         self._open_by_key[key] = self.open_from(key) + 1
         self.open += 1
         return ticket
+
+    def _new_ticket(self, key: str) -> Ticket:
+        return Ticket(self, key)
 
     def _make_room(self, mine: int) -> None:
         """Drop the oldest pending connection of the most represented address, if the
@@ -129,8 +139,7 @@ class Admission:
         if mine + 1 >= len(crowd):
             raise Refused("too many connections being opened")
         victim = next(iter(crowd))
-        victim.established()  # no longer pending: its place is the newcomer's now
-        victim.scope.cancel()
+        victim.evict()  # no longer pending: its place is the newcomer's now
         self.evicted += 1
 
     def _unpend(self, ticket: Ticket) -> None:
@@ -147,3 +156,21 @@ class Admission:
         else:
             del self._open_by_key[ticket.key]
         self.open -= 1
+
+
+class AdmittedConnection(Protocol):
+    """What the listener uses of a ticket (`Ticket`, or a worker's of the router's caps)."""
+
+    @property
+    def scope(self) -> trio.CancelScope: ...
+
+    def established(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SharedCaps(Protocol):
+    """The router's caps kept outside this process (a worker's supervisor's:
+    workers/admission.py), asked after this process's own `Admission` admitted."""
+
+    async def admit(self, key: str, local: Ticket) -> AdmittedConnection: ...

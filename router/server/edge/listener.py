@@ -44,6 +44,7 @@ import math
 import resource
 import socket
 import ssl
+import sys
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -54,7 +55,14 @@ from websockets.server import ServerProtocol
 from router.protocol.handshake import web_challenge
 
 from ..settings.edge_limits import EdgeLimits
-from .admission import Admission, AdmissionLimits, Refused, address_key
+from .admission import (
+    Admission,
+    AdmissionLimits,
+    AdmittedConnection,
+    Refused,
+    SharedCaps,
+    address_key,
+)
 from .block_stream import STREAM_GONE, BlockStream
 from .http import (
     ACCEPT_WEBSOCKET,
@@ -115,6 +123,7 @@ class EdgeListener:
         limits: EdgeLimits,
         tls: ssl.SSLContext | None,
         identity_tls: SSL.Context | None = None,
+        shared_admission: SharedCaps | None = None,
     ) -> None:
         self._listener = listener
         self._handler = handler
@@ -124,10 +133,14 @@ class EdgeListener:
         # Native SMP over TLS beside HTTP (native_tls.py), when the router has an identity.
         self._native = None if identity_tls is None else NativeEdge(identity_tls, tls, limits)
         self.max_connections = connection_cap(limits)
+        # One worker of several: the router's caps are the supervisor's, asked at each
+        # accept (workers/admission.py); this process keeps its cap on descriptors.
+        self._shared = shared_admission
         self.admission = Admission(AdmissionLimits(
             limits.max_pending, limits.max_pending_per_address, self.max_connections,
             limits.max_connections_per_address,
-        ))
+        ) if shared_admission is None else AdmissionLimits(
+            sys.maxsize, sys.maxsize, self.max_connections, None))
         self._last_eviction_log = -math.inf
         self._refusing = 0
         self.refused = 0  # connections answered 503 or closed at once, since start
@@ -227,11 +240,18 @@ class EdgeListener:
     async def _serve_socket(self, stream: trio.SocketStream) -> None:
         remote_host, remote = _peer(stream)
         evicted = self.admission.evicted
+        key = address_key(remote_host)
         try:
-            ticket = self.admission.admit(address_key(remote_host))
+            local = self.admission.admit(key)
+            ticket: AdmittedConnection = local
+            if self._shared is not None:
+                ticket = await self._shared.admit(key, local)
         except Refused as refusal:
             await self._refuse(stream, str(refusal))
             return
+        except BaseException:  # cancelled while the router's caps were asked
+            stream.socket.close()
+            raise
         if self.admission.evicted != evicted:
             self._log_eviction()
         # Not `with framing()`: the context manager would be one more object kept for
@@ -372,19 +392,28 @@ async def serve_edge(
     limits: EdgeLimits = DEFAULT_LIMITS,
     tls: ssl.SSLContext | None = None,
     identity_tls: SSL.Context | None = None,
+    listening: socket.socket | None = None,
+    shared_admission: SharedCaps | None = None,
     task_status: trio.TaskStatus[EdgeListener] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on `host:port` (0: a free port) until cancelled; reports the `EdgeListener`
     (its `port`, `suspend()`, `resume()`) through `task_status`. With `identity_tls`
-    the port serves native SMP over TLS too (native_tls.py)."""
+    the port serves native SMP over TLS too (native_tls.py). A `listening` socket
+    bound already (a worker's, shared with the other workers) is served instead, with
+    the router's caps kept by the `shared_admission` of its supervisor."""
+    listener = await bind_listening_socket(host, port) if listening is None else listening
+    listener.setblocking(False)
+    edge = EdgeListener(listener, handler, hook, limits, tls, identity_tls, shared_admission)
+    with listener:
+        task_status.started(edge)
+        await edge.serve()
+
+
+async def bind_listening_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port` (the first address the host resolves to)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     for extra in listeners[1:]:
         await extra.aclose()
     # The accept loop takes connections without a checkpoint between them, which
     # Trio's own accept always makes: it gets the plain socket.
-    listener = socket.socket(fileno=listeners[0].socket.detach())
-    listener.setblocking(False)
-    edge = EdgeListener(listener, handler, hook, limits, tls, identity_tls)
-    with listener:
-        task_status.started(edge)
-        await edge.serve()
+    return socket.socket(fileno=listeners[0].socket.detach())

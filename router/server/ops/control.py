@@ -107,8 +107,11 @@ class ControlSession:
     """One control connection: its role, where it comes from, and the router it acts on."""
 
     def __init__(self, router: OperatedRouter, address: str = CONTROL_HOST,
-                 guard: ControlGuard | None = None) -> None:
+                 guard: ControlGuard | None = None,
+                 commands: Mapping[str, tuple[Role, Handler]] | None = None) -> None:
         self.router = router
+        # Another table for the port of several workers (workers/operator.py).
+        self.commands = COMMANDS if commands is None else commands
         self.address = address
         config = router.config
         self.guard = guard or ControlGuard(
@@ -124,7 +127,7 @@ class ControlSession:
         if not words:
             return []
         name, args = words[0].lower(), words[1:]
-        command = COMMANDS.get(name)
+        command = self.commands.get(name)
         if command is None:
             return [f"error: unknown command {name!r}; try help"]
         needed, handler = command
@@ -189,6 +192,8 @@ async def _clients(session: ControlSession, args: list[str]) -> list[str]:
     lines = ["id remote version subscriptions deliveries_waiting"]
     subscriptions = session.router.subscriptions
     for conn in list(session.router.connections.values()):
+        if getattr(conn.transport, "shadow", False):
+            continue  # another worker's client, listed by that worker
         s = subscriptions.subscriber_for(conn)
         queues, waiting = (0, 0) if s is None else (len(s.queues), len(s.deliveries))
         lines.append(f"{conn.id} {conn.transport.remote} v{conn.version} {queues} {waiting}")
@@ -197,7 +202,7 @@ async def _clients(session: ControlSession, args: list[str]) -> list[str]:
 
 
 async def _status(session: ControlSession, args: list[str]) -> list[str]:
-    rid = _queue_id(args)
+    rid = queue_id_of(args)
     if rid is None:
         return ["error: usage: status QUEUE_ID"]
     router = session.router
@@ -212,7 +217,7 @@ async def _status(session: ControlSession, args: list[str]) -> list[str]:
 
 
 async def _delete(session: ControlSession, args: list[str]) -> list[str]:
-    rid = _queue_id(args)
+    rid = queue_id_of(args)
     if rid is None:
         return ["error: usage: delete QUEUE_ID"]
     if not await session.router.delete_queue(rid):
@@ -225,7 +230,7 @@ _BLOCK_USAGE = "error: usage: block QUEUE_ID [spam|content] [notice [SECONDS]]"
 
 
 async def _block(session: ControlSession, args: list[str]) -> list[str]:
-    rid = _queue_id(args[:1])
+    rid = queue_id_of(args[:1])
     reason = args[1].lower() if len(args) >= 2 else "spam"
     if rid is None or len(args) > 4 or reason not in BLOCK_REASONS:
         return [_BLOCK_USAGE]
@@ -242,7 +247,7 @@ async def _block(session: ControlSession, args: list[str]) -> list[str]:
 
 
 async def _unblock(session: ControlSession, args: list[str]) -> list[str]:
-    rid = _queue_id(args)
+    rid = queue_id_of(args)
     if rid is None:
         return ["error: usage: unblock QUEUE_ID"]
     if not session.router.unblock_queue(rid):
@@ -294,7 +299,7 @@ async def _drain(session: ControlSession, args: list[str]) -> list[str]:
 
 async def _help(session: ControlSession, args: list[str]) -> list[str]:
     return [f"{name} ({role.value} role)" if role is not Role.NONE else name
-            for name, (role, _) in COMMANDS.items()]
+            for name, (role, _) in session.commands.items()]
 
 
 async def _quit(session: ControlSession, args: list[str]) -> list[str]:
@@ -320,7 +325,7 @@ COMMANDS: dict[str, tuple[Role, Handler]] = {
 }
 
 
-def _queue_id(args: list[str]) -> bytes | None:
+def queue_id_of(args: list[str]) -> bytes | None:
     if len(args) != 1:
         return None
     text = args[0]
@@ -335,9 +340,11 @@ def _queue_id(args: list[str]) -> bytes | None:
 
 async def serve_control(
     router: OperatedRouter, port: int,
-    *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    *, commands: Mapping[str, tuple[Role, Handler]] | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve control sessions on 127.0.0.1:port until cancelled; reports the bound port."""
+    """Serve control sessions on 127.0.0.1:port until cancelled; reports the bound port.
+    `commands` replaces the table of commands (the supervisor's of several workers)."""
     listeners = await open_listeners("the control port", CONTROL_HOST, port)
     config = router.config
     guard = ControlGuard(login_delay=config.control_login_delay,
@@ -356,7 +363,8 @@ async def serve_control(
         guard.sessions += 1
         try:
             guard.throttle.forget_idle()
-            await run_session(ControlSession(router, _peer_host(stream), guard), stream)
+            await run_session(ControlSession(router, _peer_host(stream), guard, commands),
+                              stream)
         except (*STREAM_GONE, trio.TooSlowError,
                 LineTooLong, UnicodeDecodeError) as e:
             log.debug("control session ended: %r", e)

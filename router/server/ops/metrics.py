@@ -36,7 +36,8 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
@@ -57,6 +58,7 @@ from .info import router_version
 from .memory import TOP_TYPES, Census
 
 if TYPE_CHECKING:
+    from ..core.connection import Connection
     from ..core.counters import RouterStatistics
     from ..core.relays import Relays
     from .operated import OperatedRouter
@@ -406,10 +408,7 @@ async def serve_metrics(
     than one."""
     listeners = await open_listeners("metrics", host, port)
     cap = router.config.metrics_max_connections
-    with GcPauses() as gc_pauses:
-        registry, collector = build_registry(router, gc_pauses)
-        await collector.count_queues()
-        pages = Pages(router, registry, collector)
+    async with open_pages(router) as pages:
         open_connections = 0
 
         async def handle(stream: trio.SocketStream) -> None:
@@ -431,6 +430,15 @@ async def serve_metrics(
 
         task_status.started(bound_port(listeners))
         await trio.serve_listeners(handle, listeners)
+
+
+@asynccontextmanager
+async def open_pages(router: OperatedRouter) -> AsyncIterator[Pages]:
+    """The metrics port's pages of `router`, its garbage collections timed meanwhile."""
+    with GcPauses() as gc_pauses:
+        registry, collector = build_registry(router, gc_pauses)
+        await collector.count_queues()
+        yield Pages(router, registry, collector)
 
 
 class RenderedPage:
@@ -468,18 +476,23 @@ class Pages:
         if request is None:
             return
         method, target, headers = request
+        status, body, kind = await self.page(method, target, lambda: self._admin(headers))
+        await send_response(stream, status, b"" if method == "HEAD" else body, kind)
+
+    async def page(self, method: str, target: str,
+                   admin: Callable[[], bool]) -> tuple[int, bytes, str]:
+        """The answer to a request of `target`; `admin()` tells whether it may see the
+        clients (also asked by the supervisor of several workers: workers/operator.py)."""
         url = urlsplit(target)
         page = {"/metrics": self._metrics, "/healthz": self._health,
                 "/connz": self._clients, "/subsz": self._subscriptions}.get(url.path)
         if page is None:
-            status, body, kind = 404, b"only /metrics, /healthz, /connz, /subsz\n", "text/plain"
-        elif method not in ("GET", "HEAD"):
-            status, body, kind = 405, b"only GET\n", "text/plain"
-        elif page in (self._clients, self._subscriptions) and not self._admin(headers):
-            status, body, kind = self._refusal()
-        else:
-            status, body, kind = await page(parse_qs(url.query))
-        await send_response(stream, status, b"" if method == "HEAD" else body, kind)
+            return 404, b"only /metrics, /healthz, /connz, /subsz\n", "text/plain"
+        if method not in ("GET", "HEAD"):
+            return 405, b"only GET\n", "text/plain"
+        if page in (self._clients, self._subscriptions) and not admin():
+            return self._refusal()
+        return await page(parse_qs(url.query))
 
     async def _metrics(self, query: dict[str, list[str]]) -> tuple[int, bytes, str]:
         return 200, await self._page.body(), CONTENT_TYPE
@@ -489,14 +502,14 @@ class Pages:
         status = health_status(router)
         facts = {"status": status, "version": router_version(),
                  "uptime_seconds": round(time.monotonic() - self._started, 1),
-                 "connections": len(router.connections)}
+                 "connections": router.statistics().connections}
         return (200 if status == "ok" else 503), _json(facts), JSON_TYPE
 
     async def _clients(self, query: dict[str, list[str]]) -> tuple[int, bytes, str]:
         limit = _limit(query)
         router = self._router
         subscriptions = router.subscriptions
-        connections = list(router.connections.values())
+        connections = _clients_of(router)
         clients = []
         for conn in connections[:limit]:
             s = subscriptions.subscriber_for(conn)
@@ -530,7 +543,7 @@ class Pages:
             answer["notifiers"] = [_b64(nid) for nid in list(s.notifiers)[:limit]] if s else []
             return 200, _json(answer), JSON_TYPE
         by_client = []
-        for conn in list(router.connections.values()):
+        for conn in _clients_of(router):
             s = subscriptions.subscriber_for(conn)
             if s is not None and (s.queues or s.notifiers):
                 by_client.append({"id": conn.id, "queues": len(s.queues),
@@ -539,30 +552,45 @@ class Pages:
         return 200, _json(answer), JSON_TYPE
 
     def _admin(self, headers: dict[str, str]) -> bool:
-        password = self._router.config.control_admin_password
-        if not password:
-            return False
-        given = headers.get("authorization", "")
-        scheme, _, credentials = given.partition(" ")
-        if scheme.lower() == "bearer":
-            offered = credentials.strip()
-        elif scheme.lower() == "basic":
-            try:
-                user, _, offered = base64.b64decode(credentials).decode().partition(":")
-            except (binascii.Error, UnicodeDecodeError):
-                return False
-            if user != "admin":
-                return False
-        else:
-            return False
-        return hmac.compare_digest(offered.encode(), password.encode())
+        return is_admin(self._router.config.control_admin_password, headers)
 
     def _refusal(self) -> tuple[int, bytes, str]:
-        if not self._router.config.control_admin_password:
-            return (403, b"set control_port_admin_password to see clients and subscriptions\n",
-                    "text/plain")
-        return 401, b"the admin password is needed (Authorization: Bearer PASSWORD)\n", \
-            "text/plain"
+        return admin_refusal(self._router.config.control_admin_password)
+
+
+def is_admin(password: str | None, headers: dict[str, str]) -> bool:
+    """Whether the request's Authorization header gives the control port's admin password."""
+    if not password:
+        return False
+    given = headers.get("authorization", "")
+    scheme, _, credentials = given.partition(" ")
+    if scheme.lower() == "bearer":
+        offered = credentials.strip()
+    elif scheme.lower() == "basic":
+        try:
+            user, _, offered = base64.b64decode(credentials).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        if user != "admin":
+            return False
+    else:
+        return False
+    return hmac.compare_digest(offered.encode(), password.encode())
+
+
+def admin_refusal(password: str | None) -> tuple[int, bytes, str]:
+    if not password:
+        return (403, b"set control_port_admin_password to see clients and subscriptions\n",
+                "text/plain")
+    return 401, b"the admin password is needed (Authorization: Bearer PASSWORD)\n", \
+        "text/plain"
+
+
+def _clients_of(router: OperatedRouter) -> list[Connection]:
+    """The router's connections but another worker's clients served here (shadows,
+    workers/handoff.py): that worker lists them."""
+    return [conn for conn in list(router.connections.values())
+            if not getattr(conn.transport, "shadow", False)]
 
 
 def health_status(router: OperatedRouter) -> str:

@@ -95,6 +95,7 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
     stats_interval: int = DEFAULT_STATS_INTERVAL  # seconds per line; divides a day
     idle_timeout: float | None = None  # drop clients without subscriptions idle this long
     drain_period: float = DEFAULT_DRAIN_PERIOD  # a drain closes the clients over this
+    workers: int = 1  # processes serving the one address (docs/workers.md)
     tls_cert: Path | None = None  # PEM certificate chain: the listener speaks wss://
     tls_key: Path | None = None  # its private key (both or neither)
     store_options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)

@@ -384,6 +384,9 @@ KEYS: tuple[Key, ...] = (
     Key("TRANSPORT", "drain_period", "drain_period", parse_number, DEFAULT_DRAIN_PERIOD,
         "seconds over which a drain (SIGUSR2, the control port's drain) closes the "
         "connected clients before the router stops"),
+    Key("TRANSPORT", "workers", "workers", parse_count, 1,
+        "worker processes serving the address, each with its share of the queues "
+        "(docs/workers.md)"),
     *(Key("TRANSPORT", bound.name, bound.name,
           parse_number if bound.kind is float else parse_count,
           bound.default, bound.help) for bound in CONFIGURABLE_BOUNDS),

@@ -1,0 +1,249 @@
+"""workers_costs: what a second worker costs and gains, one worker beside two in one run.
+
+    python -m bench workers_costs [--counts 1,2] [--duration 5] [--quick] [--out DIR]
+
+For each count N of `--counts`, against `smp-router serve --workers N` on the memory
+store (`bench.workers_router`: queues written into their owners' shares first; CPU
+and RSS summed over the supervisor and every worker), in one run:
+
+1. idle: the router's RSS with no client, per process;
+2. light load: 200 PINGs one after the other (round trip), then one sender and one
+   recipient at `LIGHT_RATE` messages a second (SEND -> MSG latency, p50 / p99);
+3. 50 clients (`CLIENTS`: 25 senders, 25 recipients of 8 queues each, every sender
+   keeping 2 signed SENDs of 16,000 bytes in flight, recipients ACKing, as
+   `bench.throughput`): delivered messages a second and the router's CPU per
+   delivered message, every process summed;
+4. memory, in a fresh router: RSS after `IDLE_CONNECTIONS` idle connections, then
+   after `IDLE_SUBSCRIPTIONS` idle subscriptions over them (every connection then
+   has queues of every worker: with N > 1 a shadow connection in each other one);
+   bytes per idle connection and per idle subscription.
+
+The load comes from two `bench.loadgen` processes. A connection lands on whichever
+worker accepts it; a queue belongs to its ids' owner, so with N workers (N-1)/N of
+the SENDs, SUBs and ACKs are handed off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from router.client import open_client
+
+from . import harness
+from .fairness import _ping_ms, summary_ms
+from .harness import WorkerGroup
+from .throughput import SENDER_WINDOW, RouterLoad, _sleep_until, _window
+from .workers_router import CliRouter, fill
+
+COUNTS = (1, 2)
+CLIENTS, QUICK_CLIENTS = 50, 8
+QUEUES_PER_RECIPIENT = 8
+DURATION, QUICK_DURATION = 5.0, 1.5
+LIGHT_RATE = 200.0
+LIGHT_DURATION, QUICK_LIGHT_DURATION = 5.0, 1.0
+PINGS, QUICK_PINGS = 200, 20
+IDLE_CONNECTIONS, QUICK_IDLE_CONNECTIONS = 1_000, 40
+IDLE_SUBSCRIPTIONS, QUICK_IDLE_SUBSCRIPTIONS = 50_000, 400  # ~50 a connection, as smp19's
+SETTLE = 1.0  # seconds before reading RSS, so the last answers are written
+LOAD_PROCESSES = 2
+STORE = "memory"
+
+
+class _Filled:
+    """What `RouterLoad` asks of its router, for a CLI router whose queues are in its
+    store already: `preload` has nothing to do."""
+
+    def __init__(self, router: CliRouter) -> None:
+        self.router = router
+
+    def call(self, op: str, **args: Any) -> dict:
+        if op != "preload":
+            raise harness.BenchError(f"{op}: not served by a router of the command line")
+        return {}
+
+
+def _loaded(router: CliRouter, workers: WorkerGroup, pairs: int, queues: int) -> RouterLoad:
+    load = RouterLoad(_Filled(router), workers, pairs,  # type: ignore[arg-type]
+                      queues_per_recipient=queues)
+    load.setup()
+    return load
+
+
+def _measure(router: CliRouter, load: RouterLoad, duration: float,
+             rate: float | None = None) -> dict[str, Any]:
+    window = _window(duration)
+    load.start(window, rate)
+    _sleep_until(window["t_start"])
+    cpu0 = router.cpu_seconds()
+    _sleep_until(window["t_end"])
+    cpu1 = router.cpu_seconds()
+    result = load.finish(duration)
+    cores = (cpu1 - cpu0) / duration
+    result["router_cores"] = cores
+    result["cpu_us_per_msg"] = (cores / result["msgs_per_s"] * 1e6 if result["msgs_per_s"]
+                                else None)
+    # Blocks the clients sent and got per message delivered: each one written is
+    # encrypted, framed and a write of its own (hand-offs answer in blocks of their own).
+    delivered = max(1, result["delivered_total"])
+    result["blocks_in_per_msg"] = result["router_blocks_in"] / delivered
+    result["blocks_out_per_msg"] = result["router_blocks_out"] / delivered
+    return result
+
+
+async def _pings(address: str, count: int) -> dict[str, float]:
+    async with open_client(address) as client:
+        await client.ping()
+        return summary_ms([await _ping_ms(client) for _ in range(count)])
+
+
+def load_count(workers: int, tmp: Path, *, clients: int, duration: float,
+               light_duration: float, pings: int) -> dict[str, Any]:
+    """Idle RSS, light-load latencies and the 50 clients' CPU per message, one router."""
+    pairs = max(1, clients // 2)
+    data_dir = tmp / f"load-{workers}"
+    trio.run(fill, STORE, data_dir, range(pairs * QUEUES_PER_RECIPIENT), workers)
+    out: dict[str, Any] = {"workers": workers, "clients": clients}
+    with CliRouter(workers, STORE, data_dir) as router:
+        time.sleep(SETTLE)
+        out["idle_rss"] = router.rss()
+        out["idle_rss_by_process"] = router.rss_by_process()
+        out["ping_ms"] = trio.run(_pings, router.address, pings)
+        # One sender and one recipient on queue 0; their connections close before the
+        # 50 clients come (queue 0 is one of theirs too).
+        with WorkerGroup(router.url, LOAD_PROCESSES) as group:
+            out["light"] = _measure(router, _loaded(router, group, 1, 1), light_duration,
+                                    LIGHT_RATE)
+        with WorkerGroup(router.url, LOAD_PROCESSES) as group:
+            load = _loaded(router, group, pairs, QUEUES_PER_RECIPIENT)
+            out["loaded"] = _measure(router, load, duration)
+        out["rss_after_load"] = router.rss()
+    return out
+
+
+def memory_count(workers: int, tmp: Path, *, connections: int,
+                 subscriptions: int) -> dict[str, Any]:
+    data_dir = tmp / f"memory-{workers}"
+    trio.run(fill, STORE, data_dir, range(subscriptions), workers)
+    with CliRouter(workers, STORE, data_dir, max_connections=connections + 64) as router, \
+            WorkerGroup(router.url, LOAD_PROCESSES) as group:
+        time.sleep(SETTLE)
+        empty = router.rss()
+        per_worker = harness.connect(group, connections)
+        time.sleep(SETTLE)
+        connected = router.rss()
+        harness.subscribe(group, per_worker, 0, subscriptions)
+        time.sleep(SETTLE)
+        subscribed = router.rss()
+    return {"workers": workers, "connections": connections, "subscriptions": subscriptions,
+            "rss_empty": empty, "rss_connected": connected, "rss_subscribed": subscribed,
+            "bytes_per_connection": (connected - empty) / connections,
+            "bytes_per_subscription": (subscribed - connected) / subscriptions}
+
+
+def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: float | None = None,
+        out: Path | None = None) -> list[dict[str, Any]]:
+    duration = duration or (QUICK_DURATION if quick else DURATION)
+    clients = QUICK_CLIENTS if quick else CLIENTS
+    connections = QUICK_IDLE_CONNECTIONS if quick else IDLE_CONNECTIONS
+    subscriptions = QUICK_IDLE_SUBSCRIPTIONS if quick else IDLE_SUBSCRIPTIONS
+    results = []
+    with tempfile.TemporaryDirectory(prefix="smp-bench-workers-costs-") as tmp:
+        for workers in counts:
+            harness.log(f"workers_costs: --workers {workers}: idle, light load, {clients} clients")
+            entry = load_count(workers, Path(tmp), clients=clients, duration=duration,
+                               light_duration=QUICK_LIGHT_DURATION if quick else LIGHT_DURATION,
+                               pings=QUICK_PINGS if quick else PINGS)
+            harness.log(f"workers_costs: --workers {workers}: {connections:,} idle connections, "
+                        f"{subscriptions:,} idle subscriptions")
+            entry["memory"] = memory_count(workers, Path(tmp), connections=connections,
+                                           subscriptions=subscriptions)
+            results.append(entry)
+    text = table(results)
+    harness.write_results("workers_costs", {"parameters": {
+        "counts": counts, "store": STORE, "clients": clients, "duration": duration,
+        "queues_per_recipient": QUEUES_PER_RECIPIENT, "sender_window": SENDER_WINDOW,
+        "light_rate": LIGHT_RATE, "idle_connections": connections,
+        "idle_subscriptions": subscriptions}, "results": results}, text, out)
+    print(text)
+    return results
+
+
+def _x(value: float | None, base: float | None) -> str:
+    return "-" if value is None or not base else f"{value / base:.2f}"
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    base = results[0]
+    rows = []
+    for r in results:
+        loaded, light, mem = r["loaded"], r["light"], r["memory"]
+        rows.append([
+            r["workers"], f"{r['idle_rss'] / 2**20:.0f}",
+            " + ".join(f"{rss / 2**20:.0f}" for rss in r["idle_rss_by_process"]),
+            _f(r["ping_ms"]["median"], 2), _f(r["ping_ms"]["p99"], 2),
+            _f(light["latency_ms"]["p50"], 2), _f(light["latency_ms"]["p99"], 2),
+            _f(loaded["msgs_per_s"], 0), _f(loaded["router_cores"], 2),
+            _f(loaded["cpu_us_per_msg"], 0),
+            _x(loaded["cpu_us_per_msg"], base["loaded"]["cpu_us_per_msg"]),
+            _f(loaded["blocks_in_per_msg"], 2), _f(loaded["blocks_out_per_msg"], 2),
+            _f(loaded["latency_ms"]["p50"], 1), _f(loaded["latency_ms"]["p99"], 1),
+            _f(mem["bytes_per_connection"], 0),
+            _x(mem["bytes_per_connection"], base["memory"]["bytes_per_connection"]),
+            _f(mem["bytes_per_subscription"], 0),
+            _x(mem["bytes_per_subscription"], base["memory"]["bytes_per_subscription"]),
+            loaded["send_errors"] + loaded["ack_errors"] + light["send_errors"]
+            + light["ack_errors"],
+        ])
+    clients = results[0]["clients"]
+    return harness.md_table(
+        ["workers", "idle RSS MB", "idle RSS by process MB", "PING p50 ms", "PING p99 ms",
+         f"light SEND->MSG p50 ms ({LIGHT_RATE:.0f}/s)", "light SEND->MSG p99 ms",
+         f"{clients} clients msg/s", "router cores busy", "CPU us/msg (all processes)",
+         f"CPU/msg x {base['workers']}", "blocks in / msg", "blocks out / msg",
+         "loaded p50 ms", "loaded p99 ms",
+         "B/idle connection (RSS)", f"x {base['workers']}", "B/idle subscription (RSS)",
+         f"x {base['workers']}", "errors"], rows)
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    counts = tuple(int(x) for x in text.split(","))
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: counts of workers, e.g. 1,2")
+    return counts
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench workers_costs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--counts", type=_counts, default=COUNTS,
+                        help="counts of workers, run in this order (default 1,2)")
+    parser.add_argument("--duration", type=float, help="measured seconds of the 50 clients")
+    parser.add_argument("--quick", action="store_true", help="small sizes, scratch output")
+    parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
+                        "with --quick a new scratch directory)")
+    args = parser.parse_args(argv)
+    out = args.out
+    if out is None and args.quick:
+        out = Path(tempfile.mkdtemp(prefix="smp-bench-workers-costs-"))
+    try:
+        run(quick=args.quick, counts=args.counts, duration=args.duration, out=out)
+    except harness.BenchError as exc:
+        print(f"python -m bench workers_costs: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"results: {out or harness.RESULTS_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,339 @@
+"""Admission bounds for the router as a whole when several workers accept
+(docs/workers.md#one-router-to-the-operator).
+
+The listener's caps (edge/admission.py: open connections in total and per
+address, the pool of pending ones with its eviction of the most represented
+address) are kept by the supervisor, in one `Admission` for every worker: a
+worker asks it at each accept, over a Unix stream socket in the abstract
+namespace named after the supervisor (one link per worker, lines of text), and
+tells it when a connection's handshake is through and when it ends. So the
+caps count every worker's connections, whichever worker accepts; a full pool
+drops the oldest pending connection of the most represented address in
+whatever worker holds it.
+
+The cost is one round trip to the supervisor per accepted connection (the
+asks of a burst go in one write each way), next to a TCP, TLS and SMP
+handshake. A worker keeps its own cap on the descriptors of its process.
+A worker that dies closes its link: the supervisor forgets its connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import struct
+from itertools import count
+
+import trio
+
+from ..edge.admission import Admission, AdmissionLimits, Refused, Ticket
+from ..edge.block_stream import STREAM_GONE
+from ..edge.listener import EVICTION_LOG_INTERVAL
+
+log = logging.getLogger(__name__)
+
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+CONNECT_ATTEMPTS = 50
+CONNECT_PAUSE = 0.1  # seconds between two attempts to reach the supervisor
+MAX_LINE = 1024  # bytes; an address key is far shorter
+GONE = "the router's supervisor cannot be reached"
+_LINK_ERRORS = (*STREAM_GONE, OSError)
+
+
+def admission_address(group: str) -> bytes:
+    """The abstract socket name of the supervisor's admission, for the workers of `group`."""
+    return f"\0smp-router.{group}.admission".encode()
+
+
+# --- the supervisor's side ---------------------------------------------------------------
+
+
+class _WorkerTicket(Ticket):
+    """A connection a worker holds, as the supervisor counts it."""
+
+    __slots__ = ("link", "ticket_id")
+
+    link: _WorkerLink
+    ticket_id: int
+
+    def evict(self) -> None:
+        super().evict()
+        self.link.tell(f"X {self.ticket_id}")
+        self.link.admission.log_eviction()
+
+
+class RouterAdmission(Admission):
+    last_eviction_log = -math.inf
+
+    def _new_ticket(self, key: str) -> Ticket:
+        return _WorkerTicket(self, key)
+
+    def log_eviction(self) -> None:
+        now = trio.current_time()
+        if now - self.last_eviction_log >= EVICTION_LOG_INTERVAL:
+            self.last_eviction_log = now
+            log.warning(
+                "the pool of connections being opened is full (%d): the most represented "
+                "address's oldest ones are dropped for newcomers (%d so far)",
+                self.limits.max_pending, self.evicted + 1)
+
+
+class _WorkerLink:
+    def __init__(self, admission: RouterAdmission) -> None:
+        self.admission = admission
+        self.tickets: dict[int, _WorkerTicket] = {}
+        self._send, self._lines = trio.open_memory_channel[str](math.inf)
+
+    def tell(self, line: str) -> None:
+        self._send.send_nowait(line)
+
+    def take(self, line: str) -> None:
+        kind, _, rest = line.partition(" ")
+        if kind == "A":
+            text_id, _, key = rest.partition(" ")
+            ticket_id = int(text_id)
+            try:
+                ticket = self.admission.admit(key)
+            except Refused as refusal:
+                self.tell(f"N {ticket_id} {refusal}")
+                return
+            assert isinstance(ticket, _WorkerTicket)
+            ticket.link, ticket.ticket_id = self, ticket_id
+            self.tickets[ticket_id] = ticket
+            self.tell(f"Y {ticket_id}")
+        elif kind == "E":
+            established = self.tickets.get(int(rest))
+            if established is not None:
+                established.established()
+        elif kind == "C":
+            closed = self.tickets.pop(int(rest), None)
+            if closed is not None:
+                closed.close()
+        else:
+            raise ValueError(f"not an admission line: {line[:40]!r}")
+
+    def forget_all(self) -> None:
+        for ticket in self.tickets.values():
+            ticket.close()
+        self.tickets.clear()
+        self._send.close()
+
+    async def write(self, stream: trio.SocketStream) -> None:
+        async for line in self._lines:
+            batch = [line]
+            while True:
+                try:
+                    batch.append(self._lines.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            await stream.send_all("".join(f"{text}\n" for text in batch).encode())
+
+
+async def serve_admission(
+    group: str, limits: AdmissionLimits,
+    *, task_status: trio.TaskStatus[RouterAdmission] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The router's admission, asked by every worker of `group`, until cancelled."""
+    admission = RouterAdmission(limits)
+    listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with listener:
+        await listener.bind(admission_address(group))
+        listener.listen(64)
+        async with trio.open_nursery() as nursery:
+            task_status.started(admission)
+            while True:
+                sock, _ = await listener.accept()
+                nursery.start_soon(_serve_worker, admission, sock)
+
+
+async def _serve_worker(admission: RouterAdmission, sock: trio.socket.SocketType) -> None:
+    _pid, uid, _gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    stream = trio.SocketStream(sock)
+    async with stream:
+        if uid != os.getuid():
+            log.warning("refused an admission link from user %d", uid)
+            return
+        link = _WorkerLink(admission)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(link.write, stream)
+                async for line in _lines(stream):
+                    link.take(line)
+                nursery.cancel_scope.cancel()
+        except (*_LINK_ERRORS, ValueError) as e:
+            log.warning("an admission link ended: %r", e)
+        finally:
+            link.forget_all()  # the worker is gone: its connections with it
+
+
+async def _lines(stream: trio.SocketStream):  # type: ignore[no-untyped-def]
+    buffer = bytearray()
+    while True:
+        data = await stream.receive_some(65536)
+        if not data:
+            return
+        buffer += data
+        *lines, rest = buffer.split(b"\n")
+        if len(rest) > MAX_LINE:
+            raise ValueError("an admission line too long")
+        buffer = bytearray(rest)
+        for line in lines:
+            yield line.decode("utf-8")
+
+
+# --- a worker's side ---------------------------------------------------------------------
+
+
+class SharedTicket:
+    """A worker's connection admitted by the router's admission: its own ticket (the
+    cap on this process's descriptors, the connection's cancel scope) and the
+    supervisor's count of it."""
+
+    __slots__ = ("_local", "_shared", "ticket_id", "_open")
+
+    def __init__(self, local: Ticket, shared: SharedAdmission, ticket_id: int) -> None:
+        self._local = local
+        self._shared = shared
+        self.ticket_id = ticket_id
+        self._open = True
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        return self._local.scope
+
+    @property
+    def pending(self) -> bool:
+        return self._local.pending
+
+    def established(self) -> None:
+        if self._local.pending:
+            self._local.established()
+            self._shared.pending.pop(self.ticket_id, None)
+            self._shared.tell(f"E {self.ticket_id}")
+
+    def close(self) -> None:
+        self.established()
+        self._local.close()
+        if self._open:
+            self._open = False
+            self._shared.tell(f"C {self.ticket_id}")
+
+    def evict(self) -> None:
+        self._shared.pending.pop(self.ticket_id, None)
+        self._local.evict()
+
+
+class _Ask:
+    __slots__ = ("answered", "refusal")
+
+    def __init__(self) -> None:
+        self.answered = trio.Event()
+        self.refusal: str | None = None
+
+
+class SharedAdmission:
+    """A worker's end of the router's admission: asks at each accept (module doc)."""
+
+    def __init__(self, group: str) -> None:
+        self._group = group
+        self._ids = count(1)
+        self._asks: dict[int, _Ask] = {}
+        # the pending ones, which the supervisor may evict (established ones are not kept)
+        self.pending: dict[int, SharedTicket] = {}
+        self._send, self._lines = trio.open_memory_channel[str](math.inf)
+        self._gone = False
+
+    def tell(self, line: str) -> None:
+        if not self._gone:
+            self._send.send_nowait(line)
+
+    async def admit(self, key: str, local: Ticket) -> SharedTicket:
+        """The router's ticket for a connection this worker admitted (`local`);
+        Refused if the router's caps keep it out (`local` is then closed)."""
+        if self._gone:
+            local.close()
+            raise Refused(GONE)
+        ticket_id = next(self._ids)
+        ask = self._asks[ticket_id] = _Ask()
+        self.tell(f"A {ticket_id} {key}")
+        try:
+            await ask.answered.wait()
+        except BaseException:
+            local.close()
+            if self._asks.pop(ticket_id, None) is None and ask.refusal is None:
+                self.tell(f"C {ticket_id}")  # admitted as this was cancelled: given back
+            raise
+        if ask.refusal is not None:
+            local.close()
+            raise Refused(ask.refusal)
+        ticket = SharedTicket(local, self, ticket_id)
+        if local.pending:
+            self.pending[ticket_id] = ticket
+        return ticket
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Reach the supervisor, then carry the asks and answers until cancelled."""
+        stream = await _connect(admission_address(self._group))
+        async with stream:
+            task_status.started()
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write, stream)
+                    async for line in _lines(stream):
+                        self._take(line)
+                    nursery.cancel_scope.cancel()
+            except (*_LINK_ERRORS, ValueError) as e:
+                log.warning("the admission link ended: %r", e)
+            finally:
+                self._lose()
+
+    def _take(self, line: str) -> None:
+        kind, _, rest = line.partition(" ")
+        text_id, _, reason = rest.partition(" ")
+        ticket_id = int(text_id)
+        if kind == "X":  # the router's full pool drops this pending connection
+            ticket = self.pending.get(ticket_id)
+            if ticket is not None:
+                ticket.evict()
+            return
+        ask = self._asks.pop(ticket_id, None)
+        if ask is None:
+            if kind == "Y":  # its ask was cancelled meanwhile: give it back
+                self.tell(f"C {ticket_id}")
+            return
+        if kind == "N":
+            ask.refusal = reason or "refused"
+        ask.answered.set()
+
+    def _lose(self) -> None:
+        self._gone = True
+        for ask in self._asks.values():
+            ask.refusal = GONE
+            ask.answered.set()
+        self._asks.clear()
+
+    async def _write(self, stream: trio.SocketStream) -> None:
+        async for line in self._lines:
+            batch = [line]
+            while True:
+                try:
+                    batch.append(self._lines.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await stream.send_all("".join(f"{text}\n" for text in batch).encode())
+
+
+async def _connect(address: bytes) -> trio.SocketStream:
+    for _ in range(CONNECT_ATTEMPTS):
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            await sock.connect(address)
+        except OSError:
+            sock.close()
+            await trio.sleep(CONNECT_PAUSE)
+            continue
+        return trio.SocketStream(sock)
+    raise OSError(GONE)

@@ -1,0 +1,271 @@
+"""The channel between worker processes (docs/workers.md#hand-offs-in-blocks).
+
+Each worker listens on a Unix stream socket in the abstract namespace named
+after its supervisor and its index, and accepts only processes of its own user
+(`SO_PEERCRED`). Worker i sends to worker j over a link it opens itself, on
+first use: a link carries frames one way, so the frames from i to j keep their
+order, and j answers over its own link to i. A frame is its length (4 bytes),
+its kind (1 byte), the id of the connection it concerns in the sending or the
+receiving worker (8 bytes) and a payload. A link's frames wait in a bounded
+queue for its writing task: a sender waits when the peer does not keep up.
+
+A link that breaks (its peer died) drops what was queued on it; each side
+hears of it (`on_peer_lost`) and ends what depended on that peer. The next
+send opens the link again, once the restarted peer listens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">IBQ")  # length of what follows the length, kind, connection id
+MAX_FRAME = 1 << 20  # bytes; a frame is a block or a write of about OUT_FRAME_BYTES
+LINK_QUEUE = 64  # frames waiting for a link's writing task
+READ_BYTES = 1 << 16  # a link's read (below the allocator's mmap threshold)
+CONNECT_ATTEMPTS = 50  # a peer being restarted listens again within a few seconds
+CONNECT_PAUSE = 0.1  # seconds between two attempts
+ACCEPT_WAIT = 5.0  # seconds a live peer may take to answer a link (it may be starting)
+_ACCEPTED = b"\x01"  # a link's one byte the other way: its reader is there
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 3x, per frame
+class Frame:
+    kind: int
+    conn_id: int
+    payload: bytes
+
+    def encode(self) -> bytes:
+        return _HEADER.pack(_HEADER.size - 4 + len(self.payload), self.kind,
+                            self.conn_id) + self.payload
+
+
+class LinkLost(Exception):
+    """The peer could not be reached, or its link broke."""
+
+
+def link_address(group: str, index: int) -> bytes:
+    """The abstract socket name of worker `index` of the workers of `group`."""
+    return f"\0smp-router.{group}.worker-{index}".encode()
+
+
+FrameHandler = Callable[[int, Frame], Awaitable[None]]  # (peer index, frame)
+
+
+class Links:
+    """This worker's end of the channel: its listener and its links to the others."""
+
+    def __init__(self, group: str, index: int, workers: int, on_frame: FrameHandler,
+                 on_peer_lost: Callable[[int], None]) -> None:
+        self.group, self.index, self.workers = group, index, workers
+        self._on_frame = on_frame
+        self._on_peer_lost = on_peer_lost
+        self._outgoing: dict[int, trio.MemorySendChannel[bytes]] = {}
+        self._opening: dict[int, trio.Event] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with listener:
+            await listener.bind(link_address(self.group, self.index))
+            listener.listen(self.workers * 2)
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                while True:
+                    sock, _ = await listener.accept()
+                    nursery.start_soon(self._receive_link, sock)
+
+    async def send(self, peer: int, frame: Frame) -> None:
+        """Queue `frame` on the link to `peer` (opened if need be); waits while the link's
+        queue is full. LinkLost if the peer cannot be reached."""
+        channel = self._outgoing.get(peer)
+        if channel is None:
+            channel = await self._open(peer)
+        data = frame.encode()
+        try:
+            try:
+                # Queued at once when there is room: no pass of the scheduler per frame.
+                channel.send_nowait(data)
+            except trio.WouldBlock:
+                await channel.send(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
+            raise LinkLost(f"the link to worker {peer} broke") from e
+
+    def send_nowait(self, peer: int, frame: Frame) -> bool:
+        """Queue `frame` on the link to `peer` if it is open and has room; False if not
+        (then `send` it). Spares a task for a small frame sent from a callback."""
+        channel = self._outgoing.get(peer)
+        if channel is None:
+            return False
+        try:
+            channel.send_nowait(frame.encode())
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
+
+    async def _open(self, peer: int) -> trio.MemorySendChannel[bytes]:
+        opening = self._opening.get(peer)
+        if opening is not None:  # another task opens it: wait for that one
+            await opening.wait()
+            channel = self._outgoing.get(peer)
+            if channel is None:
+                raise LinkLost(f"worker {peer} cannot be reached")
+            return channel
+        self._opening[peer] = opening = trio.Event()
+        try:
+            stream = await self._connect(peer)
+            send, receive = trio.open_memory_channel[bytes](LINK_QUEUE)
+            self._outgoing[peer] = send
+            assert self._nursery is not None, "links are used while they run"
+            self._nursery.start_soon(self._write_link, peer, stream, send, receive)
+            return send
+        finally:
+            del self._opening[peer]
+            opening.set()
+
+    async def _connect(self, peer: int) -> trio.SocketStream:
+        """A link to the peer's live process: it counts only once the peer's reader
+        has answered it. A connection to the listener of a process being killed can
+        succeed, and what is written on it is lost when the listener goes."""
+        for _ in range(CONNECT_ATTEMPTS):
+            sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                await sock.connect(link_address(self.group, peer))
+            except OSError:
+                sock.close()
+                await trio.sleep(CONNECT_PAUSE)
+                continue
+            stream = trio.SocketStream(sock)
+            accepted = b""
+            try:
+                await stream.send_all(self.index.to_bytes(2, "big"))  # who is speaking
+                with trio.move_on_after(ACCEPT_WAIT):
+                    accepted = await stream.receive_some(1)
+            except (trio.BrokenResourceError, OSError):
+                pass
+            if accepted == _ACCEPTED:
+                return stream
+            await trio.aclose_forcefully(stream)
+            await trio.sleep(CONNECT_PAUSE)
+        raise LinkLost(f"worker {peer} cannot be reached")
+
+    async def _write_link(self, peer: int, stream: trio.SocketStream,
+                          channel: trio.MemorySendChannel[bytes],
+                          frames: trio.MemoryReceiveChannel[bytes]) -> None:
+        try:
+            async with stream, frames:
+                async for data in frames:
+                    # What else is queued goes in the same write.
+                    batch = [data]
+                    while True:
+                        try:
+                            batch.append(frames.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):  # closed: the peer is lost
+                            break
+                    await stream.send_all(b"".join(batch))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            log.warning("the link to worker %d broke", peer)
+        finally:
+            if self._outgoing.get(peer) is channel:  # not a link opened since
+                self._lose(peer)
+
+    def _lose(self, peer: int) -> None:
+        """The peer is gone: its link is dropped (the next send opens a new one, to
+        its restarted process) and what depended on it ends."""
+        channel = self._outgoing.pop(peer, None)
+        if channel is not None:
+            channel.close()
+        self._on_peer_lost(peer)
+
+    async def _receive_link(self, sock: trio.socket.SocketType) -> None:
+        stream = trio.SocketStream(sock)
+        async with stream:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            _pid, uid, _gid = _PEERCRED.unpack(creds)
+            if uid != os.getuid():
+                log.warning("refused a worker link from user %d", uid)
+                return
+            reader = _FrameReader(stream)
+            try:
+                peer = int.from_bytes(await reader.exactly(2), "big")
+            except (trio.BrokenResourceError, OSError, LinkLost):
+                return
+            if not 0 <= peer < self.workers or peer == self.index:
+                log.warning("refused a worker link claiming to be worker %d", peer)
+                return
+            try:
+                await stream.send_all(_ACCEPTED)
+            except (trio.BrokenResourceError, OSError):
+                return
+            on_frame = self._on_frame
+            try:
+                while True:
+                    frames = await reader.frames()
+                    if not frames:
+                        break
+                    for frame in frames:
+                        await on_frame(peer, frame)
+            except (trio.BrokenResourceError, OSError, LinkLost):
+                pass
+            except Exception:  # a frame this side cannot take: the link ends, not the worker
+                log.exception("a frame from worker %d could not be handled", peer)
+        log.warning("the link from worker %d ended", peer)
+        # The link to it ends too, before anything is sent on it to a dead process
+        # and lost (a link's writer hears of its end only when it writes).
+        self._lose(peer)
+
+
+class _FrameReader:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+
+    async def exactly(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            data = await self._stream.receive_some(65536)
+            if not data:
+                raise LinkLost("the link ended")
+            self._buffer += data
+        taken = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return taken
+
+    async def frames(self) -> list[Frame]:
+        """The whole frames read so far, reading until there is one at least; none at a
+        clean end between frames. Each is taken from where it lies in the buffer."""
+        buffer = self._buffer
+        while True:
+            frames: list[Frame] = []
+            pos, end = 0, len(buffer)
+            unpack, header = _HEADER.unpack_from, _HEADER.size
+            with memoryview(buffer) as view:  # released before the buffer is cut
+                while end - pos >= header:
+                    length, kind, conn_id = unpack(buffer, pos)
+                    size = length - (header - 4)
+                    if not 0 <= size <= MAX_FRAME:
+                        raise LinkLost(f"a frame of {size} bytes")
+                    start = pos + header
+                    if end - start < size:
+                        break
+                    frames.append(Frame(kind, conn_id, view[start:start + size].tobytes()))
+                    pos = start + size
+            if pos:
+                del buffer[:pos]
+            if frames:
+                return frames
+            data = await self._stream.receive_some(READ_BYTES)
+            if not data:
+                if buffer:
+                    raise LinkLost("the link ended within a frame")
+                return []
+            buffer += data

@@ -1,0 +1,1244 @@
+"""Commands handed to the worker that owns their queue (docs/workers.md#hand-offs-in-blocks).
+
+A client's connection lands on any worker: its *front*. Each block it sends is
+split by owner (`Ownership.owner_of` of each transmission's entity id; a NEW
+with short-link data by its sender id; the rest stays in the front): the
+front's own part is answered as in one process, and each other owner's part
+goes to that owner as one frame, in a block of its own. In the owner the
+client is a *shadow*: a `Connection` like any other, whose transport is the
+channel (`ShadowTransport`), so verification, commands, subscriptions, the one
+unacknowledged message per queue, END on displacement and delivery all run
+there as in one process. What the shadow writes (its answers and its pushes,
+in the order it writes them) comes back to the front as frames and goes into
+the real connection's one writing path.
+
+The order of one owner's answers and pushes to a client is kept (one ordered
+link per direction). A block's answers from the other workers are written
+first, as each owner gives them, then the front's own: the front returns its
+answers once every owner's part is answered (the shadow marks the end of each
+part's answers in its stream, `_PART_DONE`). So an answer the front gives itself
+(a PING last in a block) follows every answer, and every MSG answering a SUB, of
+the commands before it, as in one process; the answers of different owners are
+not in the block's order among themselves.
+
+Some commands are not one owner's: an RFWD's transmission is known once the front
+has opened it (core/forwarded.py), then runs in its owner as a part of its own;
+SUBS / NSUBS (a service's queues are in every worker) and LGET / LKEY (a contact
+queue's link id is the client's) go to every worker, and the front makes one
+answer of theirs (docs/workers.md#service-subscriptions,
+docs/workers.md#a-contact-queues-link-id).
+
+Back-pressure: a front sends at most `WINDOW` blocks to a shadow that it has
+not answered yet, and a shadow at most `WINDOW` writes the front has not taken; the
+front takes a write once the real connection's pending list has room. So a
+slow client holds its own shadows' writers, as it holds a connection's writer
+in one process, and no worker's memory grows for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from router.protocol.block import (
+    decode_batch_content,
+    encode_batches,
+    iter_batch_content,
+    pad_block,
+    unpad_block,
+)
+from router.protocol.codec import (
+    decode_command,
+    decode_response,
+    encode_command,
+    encode_response_transmission,
+)
+from router.protocol.ids_hash import ids_hash_bytes, ids_hash_int
+from router.protocol.transmission import (
+    decode_transmission,
+    encode_transmission,
+    entity_and_command_offset,
+)
+from router.protocol.types import (
+    AUTH,
+    ERR,
+    LGET,
+    NEW,
+    SOKS,
+    ProtocolError,
+    Response,
+    Transmission,
+)
+from store.interfaces import Party
+
+from ..core.connection import Connection
+from ..core.ownership import ID_SIZE, Ownership
+from ..core.services import all_received
+from ..core.serving import ClientServing
+from ..core.subscriptions import ClientSubscriptions
+from ..core.verified import error_transmission
+from ..edge.block_stream import TransportClosed
+from ..edge.handshake import Handshake, ServiceSession
+from ..router import Router
+from .channel import Frame, LinkLost, Links
+from .layout import SHARED_STORES
+
+log = logging.getLogger(__name__)
+
+OPEN, BLOCK, BLOCK_TAKEN, CLOSE, OUT, OUT_TAKEN, GONE = range(1, 8)  # BLOCK_TAKEN: not sent
+# An OUT frame outside the shadow's window, never taken back (no OUT_TAKEN): one per part
+# the shadow has answered, the last of the write that follows its answers. The front's
+# window of parts bounds them, and its receive loop the answers they bring.
+OUT_ANSWERED = 8
+# A contact NEW's link id held reserved by owner(link id) for a front, its grant and
+# its end (docs/workers.md#a-contact-queues-link-id); the payload is the link id.
+RESERVE, RESERVED, RELEASE = 20, 21, 22
+# Written by a shadow after a part's answers, in their stream: no real transmission
+# is empty (router/protocol/transmission.py), and the front takes it out.
+_PART_DONE = b""
+# Begins a part of forwarded transmissions (RFWD, opened in the front) in a shadow's
+# blocks, and each of their answers in its writes: a padded block begins with its
+# content's length (below 0x40 00), and an answer with its empty authorization (0).
+_FORWARDED = b"\xffFWD"
+WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
+OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
+# What a front keeps of its shadows' writes to send with a block's own answers; beyond
+# it they go to the connection as they come (its pending list is bounded, its frames'
+# OUT_TAKEN wait for room there).
+COLLECTED_BYTES = 1 << 17
+# Commands a front answers itself whatever their entity id: they name no queue
+# (the proxy's, PING; an RFWD's inner transmission goes to its owner, below).
+_LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD"})
+# A service's subscriptions: its queues are in every worker, so every worker walks
+# its own (docs/workers.md#service-subscriptions).
+_SERVICE_TAGS = {b"SUBS": Party.RECIPIENT, b"NSUBS": Party.NOTIFIER}
+# A link's commands: a contact queue's link id is the client's, of any worker, so
+# they are asked of every worker, and the one that has the link answers.
+_LINK_TAGS = frozenset({b"LGET", b"LKEY"})
+_EVERY = -1  # the owner of what every worker answers for its own queues
+_TAG_PEEK = 6  # bytes of a command enough to tell the tags above (5 at most) apart
+
+
+@dataclass(slots=True)
+class _Owner:
+    """A front's parts handed to one owner (its shadow there); a front's owners are a
+    chain (`next`): a list of every worker would be more for few shadows."""
+
+    worker: int
+    next: _Owner | None = None
+    free: int = WINDOW  # parts it may still send before one more is answered
+    sent: int = 0
+    answered: int = 0
+    gone: bool = False  # its worker died: nothing more is sent to its next process
+
+
+@dataclass(slots=True)
+class _Seldom:
+    """What a front keeps for proxied commands, commands sent to every worker and
+    service subscriptions: made on first use, which most fronts never see."""
+
+    # owner -> the answers to the forwarded transmissions of its part in progress
+    forwarded: dict[int, list[list[bytes]]] | None = None
+    forwarding: dict[int, trio.Lock] | None = None  # owner -> its part's turn
+    # A block's commands sent to every worker, by corrId: the side of a SUBS / NSUBS
+    # (None: LGET / LKEY) and the other workers' answers, made into one answer.
+    gathered: dict[bytes, tuple[Party | None, list[bytes]]] | None = None
+    # owner -> its part of a block with SUBS: what it writes after the part's answers
+    # (its walk) waits, with the frames' OUT_TAKEN, until the front's SOKS is written.
+    hold_after: dict[int, int] | None = None
+    held: list[bytes] | None = None
+    held_taken: list[tuple[int, Frame]] | None = None
+    walks_left: int = 0  # the workers whose SUBS walk has not written its ALLS yet
+
+
+def _seldom(name: str, default: object = None) -> Any:
+    """A `_Front` attribute kept in its `_Seldom`, made when set to something."""
+
+    def get(front: _Front) -> Any:
+        return default if front.seldom is None else getattr(front.seldom, name)
+
+    def put(front: _Front, value: object) -> None:
+        if front.seldom is None:
+            if value == default:
+                return
+            front.seldom = _Seldom()
+        setattr(front.seldom, name, value)
+
+    return property(get, put)
+
+
+class _Front:
+    """A client connection of this worker and the owners it has shadows in.
+
+    Every client whose queues spread keeps one, so what most never use is made on
+    first use: a dict is 65-225 B, an event ~270 B, a semaphore ~340 B
+    (`python -m bench workers_shadow` lists the sites)."""
+
+    __slots__ = ("conn", "client", "owners", "progress", "seldom", "collected",
+                 "collected_bytes", "collected_after", "collected_taken")
+
+    def __init__(self, conn: Connection, client: ClientSubscriptions) -> None:
+        self.conn, self.client = conn, client
+        self.owners: _Owner | None = None  # the first of the chain
+        # Made by a task that waits for parts, set (and dropped) as parts are answered.
+        self.progress: trio.Event | None = None
+        self.seldom: _Seldom | None = None
+        # While a block is answered, what its shadows write, kept to go with the front's
+        # own answers in the block's write (None: left to the connection as it comes);
+        # its bytes, whether the block's answers are out of `process_block` already, and
+        # the OUT_TAKEN of what the shadows wrote since, held until they are written.
+        self.collected: list[bytes] | None = None
+        self.collected_bytes = 0
+        self.collected_after = False
+        self.collected_taken: list[tuple[int, Frame]] | None = None
+
+    forwarded: dict[int, list[list[bytes]]] | None = _seldom("forwarded")
+    forwarding: dict[int, trio.Lock] | None = _seldom("forwarding")
+    gathered: dict[bytes, tuple[Party | None, list[bytes]]] | None = _seldom("gathered")
+    hold_after: dict[int, int] | None = _seldom("hold_after")
+    held: list[bytes] | None = _seldom("held")
+    held_taken: list[tuple[int, Frame]] | None = _seldom("held_taken")
+    walks_left: int = _seldom("walks_left", 0)
+
+    def owner(self, worker: int) -> _Owner | None:
+        owner = self.owners
+        while owner is not None and owner.worker != worker:
+            owner = owner.next
+        return owner
+
+    def add_owner(self, worker: int) -> _Owner:
+        owner = self.owners = _Owner(worker, self.owners)
+        return owner
+
+    def shadow_workers(self) -> list[int]:
+        """The workers it has a shadow in (not those that died since)."""
+        workers, owner = [], self.owners
+        while owner is not None:
+            if not owner.gone:
+                workers.append(owner.worker)
+            owner = owner.next
+        return workers
+
+    def gathering(self) -> dict[bytes, tuple[Party | None, list[bytes]]]:
+        if self.gathered is None:
+            self.gathered = {}
+        return self.gathered
+
+    async def wait_progress(self) -> None:
+        if self.progress is None:
+            self.progress = trio.Event()
+        await self.progress.wait()
+
+    def parts_answered(self, owner: _Owner, parts: int) -> None:
+        """`parts` more of the owner's parts are answered: their blocks are taken."""
+        owner.answered += parts
+        owner.free += parts
+        progress, self.progress = self.progress, None
+        if progress is not None:
+            progress.set()
+
+    async def wait_answered(self, worker: int, parts: int) -> None:
+        owner = self.owner(worker)
+        assert owner is not None, "parts are awaited of a worker they were handed to"
+        while owner.answered < parts:
+            await self.wait_progress()
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowServing:
+    """How a shadow is served: as any client, its answers to each part followed by
+    the mark of their end."""
+
+    own: ClientServing
+
+    async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
+        transport = client.conn.transport
+        # What the shadow writes while it works on the part (a costly block writes its
+        # answers so far at each pause, dispatch.py) waits for the part's last answers:
+        # one frame back to the front for the part, not one per pause.
+        transport.holding = True  # type: ignore[attr-defined]
+        try:
+            if block.startswith(_FORWARDED):
+                client.in_block = True  # as ClientServing.process_block
+                answers = [_FORWARDED + _join(await self.own.dispatcher.run_forwarded(
+                    client, transmission[2:], int.from_bytes(transmission[:2], "big")))
+                    for transmission in _split(block[len(_FORWARDED):])]
+            else:
+                answers = await self.own.process_block(client, block)
+        finally:
+            transport.holding = False
+        answers.append(_PART_DONE)
+        transport.parts_answered += 1  # type: ignore[attr-defined]
+        return answers
+
+    def delivery_loop(self, client: ClientSubscriptions) -> Awaitable[None]:
+        return self.own.delivery_loop(client)
+
+    def answered(self, client: ClientSubscriptions) -> None:
+        self.own.answered(client)
+
+
+class ShadowTransport:
+    """A shadow's transport: blocks from its front, writes back to it as frames. It
+    also serves the shadow on demand (`Connection.serve_on_demand`): an idle shadow
+    is no task, only memory (bench/RESULTS.md, "Worker processes": a task and its
+    frames were ~1.5 KB of every shadow); a task answers its blocks while it has
+    some, and takes the shadow apart if it ends."""
+
+    __slots__ = ("remote", "_handoff", "_front_worker", "_front_id", "_blocks", "_client",
+                 "_out_free", "_room", "_pass", "_busy", "_ending", "ended_by_front",
+                 "holding", "_held", "parts_answered")
+    shadow = True  # not a client of this worker's own: no idle timeout (router.py)
+    stalled = False
+    web_challenge = None
+
+    def __init__(self, handoff: Handoff, front_worker: int, front_id: int, remote: str) -> None:
+        self.remote = remote
+        self._handoff = handoff
+        self._front_worker, self._front_id = front_worker, front_id
+        self._blocks: list[bytes] | None = None  # the front's, not answered yet (<= WINDOW)
+        self._client: ClientSubscriptions | None = None  # set by `serve`
+        # Writes the front may still take before it has taken one (a semaphore is
+        # ~340 B), and what a write waits on for one, made when one waits.
+        self._out_free = WINDOW
+        self._room: trio.Event | None = None
+        self._pass: trio.CancelScope | None = None  # the task answering blocks, if one does
+        self._busy = False  # a task answers blocks or takes the shadow apart
+        self._ending = False
+        self.ended_by_front = False
+        # While a part is worked on (`ShadowServing`), what is written is held, and goes
+        # with the part's answers.
+        self.holding = False
+        self._held: list[bytes] | None = None
+        self.parts_answered = 0  # parts answered since the last frame outside the window
+
+    def serve(self, router: Router, handshake: Handshake, serving: ShadowServing) -> None:
+        self._client = router.open_shadow(self, handshake, serving, self)
+
+    def deliver(self, block: bytes) -> None:
+        """A block from the front (within its window, so never more than WINDOW)."""
+        blocks = self._blocks
+        if self._ending or (blocks is not None and len(blocks) >= WINDOW):
+            if not self._ending:
+                log.warning("worker %d overran its window to a shadow: ending it",
+                            self._front_worker)
+            self.cancel()
+            return
+        if blocks is None:
+            self._blocks = [block]
+        else:
+            blocks.append(block)
+        self._start()
+
+    def _next_block(self) -> bytes | None:
+        blocks = self._blocks
+        if not blocks or self._ending:
+            return None
+        block = blocks.pop(0)
+        if not blocks:
+            self._blocks = None
+        # No BLOCK_TAKEN: the front counts a block taken once its part is answered (the
+        # _PART_DONE mark, `_write_to_front`), a frame less each way per part.
+        return block if block.startswith(_FORWARDED) else pad_block(block)
+
+    def _start(self) -> None:
+        if not self._busy:
+            self._busy = True
+            nursery = self._handoff._nursery
+            assert nursery is not None
+            nursery.start_soon(self._serve_blocks)
+
+    def taken(self) -> None:
+        self._out_free += 1
+        room, self._room = self._room, None
+        if room is not None:
+            room.set()
+
+    def cancel(self) -> None:
+        """End the shadow (`Connection.close_now`, the front's CLOSE, the front's
+        worker gone): its task is cancelled, and it is taken apart."""
+        if self._ending:
+            return
+        self._ending = True
+        if self._pass is not None:
+            self._pass.cancel()
+        self._start()
+
+    end = cancel
+
+    async def _serve_blocks(self) -> None:
+        """Answer the blocks waiting, then end (or take the shadow apart if it ends)."""
+        client = self._client
+        assert client is not None
+        conn = client.conn
+        try:
+            with trio.CancelScope() as self._pass:
+                await conn.answer_blocks(self._next_block)
+        except TransportClosed as e:
+            conn.close_reason = conn.close_reason or str(e)
+            self._ending = True
+        except trio.Cancelled:
+            # The worker stops (its own scope is caught by the `with`): its front's worker
+            # learns it from their link, and this one's links take no more frames.
+            self._ending = self.ended_by_front = True
+            raise
+        except Exception:
+            log.exception("%r: answering its blocks failed", conn)
+            conn.close_reason = conn.close_reason or "internal error"
+            self._ending = True
+        finally:
+            self._pass = None
+            if self._ending:
+                with trio.CancelScope(shield=True):
+                    await self._take_apart(client)
+            else:
+                self._busy = False  # no wait since the last block was taken
+
+    async def _take_apart(self, client: ClientSubscriptions) -> None:
+        handoff = self._handoff
+        try:
+            await client.conn.end_on_demand()
+        finally:
+            assert handoff._router is not None
+            handoff._router.close_shadow(client)
+            handoff.shadow_gone(self._front_worker, self._front_id, self)
+            await self.aclose(handoff._router.config.close_timeout)
+
+    async def receive_block(self) -> bytes:
+        raise TransportClosed("a shadow's blocks are answered on demand")
+
+    async def send_block(self, block: bytes) -> None:
+        await self.send_blocks([block])
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        """What is held, then the blocks' contents, in frames of at most OUT_FRAME_BYTES,
+        each within the window (a write of a full pending list is many blocks); while
+        `holding`, the last frame's worth is kept for the next write. The connection
+        writes from one task at a time, so what is held keeps its place."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            held.extend(unpad_block(block) for block in blocks)
+            pieces: Iterable[bytes] = held
+        else:
+            pieces = map(unpad_block, blocks)
+        contents: list[bytes] = []
+        size = 0
+        for content in pieces:
+            if contents and size + len(content) > OUT_FRAME_BYTES:
+                await self._send_out(contents)
+                contents, size = [], 0
+            contents.append(content)
+            size += 4 + len(content)
+        if contents:
+            if self.holding:
+                self._held = contents
+            else:
+                await self._send_out(contents, last=True)
+
+    def can_send_now(self) -> bool:
+        return self._held is None and not self.holding and (
+            self._out_free > 0 or self.parts_answered > 0)
+
+    def send_blocks_now(self, blocks: list[bytes]) -> bool:
+        """A write from any task without waiting (`Connection._write_now`: a MSG that a
+        SEND makes for this shadow's idle client) as one frame, when its window and the
+        link have room: no delivery task started for it. Else it is held, and False:
+        the connection's next write (its delivery task's) sends it first."""
+        contents = [unpad_block(block) for block in blocks]
+        if sum(map(len, contents)) + 4 * len(contents) <= OUT_FRAME_BYTES:
+            if self.parts_answered:
+                if self._handoff.links.send_nowait(
+                        self._front_worker,
+                        Frame(OUT_ANSWERED, self._front_id, _join(contents))):
+                    self.parts_answered = 0
+                    return True
+            elif self._out_free > 0:
+                self._out_free -= 1
+                if self._handoff.links.send_nowait(
+                        self._front_worker, Frame(OUT, self._front_id, _join(contents))):
+                    return True
+                self._out_free += 1
+        self._held = contents
+        return False
+
+    async def _send_out(self, contents: list[bytes], *, last: bool = False) -> None:
+        """A frame within the window; or outside it, the last of a write after a part
+        was answered (`OUT_ANSWERED`)."""
+        if last and self.parts_answered:
+            self.parts_answered = 0
+            await self._send(Frame(OUT_ANSWERED, self._front_id, _join(contents)))
+            return
+        while self._out_free <= 0:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+        self._out_free -= 1
+        await self._send(Frame(OUT, self._front_id, _join(contents)))
+
+    async def _send(self, frame: Frame) -> None:
+        try:
+            await self._handoff.links.send(self._front_worker, frame)
+        except LinkLost as e:
+            raise TransportClosed(str(e)) from e
+
+    def established(self) -> None:
+        pass
+
+    async def aclose(self, timeout: float) -> None:
+        if not self.ended_by_front:
+            with trio.move_on_after(timeout):
+                try:
+                    await self._handoff.links.send(self._front_worker,
+                                                   Frame(GONE, self._front_id, b""))
+                except LinkLost:
+                    pass
+
+
+class Handoff:
+    """This worker's side of the hand-offs: its fronts' shadows elsewhere, and the
+    shadows it serves for the other workers' fronts."""
+
+    def __init__(self, ownership: Ownership, group: str) -> None:
+        self.ownership = ownership
+        self.links = Links(group, ownership.index, ownership.workers, self._on_frame,
+                           self._on_peer_lost)
+        self._router: Router | None = None
+        self._serving: ClientServing | None = None  # the router's own, for its parts
+        self._shadow_serving: ShadowServing | None = None
+        self._fronts: dict[int, _Front] = {}
+        # front worker -> its connection's id -> the shadow (a key of two ints is a tuple
+        # more of every shadow)
+        self._shadows: list[dict[int, ShadowTransport]] = [
+            {} for _ in range(ownership.workers)]
+        self._nursery: trio.Nursery | None = None
+        self._reservations = _LinkReservations()
+        # (holder, front connection, link id) -> set once the holder granted it
+        self._reserving: dict[tuple[int, int, bytes], trio.Event] = {}
+        # (front worker, its connection, link id) -> set when the front releases it
+        self._held_for: dict[tuple[int, int, bytes], trio.Event] = {}
+
+    def install(self, router: Router) -> None:
+        """Serve `router`'s connections as fronts (before its listener accepts)."""
+        self._router = router
+        self._serving = router.install_serving(self)
+        self._shadow_serving = ShadowServing(self._serving)
+        router.dispatcher.route_forwarded(self)
+        router.services.walk_done = self.own_walk_done
+        if router.config.store in SHARED_STORES:
+            router.services.share_a_store(self.ownership)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.links.run)
+            task_status.started()
+
+    # --- the front: ClientHandler of this worker's own connections ----------------
+
+    async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
+        assert self._serving is not None
+        split = self._split(client.conn, block)
+        if split is None:
+            return await self._serving.process_block(client, block)
+        parts, gathered, contacts = split
+        front = self._front(client)
+        # A block all of one other worker's goes as it came, not packed again.
+        whole = block if len(parts) == 1 and not gathered and not contacts else None
+        if not gathered:
+            # The shadows' writes go out with the front's answers, in one write where
+            # they fit, rather than each by the connection's delivery task as it comes.
+            front.collected, front.collected_bytes = [], 0
+        try:
+            if contacts:
+                # Its link ids held until the NEW has run: a NEW of one of them elsewhere
+                # waits, then finds it taken.
+                async with self._links_reserved(front, contacts):
+                    answers = await self._process_parts(client, front, parts, gathered,
+                                                        contacts)
+            else:
+                answers = await self._process_parts(client, front, parts, gathered, contacts,
+                                                    whole)
+        except BaseException:
+            collected, front.collected = front.collected, None
+            if collected:
+                client.conn.leave(collected)
+            raise
+        collected = front.collected
+        if collected:
+            answers = collected + answers
+            # Until the receive loop has these answers in its write (`answered`), what
+            # the shadows write next waits here, after them.
+            front.collected = []
+            front.collected_after = True
+        else:
+            front.collected = None
+        return answers
+
+    async def _process_parts(self, client: ClientSubscriptions, front: _Front,
+                             parts: dict[int, list[bytes]], gathered: dict[bytes, Party | None],
+                             contacts: dict[bytes, tuple[bytes, bytes]],
+                             whole: bytes | None = None) -> list[bytes]:
+        assert self._serving is not None
+        refused = await self._refuse_taken_links(front, parts, contacts) if contacts else []
+        own = parts.pop(self.ownership.index, None)
+        # Apart from the rest, so that their answers are all in what the dispatcher
+        # returns (a costly block writes its answers so far when it pauses: dispatch.py).
+        everywhere = parts.pop(_EVERY, None)
+        for corr_id, party in gathered.items():
+            front.gathering()[corr_id] = (party, [])
+        services = any(party is not None for party in gathered.values())
+        if Party.RECIPIENT in gathered.values():
+            front.walks_left = self.ownership.workers
+        awaited: dict[int, int] = {}
+        for owner, transmissions in parts.items():
+            for sub_block in [whole] if whole is not None else encode_batches(transmissions):
+                awaited[owner] = await self._hand_to(front, owner, sub_block)
+            if services:
+                if front.hold_after is None:
+                    front.hold_after, front.held, front.held_taken = {}, [], []
+                front.hold_after[owner] = awaited[owner]
+        answers: list[bytes] = refused
+        for mine in (everywhere, own):
+            for own_block in encode_batches(mine or []):
+                answers.extend(await self._serving.process_block(client, own_block))
+        for owner, count in awaited.items():
+            await front.wait_answered(owner, count)
+        if gathered:
+            answers = [self._gathered_answer(front, answer) for answer in answers]
+            front.gathered = None
+        return answers
+
+    def delivery_loop(self, client: ClientSubscriptions):  # type: ignore[no-untyped-def]
+        assert self._serving is not None
+        return self._serving.delivery_loop(client)
+
+    def answered(self, client: ClientSubscriptions) -> None:
+        assert self._serving is not None and self._nursery is not None
+        self._serving.answered(client)
+        front = self._fronts.get(client.conn.id)
+        if front is not None and front.collected_after:
+            self._release_collected(front)
+        if front is not None and front.hold_after is not None:
+            # The block's SOKS is written: the other workers' walks follow it.
+            held, held_taken = front.held, front.held_taken
+            front.hold_after = front.held = front.held_taken = None
+            if held:
+                client.conn.leave(held)
+            for peer, taken in held_taken or ():
+                self._nursery.start_soon(self._taken_once_room, client.conn, peer, taken)
+
+    def _release_collected(self, front: _Front) -> None:
+        """What the shadows wrote since the block's answers went to the connection,
+        and their OUT_TAKEN held meanwhile."""
+        assert self._nursery is not None
+        collected, front.collected, front.collected_after = front.collected, None, False
+        conn = front.conn
+        if collected:
+            conn.leave(collected)
+        for peer, taken in front.collected_taken or ():
+            if conn.outbox_full() or not self.links.send_nowait(peer, taken):
+                self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
+        front.collected_taken = None
+
+    def _split(self, conn: Connection, block: bytes) -> tuple[
+            dict[int, list[bytes]], dict[bytes, Party | None], dict[bytes, tuple[bytes, bytes]]
+    ] | None:
+        """The block's transmissions by owner; those sent to every worker by corrId (a
+        SUBS / NSUBS by its side, an LGET / LKEY by None); its NEWs of contact queues
+        (raw -> corrId, link id). None if they are all this worker's and no NEW of a
+        contact queue (or the block does not parse: the dispatcher answers that)."""
+        try:
+            raws = decode_batch_content(unpad_block(block))
+        except ProtocolError:
+            return None
+        version, service = conn.version, conn.service_id is not None
+        contacts: dict[bytes, tuple[bytes, bytes]] = {}
+        owners = [self._owner(raw, version, service, contacts) for raw in raws]
+        if not contacts and all(owner == self.ownership.index for owner in owners):
+            return None
+        parts: dict[int, list[bytes]] = {}
+        gathered: dict[bytes, Party | None] = {}
+        for owner, raw in zip(owners, raws, strict=True):
+            if owner == _EVERY:
+                t = decode_transmission(raw, version)
+                if t.corr_id in gathered:  # their answers could not be told apart
+                    owner = self.ownership.index
+                else:
+                    gathered[t.corr_id] = _SERVICE_TAGS.get(t.command.split(b" ", 1)[0])
+                    for worker in range(self.ownership.workers):
+                        # This worker's copy under _EVERY: answered as a block of its own
+                        parts.setdefault(_EVERY if worker == self.ownership.index else worker,
+                                         []).append(raw)
+                    continue
+            parts.setdefault(owner, []).append(raw)
+        return parts, gathered, contacts
+
+    def _owner(self, raw: bytes, version: int, service: bool,
+               contacts: dict[bytes, tuple[bytes, bytes]]) -> int:
+        here = self.ownership.index
+        try:
+            # A look at the entity id and the tag: most of a block is SUBs, SENDs and ACKs,
+            # which need no more (the owner takes them apart again).
+            entity_id, at = entity_and_command_offset(raw, version)
+        except ProtocolError:
+            return here  # answered with its error here
+        tag = raw[at:at + _TAG_PEEK].split(b" ", 1)[0]
+        if tag in _LOCAL_TAGS:
+            return here
+        if entity_id and tag not in _SERVICE_TAGS and tag not in _LINK_TAGS:
+            return here if len(entity_id) != ID_SIZE else self.ownership.owner_of(entity_id)
+        try:
+            t = decode_transmission(raw, version)
+        except ProtocolError:
+            return here
+        if tag in _SERVICE_TAGS:
+            # A connection without a service is refused here; an empty corrId could
+            # not be told from a push's, so it goes no further either.
+            return _EVERY if service and t.corr_id else here
+        if tag in _LINK_TAGS:
+            return _EVERY if t.corr_id else here
+        if t.entity_id:
+            if len(t.entity_id) != ID_SIZE:
+                return here
+            return self.ownership.owner_of(t.entity_id)
+        if tag != b"NEW":
+            return here
+        try:
+            cmd = decode_command(t.command, version)
+        except ProtocolError:
+            return here
+        if isinstance(cmd, NEW) and cmd.link is not None:
+            if cmd.link.link_id is not None:
+                contacts[raw] = (t.corr_id, cmd.link.link_id)
+            # The client chose the sender id: the queue is that id's owner's (docs/workers.md).
+            return self.ownership.owner_of(cmd.link.sender_id)
+        return here
+
+    # --- forwarded transmissions (RFWD): forwarded.ForwardRoute --------------------
+
+    def owner_elsewhere(self, transmission: bytes, version: int) -> int | None:
+        try:
+            t = decode_transmission(transmission, version)
+        except ProtocolError:
+            return None  # answered with its error here
+        if t.command.split(b" ", 1)[0] in _LINK_TAGS:
+            return _EVERY  # a contact queue's link id is the client's
+        entity_id = t.entity_id
+        if len(entity_id) != ID_SIZE:
+            return None
+        owner = self.ownership.owner_of(entity_id)
+        return None if owner == self.ownership.index else owner
+
+    async def run_elsewhere(self, client: ClientSubscriptions, owner: int,
+                            forwarded: list[tuple[bytes, int]]) -> list[list[bytes]]:
+        """One part to the owner's shadow of this client (through its window, as a
+        block), each transmission with its version; its answers come back in the
+        shadow's stream (`_write_to_front`). `_EVERY`: asked of every worker, and
+        the answer of the one that has the queue taken."""
+        if owner == _EVERY:
+            return await self._run_everywhere(client, forwarded)
+        front = self._front(client)
+        if front.forwarding is None:
+            front.forwarding, front.forwarded = {}, {}
+        assert front.forwarded is not None
+        lock = front.forwarding.get(owner)
+        if lock is None:
+            lock = front.forwarding[owner] = trio.Lock()
+        async with lock:  # one part's answers at a time from an owner
+            front.forwarded[owner] = answers = []
+            part = _FORWARDED + _join([version.to_bytes(2, "big") + transmission
+                                       for transmission, version in forwarded])
+            await front.wait_answered(owner, await self._hand_to(front, owner, part))
+            del front.forwarded[owner]
+        if len(answers) != len(forwarded):  # a shadow answers each, or ends
+            raise TransportClosed(f"worker {owner} answered {len(answers)} forwarded "
+                                  f"transmissions of {len(forwarded)}")
+        return answers
+
+    async def _run_everywhere(self, client: ClientSubscriptions,
+                              forwarded: list[tuple[bytes, int]]) -> list[list[bytes]]:
+        assert self._router is not None
+        here = self.ownership.index
+        others = [w for w in range(self.ownership.workers) if w != here]
+        theirs: dict[int, list[list[bytes]]] = {}
+
+        async def ask(worker: int) -> None:
+            theirs[worker] = await self.run_elsewhere(client, worker, forwarded)
+
+        async with trio.open_nursery() as nursery:
+            for worker in others:
+                nursery.start_soon(ask, worker)
+            own = [await self._router.dispatcher.run_forwarded(client, transmission, version)
+                   for transmission, version in forwarded]
+        answers = []
+        for i, (_, version) in enumerate(forwarded):
+            candidates = [own[i], *(theirs[w][i] for w in others)]
+            found = [c for c in candidates if len(c) == 1]
+            answers.append([_link_answer([c[0] for c in found], version)] if found else own[i])
+        return answers
+
+    # --- a contact queue's link id, the client's: one for the router -------------------
+
+    async def _refuse_taken_links(self, front: _Front, parts: dict[int, list[bytes]],
+                                  contacts: dict[bytes, tuple[bytes, bytes]]) -> list[bytes]:
+        """The answers (AUTH, as to a taken link id in one process) of the NEWs of
+        contact queues whose link id another worker has; they are taken out of their
+        parts. Each other worker is asked with an LGET of the link id, as a client
+        would (a worker's own store refuses a link id it has already)."""
+        version = front.conn.version
+        refused: list[bytes] = []
+        for owner, raws in parts.items():
+            kept = []
+            for raw in raws:
+                contact = contacts.get(raw)
+                if contact is not None and await self._link_elsewhere(front, owner, *contact):
+                    refused.append(error_transmission(contact[0], b"", AUTH, version))
+                else:
+                    kept.append(raw)
+            parts[owner] = kept
+        for owner in [owner for owner, raws in parts.items() if not raws]:
+            del parts[owner]
+        return refused
+
+    @asynccontextmanager
+    async def _links_reserved(self, front: _Front, contacts: dict[bytes, tuple[bytes, bytes]]
+                              ) -> AsyncIterator[None]:
+        """Every link id of the block's contact NEWs held reserved (in the order of the
+        ids, so that two blocks never wait for each other's)."""
+        async with AsyncExitStack() as stack:
+            for link_id in sorted({link_id for _, link_id in contacts.values()}):
+                await stack.enter_async_context(self._link_reserved(front, link_id))
+            yield
+
+    @asynccontextmanager
+    async def _link_reserved(self, front: _Front, link_id: bytes) -> AsyncIterator[None]:
+        holder = self.ownership.owner_of(link_id)
+        if holder == self.ownership.index:
+            async with self._reservations.held(link_id):
+                yield
+            return
+        assert self._nursery is not None
+        key = (holder, front.conn.id, link_id)
+        granted = self._reserving[key] = trio.Event()
+        try:
+            try:
+                await self.links.send(holder, Frame(RESERVE, front.conn.id, link_id))
+            except LinkLost as e:
+                raise TransportClosed(str(e)) from e
+            await granted.wait()
+            if self._reserving.get(key) is not granted:
+                raise TransportClosed(f"worker {holder}, holding link ids, is gone")
+            yield
+        finally:
+            if self._reserving.pop(key, None) is not None:
+                # From a task of its own: also once this one is cancelled.
+                self._nursery.start_soon(self._send_quietly, holder,
+                                         Frame(RELEASE, front.conn.id, link_id))
+
+    async def _hold_link(self, peer: int, conn_id: int, link_id: bytes) -> None:
+        """Hold `link_id` reserved for a front of `peer` until it releases it (or is gone)."""
+        key = (peer, conn_id, link_id)
+        released = self._held_for[key] = trio.Event()
+        try:
+            async with self._reservations.held(link_id):
+                if not released.is_set():
+                    await self._send_quietly(peer, Frame(RESERVED, conn_id, link_id))
+                    await released.wait()
+        finally:
+            if self._held_for.get(key) is released:
+                del self._held_for[key]
+
+    async def _link_elsewhere(self, front: _Front, owner: int, corr_id: bytes,
+                              link_id: bytes) -> bool:
+        """Whether a worker other than `owner` has a contact queue of `link_id`."""
+        assert self._router is not None
+        if owner != self.ownership.index and await self._router.queues.get_queue(
+                Party.LINK, link_id) is not None:
+            return True
+        version = front.conn.version
+        probe_id = secrets.token_bytes(ID_SIZE)
+        probe = encode_batches([encode_transmission(
+            Transmission(b"", probe_id, link_id, encode_command(LGET(), version)), version)])
+        others = [w for w in range(self.ownership.workers)
+                  if w not in (owner, self.ownership.index)]
+        if not others:
+            return False
+        front.gathering()[probe_id] = (None, answers := [])
+        try:
+            awaited = {w: await self._hand_to(front, w, probe[0]) for w in others}
+            for worker, count in awaited.items():
+                await front.wait_answered(worker, count)
+        finally:
+            if front.gathered is not None:
+                front.gathered.pop(probe_id, None)
+        return any(_response(answer, version) != _NO_LINK for answer in answers)
+
+    # --- service subscriptions (SUBS, NSUBS): every worker walks its own queues ------
+
+    def _gathered_answer(self, front: _Front, answer: bytes) -> bytes:
+        """The front's own answer to a command sent to every worker, made one with the
+        other workers' answers."""
+        version = front.conn.version
+        t = decode_transmission(answer, version)
+        entry = None if front.gathered is None else front.gathered.get(t.corr_id)
+        if entry is None:
+            return answer
+        party, others = entry
+        if party is None:
+            return _link_answer([answer, *others], version)
+        return self._service_answer(front, t, answer, party, others)
+
+    def _service_answer(self, front: _Front, t: Transmission, answer: bytes, party: Party,
+                        others: list[bytes]) -> bytes:
+        """A SUBS / NSUBS: one SOKS with the sum of the counts and the XOR of the ids
+        hashes (the hash of a union of disjoint sets), which the front's own holding
+        keeps for its ENDS."""
+        version = front.conn.version
+        own = decode_response(t.command, version)
+        if not isinstance(own, SOKS):
+            return answer
+        count, ids_hash = own.count, own.ids_hash
+        for other in others:
+            theirs = decode_response(decode_transmission(other, version).command, version)
+            if not isinstance(theirs, SOKS):
+                return other  # that worker's refusal
+            count += theirs.count
+            ids_hash = ids_hash_bytes(ids_hash_int(ids_hash) ^ ids_hash_int(theirs.ids_hash))
+        assert self._router is not None
+        held = self._router.subscriptions.service_held(front.client, party)
+        if held is not None:
+            held.count, held.ids_hash = count, ids_hash
+        return encode_response_transmission(t.corr_id, t.entity_id, SOKS(count, ids_hash),
+                                            version)
+
+    def _shadow_write(self, front: _Front, transmission: bytes) -> bytes | None:
+        """What a shadow wrote, as the client gets it: an answer to a command sent to
+        every worker kept for the front's one answer; a service's ENDS dropped (the
+        front's own carries the router's figures), its ALLS only from the last walk;
+        None if not written."""
+        try:
+            t = decode_transmission(transmission, front.conn.version)
+        except ProtocolError:
+            return transmission
+        command = t.command
+        if front.conn.service_id is not None:
+            if command.startswith(b"ENDS "):
+                return None
+            if command == b"ALLS":
+                return transmission if self._walk_ended(front) else None
+        entry = front.gathered.get(t.corr_id) if t.corr_id and front.gathered else None
+        if entry is not None:
+            entry[1].append(transmission)
+            return None
+        return transmission
+
+    def _walk_ended(self, front: _Front) -> bool:
+        front.walks_left -= 1
+        return front.walks_left == 0
+
+    def own_walk_done(self, client: ClientSubscriptions) -> list[bytes]:
+        """`Services.walk_done` here: a front's ALLS once every worker's walk is done."""
+        front = self._fronts.get(client.conn.id)
+        if front is None or front.client is not client or self._walk_ended(front):
+            return all_received(client)
+        return []
+
+    def _front(self, client: ClientSubscriptions) -> _Front:
+        conn = client.conn
+        front = self._fronts.get(conn.id)
+        if front is None:
+            front = self._fronts[conn.id] = _Front(conn, client)
+        return front
+
+    async def _hand_to(self, front: _Front, owner: int, block: bytes) -> int:
+        """Send a part to the owner's shadow; its number among the parts sent there."""
+        window = front.owner(owner)
+        try:
+            if window is None:
+                window = front.add_owner(owner)
+                await self.links.send(owner, Frame(OPEN, front.conn.id,
+                                                   encode_handshake(front.conn)))
+            while window.free <= 0:
+                await front.wait_progress()
+            window.free -= 1
+            # A block goes without its padding (the shadow pads it again): a part is
+            # often a small share of a block, and 16 KB per part in flight is most of
+            # what hand-offs cost in memory and copies (bench/RESULTS.md, "Worker processes").
+            payload = block if block.startswith(_FORWARDED) else unpad_block(block)
+            await self.links.send(owner, Frame(BLOCK, front.conn.id, payload))
+        except LinkLost as e:
+            front.conn.close_now(f"its queues' worker {owner} cannot be reached: {e}")
+            raise TransportClosed(str(e)) from e
+        window.sent += 1
+        return window.sent
+
+    def forget(self, conn: Connection) -> None:
+        """A front connection ended: its shadows end too."""
+        front = self._fronts.pop(conn.id, None)
+        if front is None or self._nursery is None:
+            return
+        for owner in front.shadow_workers():
+            self._nursery.start_soon(self._send_quietly, owner, Frame(CLOSE, conn.id, b""))
+
+    async def _send_quietly(self, peer: int, frame: Frame) -> None:
+        try:
+            await self.links.send(peer, frame)
+        except LinkLost:
+            pass
+
+    # --- frames from the other workers ----------------------------------------------
+
+    async def _on_frame(self, peer: int, frame: Frame) -> None:
+        kind = frame.kind
+        if kind == BLOCK:
+            shadow = self._shadows[peer].get(frame.conn_id)
+            if shadow is not None:
+                shadow.deliver(frame.payload)
+        elif kind == OUT or kind == OUT_ANSWERED:
+            self._write_to_front(peer, frame)
+        elif kind == OUT_TAKEN:
+            shadow = self._shadows[peer].get(frame.conn_id)
+            if shadow is not None:
+                shadow.taken()
+        elif kind == OPEN:
+            self._open_shadow(peer, frame)
+        elif kind == RESERVE:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._hold_link, peer, frame.conn_id, frame.payload)
+        elif kind == RESERVED:
+            granted = self._reserving.get((peer, frame.conn_id, frame.payload))
+            if granted is not None:
+                granted.set()
+        elif kind == RELEASE:
+            released = self._held_for.get((peer, frame.conn_id, frame.payload))
+            if released is not None:
+                released.set()
+        elif kind == CLOSE:
+            shadow = self._shadows[peer].get(frame.conn_id)
+            if shadow is not None:
+                shadow.ended_by_front = True
+                shadow.end()
+        elif kind == GONE:
+            front = self._fronts.get(frame.conn_id)
+            if front is not None:
+                front.conn.close_now(f"its shadow in worker {peer} ended")
+        else:
+            log.warning("worker %d sent a frame of unknown kind %d", peer, kind)
+
+    def _write_to_front(self, peer: int, frame: Frame) -> None:
+        front = self._fronts.get(frame.conn_id)
+        if front is None:
+            return
+        conn = front.conn
+        watch = conn.service_id is not None or bool(front.gathered)
+        window = front.owner(peer)
+        if window is None:
+            return
+        answered = before = window.answered
+        hold_after = front.hold_after.get(peer) if front.hold_after else None
+        forwarded = front.forwarded.get(peer) if front.forwarded else None
+        out: list[bytes] = []
+        held = False
+        for content in _split(frame.payload):
+            for t in iter_batch_content(content):
+                if t == _PART_DONE:
+                    answered += 1
+                    continue
+                if forwarded is not None and t.startswith(_FORWARDED):
+                    forwarded.append(list(_split(t[len(_FORWARDED):])))
+                    continue
+                if watch:
+                    written = self._shadow_write(front, t)
+                    if written is None:
+                        continue
+                    t = written
+                if hold_after is not None and answered >= hold_after and front.held is not None:
+                    front.held.append(t)
+                    held = True
+                else:
+                    out.append(t)
+        collected = front.collected
+        if out:
+            if collected is None:
+                conn.leave(out)  # in order with what came before; never waits
+            else:
+                collected.extend(out)
+                front.collected_bytes += len(frame.payload)
+                if front.collected_bytes > COLLECTED_BYTES and not front.collected_after:
+                    # Bounded: the rest goes to the connection as it comes, behind these.
+                    conn.leave(collected)
+                    front.collected, front.collected_bytes = [], 0
+        if answered != before:
+            front.parts_answered(window, answered - before)
+        if frame.kind == OUT_ANSWERED:
+            return  # outside the window: nothing to take back
+        taken = Frame(OUT_TAKEN, frame.conn_id, b"")
+        assert self._nursery is not None
+        if held and front.held_taken is not None:
+            front.held_taken.append((peer, taken))  # a held walk waits within its window
+        elif front.collected_after and out:
+            # Writes that wait for the block's answers to be written wait within their
+            # window.
+            if front.collected_taken is None:
+                front.collected_taken = []
+            front.collected_taken.append((peer, taken))
+        elif conn.outbox_full():
+            self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
+        elif not self.links.send_nowait(peer, taken):
+            self._nursery.start_soon(self._send_quietly, peer, taken)
+
+    async def _taken_once_room(self, conn: Connection, peer: int, taken: Frame) -> None:
+        await conn.wait_for_room()
+        await self._send_quietly(peer, taken)
+
+    def _open_shadow(self, peer: int, frame: Frame) -> None:
+        assert self._router is not None and self._shadow_serving is not None
+        handshake, remote = decode_handshake(frame.payload)
+        transport = ShadowTransport(self, peer, frame.conn_id, remote)
+        self._shadows[peer][frame.conn_id] = transport
+        transport.serve(self._router, handshake, self._shadow_serving)
+
+    def shadow_gone(self, front_worker: int, front_id: int, transport: ShadowTransport) -> None:
+        shadows = self._shadows[front_worker]
+        if shadows.get(front_id) is transport:
+            del shadows[front_id]
+
+    def _on_peer_lost(self, peer: int) -> None:
+        """A peer died (or its link broke): what depended on it ends."""
+        for key in [key for key in self._held_for if key[0] == peer]:
+            self._held_for.pop(key).set()
+        for key in [key for key in self._reserving if key[0] == peer]:
+            self._reserving.pop(key).set()  # the waiting front finds it gone
+        for front in list(self._fronts.values()):
+            owner = front.owner(peer)
+            if owner is not None:
+                owner.gone = True  # no CLOSE for it to the worker started in its place
+                front.conn.close_now(f"its queues' worker {peer} is gone")
+        for shadow in list(self._shadows[peer].values()):
+            shadow.ended_by_front = True
+            shadow.end()
+
+
+class _LinkReservations:
+    """The link ids this worker holds reserved as their owner: a contact NEW of one
+    waits for the NEW of it before (docs/workers.md#a-contact-queues-link-id)."""
+
+    def __init__(self) -> None:
+        self._held: dict[bytes, tuple[trio.Lock, int]] = {}  # link id -> lock, its users
+
+    @asynccontextmanager
+    async def held(self, link_id: bytes) -> AsyncIterator[None]:
+        lock, users = self._held.get(link_id, (None, 0))
+        if lock is None:
+            lock = trio.Lock()
+        self._held[link_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._held[link_id]
+            if users == 1:
+                del self._held[link_id]
+            else:
+                self._held[link_id] = (lock, users - 1)
+
+
+def _link_answer(answers: list[bytes], version: int) -> bytes:
+    """An LGET / LKEY asked of every worker: the answer of the one that has the link
+    (the others answer AUTH, as for no link). Two that have it (two NEWs of one link
+    id at once in two workers) are answered AUTH: neither is the link's for sure."""
+    found = [answer for answer in answers if _response(answer, version) != _NO_LINK]
+    return found[0] if len(found) == 1 else answers[0] if not found else _no_link(
+        found[0], version)
+
+
+def _response(answer: bytes, version: int) -> Response:
+    return decode_response(decode_transmission(answer, version).command, version)
+
+
+def _no_link(answer: bytes, version: int) -> bytes:
+    t = decode_transmission(answer, version)
+    return error_transmission(t.corr_id, t.entity_id, AUTH, version)
+
+
+_NO_LINK = ERR(AUTH)
+
+
+# --- encodings ----------------------------------------------------------------------
+
+
+async def _acquire(window: trio.Semaphore) -> None:
+    """A place in `window`, without a pass of the scheduler when one is free (a
+    semaphore's `acquire` yields even then): a frame each way per part."""
+    try:
+        window.acquire_nowait()
+    except trio.WouldBlock:
+        await window.acquire()
+
+
+def _join(parts: list[bytes]) -> bytes:
+    return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+
+
+def _split(data: bytes) -> Iterator[bytes]:
+    pos = 0
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        yield data[pos + 4:pos + 4 + n]
+        pos += 4 + n
+
+
+_NONE = b"\xff\xff\xff\xff"
+
+
+def _field(value: bytes | None) -> bytes:
+    return _NONE if value is None else len(value).to_bytes(4, "big") + value
+
+
+def encode_handshake(conn: Connection) -> bytes:
+    """What an owner needs of a front's connection to verify and answer its commands."""
+    service = conn.service
+    # No client key: an RFWD, the one command it serves (its box key), is opened in the
+    # front (`_LOCAL_TAGS`), and a shadow keeps what it is sent.
+    fields = [conn.version.to_bytes(2, "big"), conn.session_id, None,
+              conn.router_dh_private, conn.transport.remote.encode()]
+    if service is not None:
+        fields += [service.service_id, service.role, service.cert_hash, service.service_key]
+    return b"".join(_field(f) for f in fields)
+
+
+def decode_handshake(data: bytes) -> tuple[Handshake, str]:
+    values: list[bytes | None] = []
+    pos = 0
+    while pos < len(data):
+        head = data[pos:pos + 4]
+        pos += 4
+        if head == _NONE:
+            values.append(None)
+            continue
+        n = int.from_bytes(head, "big")
+        values.append(data[pos:pos + n])
+        pos += n
+    version, session_id, client_key, router_dh, remote = values[:5]
+    assert version is not None and session_id is not None and remote is not None
+    service = None
+    if len(values) == 9:
+        service_id, role, cert_hash, service_key = values[5:]
+        assert service_id and role and cert_hash and service_key
+        service = ServiceSession(service_id, role, cert_hash, service_key)
+    handshake = Handshake(int.from_bytes(version, "big"), session_id, client_key, router_dh,
+                          client_service=service)
+    return handshake, remote.decode()
+
+
+def group_of_supervisor(pid: int) -> str:
+    """The name the workers of one supervisor share for their channel."""
+    return hashlib.sha256(f"{pid}".encode()).hexdigest()[:16]

@@ -1,0 +1,35 @@
+"""The worker benches that measure costs run tiny (no timing or size is asserted):
+every message and subscription went through at two workers, and each figure was read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import workers_costs, workers_shadow
+
+
+def test_the_costs_of_two_workers_are_measured(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(workers_costs, "QUICK_CLIENTS", 4)
+    monkeypatch.setattr(workers_costs, "QUICK_LIGHT_DURATION", 0.5)
+    monkeypatch.setattr(workers_costs, "QUICK_IDLE_CONNECTIONS", 6)
+    monkeypatch.setattr(workers_costs, "QUICK_IDLE_SUBSCRIPTIONS", 60)
+    monkeypatch.setattr(workers_costs, "SETTLE", 0.2)
+    [result] = workers_costs.run(quick=True, counts=(2,), duration=0.5, out=tmp_path)
+    assert result["workers"] == 2 and len(result["idle_rss_by_process"]) == 3
+    assert result["ping_ms"]["samples"] == workers_costs.QUICK_PINGS
+    for load in (result["light"], result["loaded"]):
+        assert load["msgs_per_s"] > 0
+        assert load["send_errors"] == load["ack_errors"] == 0
+    assert result["loaded"]["cpu_us_per_msg"] > 0
+    memory = result["memory"]
+    assert memory["rss_subscribed"] > 0 and memory["subscriptions"] == 60
+    assert json.loads((tmp_path / "workers_costs.json").read_text())["parameters"]["counts"] == [2]
+
+
+def test_a_shadows_traced_memory_is_measured(tmp_path: Path):
+    result = workers_shadow.run(8, tmp_path)
+    # The first SUB of the other worker's queue makes a shadow: more than a subscription.
+    assert result["bytes_per_other_workers_subscription"] > result["bytes_per_own_subscription"]
+    assert result["sites"] and result["files"]
+    assert (tmp_path / "workers_shadow.md").read_text().startswith("|")

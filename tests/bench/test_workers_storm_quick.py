@@ -1,0 +1,29 @@
+"""The workers' storm bench runs tiny at one worker and at two (no timing is asserted):
+every SUB answered OK at both counts, every waiting message delivered once, each
+queue written into its owner's share, and the CPU and memory of every process read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import workers_storm
+
+
+def test_a_tiny_storm_subscribes_every_queue_at_one_and_two_workers(tmp_path: Path):
+    results = workers_storm.run(quick=True, queues=120, connections=3, messages_every=4,
+                                out=tmp_path)
+    assert [r["workers"] for r in results] == [1, 2]
+    for r in results:
+        assert r["errors"] == 0, r
+        assert r["messages"] == 120 // 4, r  # one MSG per queue with a message, no more
+        assert sum(r["queues_per_worker"].values()) == 120
+        assert r["router_cpu_s"] > 0 and r["rss_after"] > 0 and r["ping_ms"]["samples"] > 0
+    # Both workers own some of the queues, and the two processes' memory is counted.
+    assert min(results[1]["queues_per_worker"].values()) > 0
+    assert results[1]["rss_before"] > results[0]["rss_before"]
+    data = json.loads((tmp_path / "workers_storm.json").read_text())
+    scaling = data["machine_scaling"]
+    assert scaling["processes"] == 2 and scaling["alone_s"] > 0 and scaling["together_s"] > 0
+    assert data["parameters"]["counts"] == [1, 2]
+    assert (tmp_path / "workers_storm.md").read_text().startswith("|")

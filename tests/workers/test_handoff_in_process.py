@@ -1,0 +1,151 @@
+"""Hand-offs with two workers in one process (`workers/in_process.py`), each on a port
+of its own, so that a test chooses the worker each client lands on."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import trio
+import trio.testing
+
+from router.client import MessageEvent, open_client
+from router.protocol.block import pad_block
+from router.server import RouterConfig
+from router.server.core.ownership import Ownership
+from router.server.workers.channel import Frame
+from router.server.workers.handoff import (
+    OUT,
+    OUT_ANSWERED,
+    OUT_FRAME_BYTES,
+    WINDOW,
+    ShadowTransport,
+    _split,
+)
+from router.server.workers.in_process import workers_in_process
+
+CONFIG = RouterConfig(host="127.0.0.1", port=0, store="memory", end_batch_interval=0.02)
+
+
+async def test_many_large_messages_reach_a_subscriber_on_the_other_worker() -> None:
+    """SUBs of many queues with large waiting messages, from a client of the other
+    worker: every message is delivered, once, and the subscriptions are the owner's."""
+    queues = 120
+    body = bytes(range(256)) * 58  # ~15 KB: a block per MSG
+    async with (
+        workers_in_process(CONFIG) as (owner, front),
+        open_client(owner.address) as sender,
+        open_client(front.address) as recipient,
+    ):
+        made = [await sender.create_queue(snd_secure=False) for _ in range(queues)]
+        assert {Ownership(2, 0).owner_of(q.recipient_id) for q in made} == {0}
+        for n, queue in enumerate(made):
+            await sender.send(queue.sender_id, body + b"%d" % n)
+        assert not any(await recipient.subscribe_many(made))
+        received: dict[bytes, bytes] = {}
+        with trio.fail_after(30):
+            while len(received) < queues:
+                event = await recipient.next_event()
+                assert isinstance(event, MessageEvent)
+                received[event.recipient_id] = event.body
+        assert received == {q.recipient_id: body + b"%d" % n for n, q in enumerate(made)}
+        # The shadow of the recipient lives in worker 0, not in worker 1.
+        assert len(owner.router.subscriptions) == queues
+        assert len(front.router.subscriptions) == 0
+
+
+class _RecordingLinks:
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+
+    async def send(self, peer: int, frame: Frame) -> None:
+        self.frames.append(frame)
+
+
+async def test_a_shadow_write_larger_than_a_frame_goes_in_several_within_the_window() -> None:
+    links = _RecordingLinks()
+    handoff = SimpleNamespace(links=links)
+    shadow = ShadowTransport(handoff, 1, 7, "test")  # type: ignore[arg-type]
+    blocks = [pad_block(bytes([n]) * 15_000) for n in range(200)]  # ~3 MB of contents
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(shadow.send_blocks, blocks)
+        taken = 0
+        with trio.fail_after(10):
+            while True:
+                await trio.testing.wait_all_tasks_blocked()
+                sent = len(links.frames)
+                assert sent - taken <= WINDOW  # never more than the window untaken
+                if sent == taken:
+                    break
+                for _ in range(sent - taken):
+                    shadow.taken()
+                taken = sent
+    assert len(links.frames) > 1 and all(f.kind == OUT and f.conn_id == 7 for f in links.frames)
+    assert all(len(f.payload) <= OUT_FRAME_BYTES + 16_384 for f in links.frames)
+    contents = [c for f in links.frames for c in _split(f.payload)]
+    assert contents == [bytes([n]) * 15_000 for n in range(200)]
+
+
+async def test_a_blocks_answers_from_another_worker_take_no_block_of_their_own() -> None:
+    """A block of SUBs of queues of both workers is answered in as many blocks as the
+    front's own share alone would be: the shadow's answers go out with the front's
+    last ones, not in writes of their own (the shadow's costly part pauses, and
+    writes its answers so far at each pause, dispatch.py)."""
+    async with (
+        workers_in_process(CONFIG) as (other, front),
+        open_client(other.address) as maker_elsewhere,
+        open_client(front.address) as maker_here,
+        open_client(front.address) as recipient,
+    ):
+        # A NEW without short-link data is the queue of the worker that received it.
+        elsewhere = [await maker_elsewhere.create_queue(snd_secure=False) for _ in range(20)]
+        here = [await maker_here.create_queue(snd_secure=False) for _ in range(40)]
+        assert {Ownership(2, 0).owner_of(q.recipient_id) for q in elsewhere} == {0}
+        assert {Ownership(2, 0).owner_of(q.recipient_id) for q in here} == {1}
+
+        async def blocks_answering(queues: list) -> int:
+            before = recipient.statistics()
+            assert not any(await recipient.subscribe_many(queues))
+            after = recipient.statistics()
+            assert after.blocks_sent - before.blocks_sent == 1
+            return after.blocks_received - before.blocks_received
+
+        alone = await blocks_answering(here[:20])
+        assert await blocks_answering(here[20:] + elsewhere) == alone
+        assert len(other.router.subscriptions) == 20 and len(front.router.subscriptions) == 40
+
+
+class _RecordingLinksNow(_RecordingLinks):
+    def send_nowait(self, peer: int, frame: Frame) -> bool:
+        self.frames.append(frame)
+        return True
+
+
+async def test_a_shadow_holds_its_writes_while_it_works_on_a_part() -> None:
+    """What a shadow writes while `holding` (a costly part's answers at each pause)
+    goes in the frame of the part's last answers, in order; a write made at once
+    (`send_blocks_now`) is one frame within the window, else held for the next write."""
+    links = _RecordingLinksNow()
+    shadow = ShadowTransport(SimpleNamespace(links=links), 1, 7, "test")  # type: ignore[arg-type]
+    shadow.holding = True
+    await shadow.send_blocks([pad_block(b"a"), pad_block(b"b")])
+    await shadow.send_blocks([pad_block(b"c")])
+    assert links.frames == []
+    shadow.holding = False
+    await shadow.send_blocks([pad_block(b"d")])
+    assert [list(_split(f.payload)) for f in links.frames] == [[b"a", b"b", b"c", b"d"]]
+    assert shadow.can_send_now() and shadow.send_blocks_now([pad_block(b"e")])
+    for _ in range(WINDOW - 2):
+        assert shadow.send_blocks_now([pad_block(b"f")])
+    assert not shadow.can_send_now()  # the window is full: nothing more at once
+    assert not shadow.send_blocks_now([pad_block(b"g")])  # held
+    assert len(links.frames) == WINDOW
+    shadow.taken()
+    await shadow.send_blocks([pad_block(b"h")])
+    assert list(_split(links.frames[-1].payload)) == [b"g", b"h"]
+    # A part answered: the last frame of the write that follows goes outside the full
+    # window, once, and is never taken back.
+    shadow.parts_answered = 1
+    with trio.fail_after(5):
+        await shadow.send_blocks([pad_block(b"i")])
+    assert links.frames[-1].kind == OUT_ANSWERED and shadow.parts_answered == 0
+    assert not shadow.can_send_now()

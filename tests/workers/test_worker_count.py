@@ -1,0 +1,30 @@
+"""The suites' router at `--workers 2` (tests/worker_count.py, docs/testing.md): one
+address whose clients land on both workers, a message from one to the other."""
+
+from __future__ import annotations
+
+import trio
+from worker_count import WORKERS_VARIABLE, serve_router_under_test
+
+from router.client import open_client
+from router.server import RouterConfig
+from router.server.core.ownership import Ownership
+
+
+async def test_clients_of_the_one_address_land_on_both_workers(nursery, monkeypatch):
+    monkeypatch.setenv(WORKERS_VARIABLE, "2")
+    info = await nursery.start(serve_router_under_test,
+                               RouterConfig(host="127.0.0.1", port=0, store="memory"))
+    owner_of = Ownership(2, 0).owner_of
+    with trio.fail_after(20):
+        async with open_client(info.address) as recipient, open_client(info.address) as sender:
+            queue = await recipient.create_queue(subscribe=True)
+            await sender.send(queue.sender_id, b"across")
+            assert (await recipient.next_event()).body == b"across"
+            # a NEW belongs to the worker it landed on: one queue made on each connection
+            other = await sender.create_queue()
+            assert {owner_of(queue.recipient_id), owner_of(other.recipient_id)} == {0, 1}
+            landed = [info.router.connection_for_session(c.session_id)
+                      for c in (recipient, sender)]
+            assert all(conn is not None for conn in landed)
+            assert info.router.statistics().connections == 2  # the shadow not counted
