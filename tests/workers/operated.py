@@ -5,37 +5,22 @@ from __future__ import annotations
 
 import base64
 import re
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
-from supervised import ADDRESS, command, environment
+from supervised import Supervised, serving
 
 ADMIN = "adm"
 CONTROL = re.compile(r"smp-router: control port on 127\.0\.0\.1:(\d+)")
 METRICS = re.compile(r"smp-router: metrics on http://127\.0\.0\.1:(\d+)/metrics")
 
-PIDS = re.compile(r"(\d+) workers serving, pids ([\d ]+)")
-
-
 @dataclass
-class Operated:
-    process: trio.Process
-    address: str
-    log_file: Path
+class Operated(Supervised):
     control_port: int
     metrics_port: int
-
-    def log(self) -> str:
-        return self.log_file.read_text()
-
-    def worker_pids(self) -> list[int]:
-        found = PIDS.search(self.log())
-        assert found is not None, self.log()
-        return [int(pid) for pid in found[2].split()]
 
 
 @asynccontextmanager
@@ -46,35 +31,12 @@ async def operated(tmp_path: Path, *args: str) -> AsyncIterator[Operated]:
     config.write_text(f"[AUTH]\ncontrol_port_admin_password = {ADMIN}\n"
                       f"[STORE_LOG]\ndata_dir = {tmp_path / 'data'}\n")
     log_file = tmp_path / "router.log"
-    process = await trio.lowlevel.open_process(
-        command("serve", "--config", str(config), "--port", "0", "--host", "127.0.0.1",
-                "--workers", "2", "--control-port", "0", "--metrics-port", "0",
-                "--log-file", str(log_file), *args),
-        stdout=subprocess.PIPE, env=environment())
-    try:
-        assert process.stdout is not None
-        line = b""
-        with trio.fail_after(60):
-            while not line.endswith(b"\n"):
-                chunk = await process.stdout.receive_some(1)
-                if not chunk:
-                    break
-                line += chunk
-        found = ADDRESS.search(line.decode())
-        assert found is not None, (line, log_file.read_text() if log_file.exists() else "")
+    async with serving(log_file, "--config", str(config), "--workers", "2",
+                       "--control-port", "0", "--metrics-port", "0", *args) as (process, address):
         log = log_file.read_text()
         control, metrics = CONTROL.search(log), METRICS.search(log)
         assert control is not None and metrics is not None, log
-        yield Operated(process, found[1], log_file, int(control[1]), int(metrics[1]))
-        if process.poll() is None:
-            process.terminate()
-            with trio.fail_after(60):
-                assert await process.wait() == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
+        yield Operated(process, address, log_file, int(control[1]), int(metrics[1]))
 
 
 async def control(port: int, *lines: str) -> list[list[str]]:

@@ -60,9 +60,18 @@ async def supervised(data_dir: Path, *args: str, workers: int = 2) -> AsyncItera
     """The router until its ready line; stopped with SIGTERM after the block (unless the
     test ended it), which must end it with exit code 0."""
     log_file = data_dir.parent / f"{data_dir.name}.log"
+    async with serving(log_file, "--data-dir", str(data_dir), "--workers", str(workers),
+                       *args) as (process, address):
+        yield Supervised(process, address, log_file)
+
+
+@asynccontextmanager
+async def serving(log_file: Path, *args: str) -> AsyncIterator[tuple[trio.Process, str]]:
+    """`smp-router serve ARGS` on a port of its own, with its log in `log_file`, until
+    its ready line: the process and the router's address."""
     process = await trio.lowlevel.open_process(
-        command("serve", "--data-dir", str(data_dir), "--port", "0", "--host", "127.0.0.1",
-                "--workers", str(workers), "--log-file", str(log_file), *args),
+        command("serve", "--port", "0", "--host", "127.0.0.1", "--log-file", str(log_file),
+                *args),
         stdout=subprocess.PIPE, env=environment(),
     )
     try:
@@ -76,7 +85,7 @@ async def supervised(data_dir: Path, *args: str, workers: int = 2) -> AsyncItera
                 line += chunk
         found = ADDRESS.search(line.decode())
         assert found is not None, (line, log_file.read_text() if log_file.exists() else "")
-        yield Supervised(process, found[1], log_file)
+        yield process, found[1]
         if process.poll() is None:
             process.terminate()
             with trio.fail_after(60):

@@ -38,7 +38,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -407,29 +407,40 @@ async def serve_metrics(
     seconds, however many scrapers ask: looping scrapers cost the router no more
     than one."""
     listeners = await open_listeners("metrics", host, port)
-    cap = router.config.metrics_max_connections
     async with open_pages(router) as pages:
-        open_connections = 0
-
-        async def handle(stream: trio.SocketStream) -> None:
-            nonlocal open_connections
-            if open_connections >= cap:
-                await trio.aclose_forcefully(stream)
-                return
-            open_connections += 1
-            try:
-                with trio.fail_after(REQUEST_TIMEOUT):
-                    await pages.answer(stream)
-            except (trio.TooSlowError, *STREAM_GONE, h11.ProtocolError) as e:
-                log.debug("metrics request failed: %r", e)
-            except Exception:  # a failing scrape is logged, never stops the router
-                log.exception("metrics scrape failed")
-            finally:
-                open_connections -= 1
-                await trio.aclose_forcefully(stream)
-
         task_status.started(bound_port(listeners))
-        await trio.serve_listeners(handle, listeners)
+        await serve_pages(pages, listeners, router.config.metrics_max_connections,
+                          REQUEST_TIMEOUT)
+
+
+class AnswersPages(Protocol):
+    async def answer(self, stream: trio.SocketStream) -> None: ...
+
+
+async def serve_pages(pages: AnswersPages, listeners: list[trio.SocketListener], cap: int,
+                      timeout: float) -> None:
+    """Answer each connection's request with `pages`, at most `cap` connections at
+    once (one more is closed at once), each within `timeout` seconds."""
+    open_connections = 0
+
+    async def handle(stream: trio.SocketStream) -> None:
+        nonlocal open_connections
+        if open_connections >= cap:
+            await trio.aclose_forcefully(stream)
+            return
+        open_connections += 1
+        try:
+            with trio.fail_after(timeout):
+                await pages.answer(stream)
+        except (trio.TooSlowError, *STREAM_GONE, h11.ProtocolError) as e:
+            log.debug("metrics request failed: %r", e)
+        except Exception:  # a failing scrape is logged, never stops the router
+            log.exception("metrics scrape failed")
+        finally:
+            open_connections -= 1
+            await trio.aclose_forcefully(stream)
+
+    await trio.serve_listeners(handle, listeners)
 
 
 @asynccontextmanager

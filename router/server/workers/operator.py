@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-import h11
 import trio
 from prometheus_client.utils import floatToGoString
 
@@ -64,6 +63,7 @@ from ..ops.metrics import (
     is_admin,
     read_request,
     send_response,
+    serve_pages,
 )
 from ..settings.config import RouterConfig
 from .layout import SHARED_STORES
@@ -503,29 +503,9 @@ async def serve_router_metrics(
 ) -> None:
     """The metrics port of the router of several workers, until cancelled."""
     listeners = await open_listeners("metrics", host, port)
-    cap = router.config.metrics_max_connections
-    pages = RouterPages(router)
-    open_connections = 0
-
-    async def handle(stream: trio.SocketStream) -> None:
-        nonlocal open_connections
-        if open_connections >= cap:
-            await trio.aclose_forcefully(stream)
-            return
-        open_connections += 1
-        try:
-            with trio.fail_after(REQUEST_TIMEOUT + ASK_TIMEOUT):
-                await pages.answer(stream)
-        except (trio.TooSlowError, *STREAM_GONE, h11.ProtocolError) as e:
-            log.debug("metrics request failed: %r", e)
-        except Exception:  # a failing scrape is logged, never stops the router
-            log.exception("metrics scrape failed")
-        finally:
-            open_connections -= 1
-            await trio.aclose_forcefully(stream)
-
     task_status.started(bound_port(listeners))
-    await trio.serve_listeners(handle, listeners)
+    await serve_pages(RouterPages(router), listeners, router.config.metrics_max_connections,
+                      REQUEST_TIMEOUT + ASK_TIMEOUT)
 
 
 async def start_router_ports(nursery: trio.Nursery, router: SupervisedRouter) -> None:
