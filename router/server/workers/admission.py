@@ -31,6 +31,7 @@ import trio
 from ..edge.admission import Admission, AdmissionLimits, Refused, Ticket
 from ..edge.block_stream import STREAM_GONE
 from ..edge.listener import EVICTION_LOG_INTERVAL
+from .channel import with_queued
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +123,7 @@ class _WorkerLink:
 
     async def write(self, stream: trio.SocketStream) -> None:
         async for line in self._lines:
-            batch = [line]
-            while True:
-                try:
-                    batch.append(self._lines.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+            batch = with_queued(line, self._lines)
             await stream.send_all("".join(f"{text}\n" for text in batch).encode())
 
 
@@ -317,12 +313,7 @@ class SharedAdmission:
 
     async def _write(self, stream: trio.SocketStream) -> None:
         async for line in self._lines:
-            batch = [line]
-            while True:
-                try:
-                    batch.append(self._lines.receive_nowait())
-                except trio.WouldBlock:
-                    break
+            batch = with_queued(line, self._lines)
             await stream.send_all("".join(f"{text}\n" for text in batch).encode())
 
 

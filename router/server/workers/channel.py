@@ -22,6 +22,7 @@ import socket
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import trio
 
@@ -36,6 +37,7 @@ CONNECT_PAUSE = 0.1  # seconds between two attempts
 ACCEPT_WAIT = 5.0  # seconds a live peer may take to answer a link (it may be starting)
 _ACCEPTED = b"\x01"  # a link's one byte the other way: its reader is there
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
+T = TypeVar("T")
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 3x, per frame
@@ -166,13 +168,7 @@ class Links:
             async with stream, frames:
                 async for data in frames:
                     # What else is queued goes in the same write.
-                    batch = [data]
-                    while True:
-                        try:
-                            batch.append(frames.receive_nowait())
-                        except (trio.WouldBlock, trio.EndOfChannel):  # closed: the peer is lost
-                            break
-                    await stream.send_all(b"".join(batch))
+                    await stream.send_all(b"".join(with_queued(data, frames)))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.warning("the link to worker %d broke", peer)
         finally:
@@ -223,6 +219,17 @@ class Links:
         # The link to it ends too, before anything is sent on it to a dead process
         # and lost (a link's writer hears of its end only when it writes).
         self._lose(peer)
+
+
+def with_queued(first: T, queue: trio.MemoryReceiveChannel[T]) -> list[T]:
+    """`first` and what else waits in `queue` now, to go in one write (a closed queue
+    ends the list too: its reader ends at its next receive)."""
+    batch = [first]
+    while True:
+        try:
+            batch.append(queue.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return batch
 
 
 class _FrameReader:

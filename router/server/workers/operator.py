@@ -454,17 +454,9 @@ class RouterPages:
         return (200 if status == "ok" else 503), _json(facts), JSON_TYPE
 
     async def _clients(self, target: str) -> tuple[int, bytes, str]:
-        found = await self._worker_pages(target)
-        total, limit, clients = 0, 0, []
-        for index, page in enumerate(found):
-            if page is None:
-                continue
-            listed = json.loads(page[2])
-            total += listed["total"]
-            limit = listed["limit"]
-            clients.extend({"worker": index, **client} for client in listed["clients"])
+        total, limit, clients = await self._listed(target, "total")
         return 200, _json({"total": total, "limit": limit, "workers": self._router.count,
-                           "clients": clients[:limit]}), JSON_TYPE
+                           "clients": clients}), JSON_TYPE
 
     async def _subscriptions(self, target: str) -> tuple[int, bytes, str]:
         query = parse_qs(urlsplit(target).query)
@@ -480,17 +472,22 @@ class RouterPages:
             answer = json.loads(body)
             answer["worker"] = int(worker)
             return status, _json(answer), kind
-        found = await self._worker_pages(target)
-        subscriptions, limit, clients = 0, 0, []
-        for index, page in enumerate(found):
+        subscriptions, limit, clients = await self._listed(target, "subscriptions")
+        return 200, _json({"subscriptions": subscriptions, "limit": limit,
+                           "clients": clients}), JSON_TYPE
+
+    async def _listed(self, target: str, counted: str) -> tuple[int, int, list[object]]:
+        """Every worker's page of clients put together: the `counted` figure summed,
+        the clients (each with its worker) up to the pages' limit."""
+        count, limit, clients = 0, 0, []
+        for index, page in enumerate(await self._worker_pages(target)):
             if page is None:
                 continue
             listed = json.loads(page[2])
-            subscriptions += listed["subscriptions"]
+            count += listed[counted]
             limit = listed["limit"]
             clients.extend({"worker": index, **client} for client in listed["clients"])
-        return 200, _json({"subscriptions": subscriptions, "limit": limit,
-                           "clients": clients[:limit]}), JSON_TYPE
+        return count, limit, clients[:limit]
 
 
 def _json(value: object) -> bytes:
