@@ -1,10 +1,13 @@
 """compare: the same scenarios against two source trees, interleaved, for one change.
 
     git archive HEAD~1 | tar -x -C /tmp/base
+    rm -rf /tmp/base/bench && cp -r bench /tmp/base/
     python -m bench compare --base /tmp/base --repeats 4
 
 runs the router from `--base` and from this checkout in turn (the load clients
-always come from this checkout) and prints the medians of:
+always come from this checkout; the router's end of the bench, `bench/router_process.py`
+and what it imports, from the tree it runs in: copy this checkout's `bench/` into an
+older base, or its router may not speak to today's load) and prints the medians of:
 
 - `sub_us`: router CPU time per SUB (one connection subscribing 10,000 queues);
 - `drain_us`, `drain_rate`: router CPU per message and messages per second when
