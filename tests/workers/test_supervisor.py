@@ -9,10 +9,31 @@ import os
 import signal
 
 import trio
-from supervised import alive, run, supervised
+from supervised import Supervised, alive, run, serving, supervised
 
 from router.client import open_client
 from router.server.core.ownership import Ownership
+
+
+async def test_workers_without_a_data_directory_answer_with_one_identity(tmp_path,
+                                                                          monkeypatch):
+    """The identity is made once, by the supervisor, even when no data directory keeps
+    it: a client finds the printed address's identity whichever worker accepts it, and
+    the run's identity is gone with the router."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the router keeps it for the run
+    log_file = tmp_path / "router.log"
+    async with serving(log_file, "--workers", "2", "--store", "memory") as (process, address):
+        assert len(list(tmp_path.glob("smp-router-identity-*"))) == 1
+        router = Supervised(process, address, log_file)
+        for paused in router.worker_pids():
+            os.kill(paused, signal.SIGSTOP)  # the other worker accepts
+            try:
+                with trio.fail_after(20):
+                    async with open_client(address) as client:  # checks the identity
+                        await client.ping()
+            finally:
+                os.kill(paused, signal.SIGCONT)
+    assert list(tmp_path.glob("smp-router-identity-*")) == []
 
 
 async def test_the_workers_share_the_address_and_each_takes_connections(tmp_path):

@@ -46,7 +46,8 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
                 info = await nursery.start(partial(
                     serve_router, worker_config(config, seat.ownership),
                     ownership=seat.ownership, listening=seat.listening_socket(),
-                    identity_dir=config.data_dir, prepare=handoff.install,
+                    identity_dir=seat.identity_dir or config.data_dir,
+                    prepare=handoff.install,
                     shared_admission=admission,
                 ))
                 await nursery.start(partial(serve_operations, info.router, group, seat.index,

@@ -11,6 +11,7 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import trio
 
@@ -18,12 +19,16 @@ from ..core.ownership import Ownership
 from ..settings.config import StartupError
 
 WORKER_ENV = "SMP_ROUTER_WORKER"  # "INDEX/COUNT/FD", set by the supervisor only
+# A router without a data directory: where the supervisor put its one identity, made for
+# this run (every worker must answer with the address the supervisor printed).
+IDENTITY_ENV = "SMP_ROUTER_IDENTITY_DIR"
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerSeat:
     ownership: Ownership
     listening_fd: int
+    identity_dir: Path | None = None  # the run's identity when there is no data directory
 
     @property
     def index(self) -> int:
@@ -54,7 +59,9 @@ def seat_from_environment(environ: Mapping[str, str] = os.environ) -> WorkerSeat
         return None
     try:
         index, workers, fd = (int(part) for part in value.split("/"))
-        return WorkerSeat(Ownership(workers, index), fd)
+        identity_dir = environ.get(IDENTITY_ENV)
+        return WorkerSeat(Ownership(workers, index), fd,
+                          None if identity_dir is None else Path(identity_dir))
     except ValueError as e:
         raise StartupError(f"{WORKER_ENV}={value!r} is not INDEX/COUNT/FD of a worker") from e
 

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 import trio
 
@@ -34,7 +38,7 @@ from ..settings.config import RouterConfig, StartupError
 from .admission import serve_admission
 from .handoff import group_of_supervisor
 from .operator import SupervisedRouter, start_router_ports
-from .seat import WORKER_ENV, WorkerSeat
+from .seat import IDENTITY_ENV, WORKER_ENV, WorkerSeat
 
 log = logging.getLogger("smp-router")
 
@@ -171,6 +175,23 @@ async def bind_shared_listener(config: RouterConfig) -> socket.socket:
     return listening
 
 
+@contextmanager
+def run_identity(data_dir: Path | None) -> Iterator[Path | None]:
+    """The router's identity, made here, once: workers started together would each make
+    one of their own. Without a data directory it is kept for this run in a private
+    temporary directory (yielded, for the workers), removed when the router ends."""
+    if data_dir is not None:
+        load_or_create_identity(data_dir)
+        yield None
+        return
+    directory = Path(tempfile.mkdtemp(prefix="smp-router-identity-"))  # mode 0700
+    try:
+        load_or_create_identity(directory)
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 async def supervise(
     config: RouterConfig,
     serve_args: Sequence[str],
@@ -180,13 +201,14 @@ async def supervise(
 ) -> None:
     """Run `config.workers` workers behind one listening socket until a stop signal,
     or until every worker has ended after a drain."""
-    # Made here, once: workers started together would each make one of their own.
-    load_or_create_identity(config.data_dir)
-    with trio.open_signal_receiver(*SUPERVISOR_SIGNALS) as signals:
+    with run_identity(config.data_dir) as identity_dir, \
+            trio.open_signal_receiver(*SUPERVISOR_SIGNALS) as signals:
         listening = await bind_shared_listener(config)
         with listening:
             command = worker_command(serve_args) if command is None else command
             env = worker_environment()
+            if identity_dir is not None:
+                env[IDENTITY_ENV] = str(identity_dir)
             workers = [
                 WorkerProcess(WorkerSeat(Ownership(config.workers, i), listening.fileno()),
                               command, env)
