@@ -1175,15 +1175,6 @@ _NO_LINK = ERR(AUTH)
 # --- encodings ----------------------------------------------------------------------
 
 
-async def _acquire(window: trio.Semaphore) -> None:
-    """A place in `window`, without a pass of the scheduler when one is free (a
-    semaphore's `acquire` yields even then): a frame each way per part."""
-    try:
-        window.acquire_nowait()
-    except trio.WouldBlock:
-        await window.acquire()
-
-
 def _join(parts: list[bytes]) -> bytes:
     return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
 
