@@ -52,7 +52,7 @@ async def test_sighup_under_load_keeps_the_clients_and_applies_the_new_configura
                 q = await recipient.create_queue(subscribe=True, basic_auth=b"first")
                 sent: list[bytes] = []
                 received: list[bytes] = []
-                stop = trio.Event()
+                stop, stopped = trio.Event(), trio.Event()
 
                 async def keep_sending() -> None:
                     n = 0
@@ -62,6 +62,7 @@ async def test_sighup_under_load_keeps_the_clients_and_applies_the_new_configura
                         sent.append(body)
                         n += 1
                         await trio.sleep(0.005)
+                    stopped.set()
 
                 async def keep_receiving() -> None:
                     while True:
@@ -89,6 +90,8 @@ async def test_sighup_under_load_keeps_the_clients_and_applies_the_new_configura
                     before = len(received)
                     await wait_for(lambda: len(received) > before + 20, "traffic after")
                     stop.set()
+                    # Its last SEND answered: a MSG can come before its OK does.
+                    await stopped.wait()
                     await wait_for(lambda: len(received) == len(sent), "the last messages")
                     nursery.cancel_scope.cancel()
                 assert received == sent  # nothing lost, nothing twice, in order
