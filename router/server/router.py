@@ -70,6 +70,7 @@ from .edge.listener import EdgeListener, serve_edge
 from .edge.native_tls import TlsBlockTransport, identity_tls_context, web_tls_context
 from .edge.transports import BlockTransport
 from .open_stores import open_router_stores
+from .ops.active_queues import HyperLogLog, queue_hash
 from .ops.control import CONTROL_HOST, serve_control
 from .ops.memory import MemoryCensus
 from .ops.metrics import serve_metrics
@@ -139,6 +140,9 @@ class Router:
         self._background: trio.Nursery | None = None
         self._fronts: FrontServing | None = None  # with several workers (install_serving)
         self.stats_log: StatsLog | None = None
+        # A worker of several counts its active queues for the supervisor's one stats
+        # log (workers/operations.py `stats`), which writes the file.
+        self.active_queues: HyperLogLog | None = None
         # The proxy's connections to destination routers (docs/protocol.md#private-message-routing).
         self.relays = Relays(RelayLimits(
             max_relays=config.proxy_max_connections,
@@ -150,7 +154,9 @@ class Router:
             held_per_address=config.proxy_max_connections_per_address,
         ), is_own=self._is_own_destination,
             policy=DestinationPolicy(config.proxy_allow_destinations))
-        if config.stats_log is not None:
+        if config.stats_log is not None and ownership.workers > 1:
+            self.active_queues = HyperLogLog()
+        elif config.stats_log is not None:
             self.stats_log = StatsLog(
                 config.stats_log, self.statistics, interval=config.stats_interval
             )
@@ -177,8 +183,7 @@ class Router:
             self.deliverer,
             self.services, self.notifications, self.blocked,
             # The command handlers call these directly, not through the router.
-            queue_active=(self.stats_log.record_active_queue if self.stats_log is not None
-                          else not_logged),
+            queue_active=self._queue_active(),
             expire_before_send=(self.expirer.expire_queue if config.expire_on_send
                                 else nothing_to_expire),
             proxy=self.proxy,
@@ -195,6 +200,14 @@ class Router:
             self.dispatcher, self.deliverer, self.services, self.subscriptions.events
         )
         self._shadow_serving = self._serving
+
+    def _queue_active(self) -> Callable[[bytes], None]:
+        if self.stats_log is not None:
+            return self.stats_log.record_active_queue
+        if self.active_queues is not None:
+            sketch = self.active_queues
+            return lambda recipient_id: sketch.add_hash(queue_hash(recipient_id))
+        return not_logged
 
     @property
     def key_hash(self) -> bytes:

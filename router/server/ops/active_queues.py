@@ -96,6 +96,12 @@ class ActiveQueues:
     def to_state(self) -> dict[str, str]:
         return {name: getattr(self, name).to_text() for name in SKETCH_PERIODS}
 
+    def merge_sketch(self, sketch: HyperLogLog) -> None:
+        """Count the queues of `sketch` as active today, this week and this month (a
+        worker's queues, for its supervisor's log: workers/stats.py)."""
+        for name in SKETCH_PERIODS:
+            getattr(self, name).merge(sketch)
+
     def merge_state(self, state: Mapping[str, str]) -> None:
         for name in SKETCH_PERIODS:
             getattr(self, name).merge(HyperLogLog.from_text(state[name]))

@@ -42,7 +42,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +69,7 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 WAKE_SLACK = 1.0  # seconds
+REFRESH_TIMEOUT = 10.0  # seconds a line waits for its figures; then written with the last ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +98,16 @@ class StatsLog:
         interval: int = DEFAULT_INTERVAL,
         state_path: str | os.PathLike[str] | None = None,
         wall_clock: Callable[[], float] | None = None,
+        refresh: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.path = Path(path)
         self.state_path = (
             Path(state_path) if state_path else self.path.with_name(self.path.name + ".state")
         )
         self._statistics = statistics
+        # Awaited before each line when `statistics` is put together from elsewhere
+        # (the workers of a supervisor: workers/stats.py), bounded by REFRESH_TIMEOUT.
+        self._refresh = refresh
         self.active = ActiveQueues()
         self.interval = check_interval(interval)
         self._wall = wall_clock or time.time
@@ -303,6 +308,9 @@ class StatsLog:
             return  # the wall clock was set back while we slept
         # monotonic and wall clocks drift apart a little: a wake-up just before the
         # boundary belongs to it
+        if self._refresh is not None:
+            with trio.move_on_after(REFRESH_TIMEOUT):
+                await self._refresh()
         lines = self.roll(max(now, boundary))
         if lines:
             log.debug("stats: %d line(s) to %s", len(lines), self.path)

@@ -88,15 +88,12 @@ def _processes(count: int) -> str:
 
 def worker_config(config: RouterConfig, ownership: Ownership) -> RouterConfig:
     """The configuration worker `ownership.index` runs: its own share of the data
-    directory and its own stats log (the identity is read from the shared one); the
-    control and metrics ports are the supervisor's (workers/operator.py)."""
+    directory (the identity is read from the shared one); the control and metrics
+    ports and the stats log are the supervisor's (workers/operator.py, stats.py: a
+    worker with `stats_log` set counts its active queues for it, writing nothing)."""
     if ownership.workers == 1:
         return config
-    stats_log = config.stats_log
-    if stats_log is not None:
-        stats_log = stats_log.with_name(f"{stats_log.stem}.worker-{ownership.index}"
-                                        f"{stats_log.suffix}")
-    config = replace(config, control_port=None, metrics_port=None, stats_log=stats_log)
+    config = replace(config, control_port=None, metrics_port=None)
     if config.store in SHARED_STORES:  # one schema for every worker, a lock of its own each
         return replace(config, store_options={**config.store_options,
                                               "db_lock_index": ownership.index})

@@ -12,15 +12,20 @@ the worker closes it.
                         role (the supervisor checked the session's role)
     page METHOD TARGET  the metrics port's page: its status line, its content
                         type line, then its body
+    stats               the figures of the supervisor's one stats log (workers/stats.py):
+                        one JSON line, the worker's pid, its `RouterStatistics` and the
+                        sketch of the queues active since the last `stats` (then cleared)
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import struct
 from contextlib import AsyncExitStack
+from dataclasses import asdict
 
 import trio
 
@@ -91,7 +96,21 @@ async def answer(router: OperatedRouter, pages: Pages | None, request: str) -> b
         method, _, target = rest.partition(" ")
         status, body, content_type = await pages.page(method, target, lambda: True)
         return f"{status}\n{content_type}\n".encode() + body
+    if kind == "stats":
+        return stats_answer(router)
     return f"error: unknown request {kind!r}\n".encode()
+
+
+def stats_answer(router: OperatedRouter) -> bytes:
+    """The worker's figures for the stats log; its sketch of active queues starts over
+    (the supervisor merged what it had into its own: docs/workers.md#one-router-to-the-operator)."""
+    sketch = getattr(router, "active_queues", None)
+    active = None
+    if sketch is not None:
+        active = sketch.to_text()
+        sketch.clear()
+    return (json.dumps({"pid": os.getpid(), "statistics": asdict(router.statistics()),
+                        "active": active}) + "\n").encode()
 
 
 async def _read_line(stream: trio.SocketStream) -> str | None:

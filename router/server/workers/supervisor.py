@@ -10,7 +10,8 @@ that dies is started again; SIGTERM, SIGINT, SIGHUP and SIGUSR2 (drain) are
 passed on to every worker. The supervisor prints the ready line once every
 worker has printed its own, and ends when they have all ended after a stop or
 a drain. It keeps the router's caps on connections for every worker
-(admission.py) and serves its control and metrics ports (operator.py).
+(admission.py), serves its control and metrics ports (operator.py) and writes
+its one stats log (stats.py).
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ from .admission import serve_admission
 from .handoff import group_of_supervisor
 from .operator import SupervisedRouter, start_router_ports
 from .seat import IDENTITY_ENV, WORKER_ENV, WorkerSeat
+from .stats import run_stats_log
 
 log = logging.getLogger("smp-router")
 
 RESTART_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)  # seconds before the 1st, 2nd, ... restart in a row
 STEADY_RUN = 30.0  # seconds a worker must run for its next death to count as the first
+FINAL_COLLECT_TIMEOUT = 5.0  # seconds the stats log waits for the stopping workers' figures
 STOP_TIMEOUT = 75.0  # seconds a stopping worker gets (its stores close within 60) before SIGKILL
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 RELOAD_SIGNAL, DRAIN_SIGNAL = signal.SIGHUP, signal.SIGUSR2
@@ -231,9 +234,17 @@ async def supervise(
                          " ".join(str(w.process.pid) for w in workers if w.process))
                 operated = SupervisedRouter(config, group, workers, admission)
                 await start_router_ports(nursery, operated)
+                figures = None
+                if config.stats_log is not None:  # one log for the router (stats.py)
+                    figures = await nursery.start(run_stats_log, config.stats_log,
+                                                  config.stats_interval, len(workers),
+                                                  operated.ask_all)
                 print(workers[0].ready_line, flush=True)
                 nursery.start_soon(_end_when_all_ended, workers, nursery.cancel_scope)
                 await _answer_signals(signals, workers, reload, operated)
+                if figures is not None:  # the workers' counts since the last collection
+                    with trio.move_on_after(FINAL_COLLECT_TIMEOUT):
+                        await figures.collect()
                 await _stop_all(workers)
                 nursery.cancel_scope.cancel()
 
