@@ -1,7 +1,7 @@
 """The caps on connections hold for the router as a whole with several workers
 (docs/workers.md#one-router-to-the-operator): the supervisor counts every worker's
-connections, whichever worker accepts; the pending pool is one pool; NEW budgets
-are shared out."""
+connections, whichever worker accepts; the pending pool is one pool; the NEW
+budgets are the supervisor's."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ async def test_the_pending_pool_is_one_for_the_router(tmp_path):
                 await trio.sleep(0.05)
 
 
-async def test_the_new_budget_of_the_router_is_shared_out_among_the_workers(tmp_path):
+async def test_the_new_budget_of_the_router_holds_over_the_workers(tmp_path):
     burst = 4
     async with operated(tmp_path, "--store", "memory", "--new-queues-per-second-total",
                         "0.001", "--new-queues-burst-total", str(burst)) as r:
@@ -179,7 +179,7 @@ async def test_the_new_budget_of_the_router_is_shared_out_among_the_workers(tmp_
                     except Exception as e:  # noqa: BLE001 - the refusal is checked below
                         assert "NEW_RATE_LIMIT" in repr(e), e
                         refused += 1
-        # Two workers, each with half the burst: never more than the router's burst.
+        # Two workers borrowing from one budget: never more than the router's burst.
         assert 0 < created <= burst and created + refused == 3 * burst
         (stats,) = await control(r.control_port, "stats")
         assert f"new_queues_rate_limited: {refused}" in stats

@@ -47,7 +47,7 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
                     serve_router, worker_config(config, seat.ownership),
                     ownership=seat.ownership, listening=seat.listening_socket(),
                     identity_dir=seat.identity_dir or config.data_dir,
-                    prepare=handoff.install,
+                    prepare=partial(_prepare_worker, handoff, admission),
                     shared_admission=admission,
                 ))
                 await nursery.start(partial(serve_operations, info.router, group, seat.index,
@@ -64,6 +64,13 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
             print(ready_line(info), flush=True)
             await run_until_stopped(info, reload, show_information, signals)
             nursery.cancel_scope.cancel()
+
+
+def _prepare_worker(handoff: Handoff, admission: SharedAdmission, router: Router) -> None:
+    """A worker's router before it accepts: its hand-offs, and the router's NEW budgets
+    borrowed from the supervisor (core/limits.py)."""
+    handoff.install(router)
+    router.commands.borrow_new_budgets_from(admission)
 
 
 def _worker_reload(reload: Reload, seat: WorkerSeat) -> Reload:

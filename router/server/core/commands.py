@@ -86,7 +86,13 @@ from store.interfaces import (
     WriteResult,
 )
 
-from .limits import MEMORY_FULL, NEW_RATE_LIMITED, NewQueueLimits, new_queue_limits
+from .limits import (
+    MEMORY_FULL,
+    NEW_RATE_LIMITED,
+    Lender,
+    NewQueueLimits,
+    new_queue_limits,
+)
 from .ownership import ID_SIZE, ONE_WORKER, Ownership
 from .subscriptions import ClientSubscriptions, Event, Sub, Subscriptions
 from .verified import Verified, error_transmission
@@ -180,7 +186,15 @@ class Commands:
             RKEY: self._rkey,
         }
         # NEW rate limits (limits.py): per connection (forgotten with it), address, router.
+        self._new_lender: Lender | None = None
         self._new_limits = NewQueueLimits(context.config, context.ownership.workers)
+
+    def borrow_new_budgets_from(self, lender: Lender) -> None:
+        """A worker of several: the address and router NEW budgets are its supervisor's,
+        borrowed from `lender` (limits.py)."""
+        self._new_lender = lender
+        self._new_limits = NewQueueLimits(self._context.config, self._context.ownership.workers,
+                                          lender)
 
     def reconfigure(self, config: RouterConfig) -> None:
         """Commands from now on follow `config` (quota, passwords, the NEW limits)."""
@@ -188,7 +202,9 @@ class Commands:
         self._context = replace(self._context, config=config)
         if new_queue_limits(old) != new_queue_limits(config):
             # every bucket starts at its new size
-            self._new_limits = NewQueueLimits(config, self._context.ownership.workers)
+            self._new_limits.give_back_all()
+            self._new_limits = NewQueueLimits(config, self._context.ownership.workers,
+                                              self._new_lender)
 
     async def execute(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         refused = self._blocked_answer(verified)
@@ -384,7 +400,7 @@ class Commands:
             # A sender id chosen by the client must come from the corrId, so that NEW
             # cannot tell whether a queue with some id exists (docs/protocol.md#short-links).
             return _reply(verified, CMD_PROHIBITED)
-        if not self._new_queue_allowed(client.conn):
+        if not await self._new_queue_allowed(client.conn):
             self._context.counters.new_queues_rate_limited += 1
             return _reply(verified, NEW_RATE_LIMITED)
         srv_priv, srv_pub = new_x25519()
@@ -447,8 +463,8 @@ class Commands:
             service_id=service_id, notifier=notifier,
         ))
 
-    def _new_queue_allowed(self, conn: Connection) -> bool:
-        return self._new_limits.allow(conn, conn.transport.remote)
+    async def _new_queue_allowed(self, conn: Connection) -> bool:
+        return await self._new_limits.allow(conn, conn.transport.remote)
 
     async def _key(self, client: ClientSubscriptions, verified: Verified) -> list[bytes]:
         cmd: KEY = verified.command  # type: ignore[assignment]

@@ -10,13 +10,20 @@ which means a full queue, nor AUTH, which means a wrong password), and takes
 no token from the others: the reference server has no such limit, and its
 clients treat a STORE error as a failure to retry later.
 
-With several workers (docs/workers.md#one-router-to-the-operator) each worker
-keeps an equal share of the address and router buckets (rate and burst divided
-by the count of workers), so that together they never allow more than one
-router would: no round trip per NEW, at the cost of refusing early a client
-whose NEWs all land in one worker. A connection's own bucket is whole in each
-worker its NEWs run in (a NEW with short-link data runs in its queue's worker),
-and a share of a burst is at least one NEW.
+With several workers (docs/workers.md#one-router-to-the-operator) the address
+and router buckets are the supervisor's (`RouterBudgets`), the truth for the
+router as a whole: a worker borrows a batch of tokens (a grant: each token one of
+the address's bucket and one of the router's) when the grant it holds for the
+client's address is spent, one round trip only then, and gives back what it did
+not use within `GRANT_LIFETIME`. So the router allows what one process allows, no
+more, and a client whose NEWs all land in one worker gets the whole budget. A
+worker that dies loses its grants (never tokens made). The borrowing NEW waits in
+its connection's own task; no answer within `BORROW_TIMEOUT`, or no supervisor,
+is `NEW_RATE_LIMIT`. Without a supervisor (workers in one process, for tests)
+each worker keeps an equal share of the buckets (rate and burst divided by the
+count of workers, a share of a burst at least one NEW). A connection's own bucket
+is whole in each worker its NEWs run in (a NEW with short-link data runs in its
+queue's worker).
 
 The memory store's cap on stored message bytes is answered
 `ERR STORE MEMORY_FULL` by SEND; nothing stored is dropped to make room.
@@ -24,6 +31,8 @@ The memory store's cap on stored message bytes is answered
 
 from __future__ import annotations
 
+import math
+from typing import Protocol
 from weakref import WeakKeyDictionary
 
 import trio
@@ -64,25 +73,65 @@ class TokenBucket:
         """Refilled to its burst: forgetting it changes nothing."""
         return self.has_one() and self._tokens >= self._burst
 
+    def take_up_to(self, wanted: int) -> int:
+        """Up to `wanted` whole tokens (after refilling): how many were taken."""
+        self.has_one()
+        taken = max(0, min(wanted, int(self._tokens)))
+        self._tokens -= taken
+        return taken
+
+    def give_back(self, tokens: int) -> None:
+        """Tokens taken and not used: as if never taken (never above the burst)."""
+        self.has_one()
+        self._tokens = min(self._burst, self._tokens + tokens)
+
 
 ADDRESS_BUCKETS_KEPT = 4096  # per-address buckets past which the full ones are forgotten
 
 
+BORROW_TIMEOUT = 5.0  # seconds a NEW waits for the supervisor's grant, then refused
+GRANT_LIFETIME = 1.0  # seconds a grant's tokens may be used; then given back at the next NEW
+GRANT_BATCH = 8  # tokens a worker borrows at most at once
+GRANTS_KEPT = 4096  # addresses with a grant in a worker, past which the oldest are given back
+
+
+class Lender(Protocol):
+    """The supervisor's NEW budgets as a worker reaches them (workers/admission.py)."""
+
+    async def borrow(self, key: str, wanted: int) -> int:
+        """Up to `wanted` tokens of address `key`'s and the router's buckets (0 if
+        none, or the supervisor is gone)."""
+        ...
+
+    def give_back(self, key: str, tokens: int) -> None: ...
+
+
 class NewQueueLimits:
     """The NEW token buckets of each connection, each client address and the router
-    (module doc); a scale that is off in the configuration has no bucket."""
+    (module doc); a scale that is off in the configuration has no bucket. With a
+    `lender` the address and router buckets are the supervisor's, borrowed from."""
 
-    def __init__(self, config: RouterConfig, shares: int = 1) -> None:
+    def __init__(self, config: RouterConfig, shares: int = 1,
+                 lender: Lender | None = None) -> None:
         self._config = config
         self._shares = shares  # this worker's share of the address and router buckets
         self._connections: WeakKeyDictionary[object, TokenBucket] = WeakKeyDictionary()
         self._addresses: dict[str, TokenBucket] = {}
+        budgets = (config.new_queue_address_rate, config.new_queue_total_rate)
+        self._lender = lender if budgets != (None, None) else None
+        self._grants: dict[str, _Grant] = {}  # address key -> tokens borrowed, not used
+        self._swept_at = -math.inf
+        if self._lender is not None:
+            self._router = None
+            return
         self._router = (None if config.new_queue_total_rate is None else
                         TokenBucket(config.new_queue_total_rate / shares,
                                     _share(config.new_queue_total_burst, shares)))
 
-    def allow(self, connection: object, remote: str) -> bool:
+    async def allow(self, connection: object, remote: str) -> bool:
         """Take a token from each of the connection's buckets, or from none of them."""
+        if self._lender is not None:
+            return await self._allow_borrowing(connection, remote)
         buckets = [bucket for bucket in (self._connection_bucket(connection),
                                          self._address_bucket(remote), self._router)
                    if bucket is not None]
@@ -91,6 +140,82 @@ class NewQueueLimits:
         for bucket in buckets:
             bucket.take()
         return True
+
+    async def _allow_borrowing(self, connection: object, remote: str) -> bool:
+        own = self._connection_bucket(connection)
+        if own is not None and not own.has_one():
+            return False  # no grant asked for a NEW its own bucket refuses
+        key = ("" if self._config.new_queue_address_rate is None
+               else address_key(remote_host(remote)))
+        if not await self._granted(key):
+            return False
+        if own is not None and not own.take():  # emptied by its other NEWs meanwhile
+            self._grant(key).tokens += 1
+            return False
+        return True
+
+    def _grant(self, key: str) -> _Grant:
+        grant = self._grants.get(key)
+        if grant is None:
+            if len(self._grants) >= GRANTS_KEPT:
+                self._give_back(next(iter(self._grants)))
+            grant = self._grants[key] = _Grant()
+        return grant
+
+    async def _granted(self, key: str) -> bool:
+        """One token of `key`'s grant, borrowed if the grant is spent or too old
+        (module doc)."""
+        self._give_back_old()
+        grant = self._grant(key)
+        while grant.tokens < 1 or grant.taken_at + GRANT_LIFETIME < trio.current_time():
+            if grant.borrowing is not None:  # another NEW of this address asks already
+                await grant.borrowing.wait()
+                grant = self._grant(key)
+                continue
+            if grant.tokens:  # too old: back to the supervisor, a fresh grant instead
+                self._give_back(key)
+                grant = self._grant(key)
+            grant.borrowing = borrowing = trio.Event()
+            borrowed = 0
+            try:
+                assert self._lender is not None
+                with trio.move_on_after(BORROW_TIMEOUT):
+                    borrowed = await self._lender.borrow(key, GRANT_BATCH)
+            finally:
+                grant.borrowing = None
+                borrowing.set()
+            if not borrowed:
+                return False
+            if self._grants.get(key) is not grant:  # given back while borrowing
+                self._lender.give_back(key, borrowed)
+                grant = self._grant(key)
+                continue
+            grant.tokens += borrowed
+            grant.taken_at = trio.current_time()
+        grant.tokens -= 1
+        return True
+
+    def _give_back_old(self) -> None:
+        """Every grant older than GRANT_LIFETIME back to the supervisor, at most once a
+        GRANT_LIFETIME: tokens unused here are another worker's to borrow."""
+        now = trio.current_time()
+        if now < self._swept_at + GRANT_LIFETIME:
+            return
+        self._swept_at = now
+        for key, grant in list(self._grants.items()):
+            if grant.borrowing is None and grant.taken_at + GRANT_LIFETIME < now:
+                self._give_back(key)
+
+    def _give_back(self, key: str) -> None:
+        grant = self._grants.pop(key, None)
+        if grant is not None and grant.tokens and self._lender is not None:
+            self._lender.give_back(key, grant.tokens)
+            grant.tokens = 0
+
+    def give_back_all(self) -> None:
+        """Every unused token back to the supervisor (the limits are replaced)."""
+        for key in list(self._grants):
+            self._give_back(key)
 
     def _connection_bucket(self, connection: object) -> TokenBucket | None:
         config = self._config
@@ -113,6 +238,60 @@ class NewQueueLimits:
                 self._addresses = {k: b for k, b in self._addresses.items() if not b.is_full()}
             bucket = TokenBucket(config.new_queue_address_rate / self._shares,
                                  _share(config.new_queue_address_burst, self._shares))
+            self._addresses[key] = bucket
+        return bucket
+
+
+class _Grant:
+    """Tokens a worker borrowed for one address key and has not used yet."""
+
+    __slots__ = ("tokens", "taken_at", "borrowing")
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.taken_at = -math.inf
+        self.borrowing: trio.Event | None = None  # a borrow on its way
+
+
+class RouterBudgets:
+    """The supervisor's NEW buckets of each client address and of the router: the
+    truth the workers borrow from (module doc). A grant takes the same tokens from the
+    address's bucket and the router's."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self._config = config
+        self._addresses: dict[str, TokenBucket] = {}
+        self._router = (None if config.new_queue_total_rate is None else
+                        TokenBucket(config.new_queue_total_rate, config.new_queue_total_burst))
+
+    def lend(self, key: str, wanted: int) -> int:
+        """Up to `wanted` tokens of `key`'s bucket and the router's, taken from both."""
+        address = self._address_bucket(key)
+        lent = wanted if address is None else address.take_up_to(wanted)
+        if self._router is not None:
+            from_router = self._router.take_up_to(lent)
+            if address is not None:
+                address.give_back(lent - from_router)
+            lent = from_router
+        return lent
+
+    def take_back(self, key: str, tokens: int) -> None:
+        """A worker's unused tokens, as if never lent."""
+        address = self._address_bucket(key)
+        if address is not None:
+            address.give_back(tokens)
+        if self._router is not None:
+            self._router.give_back(tokens)
+
+    def _address_bucket(self, key: str) -> TokenBucket | None:
+        config = self._config
+        if config.new_queue_address_rate is None or not key:
+            return None
+        bucket = self._addresses.get(key)
+        if bucket is None:
+            if len(self._addresses) >= ADDRESS_BUCKETS_KEPT:
+                self._addresses = {k: b for k, b in self._addresses.items() if not b.is_full()}
+            bucket = TokenBucket(config.new_queue_address_rate, config.new_queue_address_burst)
             self._addresses[key] = bucket
         return bucket
 

@@ -15,6 +15,19 @@ The cost is one round trip to the supervisor per accepted connection (the
 asks of a burst go in one write each way), next to a TCP, TLS and SMP
 handshake. A worker keeps its own cap on the descriptors of its process.
 A worker that dies closes its link: the supervisor forgets its connections.
+
+The same link carries the router's NEW budgets (core/limits.py `RouterBudgets`,
+the supervisor's buckets per address and for the router): a worker whose grant
+for an address is spent borrows a batch (`B id wanted key` -> `G id granted key`)
+and gives back what it did not use (`R tokens key`). A worker that dies loses its
+grants: the buckets refill as after NEWs.
+
+    worker -> supervisor              supervisor -> worker
+    A id key      admit              Y id / N id reason
+    E id          established        X id   evicted from the pool
+    C id          closed
+    B id n key    borrow n tokens    G id granted key
+    R n key       n tokens back
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ from itertools import count
 
 import trio
 
+from ..core.limits import GRANT_BATCH, RouterBudgets
 from ..edge.admission import Admission, AdmissionLimits, Refused, Ticket
 from ..edge.block_stream import STREAM_GONE
 from ..edge.listener import EVICTION_LOG_INTERVAL
@@ -67,6 +81,7 @@ class _WorkerTicket(Ticket):
 
 class RouterAdmission(Admission):
     last_eviction_log = -math.inf
+    budgets: RouterBudgets | None = None  # the NEW budgets the workers borrow from
 
     def _new_ticket(self, key: str) -> Ticket:
         return _WorkerTicket(self, key)
@@ -112,6 +127,16 @@ class _WorkerLink:
             closed = self.tickets.pop(int(rest), None)
             if closed is not None:
                 closed.close()
+        elif kind == "B":
+            text_id, _, rest = rest.partition(" ")
+            wanted, _, key = rest.partition(" ")
+            budgets = self.admission.budgets
+            granted = 0 if budgets is None else budgets.lend(key, min(int(wanted), GRANT_BATCH))
+            self.tell(f"G {int(text_id)} {granted} {key}")
+        elif kind == "R":
+            tokens, _, key = rest.partition(" ")
+            if self.admission.budgets is not None:
+                self.admission.budgets.take_back(key, min(int(tokens), GRANT_BATCH))
         else:
             raise ValueError(f"not an admission line: {line[:40]!r}")
 
@@ -128,11 +153,13 @@ class _WorkerLink:
 
 
 async def serve_admission(
-    group: str, limits: AdmissionLimits,
+    group: str, limits: AdmissionLimits, budgets: RouterBudgets | None = None,
     *, task_status: trio.TaskStatus[RouterAdmission] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The router's admission, asked by every worker of `group`, until cancelled."""
+    """The router's admission and NEW budgets, asked by every worker of `group`, until
+    cancelled."""
     admission = RouterAdmission(limits)
+    admission.budgets = budgets
     listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with listener:
         await listener.bind(admission_address(group))
@@ -230,13 +257,23 @@ class _Ask:
         self.refusal: str | None = None
 
 
+class _Borrow:
+    __slots__ = ("answered", "tokens")
+
+    def __init__(self) -> None:
+        self.answered = trio.Event()
+        self.tokens = 0
+
+
 class SharedAdmission:
-    """A worker's end of the router's admission: asks at each accept (module doc)."""
+    """A worker's end of the router's admission: asks at each accept, and borrows
+    from the router's NEW budgets (module doc; core/limits.py `Lender`)."""
 
     def __init__(self, group: str) -> None:
         self._group = group
         self._ids = count(1)
         self._asks: dict[int, _Ask] = {}
+        self._borrows: dict[int, _Borrow] = {}
         # the pending ones, which the supervisor may evict (established ones are not kept)
         self.pending: dict[int, SharedTicket] = {}
         self._send, self._lines = trio.open_memory_channel[str](math.inf)
@@ -270,6 +307,25 @@ class SharedAdmission:
             self.pending[ticket_id] = ticket
         return ticket
 
+    async def borrow(self, key: str, wanted: int) -> int:
+        """Up to `wanted` NEW tokens of address `key` and the router; 0 if the
+        supervisor has none or cannot be reached. Cancelled, a late grant is given back."""
+        if self._gone:
+            return 0
+        borrow_id = next(self._ids)
+        borrow = self._borrows[borrow_id] = _Borrow()
+        self.tell(f"B {borrow_id} {wanted} {key}")
+        try:
+            await borrow.answered.wait()
+        except BaseException:
+            self._borrows.pop(borrow_id, None)  # its grant, if one comes, goes back
+            raise
+        return borrow.tokens
+
+    def give_back(self, key: str, tokens: int) -> None:
+        if tokens > 0:
+            self.tell(f"R {tokens} {key}")
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Reach the supervisor, then carry the asks and answers until cancelled."""
         stream = await _connect(admission_address(self._group))
@@ -290,6 +346,15 @@ class SharedAdmission:
         kind, _, rest = line.partition(" ")
         text_id, _, reason = rest.partition(" ")
         ticket_id = int(text_id)
+        if kind == "G":
+            granted, _, key = reason.partition(" ")
+            borrow = self._borrows.pop(ticket_id, None)
+            if borrow is None:  # its NEW gave up waiting
+                self.give_back(key, int(granted))
+            else:
+                borrow.tokens = int(granted)
+                borrow.answered.set()
+            return
         if kind == "X":  # the router's full pool drops this pending connection
             ticket = self.pending.get(ticket_id)
             if ticket is not None:
@@ -310,6 +375,9 @@ class SharedAdmission:
             ask.refusal = GONE
             ask.answered.set()
         self._asks.clear()
+        for borrow in self._borrows.values():
+            borrow.answered.set()  # no tokens
+        self._borrows.clear()
 
     async def _write(self, stream: trio.SocketStream) -> None:
         async for line in self._lines:

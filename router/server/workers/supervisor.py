@@ -30,6 +30,7 @@ from pathlib import Path
 
 import trio
 
+from ..core.limits import RouterBudgets, new_queue_limits
 from ..core.ownership import Ownership
 from ..edge.admission import AdmissionLimits
 from ..edge.identity import load_or_create_identity
@@ -221,7 +222,8 @@ async def supervise(
                 # The router's caps on connections, asked by every worker (admission.py).
                 group = group_of_supervisor(os.getpid())
                 admission = await nursery.start(serve_admission, group,
-                                                router_admission_limits(config))
+                                                router_admission_limits(config),
+                                                RouterBudgets(config))
                 for worker in workers:
                     nursery.start_soon(worker.keep_running)
                 for worker in workers:
@@ -288,6 +290,10 @@ async def _answer_signals(
             else:
                 new = getattr(reloaded, "config", None)
                 if operated is not None and isinstance(new, RouterConfig):
+                    if new_queue_limits(new) != new_queue_limits(operated.config) and \
+                            operated.admission is not None:
+                        # every bucket starts at its new size, as in each worker
+                        operated.admission.budgets = RouterBudgets(new)  # type: ignore[attr-defined]
                     operated.reload_passwords(new)
             log.info("SIGHUP: passed on to %d workers", len(workers))
         elif signum == DRAIN_SIGNAL:

@@ -1,0 +1,159 @@
+"""NEW budgets for the router as a whole with several workers (core/limits.py,
+docs/workers.md#one-router-to-the-operator): the supervisor's buckets are the truth, a
+worker borrows a batch of tokens once its grant is spent, so a client whose NEWs all land
+in one worker gets the whole budget and the workers together never exceed it."""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import AsyncExitStack
+
+import trio
+from operated import control, operated, workers_of
+
+from router.client import open_client
+from router.server.core import limits
+from router.server.core.limits import GRANT_BATCH, NewQueueLimits, RouterBudgets
+from router.server.edge.admission import AdmissionLimits
+from router.server.settings.config import RouterConfig
+from router.server.workers.admission import SharedAdmission, serve_admission
+
+BURST = 20
+CONFIG = RouterConfig(new_queue_address_rate=0.001, new_queue_address_burst=BURST,
+                      new_queue_total_rate=0.001, new_queue_total_burst=BURST + 5)
+WIDE = AdmissionLimits(1000, 1000, 1000, None)
+
+
+class Conn:
+    """A connection as the limits key it (weakly)."""
+
+
+async def allowed(worker: NewQueueLimits, count: int, remote: str = "10.0.0.1:5000") -> int:
+    conn = Conn()
+    return sum([await worker.allow(conn, remote) for _ in range(count)])
+
+
+async def two_workers(nursery: trio.Nursery, config: RouterConfig = CONFIG
+                      ) -> tuple[RouterBudgets, list[NewQueueLimits]]:
+    """Two workers' NEW limits borrowing from one supervisor over the real link."""
+    group = secrets.token_hex(8)
+    budgets = RouterBudgets(config)
+    await nursery.start(serve_admission, group, WIDE, budgets)
+    workers = []
+    for _ in range(2):
+        link = SharedAdmission(group)
+        await nursery.start(link.run)
+        workers.append(NewQueueLimits(config, 2, link))
+    return budgets, workers
+
+
+async def test_one_address_in_one_worker_gets_the_whole_burst():
+    async with trio.open_nursery() as nursery:
+        _, (first, second) = await two_workers(nursery)
+        assert await allowed(first, BURST + 3) == BURST  # not BURST / 2 as a share would
+        assert await allowed(second, 3) == 0  # the address's budget is spent everywhere
+        assert await allowed(second, 1, "10.0.0.2:1") == 1  # another address: its own
+        nursery.cancel_scope.cancel()
+
+
+async def test_two_workers_together_never_exceed_the_routers_budget(monkeypatch):
+    monkeypatch.setattr(limits, "GRANT_LIFETIME", 0.2)
+    async with trio.open_nursery() as nursery:
+        _, (first, second) = await two_workers(nursery)
+        took = 0
+        for _ in range(BURST):  # turn about: each holds a grant the other cannot use
+            took += await allowed(first, 1) + await allowed(second, 1)
+        assert BURST - 2 * GRANT_BATCH <= took <= BURST
+        # The grants a worker did not use go back once old: the rest of the burst, no more.
+        await trio.sleep(0.3)
+        took += await allowed(first, BURST) + await allowed(second, BURST)
+        assert took == BURST
+        # The router's own budget (BURST + 5) holds over addresses too.
+        others = sum([await allowed(w, 10, f"10.0.1.{i}:1") for i in range(3)
+                      for w in (first, second)])
+        assert others == 5
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_worker_that_dies_loses_its_grant_and_makes_no_tokens():
+    group = secrets.token_hex(8)
+    budgets = RouterBudgets(CONFIG)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_admission, group, WIDE, budgets)
+        async with trio.open_nursery() as worker_process:
+            link = SharedAdmission(group)
+            await worker_process.start(link.run)
+            assert await allowed(NewQueueLimits(CONFIG, 2, link), 1) == 1  # a batch borrowed
+            worker_process.cancel_scope.cancel()  # the worker dies holding the rest
+        await trio.sleep(0.05)
+        assert budgets.lend("10.0.0.1", BURST) == BURST - GRANT_BATCH
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_borrow_unanswered_refuses_its_new_and_stalls_no_one(monkeypatch):
+    monkeypatch.setattr(limits, "BORROW_TIMEOUT", 0.3)
+
+    class Silent:
+        """A supervisor that never answers."""
+
+        async def borrow(self, key: str, wanted: int) -> int:
+            await trio.sleep_forever()
+
+        def give_back(self, key: str, tokens: int) -> None:
+            raise AssertionError("nothing was granted")
+
+    worker = NewQueueLimits(CONFIG, 2, Silent())
+    others = NewQueueLimits(RouterConfig(), 2)  # another client, no budgets: never waits
+    async with trio.open_nursery() as nursery:
+        results: list[bool] = []
+
+        async def waiting() -> None:
+            results.append(await worker.allow(Conn(), "10.0.0.1:1"))
+
+        nursery.start_soon(waiting)
+        await trio.sleep(0.05)
+        assert await others.allow(Conn(), "10.0.0.9:1")  # while the other NEW waits
+        assert results == []
+    assert results == [False]
+
+
+async def test_a_grant_that_comes_after_its_new_gave_up_goes_back():
+    link = SharedAdmission(secrets.token_hex(8))
+    with trio.move_on_after(0.05):
+        await link.borrow("10.0.0.1", GRANT_BATCH)
+    assert link._lines.receive_nowait() == f"B 1 {GRANT_BATCH} 10.0.0.1"
+    link._take("G 1 5 10.0.0.1")
+    assert link._lines.receive_nowait() == "R 5 10.0.0.1"
+
+
+async def test_no_supervisor_is_a_refusal():
+    link = SharedAdmission(secrets.token_hex(8))
+    link._lose()  # its link ended
+    assert await NewQueueLimits(CONFIG, 2, link).allow(Conn(), "10.0.0.1:1") is False
+
+
+async def test_two_workers_of_the_command_line_give_one_address_its_whole_burst(tmp_path):
+    burst = 6
+    async with operated(tmp_path, "--store", "memory", "--new-queues-per-second-per-address",
+                        "0.001", "--new-queues-burst-per-address", str(burst)) as r:
+        async with AsyncExitStack() as stack:
+            clients = []
+            for _ in range(40):  # a client on each worker
+                clients.append(await stack.enter_async_context(open_client(r.address)))
+                (listed,) = await control(r.control_port, "clients")
+                if set(workers_of(listed)) == {0, 1}:
+                    break
+            else:
+                raise AssertionError(f"every connection landed on one worker: {listed}")
+            created = []
+            for client in (clients[0], clients[-1]):  # the whole burst in the first's worker
+                created.append(0)
+                for _ in range(burst + 1):
+                    try:
+                        await client.create_queue()
+                        created[-1] += 1
+                    except Exception as e:  # noqa: BLE001 - the refusal is checked below
+                        assert "NEW_RATE_LIMIT" in repr(e), e
+            assert created == [burst, 0]  # not burst / 2 in each worker
+        (stats,) = await control(r.control_port, "stats")
+        assert f"new_queues_rate_limited: {burst + 2}" in stats
