@@ -34,6 +34,7 @@ from typing import Any
 
 import trio
 
+from bench.one_process import one_process
 from router.client import SMPClient, open_client
 from router.protocol import crypto
 from router.protocol.block import BatchPacker
@@ -233,8 +234,8 @@ async def router_process(root: Path | None = None) -> AsyncIterator[str]:
         config.write_text("[LIMITS]\n" + limits)
         env = {**os.environ, "PYTHONPATH": str(root)}
         router = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1", "--port", "0",
-             "--store", "memory", "--config", str(config)],
+            [sys.executable, "-m", "router.server", "serve", *one_process(root), "--host",
+             "127.0.0.1", "--port", "0", "--store", "memory", "--config", str(config)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root, env=env,
         )
         try:

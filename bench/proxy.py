@@ -32,6 +32,7 @@ from typing import Any
 
 import trio
 
+from bench.one_process import one_process
 from router.client import MessageEvent, RecipientQueue, SMPClient, open_client
 
 QUEUES = 8
@@ -53,8 +54,8 @@ async def router_process(root: Path | None = None) -> AsyncIterator[tuple[str, i
         config.write_text("[STORE_LOG]\nquota = 100000\n"
                           + ("[PROXY]\nallow_destinations = 127.0.0.0/8\n" if allow else ""))
         process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1",
-             "--port", "0", "--store", "memory", "--config", str(config),
+            [sys.executable, "-m", "router.server", "serve", *one_process(root),
+             "--host", "127.0.0.1", "--port", "0", "--store", "memory", "--config", str(config),
              "--log-level", "warning"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},

@@ -44,6 +44,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bench import harness, identities
+from bench.one_process import one_process
 from bench.service_client import (
     ServiceCert,
     ServiceSession,
@@ -103,8 +104,8 @@ def _service_record(cert: ServiceCert) -> ServiceRecord:
 
 
 async def _start_router(data_dir: Path) -> tuple[trio.Process, str]:
-    command = [sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1",
-               "--port", "0", "--store", "memory", "--data-dir", str(data_dir),
+    command = [sys.executable, "-m", "router.server", "serve", *one_process(), "--host",
+               "127.0.0.1", "--port", "0", "--store", "memory", "--data-dir", str(data_dir),
                "--no-stats-log", "--log-level", "warning"]
     router = await trio.lowlevel.open_process(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=HERE,

@@ -30,6 +30,7 @@ from typing import Any
 
 from . import harness
 from .harness import log, md_table, write_results
+from .one_process import one_process
 
 SEED = 1
 FULL_SIZE = 1_000_000
@@ -38,8 +39,8 @@ FULL_SIZE = 1_000_000
 def _serve(source: Path, data_dir: Path, timeout: float) -> dict[str, Any]:
     """Start the router from `source` on `data_dir`; measure until it listens."""
     cmd = [sys.executable, "-c", "from router.server.cli.main import main; main()",
-           "serve", "--store", "journal", "--data-dir", str(data_dir), "--port", "0",
-           "--no-stats-log", "--log-level", "warning"]
+           "serve", *one_process(source), "--store", "journal", "--data-dir", str(data_dir),
+           "--port", "0", "--no-stats-log", "--log-level", "warning"]
     env = {**os.environ, "PYTHONPATH": str(source)}
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=source, env=env)

@@ -58,6 +58,7 @@ from typing import Any
 import psutil
 import trio
 
+from bench.one_process import one_process
 from router.client import MessageEvent, SMPClient, UndecryptedMessageEvent, _connection, open_client
 from router.protocol.block import BatchPacker
 from router.protocol.types import OK, SOK, SUB
@@ -413,11 +414,12 @@ async def _ping_on_a_clock(client: SMPClient, samples: list[float]) -> None:
 
 
 def _router_command(kind: str, data_dir: Path, connections: int,
-                    timeline: Path | None) -> list[str]:
+                    timeline: Path | None, root: Path | None = None) -> list[str]:
     # One address holds every connection of the load.
     program = (["router.server"] if timeline is None
                else ["bench.storm", "router", str(timeline)])
-    return [sys.executable, "-m", *program, "serve", "--host", "127.0.0.1", "--port", "0",
+    return [sys.executable, "-m", *program, "serve", *one_process(root), "--host", "127.0.0.1",
+            "--port", "0",
             "--store", kind, "--data-dir", str(data_dir), "--no-stats-log",
             "--log-level", "warning", "--max-connections", str(connections + 64),
             "--max-connections-per-address", str(connections + 64)]
@@ -436,7 +438,7 @@ async def _one_kind(kind: str, queues: int, connections: int, messages_every: in
     timeline = None if root is not None else tmp / f"{kind}-loop.json"
     pinger_probe = Probe()
     router = await trio.lowlevel.open_process(
-        _router_command(kind, data_dir, connections, timeline), stdout=subprocess.PIPE,
+        _router_command(kind, data_dir, connections, timeline, root), stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, cwd=root or here,
         env={**os.environ, "PYTHONPATH": str(root or here)})
     load = None

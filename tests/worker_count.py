@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import fields, replace
 from functools import partial
@@ -37,6 +37,18 @@ from router.server.workers.layout import worker_config
 
 WORKERS_VARIABLE = "SMP_TEST_WORKERS"
 _groups = itertools.count()
+
+
+def one_process(args: Sequence[str]) -> list[str]:
+    """A command line with `--workers 1` after its `serve` unless it names a count: the
+    default `auto` is the test machine's cores (docs/workers.md#the-default), and a
+    router a test spawns must behave the same on 2 cores and on 16."""
+    args = list(args)
+    named = any(arg == "--workers" or arg.startswith("--workers=") for arg in args)
+    if "serve" in args and not named:
+        at = args.index("serve") + 1
+        args[at:at] = ["--workers", "1"]
+    return args
 
 
 def test_workers() -> int:

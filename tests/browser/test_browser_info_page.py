@@ -24,7 +24,7 @@ def router_page(tmp_path_factory) -> Iterator[tuple[str, str]]:
     config.write_text("[TRANSPORT]\nport = 0\n[STORE_LOG]\nstore = memory\n"
                       f"[INFORMATION]\noperator = {OPERATOR}\n"
                       "website = https://smp.example.org\n")
-    process = subprocess.Popen([str(SMP_ROUTER), "serve", "--config", str(config),
+    process = subprocess.Popen([str(SMP_ROUTER), "serve", "--workers", "1", "--config", str(config),
                                 "--log-level", "error"], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

@@ -112,8 +112,8 @@ def run(command: list[str], cwd: Path,
 def router_address() -> Iterator[str]:
     """`smp-router serve` on a free loopback port; its smp:// address."""
     process = subprocess.Popen(
-        [str(SMP_ROUTER), "serve", "--host", "127.0.0.1", "--port", "0", "--store", "memory",
-         "--log-level", "warning"],
+        [str(SMP_ROUTER), "serve", "--workers", "1", "--host", "127.0.0.1", "--port", "0",
+         "--store", "memory", "--log-level", "warning"],
         stdout=subprocess.PIPE, text=True)
     timer = threading.Timer(START_TIMEOUT, process.kill)
     timer.start()

@@ -70,7 +70,8 @@ class CrashRun:
 
     def command(self) -> list[str]:
         args = [
-            "serve", "--port", "0", "--store", self.kind, "--data-dir", str(self.data_dir),
+            "serve", "--workers", "1", "--port", "0", "--store", self.kind, "--data-dir",
+            str(self.data_dir),
             "--quota", "100000", "--log-level", "warning", "--no-stats-log",
         ]
         if self.kind == "postgres":

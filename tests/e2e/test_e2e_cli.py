@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import pytest
 import trio
+from worker_count import one_process
 
 from router.client import RecipientQueue, SMPClient, open_client
 from router.server import RouterConfig, serve_router
@@ -27,8 +28,8 @@ STARTED = re.compile(r"(smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:(\d+)) and (ws://1
 
 def smp_router(*args: str) -> list[str]:
     if SMP_ROUTER.exists():
-        return [str(SMP_ROUTER), *args]
-    return [sys.executable, "-m", "router.server", *args]
+        return [str(SMP_ROUTER), *one_process(args)]
+    return [sys.executable, "-m", "router.server", *one_process(args)]
 
 
 async def read_line(stream: trio.abc.ReceiveStream) -> bytes:

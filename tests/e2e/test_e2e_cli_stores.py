@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from worker_count import one_process
 
 from router.client import RecipientQueue, SMPError, open_client
 from router.server.cli.settings import DEFAULT_STORE
@@ -27,8 +28,8 @@ ADDRESS = re.compile(rb"smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:\d+")
 
 def smp_router(*args: str) -> list[str]:
     if SMP_ROUTER.exists():
-        return [str(SMP_ROUTER), *args]
-    return [sys.executable, "-m", "router.server", *args]
+        return [str(SMP_ROUTER), *one_process(args)]
+    return [sys.executable, "-m", "router.server", *one_process(args)]
 
 
 async def read_line(stream: trio.abc.ReceiveStream) -> bytes:

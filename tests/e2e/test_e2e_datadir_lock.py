@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from worker_count import one_process
 
 from router.client import open_client
 from router.server.settings.datadir import LOCK_FILE, DataDirInUse, lock_data_dir
@@ -25,8 +26,8 @@ STORES = ["memory", "journal", "sqlite"]
 
 def smp_router(*args: str) -> list[str]:
     if SMP_ROUTER.exists():
-        return [str(SMP_ROUTER), *args]
-    return [sys.executable, "-m", "router.server", *args]
+        return [str(SMP_ROUTER), *one_process(args)]
+    return [sys.executable, "-m", "router.server", *one_process(args)]
 
 
 def serve_args(data_dir: Path, store: str) -> list[str]:

@@ -52,8 +52,9 @@ class RouterProcess:
 
 
 def serve_command(kind: str, data_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ENOSPC_ROUTER), "serve", "--store", kind, "--data-dir",
-            str(data_dir), "--port", "0", "--log-level", "warning", "--quota", "5000", *extra]
+    return [sys.executable, str(ENOSPC_ROUTER), "serve", "--workers", "1", "--store", kind,
+            "--data-dir", str(data_dir), "--port", "0", "--log-level", "warning", "--quota",
+            "5000", *extra]
 
 
 @asynccontextmanager

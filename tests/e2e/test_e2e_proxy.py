@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from worker_count import one_process
 
 from router.client import MessageEvent, ProxyError, open_client, parse_address
 from router.protocol.errors import proxy_error_parts
@@ -46,8 +47,8 @@ class Served:
 
 def smp_router(*args: str) -> list[str]:
     if SMP_ROUTER.exists():
-        return [str(SMP_ROUTER), *args]
-    return [sys.executable, "-m", "router.server", *args]
+        return [str(SMP_ROUTER), *one_process(args)]
+    return [sys.executable, "-m", "router.server", *one_process(args)]
 
 
 @asynccontextmanager

@@ -17,6 +17,7 @@ from router.server.settings.config import (
     RouterConfig,
 )
 from router.server.settings.edge_limits import CONFIGURABLE_BOUNDS
+from router.server.settings.workers import auto_workers, usable_cores
 
 
 def config_of(*flags: str) -> RouterConfig:
@@ -46,6 +47,8 @@ def test_without_flags_the_defaults_hold():
         new_queue_address_rate=DEFAULT_NEW_QUEUE_ADDRESS_RATE,
         new_queue_total_rate=DEFAULT_NEW_QUEUE_TOTAL_RATE,
         memory_store_max_bytes=DEFAULT_MEMORY_STORE_MAX_BYTES, allow_proxy=True,
+        # `auto`: resolved on the machine at hand (settings/workers.py)
+        workers=auto_workers(usable_cores()), workers_auto=True,
     )
     assert RouterConfig().idle_timeout is None
 
@@ -69,7 +72,7 @@ def test_a_bad_flag_is_one_line_and_exit_code_2(capsys):
 
 
 def test_a_missing_certificate_is_one_line_and_exit_code_2(tmp_path: Path, capsys):
-    code = main(["serve", "--store", "memory", "--port", "0",
+    code = main(["serve", "--workers", "1", "--store", "memory", "--port", "0",
                  "--tls-cert", str(tmp_path / "none.pem"), "--tls-key", str(tmp_path / "k.pem")])
     assert code == 2
     assert "TLS certificate" in capsys.readouterr().err

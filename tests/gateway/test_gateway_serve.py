@@ -17,6 +17,7 @@ import pytest
 import trio
 import trio_websocket
 import trustme
+from worker_count import one_process
 
 from router.client import UpgradeRejected, open_client
 from router.gateway.server import GatewayConfig, GatewayInfo, serve_gateway
@@ -127,8 +128,8 @@ async def test_with_a_certificate_the_gateway_serves_https_and_wss(tmp_path):
 
 def smp_router(*args: str) -> list[str]:
     if SMP_ROUTER.exists():
-        return [str(SMP_ROUTER), *args]
-    return [sys.executable, "-m", "router.server", *args]
+        return [str(SMP_ROUTER), *one_process(args)]
+    return [sys.executable, "-m", "router.server", *one_process(args)]
 
 
 async def test_the_gateway_command_prints_one_line_serves_and_stops_on_sigterm(tmp_path):

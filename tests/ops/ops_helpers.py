@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
+from worker_count import one_process
 
 
 async def http_get(port: int, target: str, headers: dict[str, str] | None = None,
@@ -73,8 +74,8 @@ ADDRESS = re.compile(r"(smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:(\d+))")
 
 def smp_router(*args: str) -> list[str]:
     if SMP_ROUTER.exists():
-        return [str(SMP_ROUTER), *args]
-    return [sys.executable, "-m", "router.server", *args]
+        return [str(SMP_ROUTER), *one_process(args)]
+    return [sys.executable, "-m", "router.server", *one_process(args)]
 
 
 async def run_cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from worker_count import one_process
 
 from router.client import open_client
 from router.server.cli.main import build_parser, main
@@ -112,8 +113,8 @@ NON_DEFAULT = {
 
 def smp_router(*args: str) -> list[str]:
     if SMP_ROUTER.exists():
-        return [str(SMP_ROUTER), *args]
-    return [sys.executable, "-m", "router.server", *args]
+        return [str(SMP_ROUTER), *one_process(args)]
+    return [sys.executable, "-m", "router.server", *one_process(args)]
 
 
 def test_the_table_of_non_default_values_covers_every_key():

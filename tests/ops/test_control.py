@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 from ops_helpers import ControlClient, http_get, open_control
+from worker_count import one_process
 
 from router.client import DeletedEvent, EndEvent, SMPError, open_client
 from router.server.router import RouterInfo
@@ -254,8 +255,8 @@ async def test_a_command_that_fails_ends_its_session_not_the_router(router, monk
 def smp_router(*args: str) -> list[str]:
     program = Path(sys.executable).with_name("smp-router")
     if program.exists():
-        return [str(program), *args]
-    return [sys.executable, "-m", "router.server", *args]
+        return [str(program), *one_process(args)]
+    return [sys.executable, "-m", "router.server", *one_process(args)]
 
 
 async def run_cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:

@@ -97,7 +97,7 @@ async def test_smp_router_serve_answers_the_page(tmp_path):
     command = [str(SMP_ROUTER)] if SMP_ROUTER.exists() else [sys.executable, "-m",
                                                               "router.server"]
     process = await trio.lowlevel.open_process(
-        [*command, "serve", "--config", str(config), "--log-level", "error"],
+        [*command, "serve", "--workers", "1", "--config", str(config), "--log-level", "error"],
         stdout=subprocess.PIPE,
     )
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import trustme
+from worker_count import one_process
 
 SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 PYTHON_WORDING = ("_positive_int", "invalid literal", "int()", "float()", "Errno",
@@ -19,7 +20,8 @@ PYTHON_WORDING = ("_positive_int", "invalid literal", "int()", "float()", "Errno
 def run(*args: str) -> str:
     """The one stderr line of a command that must fail with exit code 2."""
     command = [str(SMP_ROUTER)] if SMP_ROUTER.exists() else [sys.executable, "-m", "router.server"]
-    result = subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
+    result = subprocess.run([*command, *one_process(args)], capture_output=True, text=True,
+                            timeout=30)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and result.stdout == "", result
     assert not any(words in lines[0] for words in PYTHON_WORDING), lines[0]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import trio
 from postgres_server import schema_for, shared_server
+from worker_count import one_process
 
 from router.server.cli.main import build_parser
 from router.server.cli.settings import config_from_args
@@ -21,7 +22,7 @@ ADDRESS = re.compile(rb"smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:\d+")
 
 
 def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "router.server", *args, "--log-level", "error"]
+    return [sys.executable, "-m", "router.server", *one_process(args), "--log-level", "error"]
 
 
 def one_line_failure(*args: str) -> tuple[int, str]:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from worker_count import one_process
 
 from store.sqlite.database import DB_FILE
 
@@ -16,8 +17,8 @@ SMP_ROUTER = Path(sys.executable).with_name("smp-router")
 
 def run(*args: str) -> tuple[int, str]:
     command = [str(SMP_ROUTER)] if SMP_ROUTER.exists() else [sys.executable, "-m", "router.server"]
-    result = subprocess.run([*command, *args, "--log-level", "error"], capture_output=True,
-                            text=True, timeout=30)
+    result = subprocess.run([*command, *one_process(args), "--log-level", "error"],
+                            capture_output=True, text=True, timeout=30)
     assert result.stdout == "" and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines

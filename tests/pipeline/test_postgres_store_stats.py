@@ -35,7 +35,8 @@ QUOTA = 3
 
 def start_router(data_dir: Path, url: str, schema: str) -> tuple[subprocess.Popen, str]:
     command = [
-        sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1", "--port", "0",
+        sys.executable, "-m", "router.server", "serve", "--workers", "1", "--host", "127.0.0.1",
+        "--port", "0",
         "--store", "postgres", "--data-dir", str(data_dir), "--db-connection", url,
         "--db-schema", schema, "--quota", str(QUOTA), "--stats-interval", "1",
         "--log-level", "error",

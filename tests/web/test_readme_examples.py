@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from web_helpers import NODE_FLAGS
+from worker_count import one_process
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -95,7 +96,7 @@ def readme_serve(command: str) -> list[str]:
     words = shlex.split(command.split("#", 1)[0])
     assert words[0].endswith("smp-router") and words[1] == "serve", command
     words[words.index("--port") + 1] = "0"
-    return [str(SMP_ROUTER), *words[1:]]
+    return [str(SMP_ROUTER), *one_process(words[1:])]
 
 
 @pytest.fixture(scope="module")

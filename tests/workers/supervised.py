@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+from worker_count import one_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDRESS = re.compile(r"(smp://[A-Za-z0-9_=-]{44}@127\.0\.0\.1:(\d+))")
@@ -50,8 +51,8 @@ class Supervised:
 
 
 async def run(*args: str) -> tuple[int, str, str]:
-    result = await trio.run_process(command(*args), capture_stdout=True, capture_stderr=True,
-                                    check=False, env=environment())
+    result = await trio.run_process(command(*one_process(args)), capture_stdout=True,
+                                    capture_stderr=True, check=False, env=environment())
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
@@ -70,8 +71,8 @@ async def serving(log_file: Path, *args: str) -> AsyncIterator[tuple[trio.Proces
     """`smp-router serve ARGS` on a port of its own, with its log in `log_file`, until
     its ready line: the process and the router's address."""
     process = await trio.lowlevel.open_process(
-        command("serve", "--port", "0", "--host", "127.0.0.1", "--log-file", str(log_file),
-                *args),
+        command(*one_process(["serve", "--port", "0", "--host", "127.0.0.1", "--log-file",
+                              str(log_file), *args])),
         stdout=subprocess.PIPE, env=environment(),
     )
     try:

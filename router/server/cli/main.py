@@ -56,6 +56,7 @@ from ..ops.info import router_version
 from ..settings.config import (
     STORE_KINDS,
     ConfigError,
+    RouterConfig,
     StartupError,
     os_error_reason,
 )
@@ -63,7 +64,8 @@ from ..settings.config_file import (
     LOG_LEVELS,
 )
 from ..settings.datadir import lock_data_dir
-from ..workers.layout import check_worker_count
+from ..settings.workers import auto_reason, usable_cores
+from ..workers.layout import check_worker_count, with_auto_workers
 from ..workers.owner_exceptions import with_owner_exceptions
 from ..workers.seat import label_log_records, seat_from_environment
 from ..workers.supervisor import supervise
@@ -176,12 +178,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 label_log_records(seat.index)
                 seat = replace(seat, ownership=with_owner_exceptions(seat.ownership,
                                                                      config.data_dir))
+                # `auto` is the supervisor's to resolve: a worker runs in the seat's count
+                config = replace(config, workers=seat.ownership.workers, workers_auto=False)
                 trio.run(serve, config, _reloader(args), seat)
                 return EXIT_OK
             with lock_data_dir(config.data_dir) if config.data_dir is not None else nullcontext():
                 if args.command == "gateway":
                     trio.run(run_gateway, gateway_config(args, config))
                     return EXIT_OK
+                config = _resolved_workers(config)
                 check_worker_count(config)
                 if config.workers > 1:
                     given = list(sys.argv[1:] if argv is None else argv)
@@ -223,6 +228,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(e)
     finally:
         os.umask(previous_umask)
+
+
+def _resolved_workers(config: RouterConfig) -> RouterConfig:
+    """`workers = auto` resolved (settings/workers.py), the count and why in the log."""
+    if not config.workers_auto:
+        return config
+    config, kept = with_auto_workers(config)
+    if kept is not None:
+        log.info("workers = auto: %d, the count data directory %s was made for (change it "
+                 "with smp-router workers-move)", kept, config.data_dir)
+    else:
+        log.info("workers = auto: %s", auto_reason(usable_cores()))
+    return config
 
 
 def _reloader(args: argparse.Namespace) -> Reload:

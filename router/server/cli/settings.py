@@ -19,6 +19,7 @@ from ..settings.config import (
     RouterConfig,
 )
 from ..settings.config_file import (
+    AUTO_WORKERS,
     CONFIG_FILE_NAME,
     DAY,
     DEFAULTS,
@@ -34,6 +35,7 @@ from ..settings.config_file import (
     read_config_file,
 )
 from ..settings.store_key import check_store_key
+from ..settings.workers import auto_workers, usable_cores
 
 # Settings `config check` shows as "(set)", never in clear.
 SECRET_SETTINGS = ("password", "control_admin_password", "control_user_password",
@@ -138,7 +140,7 @@ _METAVARS = {"new_queues": "on|off", "new_queues_per_second": "N|off", "tls_cert
              "own_server_domains": "NAMES", "allow_destinations": "NETWORKS",
              "new_queues_per_second_per_address": "N|off", "new_queues_per_second_total": "N|off",
              "new_queues_burst_per_address": "N", "new_queues_burst_total": "N",
-             "control_lockout_after": "N", "control_max_sessions": "N",
+             "control_lockout_after": "N", "control_max_sessions": "N", "workers": "N|auto",
              "metrics_max_connections": "N"}
 
 
@@ -244,6 +246,11 @@ def _store_kind(s: dict[str, object]) -> str | None:
     return database  # type: ignore[return-value]
 
 
+def _workers(value: object) -> int:
+    """The count of workers: `auto` resolved on this machine (settings/workers.py)."""
+    return auto_workers(usable_cores()) if value == AUTO_WORKERS else int(value)  # type: ignore[call-overload]
+
+
 def config_from_settings(s: dict[str, object]) -> RouterConfig:
     store, data_dir = store_and_data_dir(_store_kind(s), s["data_dir"])  # type: ignore[arg-type]
     stats_log = s["stats_log"]
@@ -284,7 +291,8 @@ def config_from_settings(s: dict[str, object]) -> RouterConfig:
         memory_store_max_bytes=s["memory_store_max_bytes"],
         idle_timeout=_idle_timeout(s),
         drain_period=s["drain_period"],
-        workers=s["workers"],
+        workers=_workers(s["workers"]),
+        workers_auto=s["workers"] == AUTO_WORKERS,
         allow_proxy=s["allow_proxy"],
         proxy_password=None if proxy_password is None else str(proxy_password).encode(),
         proxy_max_connections=s["proxy_max_connections"],

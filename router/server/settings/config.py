@@ -96,6 +96,7 @@ class RouterConfig(EdgeSettings):  # type: ignore[misc, valid-type]
     idle_timeout: float | None = None  # drop clients without subscriptions idle this long
     drain_period: float = DEFAULT_DRAIN_PERIOD  # a drain closes the clients over this
     workers: int = 1  # processes serving the one address (docs/workers.md)
+    workers_auto: bool = False  # `workers` came from `auto` (settings/workers.py)
     tls_cert: Path | None = None  # PEM certificate chain: the listener speaks wss://
     tls_key: Path | None = None  # its private key (both or neither)
     store_options: dict[str, object] = field(default_factory=dict, hash=False, compare=False)

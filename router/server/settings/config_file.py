@@ -113,6 +113,19 @@ def parse_count(value: str) -> int:
     return number
 
 
+AUTO_WORKERS = "auto"
+
+
+def parse_workers(value: str) -> int | str:
+    """`auto` (resolved at start: settings/workers.py) or a count of workers."""
+    if value.strip().lower() == AUTO_WORKERS:
+        return AUTO_WORKERS
+    try:
+        return parse_count(value)
+    except ValueError:
+        raise ValueError(f"must be auto or a whole number, at least 1, not {value!r}") from None
+
+
 def parse_number(value: str) -> float:
     try:
         number = float(value)
@@ -384,9 +397,9 @@ KEYS: tuple[Key, ...] = (
     Key("TRANSPORT", "drain_period", "drain_period", parse_number, DEFAULT_DRAIN_PERIOD,
         "seconds over which a drain (SIGUSR2, the control port's drain) closes the "
         "connected clients before the router stops"),
-    Key("TRANSPORT", "workers", "workers", parse_count, 1,
-        "worker processes serving the address, each with its share of the queues "
-        "(docs/workers.md)"),
+    Key("TRANSPORT", "workers", "workers", parse_workers, AUTO_WORKERS,
+        "worker processes serving the address, each with its share of the queues; auto: "
+        "the usable cores from 3 on (at most 16), else 1 (docs/workers.md)"),
     *(Key("TRANSPORT", bound.name, bound.name,
           parse_number if bound.kind is float else parse_count,
           bound.default, bound.help) for bound in CONFIGURABLE_BOUNDS),

@@ -56,6 +56,32 @@ def moving_to(data_dir: Path) -> int | None:
                           "in the newest workers-N.old-* directory") from e
 
 
+def directory_workers(data_dir: Path | None) -> int | None:
+    """The count of workers whose queues `data_dir` holds (1: one process's); None for a
+    directory that holds none yet (or no directory)."""
+    if data_dir is None:
+        return None
+    if (moving := moving_to(data_dir)) is not None:
+        return moving  # check_worker_count refuses it, naming the command that finishes
+    recorded = recorded_workers(data_dir)
+    if recorded is not None:
+        return recorded
+    return 1 if (data_dir / KIND_FILE).exists() else None
+
+
+def with_auto_workers(config: RouterConfig) -> tuple[RouterConfig, int | None]:
+    """`workers = auto` on a data directory that holds queues keeps the directory's count
+    (docs/workers.md#the-default): a relay that ran as one process starts as before, on
+    any machine, and `workers-move` changes the count when the operator chooses. Returns
+    the configuration and the directory's count if it was kept."""
+    if not config.workers_auto:
+        return config, None
+    found = directory_workers(config.data_dir)
+    if found is None:
+        return config, None
+    return replace(config, workers=found), found
+
+
 def check_worker_count(config: RouterConfig) -> None:
     """Refuse (ConfigError, one line) a data directory made for another count of
     workers; record the count in a fresh directory started with several."""
