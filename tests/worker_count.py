@@ -31,9 +31,12 @@ from router.server import Router, RouterConfig, RouterInfo, open_router, serve_r
 from router.server.core.connection import Connection
 from router.server.core.counters import RouterStatistics
 from router.server.core.ownership import Ownership
+from router.server.ops.statslog import StatsLog
 from router.server.workers.handoff import Handoff
 from router.server.workers.in_process import shared_identity_dir, workers_in_process
 from router.server.workers.layout import worker_config
+from router.server.workers.operations import stats_answer
+from router.server.workers.stats import run_stats_log
 
 WORKERS_VARIABLE = "SMP_TEST_WORKERS"
 _groups = itertools.count()
@@ -96,6 +99,11 @@ async def _serve_one_address(
         listeners = await nursery.start(partial(trio.serve_tcp, forward, port, host=host))
         port = listeners[0].socket.getsockname()[1]
         routers = WorkerRouters([info.router for info in infos])
+        config = infos[0].router.config
+        if config.stats_log is not None:  # the one log, as the supervisor writes it
+            figures = await nursery.start(run_stats_log, config.stats_log,
+                                          config.stats_interval, len(infos), routers.ask_all)
+            routers.stats_log = figures.stats_log
         task_status.started(replace(infos[0], port=port, listener=None, router=routers))
         await trio.sleep_forever()
 
@@ -123,6 +131,12 @@ class WorkerRouters:
     def __init__(self, routers: list[Router]) -> None:
         self.routers = routers
         self._turns = itertools.cycle(routers)
+        self.stats_log: StatsLog | None = None  # the supervisor's one log, if configured
+
+    async def ask_all(self, request: str) -> list[bytes | None]:
+        """Each worker's answer to an operations request (workers/operations.py)."""
+        assert request == "stats"
+        return [stats_answer(router) for router in self.routers]
 
     async def serve_transport(self, *args: object, **kwargs: object) -> None:
         await next(self._turns).serve_transport(*args, **kwargs)

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import pytest
 import trio
 from worker_count import serve_router_under_test
 
@@ -66,8 +65,6 @@ def summed(rows: list[dict[str, str]]) -> dict[str, int]:
     return {name: sum(int(r[name]) for r in rows) for name in COUNTER_FIELDS}
 
 
-@pytest.mark.one_process("one stats log per worker until the router's one log of figures "
-                         "(docs/workers.md#one-router-to-the-operator)")
 async def test_a_router_writes_the_header_and_lines_with_its_counts(tmp_path):
     path = tmp_path / "stats.csv"
     with trio.fail_after(20):
@@ -89,8 +86,6 @@ async def test_a_router_writes_the_header_and_lines_with_its_counts(tmp_path):
     assert last["active_queues_day"] == "2"
 
 
-@pytest.mark.one_process("one stats log per worker until the router's one log of figures "
-                         "(docs/workers.md#one-router-to-the-operator)")
 async def test_counts_of_a_stopped_router_reach_the_log_after_its_next_start(tmp_path):
     path = tmp_path / "stats.csv"
     with trio.fail_after(20):

@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 WAKE_SLACK = 1.0  # seconds
 REFRESH_TIMEOUT = 10.0  # seconds a line waits for its figures; then written with the last ones
+STOP_REFRESH_TIMEOUT = 5.0  # seconds a stop waits for the figures it saves
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +294,11 @@ class StatsLog:
             while True:
                 await self._write_next_boundary()
         finally:
-            # A clean stop: keep the partial interval for the next start.
+            # A clean stop: keep the partial interval for the next start, with the
+            # figures of the last moment when they come from elsewhere.
+            if self._refresh is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(STOP_REFRESH_TIMEOUT):
+                    await self._refresh()
             try:
                 self.save()
             except OSError as e:

@@ -90,11 +90,15 @@ class WorkersStatistics:
         self._gauges = dict.fromkeys(GAUGE_FIELDS, 0)
         self._lock = trio.Lock()
         self.unanswered: list[int] = []  # the workers that did not answer the last collection
+        self.stats_log: StatsLog | None = None  # the log it serves (run_stats_log)
+        self.final = False  # the workers are stopping: their last figures are taken
 
     def statistics(self) -> RouterStatistics:
         return replace(ZERO, **self._totals, **self._gauges)
 
     async def collect(self) -> None:
+        if self.final:
+            return
         async with self._lock:
             answers = await self._ask_all("stats")
             gauges = dict.fromkeys(GAUGE_FIELDS, 0)
@@ -128,6 +132,11 @@ class WorkersStatistics:
         if figures.active is not None:
             self._merge_active(figures.active)
 
+    async def collect_final(self) -> None:
+        """The workers' last figures before they stop (the log saves them when it ends)."""
+        await self.collect()
+        self.final = True
+
     async def refresh_for_line(self) -> None:
         """Before a line of the log: collect, and name the workers that did not answer."""
         await self.collect()
@@ -157,8 +166,8 @@ async def run_stats_log(
             stats_log.active.merge_sketch(sketch)
 
     figures = WorkersStatistics(count, ask_all, merge_active)
-    stats_log = StatsLog(path, figures.statistics, interval=interval,
-                         refresh=figures.refresh_for_line)
+    stats_log = figures.stats_log = StatsLog(path, figures.statistics, interval=interval,
+                                             refresh=figures.refresh_for_line)
     async with trio.open_nursery() as nursery:
         await nursery.start(stats_log.run)
         nursery.start_soon(figures.run)

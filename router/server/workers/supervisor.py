@@ -246,7 +246,7 @@ async def supervise(
                 await _answer_signals(signals, workers, reload, operated)
                 if figures is not None:  # the workers' counts since the last collection
                     with trio.move_on_after(FINAL_COLLECT_TIMEOUT):
-                        await figures.collect()
+                        await figures.collect_final()
                 await _stop_all(workers)
                 nursery.cancel_scope.cancel()
 
