@@ -5,6 +5,8 @@ count. Nothing here depends on the cores of the machine the tests run on."""
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +104,25 @@ def test_auto_on_a_data_directory_keeps_its_count(monkeypatch, tmp_path, caplog)
         cli_main._resolved_workers(config("--data-dir", str(fresh)))
     assert f"workers = auto: 1, the count data directory {one} was made for" in caplog.text
     assert "workers = auto: 8 workers: one per usable core" in caplog.text
+
+
+def test_every_router_the_tests_and_benches_start_has_a_count_of_workers():
+    """A file that starts processes with `serve` names the count (`--workers`, or
+    `one_process`): `auto` would make them the machine's cores (docs/testing.md)."""
+    root = Path(__file__).resolve().parents[2]
+    spawns = re.compile(r"open_process|Popen|run_process|subprocess\.run")
+    serves = re.compile(r"""["']serve["']""")
+    starts_no_router = {
+        "tests/ops/test_help.py": "`serve --help` only",
+        "tests/ops/test_deploy.py": "parses the deployment's command line",
+        "bench/hotpath.py": "its own `serve` runs serve_router in the process",
+    }
+    missing = []
+    for path in [*root.glob("tests/**/*.py"), *root.glob("bench/*.py")]:
+        if str(path.relative_to(root)) in starts_no_router:
+            continue
+        text = path.read_text()
+        if spawns.search(text) and serves.search(text) and not (
+                "one_process" in text or '"--workers"' in text):
+            missing.append(str(path.relative_to(root)))
+    assert missing == [], missing
