@@ -24,12 +24,15 @@ runner's priority (`--load-nice 19`: as `bench.storm`'s, which on 2 cores
 starves it once two workers take both, and the workers then wait for it to read).
 
 The load process is this module's own (`load`): on the 2 cores it shares with the
-router, what it spends is taken from the router. It reads the answers a block at a
-time, not as a client's events: each answer's corrId is taken out of the SUBs not
-answered yet (an unknown or repeated one is an error) and its command must be `OK`;
-a push without corrId must be a `MSG` (counted); anything else is an error. A
-connection is done once every SUB of it is answered and its waiting messages are in:
-the figures still prove every SUB answered `OK` once.
+router, what it spends is taken from the router. While the clock runs it keeps the
+answers' bytes as they come and counts their transmissions from each block's header,
+until a connection has as many as its SUBs and waiting messages; nothing is taken
+apart then. Once the clock has stopped (and the CPU of every process is read), every
+answer is checked: each answer's corrId is taken out of the SUBs not answered yet (an
+unknown or repeated one is an error) and its command must be `OK`; a push without
+corrId must be a `MSG` (counted); anything else, and any SUB not answered, is an
+error. So the figures still prove every SUB answered `OK` once; the check's CPU per
+SUB is reported beside the load's CPU during the clock.
 
 Then the machine itself is weighed (`machine_scaling`): `CHECKS` Ed25519 checks (the
 storm's main cost) in one process, then in as many processes as the largest count at
@@ -58,7 +61,7 @@ from router.client import open_client, parse_address
 from router.client._handshake import client_handshake
 from router.client._transport import TlsTransport
 from router.protocol import crypto
-from router.protocol.block import BatchPacker, iter_batch_content, unpad_block
+from router.protocol.block import BLOCK_SIZE, BatchPacker, iter_batch_content, unpad_block
 from router.protocol.codec import encode_command
 from router.protocol.crypto import _ed25519_ok
 from router.protocol.transmission import encode_transmission, entity_and_command_offset
@@ -143,7 +146,10 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
                 result: dict[str, Any] = {}
 
                 async def storm_done(cancel: trio.CancelScope) -> None:
-                    result.update(json.loads(await load_lines.__anext__()))
+                    stopped = await load_lines.__anext__()
+                    if stopped != "stopped":
+                        raise harness.BenchError(
+                            f"workers {workers}: the load process said {stopped!r}")
                     cancel.cancel()
 
                 samples: list[float] = []
@@ -153,6 +159,8 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
                 cpu_seconds = router.cpu_seconds() - cpu_before
                 load_cpu = sum(load_ps.cpu_times()[:2]) - load_cpu_before
                 rss_after = router.rss()
+                with trio.fail_after(START_TIMEOUT):
+                    result.update(json.loads(await load_lines.__anext__()))
         finally:
             if load is not None:
                 await _stop(load)
@@ -164,6 +172,7 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
         "router_cpu_s": cpu_seconds, "cpu_us_per_sub": cpu_seconds / subs * 1e6,
         "cores_busy": cpu_seconds / result["seconds"], "load_nice": load_nice,
         "load_cpu_s": load_cpu, "load_cpu_us_per_sub": load_cpu / subs * 1e6,
+        "load_check_cpu_us_per_sub": result["check_cpu_s"] / subs * 1e6,
         "ping_ms": summary_ms(samples) if samples else {}, "quiet_ping_ms": summary_ms(quiet),
         "load_average": load_average, "rss_before": rss_before, "rss_after": rss_after,
         "errors": result["errors"], "messages": result["messages"], "blocks": result["blocks"],
@@ -192,7 +201,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['storm_s'] / base['storm_s']:.2f}", f"{r['subs_per_s']:,.0f}",
             f"{r['router_cpu_s']:.1f}", f"{r['cpu_us_per_sub']:.0f}",
             f"{r['cpu_us_per_sub'] / base['cpu_us_per_sub']:.2f}", f"{r['cores_busy']:.2f}",
-            f"{r['load_cpu_us_per_sub']:.0f}",
+            f"{r['load_cpu_us_per_sub']:.0f}", f"{r['load_check_cpu_us_per_sub']:.0f}",
             _ms(r["quiet_ping_ms"]["p99"]), _ms(pings.get("median")), _ms(pings.get("p99")),
             f"{r['rss_before'] / 2**20:.0f}", f"{r['rss_after'] / 2**20:.0f}",
             r["errors"], r["messages"], f"{r['load_average']:.1f}",
@@ -200,7 +209,8 @@ def table(results: list[dict[str, Any]]) -> str:
     return harness.md_table(
         ["workers", "store", "storm s", f"x {base['workers']} worker(s)", "SUBs/s",
          "router CPU s (all processes)", "CPU us/SUB", f"CPU x {base['workers']}",
-         "cores busy", "load's CPU us/SUB", "quiet PING p99 ms", "PING p50 ms", "PING p99 ms",
+         "cores busy", "load's CPU us/SUB", "its check after the clock, CPU us/SUB",
+         "quiet PING p99 ms", "PING p50 ms", "PING p99 ms",
          "RSS before MB", "RSS after MB", "errors", "MSGs", "load avg"], rows)
 
 
@@ -253,6 +263,7 @@ class _LoadConnection:
         self.blocks: list[bytes] = []
         self.unanswered: set[bytes] = set()
         self.messages = 0  # MSGs to wait for
+        self.received = bytearray()  # the answers' blocks, as they came
 
     def sign(self, first: int, count: int, messages_every: int) -> None:
         seed = identities.keys()["rcv_seed"]
@@ -274,23 +285,42 @@ class _LoadConnection:
         if len(packer):
             self.blocks.append(packer.take_block())
 
-    async def storm(self, counts: dict[str, int]) -> None:
+    async def storm(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send)
-            await self._read(counts)
+            await self._receive()
 
     async def _send(self) -> None:
         for block in self.blocks:
             await self.transport.send_block(block)
 
-    async def _read(self, counts: dict[str, int]) -> None:
-        """Every answer, a block at a time: each corrId answered once, with OK; a push,
-        a MSG. Anything else counts as an error."""
-        unanswered, version = self.unanswered, self.version
+    async def _receive(self) -> None:
+        """While the clock runs: the answers' bytes as they come, until the blocks in
+        hold as many transmissions as there are SUBs and waiting messages, counted from
+        each block's header (its third byte: the batch's count) once the whole block is
+        in. Nothing is taken apart here (`check` does it once the clock has stopped):
+        the load shares the router's cores, and what it spends is taken from them."""
+        expected = len(self.unanswered) + self.messages
+        received = self.received
+        count = 0
+        block_end = BLOCK_SIZE  # the end of the first block not counted yet
+        while count < expected:
+            received += await self.transport.receive_available()
+            while block_end <= len(received):
+                count += received[block_end - BLOCK_SIZE + 2]
+                block_end += BLOCK_SIZE
+
+    def check(self) -> tuple[int, int]:
+        """Every answer received, taken apart: each corrId answered once, with OK; a
+        push, a MSG; every SUB answered. (MSGs, errors): anything else, and every SUB
+        not answered, is an error."""
+        unanswered, version = set(self.unanswered), self.version
         messages = errors = 0
-        while unanswered or messages < self.messages:
-            content = unpad_block(await self.transport.receive_block())
-            for t in iter_batch_content(content):
+        received = bytes(self.received)
+        if len(received) % BLOCK_SIZE:
+            errors += 1  # a block cut short
+        for at in range(0, len(received) - BLOCK_SIZE + 1, BLOCK_SIZE):
+            for t in iter_batch_content(unpad_block(received[at:at + BLOCK_SIZE])):
                 # A router's answer has no authorization: its corrId follows at once.
                 corr_id = t[2:2 + t[1]] if t[0] == 0 else None
                 command = t[entity_and_command_offset(t, version)[1]:]
@@ -303,8 +333,7 @@ class _LoadConnection:
                     messages += 1
                     continue
                 errors += 1
-        counts["messages"] += messages
-        counts["errors"] += errors
+        return messages, errors + len(unanswered)
 
 
 async def _load(address: str, queues: int, connections: int, messages_every: int) -> None:
@@ -333,8 +362,17 @@ async def _load(address: str, queues: int, connections: int, messages_every: int
     began = time.perf_counter()
     async with trio.open_nursery() as storming:
         for load in loads:
-            storming.start_soon(load.storm, counts)
+            storming.start_soon(load.storm)
     counts["seconds"] = time.perf_counter() - began
+    # The clock has stopped: the runner reads the CPU of every process now, then the
+    # answers are checked (their CPU is said apart).
+    print("stopped", flush=True)
+    checking = time.process_time()
+    for load in loads:
+        messages, errors = load.check()
+        counts["messages"] += messages
+        counts["errors"] += errors
+    counts["check_cpu_s"] = time.process_time() - checking
     counts["blocks"] = sum(len(load.blocks) for load in loads)
     # Said before the connections close: their closing is not the storm.
     print(json.dumps(counts), flush=True)
