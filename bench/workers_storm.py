@@ -45,6 +45,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -57,9 +60,9 @@ import psutil
 import trio
 from nacl import bindings
 
-from router.client import open_client, parse_address
+from router.client import ConnectionClosed, RouterAddress, open_client, parse_address
 from router.client._handshake import client_handshake
-from router.client._transport import TlsTransport
+from router.client._transport import SMP_ALPN
 from router.protocol import crypto
 from router.protocol.block import BLOCK_SIZE, BatchPacker, iter_batch_content, unpad_block
 from router.protocol.codec import encode_command
@@ -255,15 +258,114 @@ def _counts(text: str) -> tuple[int, ...]:
 # --- the load (its own process) ---------------------------------------------------------
 
 
+class _BulkTls:
+    """SMP over TLS for the load, read in bulk: TLS on memory buffers over a non-blocking
+    socket, so that the storm's answers can be read by one task for every connection
+    (`_receive_all`): a read takes whatever the socket has (many blocks), and each TLS
+    record is one call into OpenSSL. Through `TlsTransport` (trio's `SSLStream`) each
+    connection is a task woken for every write of the router, and each record a pass
+    of its own: most of the load's CPU. What `client_handshake` needs of a transport."""
+
+    READ_BYTES = 1 << 18
+
+    def __init__(self, sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO,
+                 outgoing: ssl.MemoryBIO) -> None:
+        self.sock, self._tls, self._incoming, self._outgoing = sock, tls, incoming, outgoing
+        self._buffer = bytearray()
+        self.tls_unique = b""
+        self.tls_certificate = b""
+
+    @classmethod
+    async def connect(cls, address: RouterAddress) -> _BulkTls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the key hash is checked (client_handshake)
+        context.set_alpn_protocols([SMP_ALPN])
+        connecting = trio.socket.socket()
+        await connecting.connect((address.host, address.port))
+        sock = socket.socket(fileno=connecting.detach())
+        sock.setblocking(False)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self = cls(sock, context.wrap_bio(incoming, outgoing), incoming, outgoing)
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await self._flush()
+                await trio.lowlevel.wait_readable(sock)
+                self._fill()
+        await self._flush()
+        self.tls_unique = self._tls.get_channel_binding("tls-unique") or b""
+        self.tls_certificate = self._tls.getpeercert(binary_form=True) or b""
+        return self
+
+    async def _flush(self) -> None:
+        data = memoryview(self._outgoing.read())
+        while data:
+            try:
+                data = data[self.sock.send(data):]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self.sock)
+
+    def _fill(self) -> None:
+        """What the socket has now, into TLS."""
+        while True:
+            try:
+                data = self.sock.recv(self.READ_BYTES)
+            except BlockingIOError:
+                break
+            if not data:
+                raise ConnectionClosed("router closed the connection")
+            self._incoming.write(data)
+            if len(data) < self.READ_BYTES:
+                break
+
+    def _decrypt(self) -> None:
+        buffer = self._buffer
+        while True:
+            try:
+                buffer += self._tls.read(self.READ_BYTES)
+            except ssl.SSLWantReadError:
+                return
+
+    def read_now(self) -> bytes:
+        """What the socket has now, decrypted (with what was decrypted before and not
+        taken yet): whole blocks or not."""
+        self._fill()
+        self._decrypt()
+        data, self._buffer = bytes(self._buffer), bytearray()
+        return data
+
+    async def send_block(self, block: bytes) -> None:
+        self._tls.write(block)
+        await self._flush()
+
+    async def receive_block(self) -> bytes:
+        while len(self._buffer) < BLOCK_SIZE:
+            await trio.lowlevel.wait_readable(self.sock)
+            self._fill()
+            self._decrypt()
+        block = bytes(self._buffer[:BLOCK_SIZE])
+        del self._buffer[:BLOCK_SIZE]
+        return block
+
+    async def aclose(self) -> None:
+        self.sock.close()
+
+
 class _LoadConnection:
     """One connection of the load: its SUB blocks, signed, and the corrIds not answered."""
 
-    def __init__(self, transport: TlsTransport, version: int, session_id: bytes) -> None:
+    def __init__(self, transport: _BulkTls, version: int, session_id: bytes) -> None:
         self.transport, self.version, self.session_id = transport, version, session_id
         self.blocks: list[bytes] = []
         self.unanswered: set[bytes] = set()
         self.messages = 0  # MSGs to wait for
         self.received = bytearray()  # the answers' blocks, as they came
+        self._counted = 0  # transmissions in the whole blocks received
+        self._block_end = BLOCK_SIZE  # the end of the first block not counted yet
 
     def sign(self, first: int, count: int, messages_every: int) -> None:
         seed = identities.keys()["rcv_seed"]
@@ -285,30 +387,24 @@ class _LoadConnection:
         if len(packer):
             self.blocks.append(packer.take_block())
 
-    async def storm(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._send)
-            await self._receive()
-
-    async def _send(self) -> None:
+    async def send(self) -> None:
         for block in self.blocks:
             await self.transport.send_block(block)
 
-    async def _receive(self) -> None:
-        """While the clock runs: the answers' bytes as they come, until the blocks in
+    def take(self, data: bytes) -> bool:
+        """Keep the answers' bytes that came; whether every answer is in: the whole blocks
         hold as many transmissions as there are SUBs and waiting messages, counted from
-        each block's header (its third byte: the batch's count) once the whole block is
-        in. Nothing is taken apart here (`check` does it once the clock has stopped):
-        the load shares the router's cores, and what it spends is taken from them."""
-        expected = len(self.unanswered) + self.messages
+        each block's header (its third byte: the batch's count). Nothing is taken apart
+        here (`check` does it once the clock has stopped): the load shares the router's
+        cores, and what it spends is taken from them."""
         received = self.received
-        count = 0
-        block_end = BLOCK_SIZE  # the end of the first block not counted yet
-        while count < expected:
-            received += await self.transport.receive_available()
-            while block_end <= len(received):
-                count += received[block_end - BLOCK_SIZE + 2]
-                block_end += BLOCK_SIZE
+        received += data
+        block_end = self._block_end
+        while block_end <= len(received):
+            self._counted += received[block_end - BLOCK_SIZE + 2]
+            block_end += BLOCK_SIZE
+        self._block_end = block_end
+        return self._counted >= len(self.unanswered) + self.messages
 
     def check(self) -> tuple[int, int]:
         """Every answer received, taken apart: each corrId answered once, with OK; a
@@ -336,6 +432,26 @@ class _LoadConnection:
         return messages, errors + len(unanswered)
 
 
+async def _receive_all(loads: list[_LoadConnection]) -> None:
+    """Every connection's answers, read by one task: woken when any socket has some,
+    it reads all those that do (`epoll`), rather than a task per connection woken for
+    each of the router's writes."""
+    waiting = {load.transport.sock.fileno(): load for load in loads}
+    with select.epoll() as ready:
+        for fd, load in list(waiting.items()):
+            ready.register(fd, select.EPOLLIN)
+            if load.take(load.transport.read_now()):  # what came with the handshake
+                ready.unregister(fd)
+                del waiting[fd]
+        while waiting:
+            await trio.lowlevel.wait_readable(ready.fileno())
+            for fd, _ in ready.poll(0):
+                load = waiting[fd]
+                if load.take(load.transport.read_now()):
+                    ready.unregister(fd)
+                    del waiting[fd]
+
+
 async def _load(address: str, queues: int, connections: int, messages_every: int) -> None:
     counts = {"subs": queues, "errors": 0, "messages": 0}
     router = parse_address(address)
@@ -344,7 +460,7 @@ async def _load(address: str, queues: int, connections: int, messages_every: int
 
     async def connect_one(first: int, count: int) -> None:
         async with limiter:
-            transport = await TlsTransport.connect(router)
+            transport = await _BulkTls.connect(router)
             session = await client_handshake(transport, router.key_hash, CLIENT_VERSIONS)
         load = _LoadConnection(transport, session.version, session.session_id)
         load.sign(first, count, messages_every)
@@ -362,7 +478,8 @@ async def _load(address: str, queues: int, connections: int, messages_every: int
     began = time.perf_counter()
     async with trio.open_nursery() as storming:
         for load in loads:
-            storming.start_soon(load.storm)
+            storming.start_soon(load.send)
+        storming.start_soon(_receive_all, loads)
     counts["seconds"] = time.perf_counter() - began
     # The clock has stopped: the runner reads the CPU of every process now, then the
     # answers are checked (their CPU is said apart).

@@ -284,21 +284,6 @@ class TlsTransport:
     async def ping(self) -> None:
         raise ConnectionClosed("SMP over TLS has no transport ping: send PING")
 
-    async def receive_available(self) -> bytes:
-        """What has come of the stream since the last read, whole blocks or not: for a
-        reader that frames the blocks itself (bench/workers_storm.py keeps a storm's
-        answers as they come and takes them apart once its clock has stopped)."""
-        if self._buffer:
-            data, self._buffer = self._buffer, b""
-            return data
-        try:
-            data = await self._stream.receive_some(RECEIVE_BUFFER_SIZE)
-        except (*_TRANSPORT_ERRORS, ssl.SSLError) as e:
-            raise ConnectionClosed(_reason(e)) from e
-        if not data:
-            raise ConnectionClosed("router closed the connection")
-        return data
-
     async def receive_block(self) -> bytes:
         """The next 16384 bytes of the stream."""
         buffer = self._buffer
