@@ -24,12 +24,15 @@ runner's priority (`--load-nice 19`: as `bench.storm`'s, which on 2 cores
 starves it once two workers take both, and the workers then wait for it to read).
 
 The load process is this module's own (`load`): on the 2 cores it shares with the
-router, what it spends is taken from the router. It reads the answers a block at a
-time, not as a client's events: each answer's corrId is taken out of the SUBs not
-answered yet (an unknown or repeated one is an error) and its command must be `OK`;
-a push without corrId must be a `MSG` (counted); anything else is an error. A
-connection is done once every SUB of it is answered and its waiting messages are in:
-the figures still prove every SUB answered `OK` once.
+router, what it spends is taken from the router. While the clock runs it keeps the
+answers' bytes as they come and counts their transmissions from each block's header,
+until a connection has as many as its SUBs and waiting messages; nothing is taken
+apart then. Once the clock has stopped (and the CPU of every process is read), every
+answer is checked: each answer's corrId is taken out of the SUBs not answered yet (an
+unknown or repeated one is an error) and its command must be `OK`; a push without
+corrId must be a `MSG` (counted); anything else, and any SUB not answered, is an
+error. So the figures still prove every SUB answered `OK` once; the check's CPU per
+SUB is reported beside the load's CPU during the clock.
 
 Then the machine itself is weighed (`machine_scaling`): `CHECKS` Ed25519 checks (the
 storm's main cost) in one process, then in as many processes as the largest count at
@@ -42,6 +45,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -54,11 +60,11 @@ import psutil
 import trio
 from nacl import bindings
 
-from router.client import open_client, parse_address
+from router.client import ConnectionClosed, RouterAddress, open_client, parse_address
 from router.client._handshake import client_handshake
-from router.client._transport import TlsTransport
+from router.client._transport import SMP_ALPN
 from router.protocol import crypto
-from router.protocol.block import BatchPacker, iter_batch_content, unpad_block
+from router.protocol.block import BLOCK_SIZE, BatchPacker, iter_batch_content, unpad_block
 from router.protocol.codec import encode_command
 from router.protocol.crypto import _ed25519_ok
 from router.protocol.transmission import encode_transmission, entity_and_command_offset
@@ -143,7 +149,10 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
                 result: dict[str, Any] = {}
 
                 async def storm_done(cancel: trio.CancelScope) -> None:
-                    result.update(json.loads(await load_lines.__anext__()))
+                    stopped = await load_lines.__anext__()
+                    if stopped != "stopped":
+                        raise harness.BenchError(
+                            f"workers {workers}: the load process said {stopped!r}")
                     cancel.cancel()
 
                 samples: list[float] = []
@@ -153,6 +162,8 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
                 cpu_seconds = router.cpu_seconds() - cpu_before
                 load_cpu = sum(load_ps.cpu_times()[:2]) - load_cpu_before
                 rss_after = router.rss()
+                with trio.fail_after(START_TIMEOUT):
+                    result.update(json.loads(await load_lines.__anext__()))
         finally:
             if load is not None:
                 await _stop(load)
@@ -164,6 +175,7 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
         "router_cpu_s": cpu_seconds, "cpu_us_per_sub": cpu_seconds / subs * 1e6,
         "cores_busy": cpu_seconds / result["seconds"], "load_nice": load_nice,
         "load_cpu_s": load_cpu, "load_cpu_us_per_sub": load_cpu / subs * 1e6,
+        "load_check_cpu_us_per_sub": result["check_cpu_s"] / subs * 1e6,
         "ping_ms": summary_ms(samples) if samples else {}, "quiet_ping_ms": summary_ms(quiet),
         "load_average": load_average, "rss_before": rss_before, "rss_after": rss_after,
         "errors": result["errors"], "messages": result["messages"], "blocks": result["blocks"],
@@ -192,7 +204,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['storm_s'] / base['storm_s']:.2f}", f"{r['subs_per_s']:,.0f}",
             f"{r['router_cpu_s']:.1f}", f"{r['cpu_us_per_sub']:.0f}",
             f"{r['cpu_us_per_sub'] / base['cpu_us_per_sub']:.2f}", f"{r['cores_busy']:.2f}",
-            f"{r['load_cpu_us_per_sub']:.0f}",
+            f"{r['load_cpu_us_per_sub']:.0f}", f"{r['load_check_cpu_us_per_sub']:.0f}",
             _ms(r["quiet_ping_ms"]["p99"]), _ms(pings.get("median")), _ms(pings.get("p99")),
             f"{r['rss_before'] / 2**20:.0f}", f"{r['rss_after'] / 2**20:.0f}",
             r["errors"], r["messages"], f"{r['load_average']:.1f}",
@@ -200,7 +212,8 @@ def table(results: list[dict[str, Any]]) -> str:
     return harness.md_table(
         ["workers", "store", "storm s", f"x {base['workers']} worker(s)", "SUBs/s",
          "router CPU s (all processes)", "CPU us/SUB", f"CPU x {base['workers']}",
-         "cores busy", "load's CPU us/SUB", "quiet PING p99 ms", "PING p50 ms", "PING p99 ms",
+         "cores busy", "load's CPU us/SUB", "its check after the clock, CPU us/SUB",
+         "quiet PING p99 ms", "PING p50 ms", "PING p99 ms",
          "RSS before MB", "RSS after MB", "errors", "MSGs", "load avg"], rows)
 
 
@@ -245,14 +258,114 @@ def _counts(text: str) -> tuple[int, ...]:
 # --- the load (its own process) ---------------------------------------------------------
 
 
+class _BulkTls:
+    """SMP over TLS for the load, read in bulk: TLS on memory buffers over a non-blocking
+    socket, so that the storm's answers can be read by one task for every connection
+    (`_receive_all`): a read takes whatever the socket has (many blocks), and each TLS
+    record is one call into OpenSSL. Through `TlsTransport` (trio's `SSLStream`) each
+    connection is a task woken for every write of the router, and each record a pass
+    of its own: most of the load's CPU. What `client_handshake` needs of a transport."""
+
+    READ_BYTES = 1 << 18
+
+    def __init__(self, sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO,
+                 outgoing: ssl.MemoryBIO) -> None:
+        self.sock, self._tls, self._incoming, self._outgoing = sock, tls, incoming, outgoing
+        self._buffer = bytearray()
+        self.tls_unique = b""
+        self.tls_certificate = b""
+
+    @classmethod
+    async def connect(cls, address: RouterAddress) -> _BulkTls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the key hash is checked (client_handshake)
+        context.set_alpn_protocols([SMP_ALPN])
+        connecting = trio.socket.socket()
+        await connecting.connect((address.host, address.port))
+        sock = socket.socket(fileno=connecting.detach())
+        sock.setblocking(False)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self = cls(sock, context.wrap_bio(incoming, outgoing), incoming, outgoing)
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await self._flush()
+                await trio.lowlevel.wait_readable(sock)
+                self._fill()
+        await self._flush()
+        self.tls_unique = self._tls.get_channel_binding("tls-unique") or b""
+        self.tls_certificate = self._tls.getpeercert(binary_form=True) or b""
+        return self
+
+    async def _flush(self) -> None:
+        data = memoryview(self._outgoing.read())
+        while data:
+            try:
+                data = data[self.sock.send(data):]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self.sock)
+
+    def _fill(self) -> None:
+        """What the socket has now, into TLS."""
+        while True:
+            try:
+                data = self.sock.recv(self.READ_BYTES)
+            except BlockingIOError:
+                break
+            if not data:
+                raise ConnectionClosed("router closed the connection")
+            self._incoming.write(data)
+            if len(data) < self.READ_BYTES:
+                break
+
+    def _decrypt(self) -> None:
+        buffer = self._buffer
+        while True:
+            try:
+                buffer += self._tls.read(self.READ_BYTES)
+            except ssl.SSLWantReadError:
+                return
+
+    def read_now(self) -> bytes:
+        """What the socket has now, decrypted (with what was decrypted before and not
+        taken yet): whole blocks or not."""
+        self._fill()
+        self._decrypt()
+        data, self._buffer = bytes(self._buffer), bytearray()
+        return data
+
+    async def send_block(self, block: bytes) -> None:
+        self._tls.write(block)
+        await self._flush()
+
+    async def receive_block(self) -> bytes:
+        while len(self._buffer) < BLOCK_SIZE:
+            await trio.lowlevel.wait_readable(self.sock)
+            self._fill()
+            self._decrypt()
+        block = bytes(self._buffer[:BLOCK_SIZE])
+        del self._buffer[:BLOCK_SIZE]
+        return block
+
+    async def aclose(self) -> None:
+        self.sock.close()
+
+
 class _LoadConnection:
     """One connection of the load: its SUB blocks, signed, and the corrIds not answered."""
 
-    def __init__(self, transport: TlsTransport, version: int, session_id: bytes) -> None:
+    def __init__(self, transport: _BulkTls, version: int, session_id: bytes) -> None:
         self.transport, self.version, self.session_id = transport, version, session_id
         self.blocks: list[bytes] = []
         self.unanswered: set[bytes] = set()
         self.messages = 0  # MSGs to wait for
+        self.received = bytearray()  # the answers' blocks, as they came
+        self._counted = 0  # transmissions in the whole blocks received
+        self._block_end = BLOCK_SIZE  # the end of the first block not counted yet
 
     def sign(self, first: int, count: int, messages_every: int) -> None:
         seed = identities.keys()["rcv_seed"]
@@ -274,23 +387,36 @@ class _LoadConnection:
         if len(packer):
             self.blocks.append(packer.take_block())
 
-    async def storm(self, counts: dict[str, int]) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._send)
-            await self._read(counts)
-
-    async def _send(self) -> None:
+    async def send(self) -> None:
         for block in self.blocks:
             await self.transport.send_block(block)
 
-    async def _read(self, counts: dict[str, int]) -> None:
-        """Every answer, a block at a time: each corrId answered once, with OK; a push,
-        a MSG. Anything else counts as an error."""
-        unanswered, version = self.unanswered, self.version
+    def take(self, data: bytes) -> bool:
+        """Keep the answers' bytes that came; whether every answer is in: the whole blocks
+        hold as many transmissions as there are SUBs and waiting messages, counted from
+        each block's header (its third byte: the batch's count). Nothing is taken apart
+        here (`check` does it once the clock has stopped): the load shares the router's
+        cores, and what it spends is taken from them."""
+        received = self.received
+        received += data
+        block_end = self._block_end
+        while block_end <= len(received):
+            self._counted += received[block_end - BLOCK_SIZE + 2]
+            block_end += BLOCK_SIZE
+        self._block_end = block_end
+        return self._counted >= len(self.unanswered) + self.messages
+
+    def check(self) -> tuple[int, int]:
+        """Every answer received, taken apart: each corrId answered once, with OK; a
+        push, a MSG; every SUB answered. (MSGs, errors): anything else, and every SUB
+        not answered, is an error."""
+        unanswered, version = set(self.unanswered), self.version
         messages = errors = 0
-        while unanswered or messages < self.messages:
-            content = unpad_block(await self.transport.receive_block())
-            for t in iter_batch_content(content):
+        received = bytes(self.received)
+        if len(received) % BLOCK_SIZE:
+            errors += 1  # a block cut short
+        for at in range(0, len(received) - BLOCK_SIZE + 1, BLOCK_SIZE):
+            for t in iter_batch_content(unpad_block(received[at:at + BLOCK_SIZE])):
                 # A router's answer has no authorization: its corrId follows at once.
                 corr_id = t[2:2 + t[1]] if t[0] == 0 else None
                 command = t[entity_and_command_offset(t, version)[1]:]
@@ -303,8 +429,27 @@ class _LoadConnection:
                     messages += 1
                     continue
                 errors += 1
-        counts["messages"] += messages
-        counts["errors"] += errors
+        return messages, errors + len(unanswered)
+
+
+async def _receive_all(loads: list[_LoadConnection]) -> None:
+    """Every connection's answers, read by one task: woken when any socket has some,
+    it reads all those that do (`epoll`), rather than a task per connection woken for
+    each of the router's writes."""
+    waiting = {load.transport.sock.fileno(): load for load in loads}
+    with select.epoll() as ready:
+        for fd, load in list(waiting.items()):
+            ready.register(fd, select.EPOLLIN)
+            if load.take(load.transport.read_now()):  # what came with the handshake
+                ready.unregister(fd)
+                del waiting[fd]
+        while waiting:
+            await trio.lowlevel.wait_readable(ready.fileno())
+            for fd, _ in ready.poll(0):
+                load = waiting[fd]
+                if load.take(load.transport.read_now()):
+                    ready.unregister(fd)
+                    del waiting[fd]
 
 
 async def _load(address: str, queues: int, connections: int, messages_every: int) -> None:
@@ -315,7 +460,7 @@ async def _load(address: str, queues: int, connections: int, messages_every: int
 
     async def connect_one(first: int, count: int) -> None:
         async with limiter:
-            transport = await TlsTransport.connect(router)
+            transport = await _BulkTls.connect(router)
             session = await client_handshake(transport, router.key_hash, CLIENT_VERSIONS)
         load = _LoadConnection(transport, session.version, session.session_id)
         load.sign(first, count, messages_every)
@@ -333,8 +478,18 @@ async def _load(address: str, queues: int, connections: int, messages_every: int
     began = time.perf_counter()
     async with trio.open_nursery() as storming:
         for load in loads:
-            storming.start_soon(load.storm, counts)
+            storming.start_soon(load.send)
+        storming.start_soon(_receive_all, loads)
     counts["seconds"] = time.perf_counter() - began
+    # The clock has stopped: the runner reads the CPU of every process now, then the
+    # answers are checked (their CPU is said apart).
+    print("stopped", flush=True)
+    checking = time.process_time()
+    for load in loads:
+        messages, errors = load.check()
+        counts["messages"] += messages
+        counts["errors"] += errors
+    counts["check_cpu_s"] = time.process_time() - checking
     counts["blocks"] = sum(len(load.blocks) for load in loads)
     # Said before the connections close: their closing is not the storm.
     print(json.dumps(counts), flush=True)

@@ -27,3 +27,34 @@ def test_a_tiny_storm_subscribes_every_queue_at_one_and_two_workers(tmp_path: Pa
     assert scaling["processes"] == 2 and scaling["alone_s"] > 0 and scaling["together_s"] > 0
     assert data["parameters"]["counts"] == [1, 2]
     assert (tmp_path / "workers_storm.md").read_text().startswith("|")
+
+
+def _answer(corr_id: bytes, command: bytes) -> bytes:
+    # A router's answer: empty authorization, the corrId, an empty entity id (v10).
+    return b"\x00" + bytes([len(corr_id)]) + corr_id + b"\x00" + command
+
+
+def test_the_load_checks_its_answers_once_the_clock_has_stopped():
+    """The load counts transmissions while the clock runs and takes them apart only
+    afterwards: a repeated, unknown, refused or missing answer is still an error, and
+    a block cut short too."""
+    from router.protocol.block import BLOCK_SIZE, BatchPacker
+
+    load = workers_storm._LoadConnection(None, 10, b"")  # type: ignore[arg-type]
+    load.unanswered = {b"a" * 24, b"b" * 24, b"c" * 24, b"d" * 24}
+    packer = BatchPacker()
+    for t in [_answer(b"a" * 24, b"OK"), _answer(b"b" * 24, b"OK"),
+              _answer(b"b" * 24, b"OK"),  # repeated
+              _answer(b"e" * 24, b"OK"),  # unknown
+              _answer(b"c" * 24, b"ERR AUTH"),  # refused
+              _answer(b"", b"MSG x")]:  # a push: counted
+        assert packer.add(t)
+    load.received += packer.take_block()
+    assert load.check() == (1, 4)  # and "d" is not answered: 3 + 1
+    load.unanswered = {b"a" * 24}
+    load.received = bytearray()
+    assert packer.add(_answer(b"a" * 24, b"OK"))
+    load.received += packer.take_block()
+    assert load.check() == (0, 0)
+    load.received += b"\x00" * (BLOCK_SIZE // 2)
+    assert load.check() == (0, 1)  # a block cut short

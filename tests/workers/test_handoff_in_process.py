@@ -149,3 +149,45 @@ async def test_a_shadow_holds_its_writes_while_it_works_on_a_part() -> None:
         await shadow.send_blocks([pad_block(b"i")])
     assert links.frames[-1].kind == OUT_ANSWERED and shadow.parts_answered == 0
     assert not shadow.can_send_now()
+
+
+def test_a_block_goes_by_its_entity_ids_without_its_commands_taken_apart(monkeypatch):
+    """A block is split by owner in one pass: SUBs, SENDs, ACKs and the like go by their
+    entity id, and only commands whose first bytes may be a tag that is no one owner's
+    (PING, the proxy's, SUBS / NSUBS, LGET / LKEY: here NSUB, by its first four bytes)
+    are taken apart to be told (`Handoff._owner`); each still goes where it belongs."""
+    from router.protocol.block import encode_batches
+    from router.protocol.transmission import encode_transmission
+    from router.protocol.types import Transmission
+    from router.protocol.versions import SMP_VERSION_MAX
+    from router.server.workers.handoff import Handoff
+
+    version = SMP_VERSION_MAX
+    ownership = Ownership(2, 0)
+    ids = {}
+    for n in range(64):
+        entity_id = n.to_bytes(1, "big") * 24
+        ids.setdefault(ownership.owner_of(entity_id), entity_id)
+    mine, theirs = ids[0], ids[1]
+
+    def raw(corr_id: bytes, entity_id: bytes, command: bytes) -> bytes:
+        return encode_transmission(Transmission(b"", corr_id, entity_id, command), version)
+
+    block_of = [raw(b"1", mine, b"SUB"), raw(b"2", theirs, b"SUB"),
+                raw(b"3", theirs, b"SEND  hello"), raw(b"4", mine, b"ACK \x01m"),
+                raw(b"5", b"", b"PING"), raw(b"6", theirs, b"NSUB"),
+                raw(b"7", theirs, b"DEL")]
+    handoff = Handoff(ownership, "test-split")
+    asked: list[bytes] = []
+    told = handoff._owner
+    monkeypatch.setattr(handoff, "_owner", lambda t, *rest: asked.append(t) or told(t, *rest))
+    conn = SimpleNamespace(version=version, service_id=None)
+    split = handoff._split(conn, encode_batches(block_of)[0])  # type: ignore[arg-type]
+    assert split is not None
+    parts, gathered, contacts = split
+    assert parts == {0: [block_of[0], block_of[3], block_of[4]],
+                     1: [block_of[1], block_of[2], block_of[5], block_of[6]]}
+    assert not gathered and not contacts
+    assert asked == [block_of[4], block_of[5]]
+    # A block all of this worker's is answered as in one process.
+    assert handoff._split(conn, encode_batches([block_of[0], block_of[4]])[0]) is None  # type: ignore[arg-type]
