@@ -5,9 +5,11 @@ after its supervisor and its index, and accepts only processes of its own user
 (`SO_PEERCRED`). Worker i sends to worker j over a link it opens itself, on
 first use: a link carries frames one way, so the frames from i to j keep their
 order, and j answers over its own link to i. A frame is its length (4 bytes),
-its kind (1 byte), the id of the connection it concerns in the sending or the
-receiving worker (8 bytes) and a payload. A link's frames wait in a bounded
-queue for its writing task: a sender waits when the peer does not keep up.
+its kind (1 byte), a credit (1 byte: what the other direction's window of that
+connection gets back, carried by whatever frame goes that way), the id of the
+connection it concerns in the sending or the receiving worker (8 bytes) and a
+payload. A link's frames wait in a bounded queue for its writing task: a sender
+waits when the peer does not keep up.
 
 A link that breaks (its peer died) drops what was queued on it; each side
 hears of it (`on_peer_lost`) and ends what depended on that peer. The next
@@ -28,7 +30,7 @@ import trio
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">IBQ")  # length of what follows the length, kind, connection id
+_HEADER = struct.Struct(">IBBQ")  # length of what follows it, kind, credit, connection id
 MAX_FRAME = 1 << 20  # bytes; a frame is a block or a write of about OUT_FRAME_BYTES
 LINK_QUEUE = 64  # frames waiting for a link's writing task
 READ_BYTES = 1 << 16  # a link's read (below the allocator's mmap threshold)
@@ -45,9 +47,10 @@ class Frame:
     kind: int
     conn_id: int
     payload: bytes
+    credit: int = 0  # 0-255: writes of the other way's window taken, given back
 
     def encode(self) -> bytes:
-        return _HEADER.pack(_HEADER.size - 4 + len(self.payload), self.kind,
+        return _HEADER.pack(_HEADER.size - 4 + len(self.payload), self.kind, self.credit,
                             self.conn_id) + self.payload
 
 
@@ -257,14 +260,15 @@ class _FrameReader:
             unpack, header = _HEADER.unpack_from, _HEADER.size
             with memoryview(buffer) as view:  # released before the buffer is cut
                 while end - pos >= header:
-                    length, kind, conn_id = unpack(buffer, pos)
+                    length, kind, credit, conn_id = unpack(buffer, pos)
                     size = length - (header - 4)
                     if not 0 <= size <= MAX_FRAME:
                         raise LinkLost(f"a frame of {size} bytes")
                     start = pos + header
                     if end - start < size:
                         break
-                    frames.append(Frame(kind, conn_id, view[start:start + size].tobytes()))
+                    frames.append(Frame(kind, conn_id, view[start:start + size].tobytes(),
+                                        credit))
                     pos = start + size
             if pos:
                 del buffer[:pos]
