@@ -586,6 +586,8 @@ class Handoff:
             front.collected_after = True
         else:
             front.collected = None
+            if not answers:  # no write of the receive loop's for what waits meanwhile
+                client.conn.wake_delivery()
         return answers
 
     async def _process_parts(self, client: ClientSubscriptions, front: _Front,
@@ -615,8 +617,16 @@ class Handoff:
         for mine in (everywhere, own):
             for own_block in encode_batches(mine or []):
                 answers.extend(await self._serving.process_block(client, own_block))
-        for owner, count in awaited.items():
-            await front.wait_answered(owner, count)
+        # Meanwhile what is left for the client (a MSG of this worker's queue, the last
+        # block's answers held) goes out with these answers, not in a write of its own
+        # (`Connection.answers_elsewhere`), as the shadows' writes do (`collected`).
+        conn = client.conn
+        conn.answers_elsewhere = True
+        try:
+            for owner, count in awaited.items():
+                await front.wait_answered(owner, count)
+        finally:
+            conn.answers_elsewhere = False
         if gathered:
             answers = [self._gathered_answer(front, answer) for answer in answers]
             front.gathered = None
