@@ -63,13 +63,13 @@ async def test_the_writes_a_front_takes_are_given_back_in_bulk_never_more(
     ACK) or in an OUT_TAKEN for several, not in a frame per write, and never gives back
     more than it took (the window that bounds a slow client's shadow stays WINDOW)."""
     sent: list[Frame] = []
-    encode = Frame.encode
+    header = Frame.header
 
-    def recording(frame: Frame) -> bytes:
+    def recording(frame: Frame) -> bytes:  # each frame's header is made once, to be sent
         sent.append(frame)
-        return encode(frame)
+        return header(frame)
 
-    monkeypatch.setattr(Frame, "encode", recording)
+    monkeypatch.setattr(Frame, "header", recording)
     async with (
         workers_in_process(CONFIG) as (owner, front),
         open_client(owner.address) as sender,
