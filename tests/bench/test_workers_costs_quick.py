@@ -27,6 +27,17 @@ def test_the_costs_of_two_workers_are_measured(tmp_path: Path, monkeypatch):
     assert json.loads((tmp_path / "workers_costs.json").read_text())["parameters"]["counts"] == [2]
 
 
+def test_the_loaded_phase_alone_is_measured(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(workers_costs, "SETTLE", 0.2)
+    [result] = workers_costs.run(quick=True, counts=(2,), duration=0.5, out=tmp_path,
+                                 loaded_only=True, clients=4)
+    assert result["clients"] == 4 and "light" not in result and "memory" not in result
+    loaded = result["loaded"]
+    assert loaded["msgs_per_s"] > 0 and loaded["cpu_us_per_msg"] > 0
+    assert loaded["send_errors"] == loaded["ack_errors"] == 0
+    assert (tmp_path / "workers_costs.md").read_text().startswith("|")
+
+
 def test_a_shadows_traced_memory_is_measured(tmp_path: Path):
     result = workers_shadow.run(8, tmp_path)
     # The first SUB of the other worker's queue makes a shadow: more than a subscription.

@@ -110,7 +110,7 @@ _FORWARDED = b"\xffFWD"
 WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
 # A front tells a shadow of the writes it took in the credit of its next block to it
 # (the ACK after a MSG), or in an OUT_TAKEN once this many are untold: a frame per
-# write taken would be a frame more per handed-off MSG. Below WINDOW, so a shadow whose
+# write taken would be a frame more per handed-off MSG. At most WINDOW, so a shadow whose
 # window is spent always gets them back (the writes in flight make up the rest).
 TAKEN_TOLD_AT = WINDOW // 2
 OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
