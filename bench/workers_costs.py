@@ -1,6 +1,8 @@
 """workers_costs: what a second worker costs and gains, one worker beside two in one run.
 
     python -m bench workers_costs [--counts 1,2] [--duration 5] [--quick] [--out DIR]
+                                  [--loaded-only] [--clients N]
+                                  [--loaded-only --base TREE [--repeats 5]]
 
 For each count N of `--counts`, against `smp-router serve --workers N` on the memory
 store (`bench.workers_router`: queues written into their owners' shares first; CPU
@@ -18,6 +20,15 @@ and RSS summed over the supervisor and every worker), in one run:
    has queues of every worker: with N > 1 a shadow connection in each other one);
    bytes per idle connection and per idle subscription.
 
+`--loaded-only` runs only step 3 (with `--quick`: a short one at the full 50 clients,
+to compare CPU per message quickly; `--clients` changes the count). With `--base
+TREE` (another checkout, e.g. `git worktree add /tmp/base main`) it compares: the
+routers of TREE and of this checkout, at every count, all started at once, take the
+load in turn, `--repeats` times, which tree goes first alternating; the medians and
+this checkout's CPU per message over TREE's at each count (a machine shared with
+other work moves single figures by 10-20 %: the ratio of neighbours in time moves
+less).
+
 The load comes from two `bench.loadgen` processes. A connection lands on whichever
 worker accepts it; a queue belongs to its ids' owner, so with N workers (N-1)/N of
 the SENDs, SUBs and ACKs are handed off.
@@ -26,6 +37,8 @@ the SENDs, SUBs and ACKs are handed off.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import statistics
 import sys
 import tempfile
 import time
@@ -40,7 +53,7 @@ from . import harness
 from .fairness import _ping_ms, summary_ms
 from .harness import WorkerGroup
 from .throughput import SENDER_WINDOW, RouterLoad, _sleep_until, _window
-from .workers_router import CliRouter, fill
+from .workers_router import HERE, CliRouter, fill
 
 COUNTS = (1, 2)
 CLIENTS, QUICK_CLIENTS = 50, 8
@@ -104,8 +117,9 @@ async def _pings(address: str, count: int) -> dict[str, float]:
 
 
 def load_count(workers: int, tmp: Path, *, clients: int, duration: float,
-               light_duration: float, pings: int) -> dict[str, Any]:
-    """Idle RSS, light-load latencies and the 50 clients' CPU per message, one router."""
+               light_duration: float, pings: int, loaded_only: bool = False) -> dict[str, Any]:
+    """Idle RSS, light-load latencies and the 50 clients' CPU per message, one router
+    (`loaded_only`: the 50 clients only)."""
     pairs = max(1, clients // 2)
     data_dir = tmp / f"load-{workers}"
     trio.run(fill, STORE, data_dir, range(pairs * QUEUES_PER_RECIPIENT), workers)
@@ -114,6 +128,11 @@ def load_count(workers: int, tmp: Path, *, clients: int, duration: float,
         time.sleep(SETTLE)
         out["idle_rss"] = router.rss()
         out["idle_rss_by_process"] = router.rss_by_process()
+        if loaded_only:
+            with WorkerGroup(router.url, LOAD_PROCESSES) as group:
+                out["loaded"] = _measure(router, _loaded(router, group, pairs,
+                                                         QUEUES_PER_RECIPIENT), duration)
+            return out
         out["ping_ms"] = trio.run(_pings, router.address, pings)
         # One sender and one recipient on queue 0; their connections close before the
         # 50 clients come (queue 0 is one of theirs too).
@@ -148,9 +167,10 @@ def memory_count(workers: int, tmp: Path, *, connections: int,
 
 
 def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: float | None = None,
-        out: Path | None = None) -> list[dict[str, Any]]:
+        out: Path | None = None, loaded_only: bool = False,
+        clients: int | None = None) -> list[dict[str, Any]]:
     duration = duration or (QUICK_DURATION if quick else DURATION)
-    clients = QUICK_CLIENTS if quick else CLIENTS
+    clients = clients or (CLIENTS if loaded_only or not quick else QUICK_CLIENTS)
     connections = QUICK_IDLE_CONNECTIONS if quick else IDLE_CONNECTIONS
     subscriptions = QUICK_IDLE_SUBSCRIPTIONS if quick else IDLE_SUBSCRIPTIONS
     results = []
@@ -159,14 +179,18 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
             harness.log(f"workers_costs: --workers {workers}: idle, light load, {clients} clients")
             entry = load_count(workers, Path(tmp), clients=clients, duration=duration,
                                light_duration=QUICK_LIGHT_DURATION if quick else LIGHT_DURATION,
-                               pings=QUICK_PINGS if quick else PINGS)
+                               pings=QUICK_PINGS if quick else PINGS, loaded_only=loaded_only)
+            if loaded_only:
+                results.append(entry)
+                continue
             harness.log(f"workers_costs: --workers {workers}: {connections:,} idle connections, "
                         f"{subscriptions:,} idle subscriptions")
             entry["memory"] = memory_count(workers, Path(tmp), connections=connections,
                                            subscriptions=subscriptions)
             results.append(entry)
-    text = table(results)
+    text = loaded_table(results) if loaded_only else table(results)
     harness.write_results("workers_costs", {"parameters": {
+        "loaded_only": loaded_only,
         "counts": counts, "store": STORE, "clients": clients, "duration": duration,
         "queues_per_recipient": QUEUES_PER_RECIPIENT, "sender_window": SENDER_WINDOW,
         "light_rate": LIGHT_RATE, "idle_connections": connections,
@@ -216,6 +240,78 @@ def table(results: list[dict[str, Any]]) -> str:
          f"x {base['workers']}", "errors"], rows)
 
 
+def loaded_table(results: list[dict[str, Any]]) -> str:
+    """The 50 clients only (`--loaded-only`)."""
+    base = results[0]["loaded"]
+    rows = [[r["workers"], _f(r["loaded"]["msgs_per_s"], 0), _f(r["loaded"]["router_cores"], 2),
+             _f(r["loaded"]["cpu_us_per_msg"], 0),
+             _x(r["loaded"]["cpu_us_per_msg"], base["cpu_us_per_msg"]),
+             _f(r["loaded"]["blocks_in_per_msg"], 2), _f(r["loaded"]["blocks_out_per_msg"], 2),
+             _f(r["loaded"]["latency_ms"]["p50"], 1), _f(r["loaded"]["latency_ms"]["p99"], 1),
+             r["loaded"]["send_errors"] + r["loaded"]["ack_errors"]] for r in results]
+    return harness.md_table(
+        ["workers", f"{results[0]['clients']} clients msg/s", "router cores busy",
+         "CPU us/msg (all processes)", f"CPU/msg x {results[0]['workers']}",
+         "blocks in / msg", "blocks out / msg", "loaded p50 ms", "loaded p99 ms", "errors"],
+        rows)
+
+
+def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: float,
+            repeats: int, out: Path | None) -> dict[str, Any]:
+    """The loaded phase on TREE's router and this checkout's, side by side (`--base`)."""
+    trees = {"base": base.resolve(), "this": HERE}
+    setups = [(name, workers) for workers in counts for name in trees]
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {setup: [] for setup in setups}
+    pairs = max(1, clients // 2)
+    with tempfile.TemporaryDirectory(prefix="smp-bench-workers-costs-") as tmp, \
+            contextlib.ExitStack() as stack:
+        loads = {}
+        for name, workers in setups:
+            data_dir = Path(tmp) / f"{name}-{workers}"
+            trio.run(fill, STORE, data_dir, range(pairs * QUEUES_PER_RECIPIENT), workers)
+            router = stack.enter_context(CliRouter(workers, STORE, data_dir,
+                                                   tree=trees[name]))
+            group = stack.enter_context(WorkerGroup(router.url, LOAD_PROCESSES))
+            loads[(name, workers)] = (router, _loaded(router, group, pairs,
+                                                      QUEUES_PER_RECIPIENT))
+        for repeat in range(repeats):
+            first = "base" if repeat % 2 == 0 else "this"
+            for setup in sorted(setups, key=lambda s: (s[1], s[0] != first)):
+                router, load = loads[setup]
+                runs[setup].append(_measure(router, load, duration))
+                harness.log(f"workers_costs: {setup[0]} --workers {setup[1]}: "
+                            f"{runs[setup][-1]['cpu_us_per_msg'] or 0:.0f} us/msg")
+    medians = {f"{name}-{workers}": {
+        key: statistics.median(r[key] or 0 for r in runs[(name, workers)])
+        for key in ("cpu_us_per_msg", "msgs_per_s", "blocks_in_per_msg", "blocks_out_per_msg")}
+        for name, workers in setups}
+    rows = []
+    for workers in counts:
+        this, other = medians[f"this-{workers}"], medians[f"base-{workers}"]
+        neighbours = [t["cpu_us_per_msg"] / b["cpu_us_per_msg"] for t, b in zip(
+            runs[("this", workers)], runs[("base", workers)], strict=True)
+            if t["cpu_us_per_msg"] and b["cpu_us_per_msg"]]
+        rows.append([workers, _f(other["cpu_us_per_msg"], 0), _f(this["cpu_us_per_msg"], 0),
+                     _x(this["cpu_us_per_msg"], other["cpu_us_per_msg"]),
+                     f"{statistics.median(neighbours):.2f}" if neighbours else "-",
+                     _x(other["cpu_us_per_msg"], medians[f"base-{counts[0]}"]["cpu_us_per_msg"]),
+                     _x(this["cpu_us_per_msg"], medians[f"this-{counts[0]}"]["cpu_us_per_msg"]),
+                     f"{other['blocks_out_per_msg']:.2f} / {this['blocks_out_per_msg']:.2f}",
+                     f"{other['msgs_per_s']:,.0f} / {this['msgs_per_s']:,.0f}"])
+    text = harness.md_table(
+        ["workers", "base CPU us/msg", "this CPU us/msg", "this / base (medians)",
+         "this / base (median of neighbours)", f"base x {counts[0]} worker",
+         f"this x {counts[0]} worker", "blocks out / msg (base / this)",
+         "msg/s (base / this)"], rows)
+    results = {"parameters": {"base": str(trees["base"]), "counts": counts, "clients": clients,
+                              "duration": duration, "repeats": repeats},
+               "medians": medians,
+               "runs": {f"{name}-{workers}": r for (name, workers), r in runs.items()}}
+    harness.write_results("workers_costs_compare", results, text, out)
+    print(text)
+    return results
+
+
 def _counts(text: str) -> tuple[int, ...]:
     counts = tuple(int(x) for x in text.split(","))
     if not counts or min(counts) < 1:
@@ -230,14 +326,32 @@ def main(argv: list[str]) -> int:
                         help="counts of workers, run in this order (default 1,2)")
     parser.add_argument("--duration", type=float, help="measured seconds of the 50 clients")
     parser.add_argument("--quick", action="store_true", help="small sizes, scratch output")
+    parser.add_argument("--loaded-only", action="store_true",
+                        help=f"only the {CLIENTS} clients' CPU per message (with --quick: "
+                        f"{QUICK_DURATION} s of it)")
+    parser.add_argument("--base", type=Path, help="with --loaded-only: another checkout, "
+                        "its router beside this one's")
+    parser.add_argument("--repeats", type=int, default=5, help="with --base: runs of each")
+    parser.add_argument("--clients", type=int, help=f"clients of the loaded phase "
+                        f"(default {CLIENTS}; --quick without --loaded-only: {QUICK_CLIENTS})")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
                         "with --quick a new scratch directory)")
     args = parser.parse_args(argv)
     out = args.out
     if out is None and args.quick:
         out = Path(tempfile.mkdtemp(prefix="smp-bench-workers-costs-"))
+    if args.base is not None and not args.loaded_only:
+        parser.error("--base compares the loaded phase: give --loaded-only")
+    if args.base is not None and not (args.base / "router").is_dir():
+        parser.error(f"--base {args.base}: not a checkout of the router")
     try:
-        run(quick=args.quick, counts=args.counts, duration=args.duration, out=out)
+        if args.base is not None:
+            compare(args.base, counts=args.counts, clients=args.clients or CLIENTS,
+                    duration=args.duration or (QUICK_DURATION if args.quick else DURATION),
+                    repeats=args.repeats, out=out)
+        else:
+            run(quick=args.quick, counts=args.counts, duration=args.duration, out=out,
+                loaded_only=args.loaded_only, clients=args.clients)
     except harness.BenchError as exc:
         print(f"python -m bench workers_costs: error: {exc}", file=sys.stderr)
         return 1

@@ -77,10 +77,12 @@ async def fill(kind: str, data_dir: Path, queues: Iterable[int], workers: int,
 class CliRouter:
     """`python -m router.server serve --workers N` on 127.0.0.1, started on a filled
     data directory; `address` is its smp:// (TLS) address, `url` its WebSocket URL
-    with the key hash (what bench.loadgen connects to)."""
+    with the key hash (what bench.loadgen connects to). `tree`: the checkout whose
+    router runs (another one's, to compare; the load is this checkout's)."""
 
     def __init__(self, workers: int, kind: str, data_dir: Path, *,
-                 max_connections: int = 4_096, extra: Sequence[str] = ()) -> None:
+                 max_connections: int = 4_096, extra: Sequence[str] = (),
+                 tree: Path = HERE) -> None:
         self.workers = workers
         command = [sys.executable, "-m", "router.server", "serve", "--host", "127.0.0.1",
                    "--port", "0", "--store", kind, "--data-dir", str(data_dir),
@@ -91,8 +93,8 @@ class CliRouter:
         self.log = data_dir.with_name(f"{data_dir.name}.log")
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
-                                         text=True, cwd=HERE,
-                                         env={**os.environ, "PYTHONPATH": str(HERE)})
+                                         text=True, cwd=tree,
+                                         env={**os.environ, "PYTHONPATH": str(tree)})
         assert self.proc.stdout is not None
         line = harness._readline(self.proc.stdout, START_TIMEOUT)
         if "smp://" not in line:

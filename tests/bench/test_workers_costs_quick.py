@@ -27,6 +27,30 @@ def test_the_costs_of_two_workers_are_measured(tmp_path: Path, monkeypatch):
     assert json.loads((tmp_path / "workers_costs.json").read_text())["parameters"]["counts"] == [2]
 
 
+def test_the_loaded_phase_alone_is_measured(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(workers_costs, "SETTLE", 0.2)
+    [result] = workers_costs.run(quick=True, counts=(2,), duration=0.5, out=tmp_path,
+                                 loaded_only=True, clients=4)
+    assert result["clients"] == 4 and "light" not in result and "memory" not in result
+    loaded = result["loaded"]
+    assert loaded["msgs_per_s"] > 0 and loaded["cpu_us_per_msg"] > 0
+    assert loaded["send_errors"] == loaded["ack_errors"] == 0
+    assert (tmp_path / "workers_costs.md").read_text().startswith("|")
+
+
+def test_two_checkouts_routers_are_compared_side_by_side(tmp_path: Path):
+    # This checkout against itself: each router of each tree took the load, and the
+    # figures of both are there.
+    results = workers_costs.compare(workers_costs.HERE, counts=(2,), clients=4,
+                                    duration=0.5, repeats=2, out=tmp_path)
+    for name in ("base-2", "this-2"):
+        runs = results["runs"][name]
+        assert len(runs) == 2 and all(r["msgs_per_s"] > 0 for r in runs)
+        assert all(r["send_errors"] == r["ack_errors"] == 0 for r in runs)
+        assert results["medians"][name]["cpu_us_per_msg"] > 0
+    assert (tmp_path / "workers_costs_compare.md").read_text().startswith("|")
+
+
 def test_a_shadows_traced_memory_is_measured(tmp_path: Path):
     result = workers_shadow.run(8, tmp_path)
     # The first SUB of the other worker's queue makes a shadow: more than a subscription.

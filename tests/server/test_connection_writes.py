@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import trio
+import trio.testing
 
 from router.protocol.block import BLOCK_SIZE, decode_batch
 from router.server.core.connection import Connection
@@ -237,3 +238,66 @@ async def test_a_connection_cancelled_while_answering_with_answers_held_ends():
 async def _cancel_once_written(transport: ScriptedTransport, scope: trio.CancelScope) -> None:
     await transport.written.wait()
     scope.cancel()
+
+
+class AnswersElsewhere(CountingDeliveries):
+    """Answering the block `b` waits for answers of another worker's (`go`), as a
+    front's hand-off does (workers/handoff.py), with `answers_elsewhere` set; `pushes`
+    are left for the client meanwhile (a MSG of a queue of this worker)."""
+
+    def __init__(self, conn_of: Callable[[], Connection], pushes: int) -> None:
+        super().__init__()
+        self.conn_of = conn_of
+        self.pushes = pushes
+        self.waiting = trio.Event()
+        self.go = trio.Event()
+
+    async def process_block(self, client: object, block: bytes) -> list[bytes]:
+        if block[:1] == b"b":
+            conn = self.conn_of()
+            conn.answers_elsewhere = True
+            try:
+                self.waiting.set()
+                for n in range(self.pushes):
+                    conn.leave([b"push %d" % n])
+                    await trio.lowlevel.checkpoint()
+                await self.go.wait()
+            finally:
+                conn.answers_elsewhere = False
+        return await super().process_block(client, block)
+
+
+async def test_what_waits_with_answers_elsewhere_goes_out_with_them():
+    transport = ScriptedTransport([block(b"a"), block(b"b")], leave_after=False)
+    conn = connection(transport)
+    handler = AnswersElsewhere(lambda: conn, pushes=2)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, conn, handler)
+            await handler.waiting.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert transport.writes == []  # a's answers held, the pushes pending
+            handler.go.set()
+            await transport.written.wait()
+            nursery.cancel_scope.cancel()
+    assert transmissions(transport.writes) == [
+        [b"answer a", b"push 0", b"push 1", b"answer b"]]
+    assert handler.delivery_runs == 0
+
+
+async def test_a_full_pending_list_is_written_while_answers_are_elsewhere():
+    # Its room bounds what waits (a shadow's writes wait for it: workers/handoff.py).
+    transport = ScriptedTransport([block(b"b")], leave_after=False)
+    conn = connection(transport)  # 4 batches pending at most
+    handler = AnswersElsewhere(lambda: conn, pushes=4)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, conn, handler)
+            await transport.written.wait()
+            assert not handler.go.is_set()
+            assert transmissions(transport.writes) == [[b"push %d" % n for n in range(4)]]
+            handler.go.set()
+            while len(transport.writes) < 2:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert transmissions(transport.writes)[1] == [b"answer b"]

@@ -7,7 +7,7 @@ import os
 
 import trio
 
-from router.server.workers.channel import Frame, Links
+from router.server.workers.channel import Frame, Links, _FrameReader
 
 
 async def test_a_link_lost_while_its_writer_takes_a_batch_ends_the_link_not_the_worker():
@@ -30,7 +30,7 @@ async def test_a_link_lost_while_its_writer_takes_a_batch_ends_the_link_not_the_
             # The writer waits for frames: one arrives and the link is lost before the
             # writer runs, so it finds the queue closed and empty while taking its batch
             # (a peer that died while frames were on their way).
-            sender._outgoing[1].send_nowait(Frame(1, 7, b"second").encode())
+            sender._outgoing[1].send_nowait(Frame(1, 7, b"second"))
             sender._lose(1)
             await trio.sleep(0.1)
             assert lost == [1]
@@ -38,3 +38,31 @@ async def test_a_link_lost_while_its_writer_takes_a_batch_ends_the_link_not_the_
             while b"third" not in [frame.payload for frame in received]:
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
+
+
+class _Chunks:
+    """A stream that gives what was sent in the chunks given."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def receive_some(self, max_bytes: int) -> bytes:
+        await trio.lowlevel.checkpoint()
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+async def test_frames_cut_anywhere_by_the_reads_come_out_whole_and_in_order():
+    sent = [Frame(kind, n, bytes([n]) * size, credit=n % 3)
+            for n, (kind, size) in enumerate([(2, 16_000), (6, 0), (5, 300), (2, 40_000),
+                                              (8, 1), (2, 16_000)])]
+    data = b"".join(frame.encode() for frame in sent)
+    # Whole frames in one read, a frame cut in two, a read ending in a header, many
+    # frames in a read with the start of the next.
+    cuts = [16_014, 16_020, 16_030, 16_340, 20_000, 56_354, 56_360, len(data)]
+    chunks = [data[a:b] for a, b in zip([0, *cuts], cuts, strict=False)]
+    reader = _FrameReader(_Chunks(chunks))  # type: ignore[arg-type]
+    received: list[Frame] = []
+    while frames := await reader.frames():
+        received.extend(frames)
+    assert received == sent
+    assert all(type(frame.payload) is bytes for frame in received)

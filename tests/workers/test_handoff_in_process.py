@@ -14,9 +14,12 @@ from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers.channel import Frame
 from router.server.workers.handoff import (
+    BLOCK,
     OUT,
     OUT_ANSWERED,
     OUT_FRAME_BYTES,
+    OUT_TAKEN,
+    TAKEN_TOLD_AT,
     WINDOW,
     ShadowTransport,
     _split,
@@ -53,6 +56,48 @@ async def test_many_large_messages_reach_a_subscriber_on_the_other_worker() -> N
         assert len(front.router.subscriptions) == 0
 
 
+async def test_the_writes_a_front_takes_are_given_back_in_bulk_never_more(
+        monkeypatch) -> None:
+    """A recipient on the front ACKs each MSG its shadow wrote: the front gives the
+    writes it took back to the shadow's window in the credit of its next block (the
+    ACK) or in an OUT_TAKEN for several, not in a frame per write, and never gives back
+    more than it took (the window that bounds a slow client's shadow stays WINDOW)."""
+    sent: list[Frame] = []
+    header = Frame.header
+
+    def recording(frame: Frame) -> bytes:  # each frame's header is made once, to be sent
+        sent.append(frame)
+        return header(frame)
+
+    monkeypatch.setattr(Frame, "header", recording)
+    async with (
+        workers_in_process(CONFIG) as (owner, front),
+        open_client(owner.address) as sender,
+        open_client(front.address) as recipient,
+    ):
+        # Three queues: two MSGs' writes are given back in an OUT_TAKEN, the third's
+        # with an ACK.
+        made = [await sender.create_queue(snd_secure=False) for _ in range(3)]
+        assert {Ownership(2, 0).owner_of(q.recipient_id) for q in made} == {0}
+        assert not any(await recipient.subscribe_many(made))
+        by_id = {q.recipient_id: q for q in made}
+        with trio.fail_after(30):
+            for round_ in range(6):
+                for n, queue in enumerate(made):
+                    await sender.send(queue.sender_id, b"%d-%d" % (round_, n))
+                for _ in made:
+                    event = await recipient.next_event()
+                    assert isinstance(event, MessageEvent)
+                    await recipient.ack(by_id[event.recipient_id], event.msg_id)
+    writes = [f for f in sent if f.kind == OUT]  # within the window: to be given back
+    given_back = [f for f in sent if f.kind in (BLOCK, OUT_TAKEN) and f.credit]
+    assert len(writes) >= 12
+    credits = sum(f.credit for f in given_back)
+    assert len(writes) - TAKEN_TOLD_AT < credits <= len(writes)
+    assert any(f.kind == BLOCK for f in given_back)
+    assert sum(f.kind == OUT_TAKEN for f in sent) < len(writes) / 2
+
+
 class _RecordingLinks:
     def __init__(self) -> None:
         self.frames: list[Frame] = []
@@ -76,8 +121,7 @@ async def test_a_shadow_write_larger_than_a_frame_goes_in_several_within_the_win
                 assert sent - taken <= WINDOW  # never more than the window untaken
                 if sent == taken:
                     break
-                for _ in range(sent - taken):
-                    shadow.taken()
+                shadow.taken(sent - taken)  # told in bulk, as a front does
                 taken = sent
     assert len(links.frames) > 1 and all(f.kind == OUT and f.conn_id == 7 for f in links.frames)
     assert all(len(f.payload) <= OUT_FRAME_BYTES + 16_384 for f in links.frames)
@@ -139,7 +183,7 @@ async def test_a_shadow_holds_its_writes_while_it_works_on_a_part() -> None:
     assert not shadow.can_send_now()  # the window is full: nothing more at once
     assert not shadow.send_blocks_now([pad_block(b"g")])  # held
     assert len(links.frames) == WINDOW
-    shadow.taken()
+    shadow.taken(1)
     await shadow.send_blocks([pad_block(b"h")])
     assert list(_split(links.frames[-1].payload)) == [b"g", b"h"]
     # A part answered: the last frame of the write that follows goes outside the full

@@ -111,7 +111,7 @@ class Connection:
         "_scope", "_helper_nursery", "_helpers", "_helpers_gone",
         "_closed_event", "_receiving", "_delivering", "_handler", "_client",
         "_pending", "_pending_batches", "_max_pending", "_writing", "_room", "_block_ready",
-        "_sends_now", "_unflushed", "_reading", "_answers_held",
+        "_sends_now", "_unflushed", "_reading", "_answers_held", "answers_elsewhere",
         "__weakref__",  # per-connection limits are kept weakly (limits.py)
     )
 
@@ -161,6 +161,11 @@ class Connection:
         # The receive loop holds answers in the pending list for the next block's, until
         # they are taken to be written (`_answers_wait`).
         self._answers_held = False
+        # Set by the hand-offs while the receive loop waits for other workers' answers
+        # to its block (docs/workers.md#hand-offs-in-blocks): what is left for the client
+        # meanwhile waits in the pending list, while it has room, to go out with them in
+        # the loop's write, as its answers held do, not woken to a write of its own.
+        self.answers_elsewhere = False
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.transport.remote} v{self.version}>"
@@ -200,7 +205,8 @@ class Connection:
             return
         self._pending.extend(transmissions)
         self._pending_batches += 1
-        if not self._writing:
+        if not self._writing and not (self.answers_elsewhere
+                                      and self._pending_batches < self._max_pending):
             self.wake_delivery()
 
     def _write_now(self, transmissions: list[bytes]) -> bool:
@@ -280,7 +286,8 @@ class Connection:
 
     def _release_held_answers(self) -> None:
         """The receive loop is about to wait with answers held: have them written."""
-        if self._answers_held and self._pending and not self._writing:
+        if (self._answers_held and self._pending and not self._writing
+                and not self.answers_elsewhere):
             self.wake_delivery()
 
     async def _write(self, transmissions: list[bytes]) -> None:

@@ -5,9 +5,11 @@ after its supervisor and its index, and accepts only processes of its own user
 (`SO_PEERCRED`). Worker i sends to worker j over a link it opens itself, on
 first use: a link carries frames one way, so the frames from i to j keep their
 order, and j answers over its own link to i. A frame is its length (4 bytes),
-its kind (1 byte), the id of the connection it concerns in the sending or the
-receiving worker (8 bytes) and a payload. A link's frames wait in a bounded
-queue for its writing task: a sender waits when the peer does not keep up.
+its kind (1 byte), a credit (1 byte: what the other direction's window of that
+connection gets back, carried by whatever frame goes that way), the id of the
+connection it concerns in the sending or the receiving worker (8 bytes) and a
+payload. A link's frames wait in a bounded queue for its writing task: a sender
+waits when the peer does not keep up.
 
 A link that breaks (its peer died) drops what was queued on it; each side
 hears of it (`on_peer_lost`) and ends what depended on that peer. The next
@@ -20,7 +22,7 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,7 +30,7 @@ import trio
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">IBQ")  # length of what follows the length, kind, connection id
+_HEADER = struct.Struct(">IBBQ")  # length of what follows it, kind, credit, connection id
 MAX_FRAME = 1 << 20  # bytes; a frame is a block or a write of about OUT_FRAME_BYTES
 LINK_QUEUE = 64  # frames waiting for a link's writing task
 READ_BYTES = 1 << 16  # a link's read (below the allocator's mmap threshold)
@@ -45,10 +47,14 @@ class Frame:
     kind: int
     conn_id: int
     payload: bytes
+    credit: int = 0  # 0-255: writes of the other way's window taken, given back
 
     def encode(self) -> bytes:
-        return _HEADER.pack(_HEADER.size - 4 + len(self.payload), self.kind,
-                            self.conn_id) + self.payload
+        return self.header() + self.payload
+
+    def header(self) -> bytes:
+        return _HEADER.pack(_HEADER.size - 4 + len(self.payload), self.kind, self.credit,
+                            self.conn_id)
 
 
 class LinkLost(Exception):
@@ -71,7 +77,7 @@ class Links:
         self.group, self.index, self.workers = group, index, workers
         self._on_frame = on_frame
         self._on_peer_lost = on_peer_lost
-        self._outgoing: dict[int, trio.MemorySendChannel[bytes]] = {}
+        self._outgoing: dict[int, trio.MemorySendChannel[Frame]] = {}
         self._opening: dict[int, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -93,13 +99,12 @@ class Links:
         channel = self._outgoing.get(peer)
         if channel is None:
             channel = await self._open(peer)
-        data = frame.encode()
         try:
             try:
                 # Queued at once when there is room: no pass of the scheduler per frame.
-                channel.send_nowait(data)
+                channel.send_nowait(frame)
             except trio.WouldBlock:
-                await channel.send(data)
+                await channel.send(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as e:
             raise LinkLost(f"the link to worker {peer} broke") from e
 
@@ -110,12 +115,12 @@ class Links:
         if channel is None:
             return False
         try:
-            channel.send_nowait(frame.encode())
+            channel.send_nowait(frame)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             return False
         return True
 
-    async def _open(self, peer: int) -> trio.MemorySendChannel[bytes]:
+    async def _open(self, peer: int) -> trio.MemorySendChannel[Frame]:
         opening = self._opening.get(peer)
         if opening is not None:  # another task opens it: wait for that one
             await opening.wait()
@@ -126,7 +131,7 @@ class Links:
         self._opening[peer] = opening = trio.Event()
         try:
             stream = await self._connect(peer)
-            send, receive = trio.open_memory_channel[bytes](LINK_QUEUE)
+            send, receive = trio.open_memory_channel[Frame](LINK_QUEUE)
             self._outgoing[peer] = send
             assert self._nursery is not None, "links are used while they run"
             self._nursery.start_soon(self._write_link, peer, stream, send, receive)
@@ -162,13 +167,14 @@ class Links:
         raise LinkLost(f"worker {peer} cannot be reached")
 
     async def _write_link(self, peer: int, stream: trio.SocketStream,
-                          channel: trio.MemorySendChannel[bytes],
-                          frames: trio.MemoryReceiveChannel[bytes]) -> None:
+                          channel: trio.MemorySendChannel[Frame],
+                          frames: trio.MemoryReceiveChannel[Frame]) -> None:
         try:
             async with stream, frames:
-                async for data in frames:
-                    # What else is queued goes in the same write.
-                    await stream.send_all(b"".join(with_queued(data, frames)))
+                async for frame in frames:
+                    # What else is queued goes in the same write; each payload is copied
+                    # once, into it (a frame's own bytes would be a copy more).
+                    await stream.send_all(b"".join(_pieces(with_queued(frame, frames))))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.warning("the link to worker %d broke", peer)
         finally:
@@ -232,6 +238,12 @@ def with_queued(first: T, queue: trio.MemoryReceiveChannel[T]) -> list[T]:
             return batch
 
 
+def _pieces(frames: list[Frame]) -> Iterator[bytes]:
+    for frame in frames:
+        yield frame.header()
+        yield frame.payload
+
+
 class _FrameReader:
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
@@ -249,30 +261,52 @@ class _FrameReader:
 
     async def frames(self) -> list[Frame]:
         """The whole frames read so far, reading until there is one at least; none at a
-        clean end between frames. Each is taken from where it lies in the buffer."""
+        clean end between frames. Each is copied once from where it lies: from the read
+        itself when nothing was left of the last one (most reads), else from the buffer."""
         buffer = self._buffer
         while True:
             frames: list[Frame] = []
-            pos, end = 0, len(buffer)
-            unpack, header = _HEADER.unpack_from, _HEADER.size
-            with memoryview(buffer) as view:  # released before the buffer is cut
-                while end - pos >= header:
-                    length, kind, conn_id = unpack(buffer, pos)
-                    size = length - (header - 4)
-                    if not 0 <= size <= MAX_FRAME:
-                        raise LinkLost(f"a frame of {size} bytes")
-                    start = pos + header
-                    if end - start < size:
-                        break
-                    frames.append(Frame(kind, conn_id, view[start:start + size].tobytes()))
-                    pos = start + size
-            if pos:
-                del buffer[:pos]
-            if frames:
-                return frames
+            if buffer:
+                with memoryview(buffer) as view:  # released before the buffer is cut
+                    pos = _take_frames(buffer, view, frames)
+                if pos:
+                    del buffer[:pos]
+                if frames:
+                    return frames
             data = await self._stream.receive_some(READ_BYTES)
             if not data:
                 if buffer:
                     raise LinkLost("the link ended within a frame")
                 return []
-            buffer += data
+            if buffer:
+                buffer += data
+                continue
+            pos = _take_frames(data, data, frames)
+            if pos < len(data):
+                with memoryview(data) as view:
+                    buffer += view[pos:]
+            if frames:
+                return frames
+
+
+def _take_frames(source: bytes | bytearray, view: bytes | memoryview,
+                 frames: list[Frame]) -> int:
+    """The whole frames of `source` appended to `frames`, each payload a copy of its
+    slice of `view` (bytes, or a memoryview of a bytearray); where the first frame not
+    whole begins."""
+    pos, end = 0, len(source)
+    unpack, header = _HEADER.unpack_from, _HEADER.size
+    while end - pos >= header:
+        length, kind, credit, conn_id = unpack(source, pos)
+        size = length - (header - 4)
+        if not 0 <= size <= MAX_FRAME:
+            raise LinkLost(f"a frame of {size} bytes")
+        start = pos + header
+        if end - start < size:
+            break
+        payload = view[start:start + size]
+        frames.append(Frame(kind, conn_id,
+                            payload if isinstance(payload, bytes) else payload.tobytes(),
+                            credit))
+        pos = start + size
+    return pos

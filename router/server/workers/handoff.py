@@ -108,6 +108,11 @@ _PART_DONE = b""
 # content's length (below 0x40 00), and an answer with its empty authorization (0).
 _FORWARDED = b"\xffFWD"
 WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
+# A front tells a shadow of the writes it took in the credit of its next block to it
+# (the ACK after a MSG), or in an OUT_TAKEN once this many are untold: a frame per
+# write taken would be a frame more per handed-off MSG. At most WINDOW, so a shadow whose
+# window is spent always gets them back (the writes in flight make up the rest).
+TAKEN_TOLD_AT = WINDOW // 2
 OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
 # What a front keeps of its shadows' writes to send with a block's own answers; beyond
 # it they go to the connection as they come (its pending list is bounded, its frames'
@@ -140,6 +145,7 @@ class _Owner:
     sent: int = 0
     answered: int = 0
     gone: bool = False  # its worker died: nothing more is sent to its next process
+    taken: int = 0  # its shadow's writes taken and not told yet (`TAKEN_TOLD_AT`)
 
 
 @dataclass(slots=True)
@@ -358,8 +364,8 @@ class ShadowTransport:
             assert nursery is not None
             nursery.start_soon(self._serve_blocks)
 
-    def taken(self) -> None:
-        self._out_free += 1
+    def taken(self, writes: int) -> None:
+        self._out_free += writes
         room, self._room = self._room, None
         if room is not None:
             room.set()
@@ -583,6 +589,8 @@ class Handoff:
             front.collected_after = True
         else:
             front.collected = None
+            if not answers:  # no write of the receive loop's for what waits meanwhile
+                client.conn.wake_delivery()
         return answers
 
     async def _process_parts(self, client: ClientSubscriptions, front: _Front,
@@ -612,8 +620,16 @@ class Handoff:
         for mine in (everywhere, own):
             for own_block in encode_batches(mine or []):
                 answers.extend(await self._serving.process_block(client, own_block))
-        for owner, count in awaited.items():
-            await front.wait_answered(owner, count)
+        # Meanwhile what is left for the client (a MSG of this worker's queue, the last
+        # block's answers held) goes out with these answers, not in a write of its own
+        # (`Connection.answers_elsewhere`), as the shadows' writes do (`collected`).
+        conn = client.conn
+        conn.answers_elsewhere = True
+        try:
+            for owner, count in awaited.items():
+                await front.wait_answered(owner, count)
+        finally:
+            conn.answers_elsewhere = False
         if gathered:
             answers = [self._gathered_answer(front, answer) for answer in answers]
             front.gathered = None
@@ -994,7 +1010,10 @@ class Handoff:
             # often a small share of a block, and 16 KB per part in flight is most of
             # what hand-offs cost in memory and copies (bench/RESULTS.md, "Worker processes").
             payload = block if block.startswith(_FORWARDED) else unpad_block(block)
-            await self.links.send(owner, Frame(BLOCK, front.conn.id, payload))
+            # With the writes taken from its shadow since the last block: no frame of
+            # their own.
+            taken, window.taken = window.taken, 0
+            await self.links.send(owner, Frame(BLOCK, front.conn.id, payload, taken))
         except LinkLost as e:
             front.conn.close_now(f"its queues' worker {owner} cannot be reached: {e}")
             raise TransportClosed(str(e)) from e
@@ -1022,13 +1041,15 @@ class Handoff:
         if kind == BLOCK:
             shadow = self._shadows[peer].get(frame.conn_id)
             if shadow is not None:
+                if frame.credit:
+                    shadow.taken(frame.credit)
                 shadow.deliver(frame.payload)
         elif kind == OUT or kind == OUT_ANSWERED:
             self._write_to_front(peer, frame)
         elif kind == OUT_TAKEN:
             shadow = self._shadows[peer].get(frame.conn_id)
             if shadow is not None:
-                shadow.taken()
+                shadow.taken(frame.credit)
         elif kind == OPEN:
             self._open_shadow(peer, frame)
         elif kind == RESERVE:
@@ -1101,7 +1122,7 @@ class Handoff:
             front.parts_answered(window, answered - before)
         if frame.kind == OUT_ANSWERED:
             return  # outside the window: nothing to take back
-        taken = Frame(OUT_TAKEN, frame.conn_id, b"")
+        taken = Frame(OUT_TAKEN, frame.conn_id, b"", 1)
         assert self._nursery is not None
         if held and front.held_taken is not None:
             front.held_taken.append((peer, taken))  # a held walk waits within its window
@@ -1113,8 +1134,12 @@ class Handoff:
             front.collected_taken.append((peer, taken))
         elif conn.outbox_full():
             self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
-        elif not self.links.send_nowait(peer, taken):
-            self._nursery.start_soon(self._send_quietly, peer, taken)
+        else:
+            window.taken += 1
+            if window.taken >= TAKEN_TOLD_AT:
+                taken.credit, window.taken = window.taken, 0
+                if not self.links.send_nowait(peer, taken):
+                    self._nursery.start_soon(self._send_quietly, peer, taken)
 
     async def _taken_once_room(self, conn: Connection, peer: int, taken: Frame) -> None:
         await conn.wait_for_room()
