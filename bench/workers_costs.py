@@ -18,7 +18,12 @@ and RSS summed over the supervisor and every worker), in one run:
 4. memory, in a fresh router: RSS after `IDLE_CONNECTIONS` idle connections, then
    after `IDLE_SUBSCRIPTIONS` idle subscriptions over them (every connection then
    has queues of every worker: with N > 1 a shadow connection in each other one);
-   bytes per idle connection and per idle subscription.
+   bytes per idle connection and per idle subscription, each read `SETTLE` after
+   the last answer, per process too. Beside them (not instead), with `--settled`
+   (the default of a full run), the RSS once more `SETTLED` seconds later: after
+   the router's gc policy has frozen the settled wave and trimmed the heap again.
+
+`--memory-only` runs the memory phase alone.
 
 `--loaded-only` runs only step 3 (with `--quick`: a short one at the full 50 clients,
 to compare CPU per message quickly; `--clients` changes the count). With `--base
@@ -65,6 +70,7 @@ PINGS, QUICK_PINGS = 200, 20
 IDLE_CONNECTIONS, QUICK_IDLE_CONNECTIONS = 1_000, 40
 IDLE_SUBSCRIPTIONS, QUICK_IDLE_SUBSCRIPTIONS = 50_000, 400  # ~50 a connection, as smp19's
 SETTLE = 1.0  # seconds before reading RSS, so the last answers are written
+SETTLED = 11.0  # seconds more: the gc policy's settled wave (10 s) is frozen and trimmed
 LOAD_PROCESSES = 2
 STORE = "memory"
 
@@ -146,49 +152,77 @@ def load_count(workers: int, tmp: Path, *, clients: int, duration: float,
     return out
 
 
-def memory_count(workers: int, tmp: Path, *, connections: int,
-                 subscriptions: int) -> dict[str, Any]:
+def memory_count(workers: int, tmp: Path, *, connections: int, subscriptions: int,
+                 settled: bool = False) -> dict[str, Any]:
     data_dir = tmp / f"memory-{workers}"
     trio.run(fill, STORE, data_dir, range(subscriptions), workers)
+    by_process: dict[str, list[int]] = {}
     with CliRouter(workers, STORE, data_dir, max_connections=connections + 64) as router, \
             WorkerGroup(router.url, LOAD_PROCESSES) as group:
+
+        def rss(stage: str) -> int:
+            # The supervisor first, then the workers (N = 1: the one process).
+            by_process[stage] = router.rss_by_process()
+            return sum(by_process[stage])
+
         time.sleep(SETTLE)
-        empty = router.rss()
+        empty = rss("empty")
         per_worker = harness.connect(group, connections)
         time.sleep(SETTLE)
-        connected = router.rss()
+        connected = rss("connected")
         harness.subscribe(group, per_worker, 0, subscriptions)
         time.sleep(SETTLE)
-        subscribed = router.rss()
-    return {"workers": workers, "connections": connections, "subscriptions": subscriptions,
-            "rss_empty": empty, "rss_connected": connected, "rss_subscribed": subscribed,
-            "bytes_per_connection": (connected - empty) / connections,
-            "bytes_per_subscription": (subscribed - connected) / subscriptions}
+        subscribed = rss("subscribed")
+        if settled:
+            time.sleep(SETTLED)
+            rss("settled")
+    out = {"workers": workers, "connections": connections, "subscriptions": subscriptions,
+           "rss_empty": empty, "rss_connected": connected, "rss_subscribed": subscribed,
+           "rss_by_process": by_process,
+           "bytes_per_connection": (connected - empty) / connections,
+           "bytes_per_subscription": (subscribed - connected) / subscriptions}
+    if settled:
+        out["rss_settled"] = sum(by_process["settled"])
+        out["bytes_per_subscription_settled"] = (out["rss_settled"] - connected) / subscriptions
+    return out
 
 
 def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: float | None = None,
-        out: Path | None = None, loaded_only: bool = False,
-        clients: int | None = None) -> list[dict[str, Any]]:
+        out: Path | None = None, loaded_only: bool = False, clients: int | None = None,
+        memory_only: bool = False, settled: bool | None = None,
+        connections: int | None = None,
+        subscriptions: int | None = None) -> list[dict[str, Any]]:
     duration = duration or (QUICK_DURATION if quick else DURATION)
     clients = clients or (CLIENTS if loaded_only or not quick else QUICK_CLIENTS)
-    connections = QUICK_IDLE_CONNECTIONS if quick else IDLE_CONNECTIONS
-    subscriptions = QUICK_IDLE_SUBSCRIPTIONS if quick else IDLE_SUBSCRIPTIONS
+    connections = connections or (QUICK_IDLE_CONNECTIONS if quick else IDLE_CONNECTIONS)
+    subscriptions = subscriptions or (QUICK_IDLE_SUBSCRIPTIONS if quick else IDLE_SUBSCRIPTIONS)
+    settled = not quick if settled is None else settled
     results = []
     with tempfile.TemporaryDirectory(prefix="smp-bench-workers-costs-") as tmp:
         for workers in counts:
-            harness.log(f"workers_costs: --workers {workers}: idle, light load, {clients} clients")
-            entry = load_count(workers, Path(tmp), clients=clients, duration=duration,
-                               light_duration=QUICK_LIGHT_DURATION if quick else LIGHT_DURATION,
-                               pings=QUICK_PINGS if quick else PINGS, loaded_only=loaded_only)
+            entry: dict[str, Any] = {"workers": workers}
+            if not memory_only:
+                harness.log(f"workers_costs: --workers {workers}: idle, light load, "
+                            f"{clients} clients")
+                entry = load_count(workers, Path(tmp), clients=clients, duration=duration,
+                                   light_duration=(QUICK_LIGHT_DURATION if quick
+                                                   else LIGHT_DURATION),
+                                   pings=QUICK_PINGS if quick else PINGS,
+                                   loaded_only=loaded_only)
             if loaded_only:
                 results.append(entry)
                 continue
             harness.log(f"workers_costs: --workers {workers}: {connections:,} idle connections, "
                         f"{subscriptions:,} idle subscriptions")
             entry["memory"] = memory_count(workers, Path(tmp), connections=connections,
-                                           subscriptions=subscriptions)
+                                           subscriptions=subscriptions, settled=settled)
             results.append(entry)
-    text = loaded_table(results) if loaded_only else table(results)
+    if loaded_only:
+        text = loaded_table(results)
+    else:
+        text = memory_table(results)
+        if not memory_only:
+            text = table(results) + "\n" + text
     harness.write_results("workers_costs", {"parameters": {
         "loaded_only": loaded_only,
         "counts": counts, "store": STORE, "clients": clients, "duration": duration,
@@ -312,6 +346,33 @@ def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: floa
     return results
 
 
+def memory_table(results: list[dict[str, Any]]) -> str:
+    """The memory phase: RSS per process at each stage, bytes per idle subscription at
+    the bench's moment and, where read, once the router has settled."""
+    base = results[0]["memory"]
+    rows = []
+    for r in results:
+        mem = r["memory"]
+        stages = mem["rss_by_process"]
+        settled = mem.get("bytes_per_subscription_settled")
+        rows.append([
+            r["workers"],
+            *(" + ".join(f"{rss / 2**20:.1f}" for rss in stages[stage]) if stage in stages
+              else "-" for stage in ("empty", "connected", "subscribed", "settled")),
+            _f(mem["bytes_per_connection"], 0),
+            _x(mem["bytes_per_connection"], base["bytes_per_connection"]),
+            _f(mem["bytes_per_subscription"], 0),
+            _x(mem["bytes_per_subscription"], base["bytes_per_subscription"]),
+            _f(settled, 0), _x(settled, base.get("bytes_per_subscription_settled")),
+        ])
+    first = results[0]["workers"]
+    return harness.md_table(
+        ["workers", "RSS empty MB (per process)", "connected", "subscribed",
+         f"settled (+{SETTLED:.0f} s)", "B/idle connection", f"x {first}",
+         "B/idle subscription", f"x {first}", "B/idle subscription settled", f"x {first}"],
+        rows)
+
+
 def _counts(text: str) -> tuple[int, ...]:
     counts = tuple(int(x) for x in text.split(","))
     if not counts or min(counts) < 1:
@@ -334,12 +395,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="with --base: runs of each")
     parser.add_argument("--clients", type=int, help=f"clients of the loaded phase "
                         f"(default {CLIENTS}; --quick without --loaded-only: {QUICK_CLIENTS})")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="the memory phase alone (idle connections and subscriptions)")
+    parser.add_argument("--settled", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"read the RSS again {SETTLED:.0f} s after the subscriptions "
+                        "(default: on, off with --quick)")
+    parser.add_argument("--connections", type=int,
+                        help="idle connections of the memory phase "
+                        f"(default {IDLE_CONNECTIONS:,}, quick {QUICK_IDLE_CONNECTIONS})")
+    parser.add_argument("--subscriptions", type=int,
+                        help="idle subscriptions of the memory phase "
+                        f"(default {IDLE_SUBSCRIPTIONS:,}, quick {QUICK_IDLE_SUBSCRIPTIONS})")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
                         "with --quick a new scratch directory)")
     args = parser.parse_args(argv)
     out = args.out
     if out is None and args.quick:
         out = Path(tempfile.mkdtemp(prefix="smp-bench-workers-costs-"))
+    if args.loaded_only and args.memory_only:
+        parser.error("--loaded-only and --memory-only: give one")
     if args.base is not None and not args.loaded_only:
         parser.error("--base compares the loaded phase: give --loaded-only")
     if args.base is not None and not (args.base / "router").is_dir():
@@ -351,7 +425,9 @@ def main(argv: list[str]) -> int:
                     repeats=args.repeats, out=out)
         else:
             run(quick=args.quick, counts=args.counts, duration=args.duration, out=out,
-                loaded_only=args.loaded_only, clients=args.clients)
+                loaded_only=args.loaded_only, clients=args.clients,
+                memory_only=args.memory_only, settled=args.settled,
+                connections=args.connections, subscriptions=args.subscriptions)
     except harness.BenchError as exc:
         print(f"python -m bench workers_costs: error: {exc}", file=sys.stderr)
         return 1

@@ -24,6 +24,10 @@ def test_the_costs_of_two_workers_are_measured(tmp_path: Path, monkeypatch):
     assert result["loaded"]["cpu_us_per_msg"] > 0
     memory = result["memory"]
     assert memory["rss_subscribed"] > 0 and memory["subscriptions"] == 60
+    # Per process at each stage: the supervisor and both workers.
+    assert [len(memory["rss_by_process"][stage]) for stage in ("empty", "connected",
+                                                              "subscribed")] == [3, 3, 3]
+    assert "rss_settled" not in memory  # quick: not waited for
     assert json.loads((tmp_path / "workers_costs.json").read_text())["parameters"]["counts"] == [2]
 
 

@@ -5,6 +5,7 @@ while frozen. Pause durations are recorded, never asserted."""
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from collections.abc import Iterator
 
@@ -95,6 +96,47 @@ async def test_a_settled_wave_hands_free_heap_back(monkeypatch):
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert trimmed == [0] and policy.trims == 1 and len(nodes) == 3000
+
+
+def burn_cpu(seconds: float) -> None:
+    """Keep the process busy (a burst of blocks, as the policy sees it)."""
+    started = time.process_time()
+    while time.process_time() - started < seconds:
+        pass
+
+
+async def test_the_heap_is_trimmed_once_a_burst_ends(monkeypatch):
+    trimmed: list[float] = []
+    monkeypatch.setattr(gc_policy, "_malloc_trim", lambda pad: trimmed.append(time.monotonic()))
+    policy = GcPolicy(budget=10**9, settle=3600, trim_floor=0.1, trim_settle=0.1,
+                      check_interval=0.01, full_interval=None)
+    gc.freeze()  # each look walks the oldest generation: kept short, as the policy keeps it
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(policy.run, lambda: 0)
+        await trio.sleep(0.05)
+        burn_cpu(0.2)
+        ended = time.monotonic()
+        assert not trimmed  # not while busy
+        with trio.fail_after(5):
+            while not trimmed:
+                await trio.sleep(0.01)
+        await trio.sleep(0.3)  # idle: no second trim without a second burst
+        nursery.cancel_scope.cancel()
+    assert len(trimmed) == 1 and policy.trims == 1
+    assert trimmed[0] - ended >= 0.1  # after the burst ended, not during it
+
+
+async def test_no_trim_without_a_burst(monkeypatch):
+    trimmed: list[int] = []
+    monkeypatch.setattr(gc_policy, "_malloc_trim", lambda pad: trimmed.append(pad) or 1)
+    policy = GcPolicy(budget=10**9, settle=3600, trim_floor=5.0, trim_settle=0.05,
+                      check_interval=0.01, full_interval=None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(policy.run, lambda: 0)
+        burn_cpu(0.1)
+        await trio.sleep(0.3)
+        nursery.cancel_scope.cancel()
+    assert trimmed == [] and policy.trims == 0
 
 
 async def test_a_quiet_time_collection_frees_cycles_that_died_frozen():

@@ -79,6 +79,9 @@ log = logging.getLogger(__name__)
 
 Client = TypeVar("Client")
 T = TypeVar("T")
+# The pending list of a connection with nothing pending: shared, never added to
+# (`Connection._add_pending` makes a list of the connection's own first).
+_NO_PENDING: list[bytes] = []
 
 
 class Cancellable(Protocol):
@@ -150,7 +153,9 @@ class Connection:
         self._delivering = False  # the delivery task runs
         self._handler: ClientHandler[Any] | None = None
         self._client: object = None
-        self._pending: list[bytes] = []  # transmissions waiting for the writing task
+        # Transmissions waiting for the writing task: a list of its own made on use (an
+        # idle connection, a shadow most of all, keeps none: docs/workers.md#costs).
+        self._pending: list[bytes] = _NO_PENDING
         self._pending_batches = 0
         self._max_pending = send_queue_size
         self._writing = False  # a task is in `_write`
@@ -203,7 +208,7 @@ class Connection:
         transmissions = self._after_events(transmissions)
         if self._write_now(transmissions):
             return
-        self._pending.extend(transmissions)
+        self._add_pending(transmissions)
         self._pending_batches += 1
         if not self._writing and not (self.answers_elsewhere
                                       and self._pending_batches < self._max_pending):
@@ -253,7 +258,7 @@ class Connection:
             if self._writing:
                 transmissions = self._after_events(transmissions)
                 if transmissions:
-                    self._pending.extend(transmissions)
+                    self._add_pending(transmissions)
                     self._pending_batches += 1
                 return
         await self._write(self._after_events(transmissions))
@@ -279,7 +284,7 @@ class Connection:
         if self._pending_batches >= self._max_pending or not self._block_ready():
             return False
         if transmissions:
-            self._pending.extend(transmissions)
+            self._add_pending(transmissions)
             self._pending_batches += 1
         self._answers_held = True
         return True
@@ -313,15 +318,22 @@ class Connection:
         finally:
             self._writing = False
 
+    def _add_pending(self, transmissions: list[bytes]) -> None:
+        pending = self._pending
+        if pending is _NO_PENDING:
+            self._pending = list(transmissions)
+        else:
+            pending.extend(transmissions)
+
     def _take_pending(self) -> list[bytes]:
-        pending, self._pending = self._pending, []
+        pending, self._pending = self._pending, _NO_PENDING
         self._answers_held = False
         if self._pending_batches:
             self._pending_batches = 0
             if self._room is not None:
                 self._room.set()
                 self._room = None
-        return pending
+        return [] if pending is _NO_PENDING else pending
 
     def take_pending(self) -> list[bytes]:
         """What is waiting to be written, taken out (a connection that is not running
@@ -554,7 +566,7 @@ class Connection:
     def close(self) -> None:
         """Stop accepting pushes; called once the tasks are gone."""
         self.closed = True
-        self._pending = []
+        self._pending = _NO_PENDING
         self._pending_batches = 0
         self.overflow_events = None
         self._handler = self._client = None  # the client state refers back to us

@@ -31,9 +31,16 @@ often enough; whatever arrives meanwhile then waits, unwalked, to be frozen.
 - settle: once it has stopped growing for `settle` seconds after at least
   `settle_floor` objects reached it (a wave of reconnections is over), the same
   freeze runs, so that at a steady state the passes walk almost nothing; and
-  the C heap's free pages go back to the system (glibc's `malloc_trim`): a wave
-  of SUB blocks leaves megabytes of freed 16 KB buffers between live objects,
-  which the process would otherwise keep as RSS;
+  the C heap's free pages go back to the system (glibc's `malloc_trim`);
+- trim settle: a burst of blocks (a wave of SUBs, the hand-offs of several
+  workers more so: docs/workers.md#costs) leaves megabytes of freed 16 KB
+  buffers between the live objects made meanwhile, which glibc keeps as RSS
+  (free chunks amid the heap are not returned by `free`), and frees them only
+  once the burst is over. So once the process has used `trim_floor` CPU
+  seconds since the last trim and then (almost) none for `trim_settle` seconds
+  (the burst is over), the heap is trimmed at once rather than with the
+  settled wave, seconds later: a pass of ~5-20 ms per burst, none while the
+  router stays busy;
 - quiet-time collection: objects frozen while alive that later die inside a
   reference cycle are never collected while frozen (garbage already in the
   oldest generation when it is frozen waits too). The router's own objects
@@ -63,6 +70,7 @@ import trio
 log = logging.getLogger(__name__)
 
 NEVER = 2**31 - 1  # a threshold the count of young collections never reaches
+_IDLE = 0.2  # a share of a core below which the process is not busy with a burst
 
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
@@ -118,6 +126,8 @@ class GcPolicy:
     young_budget: int = 20_000  # young objects above which a collection freezes them
     settle: float = 10.0  # seconds without growth that end a wave
     settle_floor: int = 2_000  # growth smaller than this is not a wave
+    trim_settle: float = 0.5  # seconds of (almost) no CPU that end a burst
+    trim_floor: float = 1.0  # CPU seconds since the last trim that make a burst
     check_interval: float = 0.1  # seconds between two looks at the oldest generation
     full_interval: float | None = 6 * 3600.0  # seconds between quiet-time full collections
     quiet: float = 60.0  # seconds without a new connection that make a quiet time
@@ -158,9 +168,19 @@ class GcPolicy:
         last_growth = trio.current_time()
         last_connections, last_connection_at = connections_opened(), trio.current_time()
         self._since_full = trio.current_time()
+        busy, last_cpu = 0.0, time.process_time()  # CPU seconds since the last trim
+        last_busy = last_look = trio.current_time()
         while True:
             await trio.sleep(self.check_interval)
             now = trio.current_time()
+            cpu = time.process_time()
+            if cpu - last_cpu > _IDLE * (now - last_look):
+                last_busy = now
+            busy += cpu - last_cpu
+            last_cpu, last_look = cpu, now
+            if busy >= self.trim_floor and now - last_busy >= self.trim_settle:
+                self.trim_heap()
+                busy = 0.0
             size = len(gc.get_objects(generation=2))
             if size > last_size:
                 last_growth = now
@@ -173,7 +193,7 @@ class GcPolicy:
                 self.collect_and_freeze()
                 if settled:
                     self.trim_heap()
-                    wave = 0
+                    wave, busy = 0, 0.0
                 size = 0
             elif self._full_due(now) and now - last_connection_at >= self.quiet:
                 self.full_collection()

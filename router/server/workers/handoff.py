@@ -294,6 +294,18 @@ class ShadowServing:
         self.own.answered(client)
 
 
+def _flag(bit: int) -> Any:
+    """A boolean attribute of a `ShadowTransport` kept as a bit of its `_flags`."""
+
+    def get(transport: ShadowTransport) -> bool:
+        return bool(transport._flags & bit)
+
+    def put(transport: ShadowTransport, value: bool) -> None:
+        transport._flags = transport._flags | bit if value else transport._flags & ~bit
+
+    return property(get, put)
+
+
 class ShadowTransport:
     """A shadow's transport: blocks from its front, writes back to it as frames. It
     also serves the shadow on demand (`Connection.serve_on_demand`): an idle shadow
@@ -302,8 +314,7 @@ class ShadowTransport:
     some, and takes the shadow apart if it ends."""
 
     __slots__ = ("remote", "_handoff", "_front_worker", "_front_id", "_blocks", "_client",
-                 "_out_free", "_room", "_pass", "_busy", "_ending", "ended_by_front",
-                 "holding", "_held", "parts_answered")
+                 "_out_free", "_room", "_pass", "_flags", "_held", "parts_answered")
     shadow = True  # not a client of this worker's own: no idle timeout (router.py)
     stalled = False
     web_challenge = None
@@ -319,14 +330,19 @@ class ShadowTransport:
         self._out_free = WINDOW
         self._room: trio.Event | None = None
         self._pass: trio.CancelScope | None = None  # the task answering blocks, if one does
-        self._busy = False  # a task answers blocks or takes the shadow apart
-        self._ending = False
-        self.ended_by_front = False
-        # While a part is worked on (`ShadowServing`), what is written is held, and goes
-        # with the part's answers.
-        self.holding = False
+        # `_busy`, `_ending`, `ended_by_front` and `holding` (below), as bits of one
+        # slot: 24 B less per shadow (bench/RESULTS.md, "What a client's hand-offs keep").
+        self._flags = 0
         self._held: list[bytes] | None = None
         self.parts_answered = 0  # parts answered since the last frame outside the window
+
+    # A task answers blocks or takes the shadow apart.
+    _busy = _flag(1)
+    _ending = _flag(2)
+    ended_by_front = _flag(4)
+    # While a part is worked on (`ShadowServing`), what is written is held, and goes
+    # with the part's answers.
+    holding = _flag(8)
 
     def serve(self, router: Router, handshake: Handshake, serving: ShadowServing) -> None:
         self._client = router.open_shadow(self, handshake, serving, self)
