@@ -114,8 +114,9 @@ WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
 # window is spent always gets them back (the writes in flight make up the rest).
 TAKEN_TOLD_AT = WINDOW // 2
 # How long a shadow's task waits for its next block, once it has none, before it ends.
-# A client at work sends a block every few milliseconds, and starting a task per part
-# cost the owner ~15 us of CPU (up to twice per message: its SEND, its ACK); an idle
+# A client at work sends a block every few milliseconds, and a task started per part
+# cost the owner ~14 us of CPU a part against ~6 us to wake one waiting (up to twice per
+# message: its SEND, its ACK; docs/workers.md#hand-offs-in-blocks); an idle
 # shadow is memory again, no task, between one and two of these after its last block
 # (one sweep per worker, `Handoff._sweep_lingering`: no timer per part).
 SHADOW_LINGER = 1.0
