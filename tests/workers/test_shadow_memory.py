@@ -16,7 +16,6 @@ from router.client import open_client
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.core.tasks import run_task_count
-from router.server.workers import handoff
 from router.server.workers.in_process import workers_in_process
 
 CONFIG = RouterConfig(host="127.0.0.1", port=0, store="memory", end_batch_interval=0.02)
@@ -48,11 +47,7 @@ async def _settled() -> int:
     return tracemalloc.get_traced_memory()[0]
 
 
-async def test_a_shadow_and_its_front_stay_within_their_bytes_and_keep_no_task(
-        monkeypatch) -> None:
-    # A shadow's task lingers for its next block up to twice SHADOW_LINGER once idle:
-    # shortened here, and waited out below.
-    monkeypatch.setattr(handoff, "SHADOW_LINGER", 0.05)
+async def test_a_shadow_and_its_front_stay_within_their_bytes_and_keep_no_task() -> None:
     with _traced():
         async with workers_in_process(CONFIG) as (owner, front), AsyncExitStack() as stack:
             maker_owner = await stack.enter_async_context(open_client(owner.address))
@@ -75,7 +70,6 @@ async def test_a_shadow_and_its_front_stay_within_their_bytes_and_keep_no_task(
             tasks = run_task_count()
             for client, queue in zip(clients, theirs, strict=True):
                 await client.subscribe(queue)
-            await trio.sleep(2 * handoff.SHADOW_LINGER)
             spread = await _settled()
             assert owner.router.shadows == CLIENTS
             assert len(owner.router.subscriptions) == CLIENTS

@@ -113,13 +113,6 @@ WINDOW = 4  # blocks (or writes) sent to the other side and not taken yet
 # write taken would be a frame more per handed-off MSG. At most WINDOW, so a shadow whose
 # window is spent always gets them back (the writes in flight make up the rest).
 TAKEN_TOLD_AT = WINDOW // 2
-# How long a shadow's task waits for its next block, once it has none, before it ends.
-# A client at work sends a block every few milliseconds, and a task started per part
-# cost the owner ~14 us of CPU a part against ~6 us to wake one waiting (up to twice per
-# message: its SEND, its ACK; docs/workers.md#hand-offs-in-blocks); an idle
-# shadow is memory again, no task, between one and two of these after its last block
-# (one sweep per worker, `Handoff._sweep_lingering`: no timer per part).
-SHADOW_LINGER = 1.0
 OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this much at most
 # What a front keeps of its shadows' writes to send with a block's own answers; beyond
 # it they go to the connection as they come (its pending list is bounded, its frames'
@@ -321,7 +314,7 @@ class ShadowTransport:
     some, and takes the shadow apart if it ends."""
 
     __slots__ = ("remote", "_handoff", "_front_worker", "_front_id", "_blocks", "_client",
-                 "_out_free", "_room", "_pass", "_parked", "_flags", "_held", "parts_answered")
+                 "_out_free", "_room", "_pass", "_flags", "_held", "parts_answered")
     shadow = True  # not a client of this worker's own: no idle timeout (router.py)
     stalled = False
     web_challenge = None
@@ -337,7 +330,6 @@ class ShadowTransport:
         self._out_free = WINDOW
         self._room: trio.Event | None = None
         self._pass: trio.CancelScope | None = None  # the task answering blocks, if one does
-        self._parked: trio.lowlevel.Task | None = None  # that task, while it waits for one
         # `_busy`, `_ending`, `ended_by_front` and `holding` (below), as bits of one
         # slot: 24 B less per shadow (bench/RESULTS.md, "What a client's hand-offs keep").
         self._flags = 0
@@ -351,8 +343,6 @@ class ShadowTransport:
     # While a part is worked on (`ShadowServing`), what is written is held, and goes
     # with the part's answers.
     holding = _flag(8)
-    # Its task began to wait since the last sweep (`end_if_idle`).
-    _waited_lately = _flag(16)
 
     def serve(self, router: Router, handshake: Handshake, serving: ShadowServing) -> None:
         self._client = router.open_shadow(self, handshake, serving, self)
@@ -370,12 +360,7 @@ class ShadowTransport:
             self._blocks = [block]
         else:
             blocks.append(block)
-        parked = self._parked
-        if parked is not None:
-            self._parked = None
-            trio.lowlevel.reschedule(parked)
-        else:
-            self._start()
+        self._start()
 
     def _next_block(self) -> bytes | None:
         blocks = self._blocks
@@ -391,10 +376,9 @@ class ShadowTransport:
     def _start(self) -> None:
         if not self._busy:
             self._busy = True
-            handoff = self._handoff
-            assert handoff._nursery is not None
-            handoff._nursery.start_soon(self._serve_blocks)
-            handoff.lingering(self)
+            nursery = self._handoff._nursery
+            assert nursery is not None
+            nursery.start_soon(self._serve_blocks)
 
     def taken(self, writes: int) -> None:
         self._out_free += writes
@@ -414,40 +398,14 @@ class ShadowTransport:
 
     end = cancel
 
-    def end_if_idle(self) -> None:
-        """At each sweep: end the task if it has waited for a block since before the
-        last sweep (so for SHADOW_LINGER at least)."""
-        parked = self._parked
-        if parked is not None and not self._waited_lately:
-            self._parked = None
-            trio.lowlevel.reschedule(parked)  # it finds no block, and ends
-        else:
-            self._waited_lately = False
-
-    def _not_parked(self, _: object) -> trio.lowlevel.Abort:
-        self._parked = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
     async def _serve_blocks(self) -> None:
-        """Answer the blocks waiting, and those that come while it lingers (a part
-        after another of an active client: no task started for each), then end once
-        idle (or take the shadow apart if it ends)."""
+        """Answer the blocks waiting, then end (or take the shadow apart if it ends)."""
         client = self._client
         assert client is not None
         conn = client.conn
         try:
             with trio.CancelScope() as self._pass:
-                while True:
-                    await conn.answer_blocks(self._next_block)
-                    if self._ending:
-                        break
-                    # Woken by `deliver` or by the sweep; a cancel (`cancel`, the worker
-                    # stopping) ends the wait at once.
-                    self._waited_lately = True
-                    self._parked = trio.lowlevel.current_task()
-                    await trio.lowlevel.wait_task_rescheduled(self._not_parked)
-                    if self._blocks is None:
-                        break
+                await conn.answer_blocks(self._next_block)
         except TransportClosed as e:
             conn.close_reason = conn.close_reason or str(e)
             self._ending = True
@@ -461,8 +419,7 @@ class ShadowTransport:
             conn.close_reason = conn.close_reason or "internal error"
             self._ending = True
         finally:
-            self._pass = self._parked = None
-            self._handoff.lingered(self)
+            self._pass = None
             if self._ending:
                 with trio.CancelScope(shield=True):
                     await self._take_apart(client)
@@ -587,10 +544,6 @@ class Handoff:
         self._shadows: list[dict[int, ShadowTransport]] = [
             {} for _ in range(ownership.workers)]
         self._nursery: trio.Nursery | None = None
-        # Shadows with a task, which waits a while for their next block (SHADOW_LINGER),
-        # and whether a task sweeps them.
-        self._lingering: set[ShadowTransport] = set()
-        self._sweeping = False
         self._reservations = _LinkReservations()
         # (holder, front connection, link id) -> set once the holder granted it
         self._reserving: dict[tuple[int, int, bytes], trio.Event] = {}
@@ -612,28 +565,6 @@ class Handoff:
             self._nursery = nursery
             await nursery.start(self.links.run)
             task_status.started()
-
-    def lingering(self, shadow: ShadowTransport) -> None:
-        """A task serves `shadow` (until it ends): it is swept while it waits."""
-        self._lingering.add(shadow)
-        if not self._sweeping:
-            assert self._nursery is not None
-            self._sweeping = True
-            self._nursery.start_soon(self._sweep_lingering)
-
-    def lingered(self, shadow: ShadowTransport) -> None:
-        self._lingering.discard(shadow)
-
-    async def _sweep_lingering(self) -> None:
-        """End the tasks of shadows idle for SHADOW_LINGER, while some have one: an idle
-        worker has no sweep, and an active shadow costs no timer per part."""
-        try:
-            while self._lingering:
-                await trio.sleep(SHADOW_LINGER)
-                for shadow in self._lingering:
-                    shadow.end_if_idle()
-        finally:
-            self._sweeping = False
 
     # --- the front: ClientHandler of this worker's own connections ----------------
 
