@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 from contextlib import AsyncExitStack
 
+import pytest
 import trio
 from operated import control, operated, workers_of
 
@@ -56,6 +57,73 @@ async def test_one_address_in_one_worker_gets_the_whole_burst():
         nursery.cancel_scope.cancel()
 
 
+class Counted:
+    """A worker's link to the supervisor, counting its round trips."""
+
+    def __init__(self, link: SharedAdmission) -> None:
+        self.link = link
+        self.round_trips = 0
+
+    async def borrow(self, key: str, wanted: int) -> tuple[int, float]:
+        self.round_trips += 1
+        return await self.link.borrow(key, wanted)
+
+    def give_back(self, key: str, tokens: int) -> None:
+        self.link.give_back(key, tokens)
+
+
+async def counted_worker(nursery: trio.Nursery, group: str, config: RouterConfig
+                         ) -> tuple[Counted, NewQueueLimits]:
+    link = SharedAdmission(group)
+    await nursery.start(link.run)
+    counted = Counted(link)
+    return counted, NewQueueLimits(config, 2, counted)
+
+
+async def test_a_flood_of_refused_news_costs_one_round_trip_per_worker_not_one_each(
+        monkeypatch):
+    monkeypatch.setattr(limits, "REFUSAL_LIFETIME", 60.0)  # the flood within one refusal
+    group = secrets.token_hex(8)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_admission, group, WIDE, RouterBudgets(CONFIG))
+        first, first_limits = await counted_worker(nursery, group, CONFIG)
+        second, second_limits = await counted_worker(nursery, group, CONFIG)
+        assert await allowed(first_limits, BURST) == BURST
+        first.round_trips = 0
+        assert await allowed(first_limits, 500) == 0
+        assert await allowed(second_limits, 500) == 0
+        assert (first.round_trips, second.round_trips) == (1, 1)  # not 500 each
+        # Only that address is refused without asking.
+        assert await allowed(first_limits, 1, "10.0.0.2:1") == 1
+        assert first.round_trips == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_address_gets_news_again_once_its_bucket_refills(mock_clock):
+    config = RouterConfig(new_queue_address_rate=2.0, new_queue_address_burst=4)
+    group = secrets.token_hex(8)
+    async with trio.open_nursery() as nursery:
+        budgets = RouterBudgets(config)
+        await nursery.start(serve_admission, group, WIDE, budgets)
+        counted, worker = await counted_worker(nursery, group, config)
+        assert await allowed(worker, 4 + 100) == 4
+        assert counted.round_trips == 2  # the burst, then one refusal for the flood
+        mock_clock.jump(0.4)  # a token in 0.5 s: refused without asking meanwhile
+        assert await allowed(worker, 10) == 0 and counted.round_trips == 2
+        mock_clock.jump(0.15)
+        assert await allowed(worker, 10) == 1  # the refilled token, then refused again
+        assert counted.round_trips == 4
+        # A bucket slow to refill is asked again after REFUSAL_LIFETIME at most, for the
+        # tokens another worker may have given back meanwhile.
+        slow = RouterConfig(new_queue_address_rate=0.001, new_queue_address_burst=4)
+        await nursery.start(serve_admission, group + "s", WIDE, RouterBudgets(slow))
+        counted, worker = await counted_worker(nursery, group + "s", slow)
+        assert await allowed(worker, 4 + 100) == 4 and counted.round_trips == 2
+        mock_clock.jump(limits.REFUSAL_LIFETIME + 0.01)
+        assert await allowed(worker, 100) == 0 and counted.round_trips == 3
+        nursery.cancel_scope.cancel()
+
+
 async def test_two_workers_together_never_exceed_the_routers_budget(monkeypatch):
     monkeypatch.setattr(limits, "GRANT_LIFETIME", 0.2)
     async with trio.open_nursery() as nursery:
@@ -96,7 +164,7 @@ async def test_a_borrow_unanswered_refuses_its_new_and_stalls_no_one(monkeypatch
     class Silent:
         """A supervisor that never answers."""
 
-        async def borrow(self, key: str, wanted: int) -> int:
+        async def borrow(self, key: str, wanted: int) -> tuple[int, float]:
             await trio.sleep_forever()
 
         def give_back(self, key: str, tokens: int) -> None:
@@ -124,6 +192,9 @@ async def test_a_grant_that_comes_after_its_new_gave_up_goes_back():
     assert link._lines.receive_nowait() == f"B 1 {GRANT_BATCH} 10.0.0.1"
     link._take("G 1 5 10.0.0.1")
     assert link._lines.receive_nowait() == "R 5 10.0.0.1"
+    link._take("W 2 0.5 10.0.0.1")  # a late refusal: nothing to give back
+    with pytest.raises(trio.WouldBlock):
+        link._lines.receive_nowait()
 
 
 async def test_no_supervisor_is_a_refusal():

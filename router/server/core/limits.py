@@ -19,7 +19,11 @@ not use within `GRANT_LIFETIME`. So the router allows what one process allows, n
 more, and a client whose NEWs all land in one worker gets the whole budget. A
 worker that dies loses its grants (never tokens made). The borrowing NEW waits in
 its connection's own task; no answer within `BORROW_TIMEOUT`, or no supervisor,
-is `NEW_RATE_LIMIT`. Without a supervisor (workers in one process, for tests)
+is `NEW_RATE_LIMIT`. A borrow the supervisor cannot grant says when the buckets
+will have a token again; until then, and for `REFUSAL_LIFETIME` at most (tokens
+another worker gives back may come sooner), the worker refuses that address's NEWs
+itself: a flood of NEWs from one address costs the supervisor one round trip per
+worker and refill, not one per NEW. Without a supervisor (workers in one process, for tests)
 each worker keeps an equal share of the buckets (rate and burst divided by the
 count of workers, a share of a burst at least one NEW). A connection's own bucket
 is whole in each worker its NEWs run in (a NEW with short-link data runs in its
@@ -85,6 +89,12 @@ class TokenBucket:
         self.has_one()
         self._tokens = min(self._burst, self._tokens + tokens)
 
+    def wait_for_one(self) -> float:
+        """Seconds until a whole token is there (0 if one is), without taking it."""
+        if self.has_one():
+            return 0.0
+        return (1.0 - self._tokens) / self._rate
+
 
 ADDRESS_BUCKETS_KEPT = 4096  # per-address buckets past which the full ones are forgotten
 
@@ -93,14 +103,17 @@ BORROW_TIMEOUT = 5.0  # seconds a NEW waits for the supervisor's grant, then ref
 GRANT_LIFETIME = 1.0  # seconds a grant's tokens may be used; then given back at the next NEW
 GRANT_BATCH = 8  # tokens a worker borrows at most at once
 GRANTS_KEPT = 4096  # addresses with a grant in a worker, past which the oldest are given back
+REFUSAL_LIFETIME = 1.0  # seconds at most a worker refuses an address's NEWs itself
+REFUSALS_KEPT = 4096  # addresses refused in a worker, past which the oldest are forgotten
 
 
 class Lender(Protocol):
     """The supervisor's NEW budgets as a worker reaches them (workers/admission.py)."""
 
-    async def borrow(self, key: str, wanted: int) -> int:
-        """Up to `wanted` tokens of address `key`'s and the router's buckets (0 if
-        none, or the supervisor is gone)."""
+    async def borrow(self, key: str, wanted: int) -> tuple[int, float]:
+        """Up to `wanted` tokens of address `key`'s and the router's buckets, and if
+        none, the seconds until the buckets have one (0 if unknown: the supervisor is
+        gone)."""
         ...
 
     def give_back(self, key: str, tokens: int) -> None: ...
@@ -120,6 +133,7 @@ class NewQueueLimits:
         budgets = (config.new_queue_address_rate, config.new_queue_total_rate)
         self._lender = lender if budgets != (None, None) else None
         self._grants: dict[str, _Grant] = {}  # address key -> tokens borrowed, not used
+        self._refused: dict[str, float] = {}  # address key -> refused here until (clock)
         self._swept_at = -math.inf
         if self._lender is not None:
             self._router = None
@@ -175,16 +189,19 @@ class NewQueueLimits:
             if grant.tokens:  # too old: back to the supervisor, a fresh grant instead
                 self._give_back(key)
                 grant = self._grant(key)
+            if self._still_refused(key):
+                return False
             grant.borrowing = borrowing = trio.Event()
-            borrowed = 0
+            borrowed, wait = 0, 0.0
             try:
                 assert self._lender is not None
                 with trio.move_on_after(BORROW_TIMEOUT):
-                    borrowed = await self._lender.borrow(key, GRANT_BATCH)
+                    borrowed, wait = await self._lender.borrow(key, GRANT_BATCH)
             finally:
                 grant.borrowing = None
                 borrowing.set()
             if not borrowed:
+                self._refuse(key, wait)
                 return False
             if self._grants.get(key) is not grant:  # given back while borrowing
                 self._lender.give_back(key, borrowed)
@@ -195,13 +212,33 @@ class NewQueueLimits:
         grant.tokens -= 1
         return True
 
+    def _still_refused(self, key: str) -> bool:
+        """The supervisor said `key`'s buckets have no token yet (module doc)."""
+        until = self._refused.get(key)
+        if until is None:
+            return False
+        if trio.current_time() < until:
+            return True
+        del self._refused[key]
+        return False
+
+    def _refuse(self, key: str, wait: float) -> None:
+        if wait <= 0:
+            return
+        if key not in self._refused and len(self._refused) >= REFUSALS_KEPT:
+            del self._refused[next(iter(self._refused))]
+        self._refused[key] = trio.current_time() + min(wait, REFUSAL_LIFETIME)
+
     def _give_back_old(self) -> None:
         """Every grant older than GRANT_LIFETIME back to the supervisor, at most once a
-        GRANT_LIFETIME: tokens unused here are another worker's to borrow."""
+        GRANT_LIFETIME: tokens unused here are another worker's to borrow. Refusals
+        ended are forgotten."""
         now = trio.current_time()
         if now < self._swept_at + GRANT_LIFETIME:
             return
         self._swept_at = now
+        if self._refused:
+            self._refused = {key: until for key, until in self._refused.items() if until > now}
         for key, grant in list(self._grants.items()):
             if grant.borrowing is None and grant.taken_at + GRANT_LIFETIME < now:
                 self._give_back(key)
@@ -274,6 +311,11 @@ class RouterBudgets:
                 address.give_back(lent - from_router)
             lent = from_router
         return lent
+
+    def wait(self, key: str) -> float:
+        """Seconds until `key`'s bucket and the router's both have a token."""
+        buckets = [b for b in (self._address_bucket(key), self._router) if b is not None]
+        return max((bucket.wait_for_one() for bucket in buckets), default=0.0)
 
     def take_back(self, key: str, tokens: int) -> None:
         """A worker's unused tokens, as if never lent."""

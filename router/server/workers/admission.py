@@ -19,14 +19,16 @@ A worker that dies closes its link: the supervisor forgets its connections.
 The same link carries the router's NEW budgets (core/limits.py `RouterBudgets`,
 the supervisor's buckets per address and for the router): a worker whose grant
 for an address is spent borrows a batch (`B id wanted key` -> `G id granted key`)
-and gives back what it did not use (`R tokens key`). A worker that dies loses its
+and gives back what it did not use (`R tokens key`). A borrow with no token to
+grant is answered with the seconds until the buckets have one (`W id seconds key`),
+for which the worker refuses the address's NEWs itself. A worker that dies loses its
 grants: the buckets refill as after NEWs.
 
     worker -> supervisor              supervisor -> worker
     A id key      admit              Y id / N id reason
     E id          established        X id   evicted from the pool
     C id          closed
-    B id n key    borrow n tokens    G id granted key
+    B id n key    borrow n tokens    G id granted key / W id seconds key
     R n key       n tokens back
 """
 
@@ -132,7 +134,10 @@ class _WorkerLink:
             wanted, _, key = rest.partition(" ")
             budgets = self.admission.budgets
             granted = 0 if budgets is None else budgets.lend(key, min(int(wanted), GRANT_BATCH))
-            self.tell(f"G {int(text_id)} {granted} {key}")
+            if granted or budgets is None:
+                self.tell(f"G {int(text_id)} {granted} {key}")
+            else:  # the worker refuses the address itself until then (core/limits.py)
+                self.tell(f"W {int(text_id)} {budgets.wait(key):.3f} {key}")
         elif kind == "R":
             tokens, _, key = rest.partition(" ")
             if self.admission.budgets is not None:
@@ -258,11 +263,12 @@ class _Ask:
 
 
 class _Borrow:
-    __slots__ = ("answered", "tokens")
+    __slots__ = ("answered", "tokens", "wait")
 
     def __init__(self) -> None:
         self.answered = trio.Event()
         self.tokens = 0
+        self.wait = 0.0  # none granted: seconds until the supervisor's buckets have one
 
 
 class SharedAdmission:
@@ -307,11 +313,12 @@ class SharedAdmission:
             self.pending[ticket_id] = ticket
         return ticket
 
-    async def borrow(self, key: str, wanted: int) -> int:
+    async def borrow(self, key: str, wanted: int) -> tuple[int, float]:
         """Up to `wanted` NEW tokens of address `key` and the router; 0 if the
-        supervisor has none or cannot be reached. Cancelled, a late grant is given back."""
+        supervisor has none (with the seconds until it has) or cannot be reached.
+        Cancelled, a late grant is given back."""
         if self._gone:
-            return 0
+            return 0, 0.0
         borrow_id = next(self._ids)
         borrow = self._borrows[borrow_id] = _Borrow()
         self.tell(f"B {borrow_id} {wanted} {key}")
@@ -320,7 +327,7 @@ class SharedAdmission:
         except BaseException:
             self._borrows.pop(borrow_id, None)  # its grant, if one comes, goes back
             raise
-        return borrow.tokens
+        return borrow.tokens, borrow.wait
 
     def give_back(self, key: str, tokens: int) -> None:
         if tokens > 0:
@@ -353,6 +360,12 @@ class SharedAdmission:
                 self.give_back(key, int(granted))
             else:
                 borrow.tokens = int(granted)
+                borrow.answered.set()
+            return
+        if kind == "W":  # nothing granted before that many seconds
+            borrow = self._borrows.pop(ticket_id, None)
+            if borrow is not None:
+                borrow.wait = float(reason.partition(" ")[0])
                 borrow.answered.set()
             return
         if kind == "X":  # the router's full pool drops this pending connection
