@@ -6,11 +6,13 @@ in one worker gets the whole budget and the workers together never exceed it."""
 from __future__ import annotations
 
 import secrets
+import signal
 from contextlib import AsyncExitStack
 
 import pytest
 import trio
-from operated import control, operated, workers_of
+from operated import ADMIN, CONTROL, control, operated, workers_of
+from supervised import serving
 
 from router.client import open_client
 from router.server.core import limits
@@ -228,3 +230,59 @@ async def test_two_workers_of_the_command_line_give_one_address_its_whole_burst(
             assert created == [burst, 0]  # not burst / 2 in each worker
         (stats,) = await control(r.control_port, "stats")
         assert f"new_queues_rate_limited: {burst + 2}" in stats
+
+
+def limits_ini(path, burst: int) -> None:
+    path.write_text(f"[AUTH]\ncontrol_port_admin_password = {ADMIN}\n"
+                    f"[STORE_LOG]\ndata_dir = {path.parent / 'data'}\n"
+                    f"[LIMITS]\nnew_queues_per_second_per_address = 0.001\n"
+                    f"new_queues_burst_per_address = {burst}\n")
+
+
+async def created(client, attempts: int) -> int:
+    made = 0
+    for _ in range(attempts):
+        try:
+            await client.create_queue()
+            made += 1
+        except Exception as e:  # noqa: BLE001 - the refusal is checked here
+            assert "NEW_RATE_LIMIT" in repr(e), e
+    return made
+
+
+async def test_sighup_gives_the_supervisor_and_the_workers_the_new_budget(tmp_path):
+    ini = tmp_path / "r.ini"
+    limits_ini(ini, 3)
+    log_file = tmp_path / "router.log"
+    async with serving(log_file, "--config", str(ini), "--workers", "2", "--store", "memory",
+                       "--control-port", "0") as (process, address):
+        port = int(CONTROL.search(log_file.read_text())[1])
+
+        async def sighup() -> None:
+            reloads = log_file.read_text().count("SIGHUP: configuration reloaded")
+            process.send_signal(signal.SIGHUP)
+            with trio.fail_after(30):
+                while log_file.read_text().count("SIGHUP: configuration reloaded") < reloads + 2:
+                    await trio.sleep(0.05)
+
+        async with AsyncExitStack() as stack:
+            clients = []
+            for _ in range(40):  # a client on each worker
+                clients.append(await stack.enter_async_context(open_client(address)))
+                (listed,) = await control(port, "clients")
+                if set(workers_of(listed)) == {0, 1}:
+                    break
+            else:
+                raise AssertionError(f"every connection landed on one worker: {listed}")
+            first, last = clients[0], clients[-1]
+            assert (await created(first, 4), await created(last, 2)) == (3, 0)
+            limits_ini(ini, 6)
+            await sighup()  # every bucket at its new size, the supervisor's too
+            assert (await created(first, 7), await created(last, 2)) == (6, 0)
+            await sighup()  # nothing changed: the buckets stay as they are
+            await trio.sleep(limits.REFUSAL_LIFETIME + 0.1)  # the workers ask again
+            assert (await created(first, 2), await created(last, 2)) == (0, 0)
+            limits_ini(ini, 3)
+            await sighup()  # back to the first budget
+            assert (await created(last, 4), await created(first, 2)) == (3, 0)
+    assert "Traceback" not in log_file.read_text()

@@ -297,6 +297,7 @@ class RouterBudgets:
 
     def __init__(self, config: RouterConfig) -> None:
         self._config = config
+        self.settings = new_queue_limits(config)  # what a SIGHUP compares
         self._addresses: dict[str, TokenBucket] = {}
         self._router = (None if config.new_queue_total_rate is None else
                         TokenBucket(config.new_queue_total_rate, config.new_queue_total_burst))

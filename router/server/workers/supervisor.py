@@ -275,6 +275,16 @@ async def _end_when_all_ended(workers: list[WorkerProcess], scope: trio.CancelSc
     scope.cancel()
 
 
+def _reload_budgets(operated: SupervisedRouter, new: RouterConfig) -> None:
+    """SIGHUP: NEW budgets changed in `new` start at their new size, as in each worker
+    (core/commands.py); unchanged, the buckets keep their tokens."""
+    admission = operated.admission
+    budgets: RouterBudgets | None = getattr(admission, "budgets", None)
+    if admission is not None and budgets is not None and \
+            new_queue_limits(new) != budgets.settings:
+        admission.budgets = RouterBudgets(new)  # type: ignore[attr-defined]
+
+
 async def _answer_signals(
     signals: AsyncIterator[int], workers: list[WorkerProcess],
     reload: Callable[[], object],
@@ -290,10 +300,7 @@ async def _answer_signals(
             else:
                 new = getattr(reloaded, "config", None)
                 if operated is not None and isinstance(new, RouterConfig):
-                    if new_queue_limits(new) != new_queue_limits(operated.config) and \
-                            operated.admission is not None:
-                        # every bucket starts at its new size, as in each worker
-                        operated.admission.budgets = RouterBudgets(new)  # type: ignore[attr-defined]
+                    _reload_budgets(operated, new)
                     operated.reload_passwords(new)
             log.info("SIGHUP: passed on to %d workers", len(workers))
         elif signum == DRAIN_SIGNAL:
