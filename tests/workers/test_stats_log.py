@@ -20,7 +20,7 @@ from router.client import open_client
 from router.server.core.counters import RouterStatistics
 from router.server.ops.active_queues import HyperLogLog, queue_hash
 from router.server.ops.stats_lines import COLUMNS
-from router.server.workers.stats import ZERO, WorkersStatistics
+from router.server.workers.stats import COLLECT_PERIOD, ZERO, WorkersStatistics
 
 
 def lines_of(path) -> list[dict[str, str]]:
@@ -125,3 +125,23 @@ async def test_a_worker_that_does_not_answer_or_starts_again_is_counted_once():
     await figures.collect()
     assert [s.estimate() for s in merged] == [1]
     assert isinstance(figures.statistics(), RouterStatistics)
+
+
+async def test_a_workers_counts_are_collected_between_lines_so_a_kill_loses_few(
+        autojump_clock):
+    counted = 0
+
+    async def ask_all(request: str) -> list[bytes | None]:
+        return [answer(10, messages_sent=counted)]
+
+    figures = WorkersStatistics(1, ask_all, lambda sketch: None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(figures.run)
+        counted = 5
+        await trio.sleep(COLLECT_PERIOD + 0.01)
+        assert figures.statistics().messages_sent == 5  # no line written meanwhile
+        counted = 7  # then the worker is killed: these are what it may lose
+        await trio.sleep(COLLECT_PERIOD / 2)
+        assert figures.statistics().messages_sent == 5
+        nursery.cancel_scope.cancel()
+    assert COLLECT_PERIOD <= 10  # docs/workers.md: a killed worker loses 10 s at most

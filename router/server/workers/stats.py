@@ -38,7 +38,10 @@ from ..ops.statslog import StatsLog
 
 log = logging.getLogger("smp-router")
 
-COLLECT_PERIOD = 60.0  # seconds between two collections inside an interval
+# Seconds between two collections inside an interval: what a worker killed loses at most.
+# A collection costs the supervisor ~5 ms of CPU with 2 workers (asks, JSON, sketches
+# merged), so every 10 s is ~0.05 % of a core; every 60 s lost a minute of counts.
+COLLECT_PERIOD = 10.0
 GAUGE_FIELDS = frozenset({"connections", "subscriptions", "pending_deliveries",
                           "proxy_connections"})
 COUNT_FIELDS = tuple(f.name for f in fields(RouterStatistics) if f.name not in GAUGE_FIELDS)
