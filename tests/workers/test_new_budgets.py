@@ -286,3 +286,24 @@ async def test_sighup_gives_the_supervisor_and_the_workers_the_new_budget(tmp_pa
             await sighup()  # back to the first budget
             assert (await created(last, 4), await created(first, 2)) == (3, 0)
     assert "Traceback" not in log_file.read_text()
+
+
+async def test_above_the_budget_at_most_the_grants_the_workers_hold(mock_clock, monkeypatch):
+    """docs/workers.md: over any period, an address's NEWs are at most burst + rate x
+    period plus what the workers held unused when it began, a grant (8) per worker; the
+    worst case, reached: both hold a grant while the bucket refills to full."""
+    monkeypatch.setattr(limits, "GRANT_LIFETIME", 10.0)
+    config = RouterConfig(new_queue_address_rate=16.0, new_queue_address_burst=8)
+    group = secrets.token_hex(8)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_admission, group, WIDE, RouterBudgets(config))
+        (_, first), (_, second) = [await counted_worker(nursery, group, config)
+                                   for _ in range(2)]
+        assert await allowed(first, 1) == 1  # holds 7 of the 8 it borrowed
+        mock_clock.jump(0.5)  # the bucket full again
+        assert await allowed(second, 1) == 1  # holds 7 too
+        mock_clock.jump(0.5)
+        # The period begins: no time passes in it (rate x period = 0).
+        burst_of_news = await allowed(first, 100) + await allowed(second, 100)
+        assert burst_of_news == 8 + 2 * (GRANT_BATCH - 1)
+        nursery.cancel_scope.cancel()

@@ -14,17 +14,20 @@ With several workers (docs/workers.md#one-router-to-the-operator) the address
 and router buckets are the supervisor's (`RouterBudgets`), the truth for the
 router as a whole: a worker borrows a batch of tokens (a grant: each token one of
 the address's bucket and one of the router's) when the grant it holds for the
-client's address is spent, one round trip only then, and gives back what it did
-not use within `GRANT_LIFETIME`. So the router allows what one process allows, no
-more, and a client whose NEWs all land in one worker gets the whole budget. A
-worker that dies loses its grants (never tokens made). The borrowing NEW waits in
-its connection's own task; no answer within `BORROW_TIMEOUT`, or no supervisor,
-is `NEW_RATE_LIMIT`. A borrow the supervisor cannot grant says when the buckets
-will have a token again; until then, and for `REFUSAL_LIFETIME` at most (tokens
-another worker gives back may come sooner), the worker refuses that address's NEWs
-itself: a flood of NEWs from one address costs the supervisor one round trip per
-worker and refill, not one per NEW. Without a supervisor (workers in one process, for tests)
-each worker keeps an equal share of the buckets (rate and burst divided by the
+client's address is spent or older than `GRANT_LIFETIME`, one round trip only
+then, and gives back what it did not use (at its first NEW after that lifetime).
+So every NEW uses a token of the supervisor's buckets, and a client whose NEWs all
+land in one worker gets the whole budget; over any period the router allows what
+one process allows plus the tokens the workers held unused when it began, at most
+one grant (`GRANT_BATCH`) per worker per address (docs/workers.md). A worker that
+dies loses its grants (never tokens made). The borrowing NEW waits in its
+connection's own task; no answer within `BORROW_TIMEOUT`, or no supervisor, is
+`NEW_RATE_LIMIT`. A borrow the supervisor cannot grant says when the buckets will
+have a token again; until then, and for `REFUSAL_LIFETIME` at most (tokens another
+worker gives back may come sooner), the worker refuses that address's NEWs itself:
+a flood of NEWs from one address costs the supervisor one round trip per worker
+and refill, not one per NEW. Without a supervisor (workers in one process, for
+tests) each worker keeps an equal share of the buckets (rate and burst divided by the
 count of workers, a share of a burst at least one NEW). A connection's own bucket
 is whole in each worker its NEWs run in (a NEW with short-link data runs in its
 queue's worker).
