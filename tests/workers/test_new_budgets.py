@@ -16,7 +16,7 @@ from supervised import serving
 
 from router.client import open_client
 from router.server.core import limits
-from router.server.core.limits import GRANT_BATCH, NewQueueLimits, RouterBudgets
+from router.server.core.limits import GRANT_BATCH, Loan, NewQueueLimits, RouterBudgets
 from router.server.edge.admission import AdmissionLimits
 from router.server.settings.config import RouterConfig
 from router.server.workers.admission import SharedAdmission, serve_admission
@@ -66,7 +66,7 @@ class Counted:
         self.link = link
         self.round_trips = 0
 
-    async def borrow(self, key: str, wanted: int) -> tuple[int, float]:
+    async def borrow(self, key: str, wanted: int) -> Loan:
         self.round_trips += 1
         return await self.link.borrow(key, wanted)
 
@@ -98,6 +98,23 @@ async def test_a_flood_of_refused_news_costs_one_round_trip_per_worker_not_one_e
         # Only that address is refused without asking.
         assert await allowed(first_limits, 1, "10.0.0.2:1") == 1
         assert first.round_trips == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_past_the_routers_budget_a_flood_from_many_addresses_is_refused_in_the_worker(
+        monkeypatch):
+    monkeypatch.setattr(limits, "REFUSAL_LIFETIME", 60.0)  # the flood within one refusal
+    config = RouterConfig(new_queue_address_rate=0.001, new_queue_address_burst=100,
+                          new_queue_total_rate=0.001, new_queue_total_burst=10)
+    group = secrets.token_hex(8)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_admission, group, WIDE, RouterBudgets(config))
+        counted, worker = await counted_worker(nursery, group, config)
+        assert await allowed(worker, 10) == 10  # the router's burst, from one address
+        counted.round_trips = 0
+        assert sum([await allowed(worker, 2, f"10.0.{i // 250}.{i % 250}:1")
+                    for i in range(300)]) == 0
+        assert counted.round_trips == 1  # not one per address
         nursery.cancel_scope.cancel()
 
 
@@ -166,7 +183,7 @@ async def test_a_borrow_unanswered_refuses_its_new_and_stalls_no_one(monkeypatch
     class Silent:
         """A supervisor that never answers."""
 
-        async def borrow(self, key: str, wanted: int) -> tuple[int, float]:
+        async def borrow(self, key: str, wanted: int) -> Loan:
             await trio.sleep_forever()
 
         def give_back(self, key: str, tokens: int) -> None:

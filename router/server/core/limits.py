@@ -24,9 +24,10 @@ dies loses its grants (never tokens made). The borrowing NEW waits in its
 connection's own task; no answer within `BORROW_TIMEOUT`, or no supervisor, is
 `NEW_RATE_LIMIT`. A borrow the supervisor cannot grant says when the buckets will
 have a token again; until then, and for `REFUSAL_LIFETIME` at most (tokens another
-worker gives back may come sooner), the worker refuses that address's NEWs itself:
-a flood of NEWs from one address costs the supervisor one round trip per worker
-and refill, not one per NEW. Without a supervisor (workers in one process, for
+worker gives back may come sooner), the worker refuses that address's NEWs itself,
+or every NEW if the router's bucket is the empty one: a flood of NEWs from one
+address (or from many, past the router's budget) costs the supervisor one round
+trip per worker and refill, not one per NEW. Without a supervisor (workers in one process, for
 tests) each worker keeps an equal share of the buckets (rate and burst divided by the
 count of workers, a share of a burst at least one NEW). A connection's own bucket
 is whole in each worker its NEWs run in (a NEW with short-link data runs in its
@@ -39,7 +40,7 @@ The memory store's cap on stored message bytes is answered
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
 import trio
@@ -108,15 +109,22 @@ GRANT_BATCH = 8  # tokens a worker borrows at most at once
 GRANTS_KEPT = 4096  # addresses with a grant in a worker, past which the oldest are given back
 REFUSAL_LIFETIME = 1.0  # seconds at most a worker refuses an address's NEWs itself
 REFUSALS_KEPT = 4096  # addresses refused in a worker, past which the oldest are forgotten
+EVERY_ADDRESS = "*"  # the key of a refusal by the router's bucket (never an address's key)
+
+
+class Loan(NamedTuple):
+    """The supervisor's answer to a borrow: tokens, or if none, how long it has none."""
+
+    tokens: int
+    wait: float = 0.0  # seconds until the buckets have a token (0: unknown, ask again)
+    refused: str = ""  # the key the refusal is for: the address's, or EVERY_ADDRESS
 
 
 class Lender(Protocol):
     """The supervisor's NEW budgets as a worker reaches them (workers/admission.py)."""
 
-    async def borrow(self, key: str, wanted: int) -> tuple[int, float]:
-        """Up to `wanted` tokens of address `key`'s and the router's buckets, and if
-        none, the seconds until the buckets have one (0 if unknown: the supervisor is
-        gone)."""
+    async def borrow(self, key: str, wanted: int) -> Loan:
+        """Up to `wanted` tokens of address `key`'s and the router's buckets."""
         ...
 
     def give_back(self, key: str, tokens: int) -> None: ...
@@ -195,16 +203,17 @@ class NewQueueLimits:
             if self._still_refused(key):
                 return False
             grant.borrowing = borrowing = trio.Event()
-            borrowed, wait = 0, 0.0
+            loan = Loan(0)
             try:
                 assert self._lender is not None
                 with trio.move_on_after(BORROW_TIMEOUT):
-                    borrowed, wait = await self._lender.borrow(key, GRANT_BATCH)
+                    loan = await self._lender.borrow(key, GRANT_BATCH)
             finally:
                 grant.borrowing = None
                 borrowing.set()
+            borrowed = loan.tokens
             if not borrowed:
-                self._refuse(key, wait)
+                self._refuse(loan.refused or key, loan.wait)
                 return False
             if self._grants.get(key) is not grant:  # given back while borrowing
                 self._lender.give_back(key, borrowed)
@@ -217,12 +226,15 @@ class NewQueueLimits:
 
     def _still_refused(self, key: str) -> bool:
         """The supervisor said `key`'s buckets have no token yet (module doc)."""
-        until = self._refused.get(key)
-        if until is None:
+        if not self._refused:
             return False
-        if trio.current_time() < until:
-            return True
-        del self._refused[key]
+        now = trio.current_time()
+        for refused in (key, EVERY_ADDRESS):
+            until = self._refused.get(refused)
+            if until is not None:
+                if now < until:
+                    return True
+                del self._refused[refused]
         return False
 
     def _refuse(self, key: str, wait: float) -> None:
@@ -316,10 +328,15 @@ class RouterBudgets:
             lent = from_router
         return lent
 
-    def wait(self, key: str) -> float:
-        """Seconds until `key`'s bucket and the router's both have a token."""
-        buckets = [b for b in (self._address_bucket(key), self._router) if b is not None]
-        return max((bucket.wait_for_one() for bucket in buckets), default=0.0)
+    def refusal(self, key: str) -> Loan:
+        """No token for `key` now: the seconds until its bucket and the router's both
+        have one, for every address if the router's is the one to wait for."""
+        address = self._address_bucket(key)
+        own = 0.0 if address is None else address.wait_for_one()
+        router = 0.0 if self._router is None else self._router.wait_for_one()
+        if router > 0 and router >= own:
+            return Loan(0, router, EVERY_ADDRESS)
+        return Loan(0, own, key)
 
     def take_back(self, key: str, tokens: int) -> None:
         """A worker's unused tokens, as if never lent."""

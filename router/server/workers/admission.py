@@ -20,9 +20,10 @@ The same link carries the router's NEW budgets (core/limits.py `RouterBudgets`,
 the supervisor's buckets per address and for the router): a worker whose grant
 for an address is spent borrows a batch (`B id wanted key` -> `G id granted key`)
 and gives back what it did not use (`R tokens key`). A borrow with no token to
-grant is answered with the seconds until the buckets have one (`W id seconds key`),
-for which the worker refuses the address's NEWs itself. A worker that dies loses its
-grants: the buckets refill as after NEWs.
+grant is answered with the seconds until the buckets have one (`W id seconds key`,
+the key `*` if the router's bucket is the one to wait for), for which the worker
+refuses that key's NEWs itself. A worker that dies loses its grants: the buckets
+refill as after NEWs.
 
     worker -> supervisor              supervisor -> worker
     A id key      admit              Y id / N id reason
@@ -43,7 +44,7 @@ from itertools import count
 
 import trio
 
-from ..core.limits import GRANT_BATCH, RouterBudgets
+from ..core.limits import GRANT_BATCH, Loan, RouterBudgets
 from ..edge.admission import Admission, AdmissionLimits, Refused, Ticket
 from ..edge.block_stream import STREAM_GONE
 from ..edge.listener import EVICTION_LOG_INTERVAL
@@ -136,8 +137,9 @@ class _WorkerLink:
             granted = 0 if budgets is None else budgets.lend(key, min(int(wanted), GRANT_BATCH))
             if granted or budgets is None:
                 self.tell(f"G {int(text_id)} {granted} {key}")
-            else:  # the worker refuses the address itself until then (core/limits.py)
-                self.tell(f"W {int(text_id)} {budgets.wait(key):.3f} {key}")
+            else:  # the worker refuses the key itself until then (core/limits.py)
+                refusal = budgets.refusal(key)
+                self.tell(f"W {int(text_id)} {refusal.wait:.3f} {refusal.refused}")
         elif kind == "R":
             tokens, _, key = rest.partition(" ")
             if self.admission.budgets is not None:
@@ -263,12 +265,11 @@ class _Ask:
 
 
 class _Borrow:
-    __slots__ = ("answered", "tokens", "wait")
+    __slots__ = ("answered", "loan")
 
     def __init__(self) -> None:
         self.answered = trio.Event()
-        self.tokens = 0
-        self.wait = 0.0  # none granted: seconds until the supervisor's buckets have one
+        self.loan = Loan(0)
 
 
 class SharedAdmission:
@@ -313,12 +314,12 @@ class SharedAdmission:
             self.pending[ticket_id] = ticket
         return ticket
 
-    async def borrow(self, key: str, wanted: int) -> tuple[int, float]:
-        """Up to `wanted` NEW tokens of address `key` and the router; 0 if the
+    async def borrow(self, key: str, wanted: int) -> Loan:
+        """Up to `wanted` NEW tokens of address `key` and the router; none if the
         supervisor has none (with the seconds until it has) or cannot be reached.
         Cancelled, a late grant is given back."""
         if self._gone:
-            return 0, 0.0
+            return Loan(0)
         borrow_id = next(self._ids)
         borrow = self._borrows[borrow_id] = _Borrow()
         self.tell(f"B {borrow_id} {wanted} {key}")
@@ -327,7 +328,7 @@ class SharedAdmission:
         except BaseException:
             self._borrows.pop(borrow_id, None)  # its grant, if one comes, goes back
             raise
-        return borrow.tokens, borrow.wait
+        return borrow.loan
 
     def give_back(self, key: str, tokens: int) -> None:
         if tokens > 0:
@@ -359,13 +360,14 @@ class SharedAdmission:
             if borrow is None:  # its NEW gave up waiting
                 self.give_back(key, int(granted))
             else:
-                borrow.tokens = int(granted)
+                borrow.loan = Loan(int(granted))
                 borrow.answered.set()
             return
         if kind == "W":  # nothing granted before that many seconds
             borrow = self._borrows.pop(ticket_id, None)
             if borrow is not None:
-                borrow.wait = float(reason.partition(" ")[0])
+                wait, _, refused = reason.partition(" ")
+                borrow.loan = Loan(0, float(wait), refused)
                 borrow.answered.set()
             return
         if kind == "X":  # the router's full pool drops this pending connection
