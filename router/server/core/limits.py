@@ -27,11 +27,11 @@ have a token again; until then, and for `REFUSAL_LIFETIME` at most (tokens anoth
 worker gives back may come sooner), the worker refuses that address's NEWs itself,
 or every NEW if the router's bucket is the empty one: a flood of NEWs from one
 address (or from many, past the router's budget) costs the supervisor one round
-trip per worker and refill, not one per NEW. Without a supervisor (workers in one process, for
-tests) each worker keeps an equal share of the buckets (rate and burst divided by the
-count of workers, a share of a burst at least one NEW). A connection's own bucket
-is whole in each worker its NEWs run in (a NEW with short-link data runs in its
-queue's worker).
+trip per worker and refill, not one per NEW. Without a supervisor (workers in one
+process, for tests) each worker keeps an equal share of the buckets (rate and burst
+divided by the count of workers, a share of a burst at least one NEW). A
+connection's own bucket is whole in each worker its NEWs run in (a NEW with
+short-link data runs in its queue's worker).
 
 The memory store's cap on stored message bytes is answered
 `ERR STORE MEMORY_FULL` by SEND; nothing stored is dropped to make room.
