@@ -169,12 +169,17 @@ class Links:
     async def _write_link(self, peer: int, stream: trio.SocketStream,
                           channel: trio.MemorySendChannel[Frame],
                           frames: trio.MemoryReceiveChannel[Frame]) -> None:
+        sock = _plain_socket(stream)
         try:
             async with stream, frames:
                 async for frame in frames:
                     # What else is queued goes in the same write; each payload is copied
                     # once, into it (a frame's own bytes would be a copy more).
-                    await stream.send_all(b"".join(_pieces(with_queued(frame, frames))))
+                    data = b"".join(_pieces(with_queued(frame, frames)))
+                    if sock is None:
+                        await stream.send_all(data)
+                    else:
+                        await _send_on(sock, data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.warning("the link to worker %d broke", peer)
         finally:
@@ -238,6 +243,33 @@ def with_queued(first: T, queue: trio.MemoryReceiveChannel[T]) -> list[T]:
             return batch
 
 
+def _plain_socket(stream: trio.SocketStream) -> socket.socket | None:
+    """The socket under a link's stream (as `edge/websocket.py` reads a connection's):
+    read and written directly, without the stream's pass of the scheduler per call."""
+    sock = getattr(getattr(stream, "socket", None), "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+async def _send_on(sock: socket.socket, data: bytes) -> None:
+    """Write `data` to a link: at once when the socket takes it all (the usual case:
+    no pass of the scheduler, the writer's wait for its next frames is its pass), else
+    the rest as the peer reads."""
+    try:
+        sent = sock.send(data)
+    except BlockingIOError:
+        sent = 0
+    if sent == len(data):
+        return
+    with memoryview(data) as view:
+        rest = view[sent:]
+        while rest:
+            await trio.lowlevel.wait_writable(sock)
+            try:
+                rest = rest[sock.send(rest):]
+            except BlockingIOError:
+                pass
+
+
 def _pieces(frames: list[Frame]) -> Iterator[bytes]:
     for frame in frames:
         yield frame.header()
@@ -247,11 +279,32 @@ def _pieces(frames: list[Frame]) -> Iterator[bytes]:
 class _FrameReader:
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
+        self._socket = _plain_socket(stream)
         self._buffer = bytearray()
+
+    async def _read(self) -> bytes:
+        """What the link has, waiting for some: one pass of the scheduler per read, as
+        a stream's has when the socket has data already, not a pass more after a wait."""
+        sock = self._socket
+        if sock is None:
+            return await self._stream.receive_some(READ_BYTES)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            data = sock.recv(READ_BYTES)
+        except BlockingIOError:
+            while True:
+                await trio.lowlevel.wait_readable(sock)
+                try:
+                    return sock.recv(READ_BYTES)
+                except BlockingIOError:
+                    pass
+        # Read at once: a pass all the same, so that a busy link lets the others run.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return data
 
     async def exactly(self, n: int) -> bytes:
         while len(self._buffer) < n:
-            data = await self._stream.receive_some(65536)
+            data = await self._read()
             if not data:
                 raise LinkLost("the link ended")
             self._buffer += data
@@ -273,7 +326,7 @@ class _FrameReader:
                     del buffer[:pos]
                 if frames:
                     return frames
-            data = await self._stream.receive_some(READ_BYTES)
+            data = await self._read()
             if not data:
                 if buffer:
                     raise LinkLost("the link ended within a frame")
