@@ -1,6 +1,6 @@
 """workers_steps: Trio's work per delivered message across two workers, counted.
 
-    python -m bench workers_steps [--base TREE] [--repeats 3] [--messages 300]
+    python -m bench workers_steps [--base TREE] [--repeats 3] [--messages 300] [--calls]
 
 Two workers in one process (`router/server/workers/in_process.py`), four sender /
 recipient pairs placed so that every kind of crossing happens (a SEND to the queue's
@@ -10,8 +10,10 @@ started and the steps of each task (a step is a pass of the scheduler for it: a
 wake-up), by kind of task: the links' readers and writers, the shadows' serving, the
 connections' own tasks, and everything else (the clients, in this process too).
 Counts, unlike CPU on a shared machine, are the same from run to run within a few
-per cent. With `--base TREE` (e.g. a `git archive` of main) each repeat runs both
-trees, one after the other, each in a process of its own.
+per cent. `--calls` counts the Python and C function calls too (`sys.setprofile`: the
+CPU figure then is the profiler's, not the router's). With `--base TREE` (e.g. a
+`git archive` of main) each repeat runs both trees, one after the other, each in a
+process of its own.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class _Counts(trio.abc.Instrument):
         self.spawned += 1
 
 
-async def _count(messages: int) -> dict[str, float]:
+async def _count(messages: int, calls: bool) -> dict[str, float]:
     from router.client import MessageEvent, open_client
     from router.server import RouterConfig
     from router.server.workers.in_process import workers_in_process
@@ -95,9 +97,17 @@ async def _count(messages: int) -> dict[str, float]:
 
         await flow(20)  # every shadow and link made
         counts = _Counts()
+        called: collections.Counter[str] = collections.Counter()
+
+        def profile(frame: object, event: str, arg: object) -> None:
+            called[event] += 1
+
         trio.lowlevel.add_instrument(counts)
         cpu = time.process_time()
+        if calls:
+            sys.setprofile(profile)
         await flow(messages)
+        sys.setprofile(None)
         cpu = time.process_time() - cpu
         trio.lowlevel.remove_instrument(counts)
     delivered = messages * len(PAIRS)
@@ -105,14 +115,18 @@ async def _count(messages: int) -> dict[str, float]:
     out["steps: router"] = sum(n for kind, n in counts.steps.items()
                                if kind != "clients") / delivered
     out["tasks started"] = counts.spawned / delivered
+    if calls:
+        out["calls: Python"] = called["call"] / delivered
+        out["calls: C"] = called["c_call"] / delivered
     out["CPU us (clients included)"] = cpu / delivered * 1e6
     return out
 
 
-def _run_tree(tree: Path, messages: int) -> dict[str, float]:
+def _run_tree(tree: Path, messages: int, calls: bool) -> dict[str, float]:
     done = subprocess.run(
         # This file's counting, the tree's router (a base may have no such bench).
-        [sys.executable, __file__, "--child", "--messages", str(messages)],
+        [sys.executable, __file__, "--child", "--messages", str(messages),
+         *(["--calls"] if calls else [])],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
         text=True, timeout=600, check=False)
     if done.returncode != 0:
@@ -126,16 +140,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--base", type=Path, help="another checkout, run beside this one")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--messages", type=int, default=300, help="per pair")
+    parser.add_argument("--calls", action="store_true", help="count function calls too")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(trio.run(_count, args.messages)))
+        print(json.dumps(trio.run(_count, args.messages, args.calls)))
         return 0
     trees = {"this": HERE} | ({"base": args.base.resolve()} if args.base else {})
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for _ in range(args.repeats):
         for name, tree in trees.items():
-            runs[name].append(_run_tree(tree, args.messages))
+            runs[name].append(_run_tree(tree, args.messages, args.calls))
     keys = sorted({key for tree_runs in runs.values() for run in tree_runs for key in run})
     names = list(trees)
     print(f"| per delivered message (median of {args.repeats}) | {' | '.join(names)} |")
