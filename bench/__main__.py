@@ -77,6 +77,8 @@ COMMANDS: dict[str, Command] = {
                              "subscription", own_options=True),
     "workers_shadow": Command("the Python memory of a client's hand-offs per connection "
                               "(front and shadow, traced)", own_options=True),
+    "workers_steps": Command("Trio's tasks started and scheduler steps per message across "
+                             "two workers, counted (--base TREE beside)", own_options=True),
     "web_client": Command("the JavaScript client in Chromium: page load, connect, subscribe",
                           own_options=True),
 }

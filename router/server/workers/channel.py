@@ -77,7 +77,8 @@ class Links:
         self.group, self.index, self.workers = group, index, workers
         self._on_frame = on_frame
         self._on_peer_lost = on_peer_lost
-        self._outgoing: dict[int, trio.MemorySendChannel[Frame]] = {}
+        self._outgoing: dict[int, trio.MemorySendChannel[Frame | bytes]] = {}
+        self._unwritten: dict[int, _Unwritten] = {}  # per link, beside its queue
         self._opening: dict[int, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -99,7 +100,11 @@ class Links:
         channel = self._outgoing.get(peer)
         if channel is None:
             channel = await self._open(peer)
+        unwritten = self._unwritten[peer]
+        if unwritten.write_now(frame, channel):
+            return
         try:
+            unwritten.frames += 1
             try:
                 # Queued at once when there is room: no pass of the scheduler per frame.
                 channel.send_nowait(frame)
@@ -114,13 +119,17 @@ class Links:
         channel = self._outgoing.get(peer)
         if channel is None:
             return False
+        unwritten = self._unwritten[peer]
+        if unwritten.write_now(frame, channel):
+            return True
         try:
             channel.send_nowait(frame)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             return False
+        unwritten.frames += 1
         return True
 
-    async def _open(self, peer: int) -> trio.MemorySendChannel[Frame]:
+    async def _open(self, peer: int) -> trio.MemorySendChannel[Frame | bytes]:
         opening = self._opening.get(peer)
         if opening is not None:  # another task opens it: wait for that one
             await opening.wait()
@@ -131,10 +140,12 @@ class Links:
         self._opening[peer] = opening = trio.Event()
         try:
             stream = await self._connect(peer)
-            send, receive = trio.open_memory_channel[Frame](LINK_QUEUE)
+            send, receive = trio.open_memory_channel[Frame | bytes](LINK_QUEUE)
             self._outgoing[peer] = send
+            self._unwritten[peer] = unwritten = _Unwritten(_plain_socket(stream))
             assert self._nursery is not None, "links are used while they run"
-            self._nursery.start_soon(self._write_link, peer, stream, send, receive)
+            self._nursery.start_soon(self._write_link, peer, stream, send, receive,
+                                     unwritten)
             return send
         finally:
             del self._opening[peer]
@@ -167,14 +178,22 @@ class Links:
         raise LinkLost(f"worker {peer} cannot be reached")
 
     async def _write_link(self, peer: int, stream: trio.SocketStream,
-                          channel: trio.MemorySendChannel[Frame],
-                          frames: trio.MemoryReceiveChannel[Frame]) -> None:
+                          channel: trio.MemorySendChannel[Frame | bytes],
+                          frames: trio.MemoryReceiveChannel[Frame | bytes],
+                          unwritten: _Unwritten) -> None:
+        sock = unwritten.sock
         try:
             async with stream, frames:
                 async for frame in frames:
                     # What else is queued goes in the same write; each payload is copied
                     # once, into it (a frame's own bytes would be a copy more).
-                    await stream.send_all(b"".join(_pieces(with_queued(frame, frames))))
+                    batch = with_queued(frame, frames)
+                    data = b"".join(_pieces(batch))
+                    if sock is None:
+                        await stream.send_all(data)
+                    else:
+                        await _send_on(sock, data)
+                    unwritten.frames = max(0, unwritten.frames - len(batch))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.warning("the link to worker %d broke", peer)
         finally:
@@ -185,6 +204,7 @@ class Links:
         """The peer is gone: its link is dropped (the next send opens a new one, to
         its restarted process) and what depended on it ends."""
         channel = self._outgoing.pop(peer, None)
+        self._unwritten.pop(peer, None)
         if channel is not None:
             channel.close()
         self._on_peer_lost(peer)
@@ -238,20 +258,102 @@ def with_queued(first: T, queue: trio.MemoryReceiveChannel[T]) -> list[T]:
             return batch
 
 
-def _pieces(frames: list[Frame]) -> Iterator[bytes]:
+def _plain_socket(stream: trio.SocketStream) -> socket.socket | None:
+    """The socket under a link's stream (as `edge/websocket.py` reads a connection's):
+    read and written directly, without the stream's pass of the scheduler per call."""
+    sock = getattr(getattr(stream, "socket", None), "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+async def _send_on(sock: socket.socket, data: bytes) -> None:
+    """Write `data` to a link: at once when the socket takes it all (the usual case:
+    no pass of the scheduler, the writer's wait for its next frames is its pass), else
+    the rest as the peer reads."""
+    try:
+        sent = sock.send(data)
+    except BlockingIOError:
+        sent = 0
+    if sent == len(data):
+        return
+    with memoryview(data) as view:
+        rest = view[sent:]
+        while rest:
+            await trio.lowlevel.wait_writable(sock)
+            try:
+                rest = rest[sock.send(rest):]
+            except BlockingIOError:
+                pass
+
+
+def _pieces(frames: list[Frame | bytes]) -> Iterator[bytes]:
     for frame in frames:
-        yield frame.header()
-        yield frame.payload
+        if isinstance(frame, bytes):  # the rest of a frame written in part (_Unwritten)
+            yield frame
+        else:
+            yield frame.header()
+            yield frame.payload
+
+
+class _Unwritten:
+    """A link's frames given to its writing task and not written yet. With none, a
+    frame is written at once by the task that sends it, when the socket takes it
+    (most do): no wake-up of the writer, no pass of the scheduler; else it goes to the
+    writer, behind the others, so frames keep their order."""
+
+    __slots__ = ("sock", "frames")
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+        self.frames = 0
+
+    def write_now(self, frame: Frame, queue: trio.MemorySendChannel[Frame | bytes]) -> bool:
+        """True if `frame` is written, or its rest first in `queue` (its writer's)."""
+        sock = self.sock
+        if self.frames or sock is None:
+            return False
+        header = frame.header()
+        try:
+            sent = sock.sendmsg((header, frame.payload))
+        except OSError:  # full (BlockingIOError), or broken: the writer finds out
+            return False
+        if sent < len(header) + len(frame.payload):
+            try:
+                queue.send_nowait((header + frame.payload)[sent:])
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                return True  # the link is lost (its queue is empty otherwise)
+            self.frames += 1
+        return True
 
 
 class _FrameReader:
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
+        self._socket = _plain_socket(stream)
         self._buffer = bytearray()
+
+    async def _read(self) -> bytes:
+        """What the link has, waiting for some: one pass of the scheduler per read, as
+        a stream's has when the socket has data already, not a pass more after a wait."""
+        sock = self._socket
+        if sock is None:
+            return await self._stream.receive_some(READ_BYTES)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            data = sock.recv(READ_BYTES)
+        except BlockingIOError:
+            while True:
+                await trio.lowlevel.wait_readable(sock)
+                try:
+                    return sock.recv(READ_BYTES)
+                except BlockingIOError:
+                    pass
+        # Read at once: a pass all the same, so that a busy link lets the others run.
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return data
 
     async def exactly(self, n: int) -> bytes:
         while len(self._buffer) < n:
-            data = await self._stream.receive_some(65536)
+            data = await self._read()
             if not data:
                 raise LinkLost("the link ended")
             self._buffer += data
@@ -273,7 +375,7 @@ class _FrameReader:
                     del buffer[:pos]
                 if frames:
                     return frames
-            data = await self._stream.receive_some(READ_BYTES)
+            data = await self._read()
             if not data:
                 if buffer:
                     raise LinkLost("the link ended within a frame")

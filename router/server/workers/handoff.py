@@ -40,7 +40,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+import types
+from collections import deque
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterable,
+    Iterator,
+)
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -376,9 +386,7 @@ class ShadowTransport:
     def _start(self) -> None:
         if not self._busy:
             self._busy = True
-            nursery = self._handoff._nursery
-            assert nursery is not None
-            nursery.start_soon(self._serve_blocks)
+            self._handoff.shadow_servers.queue(self)
 
     def taken(self, writes: int) -> None:
         self._out_free += writes
@@ -399,7 +407,8 @@ class ShadowTransport:
     end = cancel
 
     async def _serve_blocks(self) -> None:
-        """Answer the blocks waiting, then end (or take the shadow apart if it ends)."""
+        """Answer the blocks waiting, then return (or take the shadow apart if it ends),
+        in one of the worker's `_ShadowServers`."""
         client = self._client
         assert client is not None
         conn = client.conn
@@ -527,6 +536,98 @@ class ShadowTransport:
                     pass
 
 
+class _ShadowServers:
+    """The tasks that answer this worker's shadows' blocks: a few for the worker, not
+    a task started and ended for every part (bench/RESULTS.md, "Worker processes": a
+    task of a part's own was ~8 us of it, a task lingering in each shadow ~300 B of
+    every shadow). A shadow with blocks waiting is queued once (its `_busy` bit), and
+    one task at a time answers it until none waits, so its blocks keep their order;
+    the task then takes the next shadow queued, with no pass of the scheduler between
+    them. A task about to wait while it serves a shadow (a store, its window to the
+    front, a slow client) has another one take the queue meanwhile, woken or
+    started, so no shadow waits for another's wait: the tasks grow with the shadows
+    that wait at once, and fall back to `IDLE_KEPT` idle ones as they run out of work."""
+
+    IDLE_KEPT = 4
+
+    __slots__ = ("_handoff", "_ready", "_idle", "_coming", "tasks")
+
+    def __init__(self, handoff: Handoff) -> None:
+        self._handoff = handoff
+        self._ready: deque[ShadowTransport] = deque()
+        self._idle: list[trio.lowlevel.Task] = []
+        self._coming = 0  # tasks woken or started that have not looked at `_ready` yet
+        self.tasks = 0
+
+    def queue(self, shadow: ShadowTransport) -> None:
+        """`shadow` has blocks waiting (or ends): a task takes it in turn."""
+        self._ready.append(shadow)
+        if not self._coming:
+            self._call_one()
+
+    def _call_one(self) -> None:
+        self._coming += 1
+        if self._idle:
+            trio.lowlevel.reschedule(self._idle.pop())
+            return
+        nursery = self._handoff._nursery
+        assert nursery is not None
+        self.tasks += 1
+        nursery.start_soon(self._serve)
+
+    def _waits(self) -> None:
+        """The task serving a shadow waits: another takes the shadows queued."""
+        if self._ready and not self._coming:
+            self._call_one()
+
+    async def _serve(self) -> None:
+        ready, idle = self._ready, self._idle
+        task = trio.lowlevel.current_task()
+
+        def stop_waiting(_: object) -> trio.lowlevel.Abort:
+            idle.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        try:
+            while True:
+                self._coming -= 1
+                while ready:
+                    await _noting_waits(ready.popleft()._serve_blocks(), self._waits)
+                if len(idle) >= self.IDLE_KEPT:
+                    return
+                idle.append(task)
+                await trio.lowlevel.wait_task_rescheduled(stop_waiting)
+        except trio.Cancelled:
+            # The worker stops: the shadows still queued end as the one served did.
+            while ready:
+                with trio.CancelScope(shield=True):
+                    shadow = ready.popleft()
+                    shadow._ending = shadow.ended_by_front = True
+                    await shadow._serve_blocks()
+            raise
+        finally:
+            self.tasks -= 1
+
+
+@types.coroutine
+def _noting_waits(work: Coroutine[Any, Any, None],
+                  waits: Callable[[], None]) -> Generator[Any, Any, None]:
+    """Await `work`, calling `waits()` each time it would wait for Trio (as
+    `Connection._releasing_held_answers` does for its own reason)."""
+    try:
+        request = work.send(None)
+        while True:
+            waits()
+            try:
+                answer = yield request
+            except BaseException as e:  # thrown in by Trio: it goes on into `work`
+                request = work.throw(e)
+            else:
+                request = work.send(answer)
+    except StopIteration:
+        return
+
+
 class Handoff:
     """This worker's side of the hand-offs: its fronts' shadows elsewhere, and the
     shadows it serves for the other workers' fronts."""
@@ -544,6 +645,7 @@ class Handoff:
         self._shadows: list[dict[int, ShadowTransport]] = [
             {} for _ in range(ownership.workers)]
         self._nursery: trio.Nursery | None = None
+        self.shadow_servers = _ShadowServers(self)
         self._reservations = _LinkReservations()
         # (holder, front connection, link id) -> set once the holder granted it
         self._reserving: dict[tuple[int, int, bytes], trio.Event] = {}
