@@ -32,7 +32,9 @@ Back-pressure: a front sends at most `WINDOW` blocks to a shadow that it has
 not answered yet, and a shadow at most `WINDOW` writes the front has not taken; the
 front takes a write once the real connection's pending list has room. So a
 slow client holds its own shadows' writers, as it holds a connection's writer
-in one process, and no worker's memory grows for it.
+in one process, and no worker's memory grows for it. And a worker's connections
+have at most `BLOCKS_AWAITING_OWNERS` blocks waiting for other workers' answers at
+once: in a burst the rest wait, their block not taken apart, and read no more.
 """
 
 from __future__ import annotations
