@@ -126,8 +126,10 @@ COLLECTED_BYTES = 1 << 17
 # small objects) scatters the subscriptions made meanwhile over pymalloc arenas that
 # stay after it. A connection whose block finds them all taken waits before taking it
 # apart and before reading its next (its client's blocks wait in the kernel, as for a
-# slower router). Enough to keep every owner busy: a storm's time at 2 workers does not
-# move from 16 up (bench/RESULTS.md, "Worker processes").
+# slower router). Enough blocks (of ~100 SUBs) to keep an owner busy verifying: the
+# storm at 2 workers is as fast as without a bound; few enough that a burst leaves few
+# arenas: 96 B of RSS per idle subscription at 2 workers (324 B unbounded, 196 B at
+# 128; bench/RESULTS.md, "RSS per idle subscription with a bound ...").
 BLOCKS_AWAITING_OWNERS = 32
 # Commands a front answers itself whatever their entity id: they name no queue
 # (the proxy's, PING; an RFWD's inner transmission goes to its owner, below).
