@@ -128,9 +128,10 @@ COLLECTED_BYTES = 1 << 17
 # apart and before reading its next (its client's blocks wait in the kernel, as for a
 # slower router). Enough blocks (of ~100 SUBs) to keep an owner busy verifying: the
 # storm at 2 workers is as fast as without a bound; few enough that a burst leaves few
-# arenas: 96 B of RSS per idle subscription at 2 workers (324 B unbounded, 196 B at
-# 128; bench/RESULTS.md, "RSS per idle subscription with a bound ...").
-BLOCKS_AWAITING_OWNERS = 32
+# arenas: 86-100 B of RSS per idle subscription at 2 workers, against one worker's
+# ~96 B (324 B unbounded; 99-216 B at 32; bench/RESULTS.md, "RSS per idle
+# subscription with a bound ...").
+BLOCKS_AWAITING_OWNERS = 16
 # Commands a front answers itself whatever their entity id: they name no queue
 # (the proxy's, PING; an RFWD's inner transmission goes to its owner, below).
 _LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD"})
