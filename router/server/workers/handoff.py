@@ -34,7 +34,7 @@ front takes a write once the real connection's pending list has room. So a
 slow client holds its own shadows' writers, as it holds a connection's writer
 in one process, and no worker's memory grows for it. And a worker's connections
 have at most `BLOCKS_AWAITING_OWNERS` blocks waiting for other workers' answers at
-once: in a burst the rest wait, their block not taken apart, and read no more.
+once: in a burst the rest wait, keeping only their block, and read no more.
 """
 
 from __future__ import annotations
@@ -124,9 +124,9 @@ COLLECTED_BYTES = 1 << 17
 # answers at once (docs/workers.md#hand-offs-in-blocks, "RSS after a burst"): in a
 # burst every client's block in flight at once (its transmissions, parts and answers,
 # small objects) scatters the subscriptions made meanwhile over pymalloc arenas that
-# stay after it. A connection whose block finds them all taken waits before taking it
-# apart and before reading its next (its client's blocks wait in the kernel, as for a
-# slower router). Enough blocks (of ~100 SUBs) to keep an owner busy verifying: the
+# stay after it. A connection whose block finds them all taken waits, keeping only its
+# block, and reads no next one meanwhile (its client's blocks wait in the kernel, as for
+# a slower router). Enough blocks (of ~100 SUBs) to keep an owner busy verifying: the
 # storm at 2 workers is as fast as without a bound; few enough that a burst leaves few
 # arenas: 86-100 B of RSS per idle subscription at 2 workers, against one worker's
 # ~96 B (324 B unbounded; 99-216 B at 32; bench/RESULTS.md, "RSS per idle
@@ -629,7 +629,6 @@ class Handoff:
                                                dict[bytes, tuple[bytes, bytes]]]
                                   ) -> list[bytes]:
         parts, gathered, contacts = split
-        del split
         front = self._front(client)
         # A block all of one other worker's goes as it came, not packed again.
         whole = block if len(parts) == 1 and not gathered and not contacts else None
