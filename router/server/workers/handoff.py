@@ -32,7 +32,9 @@ Back-pressure: a front sends at most `WINDOW` blocks to a shadow that it has
 not answered yet, and a shadow at most `WINDOW` writes the front has not taken; the
 front takes a write once the real connection's pending list has room. So a
 slow client holds its own shadows' writers, as it holds a connection's writer
-in one process, and no worker's memory grows for it.
+in one process, and no worker's memory grows for it. And a worker's connections
+have at most `BLOCKS_AWAITING_OWNERS` blocks waiting for other workers' answers at
+once: in a burst the rest wait, keeping only their block, and read no more.
 """
 
 from __future__ import annotations
@@ -128,6 +130,18 @@ OUT_FRAME_BYTES = 1 << 17  # a shadow's write goes back in frames of about this 
 # it they go to the connection as they come (its pending list is bounded, its frames'
 # OUT_TAKEN wait for room there).
 COLLECTED_BYTES = 1 << 17
+# At most this many blocks of a worker's own connections wait for other workers'
+# answers at once (docs/workers.md#hand-offs-in-blocks, "RSS after a burst"): in a
+# burst every client's block in flight at once (its transmissions, parts and answers,
+# small objects) scatters the subscriptions made meanwhile over pymalloc arenas that
+# stay after it. A connection whose block finds them all taken waits, keeping only its
+# block, and reads no next one meanwhile (its client's blocks wait in the kernel, as for
+# a slower router). Enough blocks (of ~100 SUBs) to keep an owner busy verifying: the
+# storm at 2 workers is as fast as without a bound; few enough that a burst leaves few
+# arenas: 86-100 B of RSS per idle subscription at 2 workers, against one worker's
+# ~96 B (324 B unbounded; 99-216 B at 32; bench/RESULTS.md, "RSS per idle
+# subscription with a bound ...").
+BLOCKS_AWAITING_OWNERS = 16
 # Commands a front answers itself whatever their entity id: they name no queue
 # (the proxy's, PING; an RFWD's inner transmission goes to its owner, below).
 _LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD"})
@@ -646,6 +660,11 @@ class Handoff:
             {} for _ in range(ownership.workers)]
         self._nursery: trio.Nursery | None = None
         self.shadow_servers = _ShadowServers(self)
+        # Its fronts' blocks waiting for other workers' answers (`BLOCKS_AWAITING_OWNERS`)
+        # by their connection's id; a semaphore parks the rest in their order.
+        self._awaiting_owners = trio.Semaphore(BLOCKS_AWAITING_OWNERS)
+        self._awaiting: set[int] = set()
+        self.awaiting_peak = 0  # the most at once, for tests and benches
         self._reservations = _LinkReservations()
         # (holder, front connection, link id) -> set once the holder granted it
         self._reserving: dict[tuple[int, int, bytes], trio.Event] = {}
@@ -672,9 +691,45 @@ class Handoff:
 
     async def process_block(self, client: ClientSubscriptions, block: bytes) -> list[bytes]:
         assert self._serving is not None
-        split = self._split(client.conn, block)
+        conn = client.conn
+        split = self._split(conn, block)
         if split is None:
             return await self._serving.process_block(client, block)
+        try:
+            self._awaiting_owners.acquire_nowait()
+        except trio.WouldBlock:
+            # Its place waited for with only the block kept (taken apart again after):
+            # the parts of every block waiting at once are what the bound saves.
+            del split
+            await self._awaiting_owners.acquire()
+            try:
+                split = self._split(conn, block)
+            except BaseException:
+                self._awaiting_owners.release()
+                raise
+            assert split is not None, "the same block splits the same way"
+        awaiting = self._awaiting
+        awaiting.add(conn.id)
+        if len(awaiting) > self.awaiting_peak:
+            self.awaiting_peak = len(awaiting)
+        try:
+            return await self._process_handed_off(client, block, split)
+        finally:
+            self._stop_awaiting(conn)
+
+    def _stop_awaiting(self, conn: Connection) -> None:
+        """The connection's block waits no more for other workers' answers: answered, or
+        waiting for its own client to read (`_write_to_front`), which does not hold
+        every other connection of the worker."""
+        if conn.id in self._awaiting:
+            self._awaiting.discard(conn.id)
+            self._awaiting_owners.release()
+
+    async def _process_handed_off(self, client: ClientSubscriptions, block: bytes,
+                                  split: tuple[dict[int, list[bytes]],
+                                               dict[bytes, Party | None],
+                                               dict[bytes, tuple[bytes, bytes]]]
+                                  ) -> list[bytes]:
         parts, gathered, contacts = split
         front = self._front(client)
         # A block all of one other worker's goes as it came, not packed again.
@@ -1251,6 +1306,7 @@ class Handoff:
                 front.collected_taken = []
             front.collected_taken.append((peer, taken))
         elif conn.outbox_full():
+            self._stop_awaiting(conn)
             self._nursery.start_soon(self._taken_once_room, conn, peer, taken)
         else:
             window.taken += 1
