@@ -18,7 +18,13 @@ Measured for each N: the storm's seconds (from "go" to the last answer, in the
 load process) and its ratio to the first count's; the router's CPU (supervisor
 and every worker, summed) per SUB; another client's PING round trips during the
 storm; the router's RSS (summed) before and after; the machine's load average
-before "go"; the load process's own CPU per SUB. The load has signed its SUBs before
+before "go"; the load process's own CPU per SUB (and its cores), and the machine's idle
+cores during the storm. Per worker: the connections it holds before "go" (its sockets
+on the router's port: each connection's front work stays in the worker that accepted
+it), its CPU through the storm, read every `SAMPLE_INTERVAL` (the profile is in the
+JSON), and when it began and ended its share of the work (2 % and 98 % of its CPU
+spent): a worker ending before the other is the storm's tail, idle cores at the
+start its ramp. The load has signed its SUBs before
 the clock starts, so it costs little CPU (reading the answers); it runs at the
 runner's priority (`--load-nice 19`: as `bench.storm`'s, which on 2 cores
 starves it once two workers take both, and the workers then wait for it to read).
@@ -69,7 +75,6 @@ from router.protocol.codec import encode_command
 from router.protocol.crypto import _ed25519_ok
 from router.protocol.transmission import encode_transmission, entity_and_command_offset
 from router.protocol.types import SUB, Transmission
-
 from router.server.workers.seat import WORKER_ENV
 
 from . import harness, identities
@@ -140,10 +145,10 @@ def worker_timeline(samples: list[tuple[float, list[float]]], began: float,
     for w in range(len(start)):
         spent = [(t - began, cpus[w] - start[w]) for t, cpus in samples]
         total = spent[-1][1]
-        first = next((t for t, c in spent if c > 0.02 * total), 0.0)
-        done = next((t for t, c in spent if c >= DONE_SHARE * total), seconds)
-        out.append({"cpu_s": total, "started_s": max(first, 0.0), "done_s": min(done, seconds),
-                    "busy": total / max(done - max(first, 0.0), 1e-9)})
+        done = min(next((t for t, c in spent if c >= DONE_SHARE * total), seconds), seconds)
+        first = min(max(next((t for t, c in spent if c > 0.02 * total), 0.0), 0.0), done)
+        out.append({"cpu_s": total, "started_s": first, "done_s": done,
+                    "busy": total / max(done - first, 1e-9)})
     return out
 
 
@@ -296,8 +301,9 @@ def table(results: list[dict[str, Any]]) -> str:
     return harness.md_table(
         ["workers", "store", "storm s", f"x {base['workers']} worker(s)", "SUBs/s",
          "router CPU s (all processes)", "CPU us/SUB", f"CPU x {base['workers']}",
-         "cores busy", "load's cores", "machine's idle cores", "connections per worker", "CPU s per worker",
-         f"each worker busy from-to s ({DONE_SHARE:.0%} of its CPU)", "load's CPU us/SUB", "its check after the clock, CPU us/SUB",
+         "cores busy", "load's cores", "machine's idle cores", "connections per worker",
+         "CPU s per worker", f"each worker busy from-to s ({DONE_SHARE:.0%} of its CPU)",
+         "load's CPU us/SUB", "its check after the clock, CPU us/SUB",
          "quiet PING p99 ms", "PING p50 ms", "PING p99 ms",
          "RSS before MB", "RSS after MB", "errors", "MSGs", "load avg"], rows)
 

@@ -15,6 +15,10 @@ The cost is one round trip to the supervisor per accepted connection (the
 asks of a burst go in one write each way), next to a TCP, TLS and SMP
 handshake. A worker keeps its own cap on the descriptors of its process.
 A worker that dies closes its link: the supervisor forgets its connections.
+Each admission's answer also tells the worker the router's open connections and
+the workers accepting now (their links): a worker over its share leaves the
+backlog to the others a moment (`SharedAdmission.over_share`, edge/listener.py;
+docs/workers.md#the-listener).
 
 The same link carries the router's NEW budgets (core/limits.py `RouterBudgets`,
 the supervisor's buckets per address and for the router): a worker whose grant
