@@ -18,7 +18,13 @@ Measured for each N: the storm's seconds (from "go" to the last answer, in the
 load process) and its ratio to the first count's; the router's CPU (supervisor
 and every worker, summed) per SUB; another client's PING round trips during the
 storm; the router's RSS (summed) before and after; the machine's load average
-before "go"; the load process's own CPU per SUB. The load has signed its SUBs before
+before "go"; the load process's own CPU per SUB (and its cores), and the machine's idle
+cores during the storm. Per worker: the connections it holds before "go" (its sockets
+on the router's port: each connection's front work stays in the worker that accepted
+it), its CPU through the storm, read every `SAMPLE_INTERVAL` (the profile is in the
+JSON), and when it began and ended its share of the work (2 % and 98 % of its CPU
+spent): a worker ending before the other is the storm's tail, idle cores at the
+start its ramp. The load has signed its SUBs before
 the clock starts, so it costs little CPU (reading the answers); it runs at the
 runner's priority (`--load-nice 19`: as `bench.storm`'s, which on 2 cores
 starves it once two workers take both, and the workers then wait for it to read).
@@ -69,11 +75,15 @@ from router.protocol.codec import encode_command
 from router.protocol.crypto import _ed25519_ok
 from router.protocol.transmission import encode_transmission, entity_and_command_offset
 from router.protocol.types import SUB, Transmission
+from router.server.workers.seat import WORKER_ENV
 
 from . import harness, identities
 from .fairness import _lines, _ping_ms, _stop, summary_ms
 from .storm import _LOAD_ENV, CLIENT_VERSIONS, CONNECT_AT_ONCE, QUIET_PINGS, _ping_on_a_clock
 from .workers_router import START_TIMEOUT, CliRouter, fill
+
+SAMPLE_INTERVAL = 0.1  # seconds between two readings of each worker's CPU
+DONE_SHARE = 0.98  # a worker is done with the storm once it has spent this share of its CPU
 
 QUEUES, CONNECTIONS = 200_000, 2_000
 QUICK_QUEUES, QUICK_CONNECTIONS = 400, 8
@@ -81,6 +91,65 @@ COUNTS = (1, 2)
 STORE = "memory"
 CHECKS, QUICK_CHECKS = 40_000, 500  # Ed25519 checks per process, to weigh the machine
 HERE = Path(__file__).resolve().parent.parent
+
+
+def worker_processes(router: CliRouter) -> list[psutil.Process]:
+    """The router's workers by index (N = 1: its one process), from their
+    `SMP_ROUTER_WORKER=INDEX/COUNT/FD` (workers/seat.py)."""
+    if router.workers == 1:
+        return [router.ps]
+    by_index: dict[int, psutil.Process] = {}
+    for p in router.ps.children():
+        seat = p.environ().get(WORKER_ENV)
+        if seat:
+            by_index[int(seat.split("/")[0])] = p
+    return [by_index[i] for i in sorted(by_index)]
+
+
+def connections_per_worker(workers: list[psutil.Process], port: int) -> list[int]:
+    """The TCP connections each worker holds on the router's port (its clients)."""
+    return [sum(1 for c in p.net_connections("tcp")
+                if c.laddr and c.laddr.port == port and c.raddr) for p in workers]
+
+
+def _idle(times: Any) -> float:
+    """The machine's idle CPU seconds (every core) in `psutil.cpu_times()`."""
+    return times.idle + getattr(times, "iowait", 0.0)
+
+
+def _cpu(p: psutil.Process) -> float:
+    try:
+        t = p.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return t.user + t.system
+
+
+async def sample_cpu(workers: list[psutil.Process], samples: list[tuple[float, list[float]]],
+                     ) -> None:
+    """Each worker's CPU seconds every `SAMPLE_INTERVAL`, with the time, until cancelled."""
+    while True:
+        samples.append((time.perf_counter(), [_cpu(p) for p in workers]))
+        await trio.sleep(SAMPLE_INTERVAL)
+
+
+def worker_timeline(samples: list[tuple[float, list[float]]], began: float,
+                    seconds: float) -> list[dict[str, float]]:
+    """Per worker, from the CPU samples of the storm (the first taken before "go"): its
+    CPU seconds, when its CPU began to rise and when it had spent `DONE_SHARE` of it
+    (seconds from "go"), and the cores it kept busy in between."""
+    if len(samples) < 2:
+        return []
+    start = samples[0][1]
+    out = []
+    for w in range(len(start)):
+        spent = [(t - began, cpus[w] - start[w]) for t, cpus in samples]
+        total = spent[-1][1]
+        done = min(next((t for t, c in spent if c >= DONE_SHARE * total), seconds), seconds)
+        first = min(max(next((t for t, c in spent if c > 0.02 * total), 0.0), 0.0), done)
+        out.append({"cpu_s": total, "started_s": first, "done_s": done,
+                    "busy": total / max(done - first, 1e-9)})
+    return out
 
 
 def verify_loop(count: int) -> float:
@@ -141,9 +210,13 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
                 await pinger.ping()
                 quiet = [await _ping_ms(pinger) for _ in range(QUIET_PINGS)]
                 load_average = os.getloadavg()[0]
+                workers_ps = worker_processes(router)
+                per_worker_connections = connections_per_worker(
+                    workers_ps, parse_address(router.address).port)
                 rss_before = router.rss()
                 cpu_before = router.cpu_seconds()
                 load_cpu_before = sum(load_ps.cpu_times()[:2])
+                machine_before = psutil.cpu_times()
                 assert load.stdin is not None
                 await load.stdin.send_all(b"go\n")
                 result: dict[str, Any] = {}
@@ -156,11 +229,16 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
                     cancel.cancel()
 
                 samples: list[float] = []
+                cpu_samples: list[tuple[float, list[float]]] = []
+                went = time.perf_counter()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(storm_done, nursery.cancel_scope)
                     nursery.start_soon(_ping_on_a_clock, pinger, samples)
+                    nursery.start_soon(sample_cpu, workers_ps, cpu_samples)
+                cpu_samples.append((time.perf_counter(), [_cpu(p) for p in workers_ps]))
                 cpu_seconds = router.cpu_seconds() - cpu_before
                 load_cpu = sum(load_ps.cpu_times()[:2]) - load_cpu_before
+                machine_idle = _idle(psutil.cpu_times()) - _idle(machine_before)
                 rss_after = router.rss()
                 with trio.fail_after(START_TIMEOUT):
                     result.update(json.loads(await load_lines.__anext__()))
@@ -168,12 +246,19 @@ async def one_count(workers: int, kind: str, queues: int, connections: int,
             if load is not None:
                 await _stop(load)
     subs = result["subs"]
+    timeline = worker_timeline(cpu_samples, went, result["seconds"])
     return {
         "workers": workers, "store": kind, "queues": queues, "connections": connections,
         "queues_per_worker": shares, "messages_every": messages_every, "fill_s": filled,
         "storm_s": result["seconds"], "subs_per_s": subs / result["seconds"],
         "router_cpu_s": cpu_seconds, "cpu_us_per_sub": cpu_seconds / subs * 1e6,
         "cores_busy": cpu_seconds / result["seconds"], "load_nice": load_nice,
+        "machine_idle_cores": machine_idle / result["seconds"],
+        "load_cores": load_cpu / result["seconds"],
+        "connections_per_worker": per_worker_connections, "per_worker": timeline,
+        "cpu_profile": [[round(t - went, 2), *(round(c - s, 3) for c, s in
+                                                zip(cpus, cpu_samples[0][1], strict=True))]
+                        for t, cpus in cpu_samples],
         "load_cpu_s": load_cpu, "load_cpu_us_per_sub": load_cpu / subs * 1e6,
         "load_check_cpu_us_per_sub": result["check_cpu_s"] / subs * 1e6,
         "ping_ms": summary_ms(samples) if samples else {}, "quiet_ping_ms": summary_ms(quiet),
@@ -204,6 +289,10 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['storm_s'] / base['storm_s']:.2f}", f"{r['subs_per_s']:,.0f}",
             f"{r['router_cpu_s']:.1f}", f"{r['cpu_us_per_sub']:.0f}",
             f"{r['cpu_us_per_sub'] / base['cpu_us_per_sub']:.2f}", f"{r['cores_busy']:.2f}",
+            f"{r['load_cores']:.2f}", f"{r['machine_idle_cores']:.2f}",
+            " / ".join(str(c) for c in r["connections_per_worker"]),
+            " / ".join(f"{w['cpu_s']:.1f}" for w in r["per_worker"]),
+            " / ".join(f"{w['started_s']:.1f}-{w['done_s']:.1f}" for w in r["per_worker"]),
             f"{r['load_cpu_us_per_sub']:.0f}", f"{r['load_check_cpu_us_per_sub']:.0f}",
             _ms(r["quiet_ping_ms"]["p99"]), _ms(pings.get("median")), _ms(pings.get("p99")),
             f"{r['rss_before'] / 2**20:.0f}", f"{r['rss_after'] / 2**20:.0f}",
@@ -212,7 +301,9 @@ def table(results: list[dict[str, Any]]) -> str:
     return harness.md_table(
         ["workers", "store", "storm s", f"x {base['workers']} worker(s)", "SUBs/s",
          "router CPU s (all processes)", "CPU us/SUB", f"CPU x {base['workers']}",
-         "cores busy", "load's CPU us/SUB", "its check after the clock, CPU us/SUB",
+         "cores busy", "load's cores", "machine's idle cores", "connections per worker",
+         "CPU s per worker", f"each worker busy from-to s ({DONE_SHARE:.0%} of its CPU)",
+         "load's CPU us/SUB", "its check after the clock, CPU us/SUB",
          "quiet PING p99 ms", "PING p50 ms", "PING p99 ms",
          "RSS before MB", "RSS after MB", "errors", "MSGs", "load avg"], rows)
 

@@ -19,6 +19,12 @@ def test_a_tiny_storm_subscribes_every_queue_at_one_and_two_workers(tmp_path: Pa
         assert r["messages"] == 120 // 4, r  # one MSG per queue with a message, no more
         assert sum(r["queues_per_worker"].values()) == 120
         assert r["router_cpu_s"] > 0 and r["rss_after"] > 0 and r["ping_ms"]["samples"] > 0
+        # Each worker's connections (the storm's and the PING client's) and its CPU.
+        assert sum(r["connections_per_worker"]) == 3 + 1, r
+        assert len(r["per_worker"]) == r["workers"] == len(r["cpu_profile"][0]) - 1
+        for worker in r["per_worker"]:
+            assert 0 <= worker["started_s"] <= worker["done_s"] <= r["storm_s"], worker
+        assert r["machine_idle_cores"] >= 0 and r["load_cores"] >= 0
     # Both workers own some of the queues, and the two processes' memory is counted.
     assert min(results[1]["queues_per_worker"].values()) > 0
     assert results[1]["rss_before"] > results[0]["rss_before"]

@@ -15,7 +15,7 @@ from operated import control, http_get, operated, sample, workers_of
 
 from router.client import open_client
 from router.server.edge.admission import Admission, AdmissionLimits, Refused
-from router.server.workers.admission import SharedAdmission, serve_admission
+from router.server.workers.admission import SHARE_SLACK, SharedAdmission, serve_admission
 
 
 def local_ticket(key: str = "10.0.0.1"):
@@ -92,6 +92,41 @@ async def test_a_dead_workers_connections_are_forgotten():
             while admission.open:
                 await trio.sleep(0.01)
         await survivor.admit("10.0.0.1", local_ticket())
+        nursery.cancel_scope.cancel()
+
+
+async def test_each_admission_tells_the_worker_its_share():
+    """The supervisor's answer carries the router's open connections and the workers
+    accepting now: a worker is over its share past SHARE_SLACK, and alone it never is
+    (the listener then leaves the backlog to the others: docs/workers.md#the-listener)."""
+    group = secrets.token_hex(8)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_admission, group, AdmissionLimits(1000, 1000, 1000, 1000))
+        first = SharedAdmission(group, 2)
+        await nursery.start(first.run)
+        async with trio.open_nursery() as other_worker:
+            second = SharedAdmission(group, 2)
+            await other_worker.start(second.run)
+            # Before any admission: the count the router was started with, none open.
+            assert second.over_share(0, SHARE_SLACK * 2 + 1)
+            assert not second.over_share(0, SHARE_SLACK * 2)
+            for _ in range(10):
+                await first.admit("10.0.0.1", local_ticket())
+            assert (first.router_open, first.workers) == (10, 2)
+            # All 10 of the router's in this worker: half of 10 + k, plus the slack.
+            assert not first.over_share(10)
+            assert not first.over_share(10, SHARE_SLACK * 2 - 10)
+            assert first.over_share(10, SHARE_SLACK * 2 - 9)
+            await second.admit("10.0.0.1", local_ticket())
+            assert (second.router_open, second.workers) == (11, 2)
+            other_worker.cancel_scope.cancel()  # its link ends, as a dead worker's does
+        with trio.fail_after(10):
+            while True:
+                await first.admit("10.0.0.1", local_ticket())
+                if first.workers == 1:
+                    break
+                await trio.sleep(0.01)
+        assert not first.over_share(first.router_open, 1000)
         nursery.cancel_scope.cancel()
 
 

@@ -41,7 +41,7 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
                 handoff = Handoff(seat.ownership, group)
                 await nursery.start(handoff.run)
                 # The router's caps and operation ports are the supervisor's (docs/workers.md).
-                admission = SharedAdmission(group)
+                admission = SharedAdmission(group, seat.ownership.workers)
                 await nursery.start(admission.run)
                 info = await nursery.start(partial(
                     serve_router, worker_config(config, seat.ownership),

@@ -174,3 +174,8 @@ class SharedCaps(Protocol):
     workers/admission.py), asked after this process's own `Admission` admitted."""
 
     async def admit(self, key: str, local: Ticket) -> AdmittedConnection: ...
+
+    def over_share(self, own: int, taking: int = 0) -> bool:
+        """Whether this process, with `own` connections and `taking` more, holds more
+        than its share of the router's (the listener then lets the others accept)."""
+        ...

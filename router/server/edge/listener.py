@@ -90,6 +90,9 @@ _FD_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 # A connection that went away while in the backlog: skip it, accept the next.
 _GONE_ERRORS = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
 ACCEPT_BATCH = 256  # connections taken off the backlog per wake-up at most
+# One worker of several, holding more than its share of the router's connections:
+SHARE_WAIT = 0.005  # seconds it leaves the backlog to the others before it accepts anyway
+SHARE_BATCH = 8  # connections it then takes per wake-up at most
 DEFAULT_LIMITS = EdgeLimits()
 # A peer gone in the middle of the TLS handshake raises the ssl module's own error.
 _GONE_OR_TLS_FAILED = (*STREAM_GONE, ssl.SSLError)
@@ -205,11 +208,19 @@ class EdgeListener:
     async def _accept_waiting(self) -> list[trio.SocketStream]:
         """The connections waiting in the backlog, once there is one (none if
         suspended meanwhile or out of descriptors)."""
+        shared, batch = self._shared, ACCEPT_BATCH
         with trio.CancelScope() as self._accept_scope:
             await trio.lowlevel.wait_readable(self._listener)
+            if shared is not None and shared.over_share(self.admission.open):
+                # Every idle worker was woken: one under its share takes these. If none
+                # has within SHARE_WAIT (all busy, or restarting), a few are taken here.
+                await trio.sleep(SHARE_WAIT)
+                shared, batch = None, SHARE_BATCH
         self._accept_scope = None
         streams: list[trio.SocketStream] = []
-        while not self._suspended and len(streams) < ACCEPT_BATCH:
+        while not self._suspended and len(streams) < batch:
+            if shared is not None and shared.over_share(self.admission.open, len(streams)):
+                break  # the rest of the backlog to the others first (above)
             try:
                 sock, _ = self._listener.accept()
             except BlockingIOError:

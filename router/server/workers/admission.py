@@ -15,6 +15,10 @@ The cost is one round trip to the supervisor per accepted connection (the
 asks of a burst go in one write each way), next to a TCP, TLS and SMP
 handshake. A worker keeps its own cap on the descriptors of its process.
 A worker that dies closes its link: the supervisor forgets its connections.
+Each admission's answer also tells the worker the router's open connections and
+the workers accepting now (their links): a worker over its share leaves the
+backlog to the others a moment (`SharedAdmission.over_share`, edge/listener.py;
+docs/workers.md#the-listener).
 
 The same link carries the router's NEW budgets (core/limits.py `RouterBudgets`,
 the supervisor's buckets per address and for the router): a worker whose grant
@@ -26,7 +30,7 @@ refuses that key's NEWs itself. A worker that dies loses its grants: the buckets
 refill as after NEWs.
 
     worker -> supervisor              supervisor -> worker
-    A id key      admit              Y id / N id reason
+    A id key      admit              Y id open workers / N id reason
     E id          established        X id   evicted from the pool
     C id          closed
     B id n key    borrow n tokens    G id granted key / W id seconds key
@@ -56,6 +60,9 @@ _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 CONNECT_ATTEMPTS = 50
 CONNECT_PAUSE = 0.1  # seconds between two attempts to reach the supervisor
 MAX_LINE = 1024  # bytes; an address key is far shorter
+# Connections a worker may hold over its share before it leaves the backlog to the
+# others (edge/listener.py `_accept_waiting`): a burst's first batch is this worker's.
+SHARE_SLACK = 8
 GONE = "the router's supervisor cannot be reached"
 _LINK_ERRORS = (*STREAM_GONE, OSError)
 
@@ -84,6 +91,7 @@ class _WorkerTicket(Ticket):
 
 class RouterAdmission(Admission):
     last_eviction_log = -math.inf
+    workers = 0  # links open: the workers that accept now
     budgets: RouterBudgets | None = None  # the NEW budgets the workers borrow from
 
     def _new_ticket(self, key: str) -> Ticket:
@@ -121,7 +129,8 @@ class _WorkerLink:
             assert isinstance(ticket, _WorkerTicket)
             ticket.link, ticket.ticket_id = self, ticket_id
             self.tickets[ticket_id] = ticket
-            self.tell(f"Y {ticket_id}")
+            # With the router's count and the workers that accept: the worker's share.
+            self.tell(f"Y {ticket_id} {self.admission.open} {self.admission.workers}")
         elif kind == "E":
             established = self.tickets.get(int(rest))
             if established is not None:
@@ -187,6 +196,7 @@ async def _serve_worker(admission: RouterAdmission, sock: trio.socket.SocketType
             log.warning("refused an admission link from user %d", uid)
             return
         link = _WorkerLink(admission)
+        admission.workers += 1
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(link.write, stream)
@@ -196,6 +206,7 @@ async def _serve_worker(admission: RouterAdmission, sock: trio.socket.SocketType
         except (*_LINK_ERRORS, ValueError) as e:
             log.warning("an admission link ended: %r", e)
         finally:
+            admission.workers -= 1
             link.forget_all()  # the worker is gone: its connections with it
 
 
@@ -276,7 +287,7 @@ class SharedAdmission:
     """A worker's end of the router's admission: asks at each accept, and borrows
     from the router's NEW budgets (module doc; core/limits.py `Lender`)."""
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, workers: int = 1) -> None:
         self._group = group
         self._ids = count(1)
         self._asks: dict[int, _Ask] = {}
@@ -285,10 +296,24 @@ class SharedAdmission:
         self.pending: dict[int, SharedTicket] = {}
         self._send, self._lines = trio.open_memory_channel[str](math.inf)
         self._gone = False
+        # The router's open connections and accepting workers, as of the last admission
+        # (before the first: none, and every worker the router was started with).
+        self.router_open = 0
+        self.workers = workers
 
     def tell(self, line: str) -> None:
         if not self._gone:
             self._send.send_nowait(line)
+
+    def over_share(self, own: int, taking: int = 0) -> bool:
+        """Whether this worker, holding `own` connections and `taking` more off the
+        backlog, would hold more than `SHARE_SLACK` over its share of the router's
+        (its view: the router's count at the last admission, with this worker's asks
+        since). The listener then leaves the backlog to the others a moment."""
+        if self.workers < 2:
+            return False
+        total = self.router_open + len(self._asks) + taking
+        return (own + taking) * self.workers > total + SHARE_SLACK * self.workers
 
     async def admit(self, key: str, local: Ticket) -> SharedTicket:
         """The router's ticket for a connection this worker admitted (`local`);
@@ -375,6 +400,9 @@ class SharedAdmission:
             if ticket is not None:
                 ticket.evict()
             return
+        if kind == "Y" and reason:
+            router_open, _, workers = reason.partition(" ")
+            self.router_open, self.workers = int(router_open), int(workers)
         ask = self._asks.pop(ticket_id, None)
         if ask is None:
             if kind == "Y":  # its ask was cancelled meanwhile: give it back
