@@ -40,13 +40,25 @@ def _answer(corr_id: bytes, command: bytes) -> bytes:
     return b"\x00" + bytes([len(corr_id)]) + corr_id + b"\x00" + command
 
 
+class _Arriving:
+    """What `_LoadConnection.take` reads: the bytes given since its last read."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def read_into(self, into: bytearray) -> None:
+        into += self.data
+        self.data = bytearray()
+
+
 def test_the_load_checks_its_answers_once_the_clock_has_stopped():
     """The load counts transmissions while the clock runs and takes them apart only
     afterwards: a repeated, unknown, refused or missing answer is still an error, and
-    a block cut short too."""
+    a block cut short too, or one whose length runs past its end."""
     from router.protocol.block import BLOCK_SIZE, BatchPacker
 
-    load = workers_storm._LoadConnection(None, 10, b"")  # type: ignore[arg-type]
+    arriving = _Arriving()
+    load = workers_storm._LoadConnection(arriving, 10, b"")  # type: ignore[arg-type]
     load.unanswered = {b"a" * 24, b"b" * 24, b"c" * 24, b"d" * 24}
     packer = BatchPacker()
     for t in [_answer(b"a" * 24, b"OK"), _answer(b"b" * 24, b"OK"),
@@ -55,12 +67,21 @@ def test_the_load_checks_its_answers_once_the_clock_has_stopped():
               _answer(b"c" * 24, b"ERR AUTH"),  # refused
               _answer(b"", b"MSG x")]:  # a push: counted
         assert packer.add(t)
-    load.received += packer.take_block()
+    block = packer.take_block()
+    arriving.data += block[:100]
+    assert not load.take() and not load.contents  # a block not whole yet is not counted
+    arriving.data += block[100:]
+    assert load.take()  # six transmissions counted for four SUBs
     assert load.check() == (1, 4)  # and "d" is not answered: 3 + 1
+    load = workers_storm._LoadConnection(arriving, 10, b"")  # type: ignore[arg-type]
     load.unanswered = {b"a" * 24}
-    load.received = bytearray()
     assert packer.add(_answer(b"a" * 24, b"OK"))
-    load.received += packer.take_block()
-    assert load.check() == (0, 0)
-    load.received += b"\x00" * (BLOCK_SIZE // 2)
+    arriving.data += packer.take_block()
+    assert load.take() and load.check() == (0, 0)
+    arriving.data += b"\xff" * (BLOCK_SIZE // 2)
+    load.take()
     assert load.check() == (0, 1)  # a block cut short
+    arriving.data += b"\xff" * (BLOCK_SIZE // 2)
+    load.take()
+    assert load.contents[-1] is None and not load.pending
+    assert load.check() == (0, 1)  # a length past the block's end
