@@ -215,6 +215,27 @@ class Dispatcher:
         finally:
             turn.finish()
 
+    async def process_transmissions(self, client: ClientSubscriptions,
+                                    raw_transmissions: list[bytes]) -> list[bytes]:
+        """`process_block` for a block's transmissions already taken apart (a front's
+        own part of a block it hands off: workers/handoff.py), paced the same way,
+        without packing them into a block to take it apart again."""
+        try:
+            pace = pace_of(raw_transmissions, client.conn.version,
+                           partial(self._awaits_ack, client))
+        except ProtocolError:
+            return list(_BAD_BLOCK)
+        if pace is Pace.FREE:
+            return await self._answer(client, raw_transmissions, None)
+        if pace is Pace.SLICES:
+            return await self._answer(client, raw_transmissions, Slices())
+        turn = self.turns.turn()
+        try:
+            await turn.begin()
+            return await self._answer(client, raw_transmissions, turn)
+        finally:
+            turn.finish()
+
     async def _answer(
         self, client: ClientSubscriptions, raw_transmissions: list[bytes], turn: Pacing | None
     ) -> list[bytes]:

@@ -791,8 +791,12 @@ class Handoff:
                 front.hold_after[owner] = awaited[owner]
         answers: list[bytes] = refused
         for mine in (everywhere, own):
-            for own_block in encode_batches(mine or []):
-                answers.extend(await self._serving.process_block(client, own_block))
+            if mine:
+                # A subset of one block's transmissions: as that block, not packed into
+                # one to be taken apart again (as ClientServing.process_block).
+                client.in_block = True
+                answers.extend(await self._serving.dispatcher.process_transmissions(
+                    client, mine))
         # Meanwhile what is left for the client (a MSG of this worker's queue, the last
         # block's answers held) goes out with these answers, not in a write of its own
         # (`Connection.answers_elsewhere`), as the shadows' writes do (`collected`).
