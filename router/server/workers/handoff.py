@@ -60,8 +60,8 @@ from typing import Any
 import trio
 
 from router.protocol.block import (
+    BatchPacker,
     decode_batch_content,
-    encode_batches,
     iter_batch_content,
     pad_block,
     unpad_block,
@@ -304,7 +304,13 @@ class ShadowServing:
                     client, transmission[2:], int.from_bytes(transmission[:2], "big")))
                     for transmission in _split(block[len(_FORWARDED):])]
             else:
-                answers = await self.own.process_block(client, block)
+                try:
+                    raws = decode_batch_content(block)
+                except ProtocolError:  # not from a front's sort: answered as a block
+                    answers = await self.own.process_block(client, pad_block(block))
+                else:
+                    client.in_block = True  # as ClientServing.process_block
+                    answers = await self.own.dispatcher.process_transmissions(client, raws)
         finally:
             transport.holding = False
         answers.append(_PART_DONE)
@@ -394,8 +400,9 @@ class ShadowTransport:
         if not blocks:
             self._blocks = None
         # No BLOCK_TAKEN: the front counts a block taken once its part is answered (the
-        # _PART_DONE mark, `_write_to_front`), a frame less each way per part.
-        return block if block.startswith(_FORWARDED) else pad_block(block)
+        # _PART_DONE mark, `_write_to_front`), a frame less each way per part. The
+        # part stays a batch's content, not padded: `ShadowServing` takes it apart.
+        return block
 
     def _start(self) -> None:
         if not self._busy:
@@ -783,8 +790,9 @@ class Handoff:
             front.walks_left = self.ownership.workers
         awaited: dict[int, int] = {}
         for owner, transmissions in parts.items():
-            for sub_block in [whole] if whole is not None else encode_batches(transmissions):
-                awaited[owner] = await self._hand_to(front, owner, sub_block)
+            for content in ([unpad_block(whole)] if whole is not None
+                            else _contents(transmissions)):
+                awaited[owner] = await self._hand_to(front, owner, content)
             if services:
                 if front.hold_after is None:
                     front.hold_after, front.held, front.held_taken = {}, [], []
@@ -1079,7 +1087,7 @@ class Handoff:
             return True
         version = front.conn.version
         probe_id = secrets.token_bytes(ID_SIZE)
-        probe = encode_batches([encode_transmission(
+        probe = _contents([encode_transmission(
             Transmission(b"", probe_id, link_id, encode_command(LGET(), version)), version)])
         others = [w for w in range(self.ownership.workers)
                   if w not in (owner, self.ownership.index)]
@@ -1172,8 +1180,9 @@ class Handoff:
             front = self._fronts[conn.id] = _Front(conn, client)
         return front
 
-    async def _hand_to(self, front: _Front, owner: int, block: bytes) -> int:
-        """Send a part to the owner's shadow; its number among the parts sent there."""
+    async def _hand_to(self, front: _Front, owner: int, payload: bytes) -> int:
+        """Send a part to the owner's shadow (a batch's content, or forwarded
+        transmissions); its number among the parts sent there."""
         window = front.owner(owner)
         try:
             if window is None:
@@ -1183,10 +1192,10 @@ class Handoff:
             while window.free <= 0:
                 await front.wait_progress()
             window.free -= 1
-            # A block goes without its padding (the shadow pads it again): a part is
-            # often a small share of a block, and 16 KB per part in flight is most of
-            # what hand-offs cost in memory and copies (bench/RESULTS.md, "Worker processes").
-            payload = block if block.startswith(_FORWARDED) else unpad_block(block)
+            # A block goes without its padding (nor is padded again in the shadow): a
+            # part is often a small share of a block, and 16 KB per part in flight is
+            # most of what hand-offs cost in memory and copies (bench/RESULTS.md,
+            # "Worker processes").
             # With the writes taken from its shadow since the last block: no frame of
             # their own.
             taken, window.taken = window.taken, 0
@@ -1401,6 +1410,20 @@ _NO_LINK = ERR(AUTH)
 
 def _join(parts: list[bytes]) -> bytes:
     return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+
+
+def _contents(transmissions: list[bytes]) -> list[bytes]:
+    """`transmissions` in order in as few batches as the block's rule allows, each a
+    batch's content without the padding (what a part to an owner is)."""
+    packer = BatchPacker()
+    contents: list[bytes] = []
+    for t in transmissions:
+        if not packer.add(t):
+            contents.append(packer.take_content())
+            packer.add(t)
+    if len(packer):
+        contents.append(packer.take_content())
+    return contents
 
 
 def _split(data: bytes) -> Iterator[bytes]:
