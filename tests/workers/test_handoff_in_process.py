@@ -235,3 +235,18 @@ def test_a_block_goes_by_its_entity_ids_without_its_commands_taken_apart(monkeyp
     assert asked == [block_of[4], block_of[5]]
     # A block all of this worker's is answered as in one process.
     assert handoff._split(conn, encode_batches([block_of[0], block_of[4]])[0]) is None  # type: ignore[arg-type]
+
+
+def test_a_part_goes_as_batch_contents_that_hold_its_transmissions_in_order() -> None:
+    """What a front sends an owner (`_contents`): unpadded batches, as many as the
+    block's rule needs, that a shadow takes apart into the same transmissions."""
+    from router.protocol.block import BLOCK_SIZE, MAX_CONTENT, decode_batch_content
+    from router.server.workers.handoff import _contents
+
+    part = [bytes([n % 251]) * 120 for n in range(50)]
+    (content,) = _contents(part)
+    assert len(content) < BLOCK_SIZE // 2 and decode_batch_content(content) == part
+    large = [bytes([n]) * 3_000 for n in range(12)]  # ~36 KB: three blocks' worth
+    contents = _contents(large)
+    assert len(contents) == 3 and all(len(c) <= MAX_CONTENT for c in contents)
+    assert [t for c in contents for t in decode_batch_content(c)] == large
