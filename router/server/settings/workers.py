@@ -2,8 +2,8 @@
 
 `auto` is the cores this process may use, from 3 on, capped at `MAX_AUTO_WORKERS`;
 1 on a machine of one or two. On two cores a second worker costs more than it
-gains (bench/RESULTS.md, "Worker processes": 1.23x the CPU per message, +131 MB,
-for 0.63-0.66x the time of a SUB storm), and the supervisor and the workers would
+gains (bench/RESULTS.md, "Worker processes": 1.07-1.84x the CPU per message, +131 MB,
+for 0.55-0.70x the time of a SUB storm), and the supervisor and the workers would
 share the two cores. The cap: the issue's projection and the reference's production
 relays stop at 16 cores, every worker holds a link to every other (N x (N - 1)
 sockets) and costs ~65 MB before any client; more is an operator's explicit choice.
