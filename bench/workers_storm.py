@@ -33,9 +33,10 @@ The load process is this module's own (`load`): on the 2 cores it shares with th
 router, what it spends is taken from the router. While the clock runs it keeps each
 answer block's content (without its padding; reads go into buffers made once) and
 counts its transmissions from the block's header, until a connection has as many as
-its SUBs and waiting messages; nothing is taken apart then. Once the clock has stopped (and the CPU of every process is read), every
-answer is checked: each answer's corrId is taken out of the SUBs not answered yet (an
-unknown or repeated one is an error) and its command must be `OK`; a push without
+its SUBs and waiting messages; nothing is taken apart then. Once the clock has
+stopped (and the CPU of every process is read), every answer is checked: each
+answer's corrId is taken out of the SUBs not answered yet (an unknown or repeated
+one is an error) and its command must be `OK`; a push without
 corrId must be a `MSG` (counted); anything else, and any SUB not answered, is an
 error. So the figures still prove every SUB answered `OK` once; the check's CPU per
 SUB is reported beside the load's CPU during the clock.
