@@ -37,6 +37,12 @@ class ClientServing:
         client.in_block = True  # its END/DELD now wait for this block's answers
         return self.dispatcher.process_block(client, block)
 
+    def process_transmissions(self, client: ClientSubscriptions,
+                              raw_transmissions: list[bytes]) -> Awaitable[list[bytes]]:
+        """A block's transmissions already taken apart (a hand-off's part), as its block."""
+        client.in_block = True
+        return self.dispatcher.process_transmissions(client, raw_transmissions)
+
     def delivery_loop(self, client: ClientSubscriptions) -> Awaitable[None]:
         return self.deliverer.delivery_loop(client, self.services)
 

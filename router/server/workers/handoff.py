@@ -309,8 +309,7 @@ class ShadowServing:
                 except ProtocolError:  # not from a front's sort: answered as a block
                     answers = await self.own.process_block(client, pad_block(block))
                 else:
-                    client.in_block = True  # as ClientServing.process_block
-                    answers = await self.own.dispatcher.process_transmissions(client, raws)
+                    answers = await self.own.process_transmissions(client, raws)
         finally:
             transport.holding = False
         answers.append(_PART_DONE)
@@ -801,10 +800,8 @@ class Handoff:
         for mine in (everywhere, own):
             if mine:
                 # A subset of one block's transmissions: as that block, not packed into
-                # one to be taken apart again (as ClientServing.process_block).
-                client.in_block = True
-                answers.extend(await self._serving.dispatcher.process_transmissions(
-                    client, mine))
+                # one to be taken apart again.
+                answers.extend(await self._serving.process_transmissions(client, mine))
         # Meanwhile what is left for the client (a MSG of this worker's queue, the last
         # block's answers held) goes out with these answers, not in a write of its own
         # (`Connection.answers_elsewhere`), as the shadows' writes do (`collected`).
