@@ -58,7 +58,7 @@ async def test_a_front_holds_at_most_the_bound_of_blocks_for_other_workers(monke
         assert fronts.awaiting_peak == BOUND
         assert answered == 2 * CLIENTS
         # Every place is given back once the blocks are answered.
-        assert fronts._awaiting == set()
+        assert fronts._awaiting == {}
         assert fronts._awaiting_owners.value == BOUND
 
 
@@ -74,13 +74,13 @@ async def test_a_block_waiting_for_its_own_client_gives_its_place_back() -> None
     front = shares._front(SimpleNamespace(conn=conn))  # type: ignore[arg-type]
     front.add_owner(0)
     await shares._awaiting_owners.acquire()  # as `process_block` takes it
-    shares._awaiting.add(conn.id)
+    shares._awaiting[conn.id] = 1
     answer = b"\x00\x02ab\x18" + b"\x00" * 24 + b"OK"  # any transmission: passed on as is
     payload = handoff._join([unpad_block(encode_batches([answer])[0])])
     async with trio.open_nursery() as nursery:
         shares._nursery = nursery
         await shares._on_frame(0, Frame(handoff.OUT, conn.id, payload))
         assert wrote == [[answer]]
-        assert shares._awaiting == set()
+        assert shares._awaiting == {}
         assert shares._awaiting_owners.value == handoff.BLOCKS_AWAITING_OWNERS
         nursery.cancel_scope.cancel()  # the OUT_TAKEN that waits for room

@@ -215,7 +215,7 @@ class _Front:
     (`python -m bench workers_shadow` lists the sites)."""
 
     __slots__ = ("conn", "client", "owners", "progress", "seldom", "collected",
-                 "collected_bytes", "collected_after", "collected_taken")
+                 "collected_bytes", "collected_after", "collected_taken", "in_flight")
 
     def __init__(self, conn: Connection, client: ClientSubscriptions) -> None:
         self.conn, self.client = conn, client
@@ -231,6 +231,10 @@ class _Front:
         self.collected_bytes = 0
         self.collected_after = False
         self.collected_taken: list[tuple[int, Frame]] | None = None
+        # Its blocks answered already but for their parts in other workers (each as
+        # (owner, the number of its last part there) pairs), oldest first: the
+        # connection reads on meanwhile (docs/workers.md#pipelined-blocks).
+        self.in_flight: list[list[tuple[_Owner, int]]] | None = None
 
     forwarded: dict[int, list[list[bytes]]] | None = _seldom("forwarded")
     forwarding: dict[int, trio.Lock] | None = _seldom("forwarding")
@@ -282,6 +286,23 @@ class _Front:
         assert owner is not None, "parts are awaited of a worker they were handed to"
         while owner.answered < parts:
             await self.wait_progress()
+
+    async def wait_all_answered(self) -> None:
+        """Until every part it handed off is answered (its blocks in flight too)."""
+        while self.in_flight:
+            await self.wait_progress()
+
+    def settled(self) -> int:
+        """Take out its blocks in flight whose parts are all answered (or whose owner
+        died: the connection is closed then); how many."""
+        in_flight, done = self.in_flight, 0
+        while in_flight and all(owner.answered >= last or owner.gone
+                                for owner, last in in_flight[0]):
+            del in_flight[0]
+            done += 1
+        if not in_flight:
+            self.in_flight = None
+        return done
 
 
 @dataclass(frozen=True, slots=True)
@@ -668,8 +689,9 @@ class Handoff:
         self.shadow_servers = _ShadowServers(self)
         # Its fronts' blocks waiting for other workers' answers (`BLOCKS_AWAITING_OWNERS`)
         # by their connection's id; a semaphore parks the rest in their order.
-        self._awaiting_owners = trio.Semaphore(BLOCKS_AWAITING_OWNERS)
-        self._awaiting: set[int] = set()
+        self._places = BLOCKS_AWAITING_OWNERS
+        self._awaiting_owners = trio.Semaphore(self._places)
+        self._awaiting: dict[int, int] = {}  # connection id -> its places
         self.awaiting_peak = 0  # the most at once, for tests and benches
         self._reservations = _LinkReservations()
         # (holder, front connection, link id) -> set once the holder granted it
@@ -700,7 +722,14 @@ class Handoff:
         conn = client.conn
         split = self._split(conn, block)
         if split is None:
-            return await self._serving.process_block(client, block)
+            front = self._fronts.get(conn.id)
+            if front is None or not front.in_flight:
+                return await self._serving.process_block(client, block)
+            if not self._own_queues_only(conn, block):
+                await front.wait_all_answered()
+                return await self._serving.process_block(client, block)
+            return self._behind_in_flight(front, await self._serving.process_block(client,
+                                                                                   block))
         try:
             self._awaiting_owners.acquire_nowait()
         except trio.WouldBlock:
@@ -715,31 +744,77 @@ class Handoff:
                 raise
             assert split is not None, "the same block splits the same way"
         awaiting = self._awaiting
-        awaiting.add(conn.id)
-        if len(awaiting) > self.awaiting_peak:
-            self.awaiting_peak = len(awaiting)
+        awaiting[conn.id] = awaiting.get(conn.id, 0) + 1
+        held = self._places - self._awaiting_owners.value
+        if held > self.awaiting_peak:
+            self.awaiting_peak = held
+        in_flight = False
         try:
-            return await self._process_handed_off(client, block, split)
+            answers, in_flight = await self._process_handed_off(client, block, split)
+            return answers
+        except BaseException:
+            self._stop_awaiting(conn)  # the connection ends: its blocks in flight too
+            raise
         finally:
-            self._stop_awaiting(conn)
+            if not in_flight:
+                self._release_place(conn)
+
+    def _release_place(self, conn: Connection) -> None:
+        """One of the connection's blocks waits no more for other workers' answers."""
+        places = self._awaiting.get(conn.id)
+        if places is None:
+            return  # given back already (`_stop_awaiting`)
+        if places > 1:
+            self._awaiting[conn.id] = places - 1
+        else:
+            del self._awaiting[conn.id]
+        self._awaiting_owners.release()
 
     def _stop_awaiting(self, conn: Connection) -> None:
-        """The connection's block waits no more for other workers' answers: answered, or
-        waiting for its own client to read (`_write_to_front`), which does not hold
-        every other connection of the worker."""
-        if conn.id in self._awaiting:
-            self._awaiting.discard(conn.id)
+        """The connection's blocks wait no more for other workers' answers: waiting for
+        its own client to read (`_write_to_front`), which does not hold every other
+        connection of the worker, or ended."""
+        for _ in range(self._awaiting.pop(conn.id, 0)):
             self._awaiting_owners.release()
+
+    def _own_queues_only(self, conn: Connection, transmissions: list[bytes] | bytes) -> bool:
+        """Whether each of a front's own transmissions (or a block's) names a queue of
+        this worker's: their answers need not wait for the connection's blocks in flight
+        (other queues' answers, in other workers). A PING, a proxy's command, a NEW, an
+        error... waits: its answer follows every answer of the commands before it, as in
+        one process."""
+        if isinstance(transmissions, bytes):
+            try:
+                transmissions = decode_batch_content(unpad_block(transmissions))
+            except ProtocolError:
+                return False
+        version, here, owner_of = conn.version, self.ownership.index, self.ownership.owner_of
+        for raw in transmissions:
+            try:
+                entity_id, at = entity_and_command_offset(raw, version)
+            except ProtocolError:
+                return False
+            if (len(entity_id) != ID_SIZE or raw[at:at + 4] in _SPECIAL_HEADS
+                    or owner_of(entity_id) != here):
+                return False
+        return True
 
     async def _process_handed_off(self, client: ClientSubscriptions, block: bytes,
                                   split: tuple[dict[int, list[bytes]],
                                                dict[bytes, Party | None],
                                                dict[bytes, tuple[bytes, bytes]]]
-                                  ) -> list[bytes]:
+                                  ) -> tuple[list[bytes], bool]:
+        """The block's answers, and whether it is left in flight (its own part answered,
+        its other parts not yet: docs/workers.md#pipelined-blocks)."""
         parts, gathered, contacts = split
         front = self._front(client)
         # A block all of one other worker's goes as it came, not packed again.
         whole = block if len(parts) == 1 and not gathered and not contacts else None
+        own = parts.get(self.ownership.index)
+        if not gathered and not contacts and (
+                own is None or self._own_queues_only(client.conn, own)):
+            return await self._process_in_flight(client, front, parts, whole), True
+        await front.wait_all_answered()
         if not gathered:
             # The shadows' writes go out with the front's answers, in one write where
             # they fit, rather than each by the connection's delivery task as it comes.
@@ -770,7 +845,82 @@ class Handoff:
             front.collected = None
             if not answers:  # no write of the receive loop's for what waits meanwhile
                 client.conn.wake_delivery()
-        return answers
+        return answers, False
+
+    async def _process_in_flight(self, client: ClientSubscriptions, front: _Front,
+                                 parts: dict[int, list[bytes]],
+                                 whole: bytes | None) -> list[bytes]:
+        """Hand the block's parts to their owners and answer its own part (queues of this
+        worker's only) without waiting for the owners: the connection reads its next
+        block meanwhile (docs/workers.md#pipelined-blocks). Its answers, the owners' and
+        its own, are collected, in the order they come, and go to the connection each
+        time a block in flight is answered (`_settle`): in one write, as a block's
+        answers are; the block keeps its place among those awaiting owners until then."""
+        assert self._serving is not None
+        own = parts.pop(self.ownership.index, None)
+        if front.collected is None:
+            front.collected, front.collected_bytes = [], 0
+        try:
+            awaited = await self._hand_parts(front, parts, whole)
+        except BaseException:
+            self._flush_collected(front)
+            raise
+        handed = []
+        for owner, last in awaited.items():
+            window = front.owner(owner)
+            assert window is not None, "a part handed off opened its owner's window"
+            handed.append((window, last))
+        if front.in_flight is None:
+            front.in_flight = []
+        front.in_flight.append(handed)
+        self._settle(front)  # answered while the others were handed off
+        if not own:
+            return []
+        return self._behind_in_flight(front,
+                                      await self._serving.process_transmissions(client, own))
+
+    def _behind_in_flight(self, front: _Front, answers: list[bytes]) -> list[bytes]:
+        """A block's own answers, to be written after what the blocks before it in flight
+        have collected: with it, if they collect still; else now."""
+        collected = front.collected
+        if collected is None or not front.in_flight:
+            return answers
+        collected.extend(answers)
+        front.collected_bytes += sum(map(len, answers))
+        return []
+
+    def _settle(self, front: _Front) -> None:
+        """Its blocks in flight that are answered now give their places back, and what
+        was collected goes to the connection."""
+        settled = front.settled()
+        if not settled:
+            return
+        for _ in range(settled):
+            self._release_place(front.conn)
+        self._flush_collected(front)
+
+    def _flush_collected(self, front: _Front) -> None:
+        collected = front.collected
+        if collected is None:
+            return
+        if collected:
+            front.conn.leave(collected)
+        front.collected = [] if front.in_flight else None
+        front.collected_bytes = 0
+
+    async def _hand_parts(self, front: _Front, parts: dict[int, list[bytes]],
+                          whole: bytes | None) -> dict[int, int]:
+        """Each owner's part to its shadow; each owner's number of its last part there.
+        With a service's subscriptions in the block, what an owner writes after it
+        is held from then on (`hold_after`)."""
+        awaited: dict[int, int] = {}
+        for owner, transmissions in parts.items():
+            for content in ([unpad_block(whole)] if whole is not None
+                            else _contents(transmissions)):
+                awaited[owner] = await self._hand_to(front, owner, content)
+            if front.hold_after is not None:
+                front.hold_after[owner] = awaited[owner]
+        return awaited
 
     async def _process_parts(self, client: ClientSubscriptions, front: _Front,
                              parts: dict[int, list[bytes]], gathered: dict[bytes, Party | None],
@@ -787,15 +937,9 @@ class Handoff:
         services = any(party is not None for party in gathered.values())
         if Party.RECIPIENT in gathered.values():
             front.walks_left = self.ownership.workers
-        awaited: dict[int, int] = {}
-        for owner, transmissions in parts.items():
-            for content in ([unpad_block(whole)] if whole is not None
-                            else _contents(transmissions)):
-                awaited[owner] = await self._hand_to(front, owner, content)
-            if services:
-                if front.hold_after is None:
-                    front.hold_after, front.held, front.held_taken = {}, [], []
-                front.hold_after[owner] = awaited[owner]
+        if services and front.hold_after is None:
+            front.hold_after, front.held, front.held_taken = {}, [], []
+        awaited = await self._hand_parts(front, parts, whole)
         answers: list[bytes] = refused
         for mine in (everywhere, own):
             if mine:
@@ -810,6 +954,7 @@ class Handoff:
         try:
             for owner, count in awaited.items():
                 await front.wait_answered(owner, count)
+            await front.wait_all_answered()  # the blocks before it in flight
         finally:
             conn.answers_elsewhere = False
         if gathered:
@@ -1205,6 +1350,7 @@ class Handoff:
 
     def forget(self, conn: Connection) -> None:
         """A front connection ended: its shadows end too."""
+        self._stop_awaiting(conn)
         front = self._fronts.pop(conn.id, None)
         if front is None or self._nursery is None:
             return
@@ -1303,6 +1449,8 @@ class Handoff:
                     front.collected, front.collected_bytes = [], 0
         if answered != before:
             front.parts_answered(window, answered - before)
+            if front.in_flight:
+                self._settle(front)
         if frame.kind == OUT_ANSWERED:
             return  # outside the window: nothing to take back
         taken = Frame(OUT_TAKEN, frame.conn_id, b"", 1)
