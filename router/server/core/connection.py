@@ -222,19 +222,28 @@ class Connection:
         not take now stays with the transport, and the delivery task writes it.
         False if the batch must go the other way: into the pending list (bounded),
         where a busy receive loop packs it with its answers."""
-        transport = self._sends_now
-        if (transport is None or not self._reading or self._writing or self._pending
-                or self._unflushed or not transport.can_send_now()):
+        if self._pending or not self._may_send_now():
             return False
+        self._send_now(transmissions)
+        return True
+
+    def _may_send_now(self) -> bool:
+        transport = self._sends_now
+        return (transport is not None and self._reading and not self._writing
+                and not self._unflushed and transport.can_send_now())
+
+    def _send_now(self, transmissions: list[bytes]) -> None:
+        """What the socket does not take now stays with the transport, for the delivery
+        task."""
+        assert self._sends_now is not None
         try:
-            written = transport.send_blocks_now(_packed(transmissions))
+            written = self._sends_now.send_blocks_now(_packed(transmissions))
         except TransportClosed as e:
             self.close_now(str(e))
-            return True
+            return
         if not written:
             self._unflushed = True
             self.wake_delivery()
-        return True
 
     async def wait_for_room(self) -> None:
         """Return once the pending list has room."""
@@ -293,6 +302,29 @@ class Connection:
         """The receive loop is about to wait with answers held: have them written."""
         if (self._answers_held and self._pending and not self._writing
                 and not self.answers_elsewhere):
+            self.wake_delivery()
+
+    def hold_answers(self, transmissions: list[bytes]) -> bool:
+        """Keep a block's answers in the pending list, unwritten, while `answers_elsewhere`
+        (other workers' answers to the block are awaited, docs/workers.md#pipelined-blocks):
+        what comes meanwhile joins them there in its order, and `write_pending` writes
+        them all. False if the pending list has no room (then write them now)."""
+        if self._pending_batches >= self._max_pending:
+            return False
+        if transmissions:
+            self._add_pending(transmissions)
+            self._pending_batches += 1
+        return True
+
+    def write_pending(self) -> None:
+        """Have what is pending written: at once from this task when nothing else writes
+        and the receive loop waits for a block (as `_write_now`), else by the task that
+        writes, else by the delivery task."""
+        if not self._pending or self._writing or self.closed:
+            return
+        if self._may_send_now():
+            self._send_now(self._take_pending())
+        else:
             self.wake_delivery()
 
     async def _write(self, transmissions: list[bytes]) -> None:

@@ -19,7 +19,11 @@ answers once every owner's part is answered (the shadow marks the end of each
 part's answers in its stream, `_PART_DONE`). So an answer the front gives itself
 (a PING last in a block) follows every answer, and every MSG answering a SUB, of
 the commands before it, as in one process; the answers of different owners are
-not in the block's order among themselves.
+not in the block's order among themselves. A front reads a connection's next block
+while its last waits for owners if that block names only queues (and of its own, only
+its own queues): the answers of blocks in flight wait in the connection's pending
+list, in their order, and go out each time one is answered; a block that names no
+queue waits for them all first (docs/workers.md#pipelined-blocks).
 
 Some commands are not one owner's: an RFWD's transmission is known once the front
 has opened it (core/forwarded.py), then runs in its owner as a part of its own;
@@ -727,9 +731,7 @@ class Handoff:
                 return await self._serving.process_block(client, block)
             if not self._own_queues_only(conn, block):
                 await front.wait_all_answered()
-                return await self._serving.process_block(client, block)
-            return self._behind_in_flight(front, await self._serving.process_block(client,
-                                                                                   block))
+            return await self._serving.process_block(client, block)
         try:
             self._awaiting_owners.acquire_nowait()
         except trio.WouldBlock:
@@ -852,19 +854,14 @@ class Handoff:
                                  whole: bytes | None) -> list[bytes]:
         """Hand the block's parts to their owners and answer its own part (queues of this
         worker's only) without waiting for the owners: the connection reads its next
-        block meanwhile (docs/workers.md#pipelined-blocks). Its answers, the owners' and
-        its own, are collected, in the order they come, and go to the connection each
-        time a block in flight is answered (`_settle`): in one write, as a block's
-        answers are; the block keeps its place among those awaiting owners until then."""
+        block meanwhile (docs/workers.md#pipelined-blocks). Its own answers wait in the
+        connection's pending list, where its owners' answers and what else is left for
+        the client join them in their order, and go out once a block in flight is
+        answered (`_settle`): in one write, as one block's answers do. The block keeps
+        its place among those awaiting owners until then."""
         assert self._serving is not None
         own = parts.pop(self.ownership.index, None)
-        if front.collected is None:
-            front.collected, front.collected_bytes = [], 0
-        try:
-            awaited = await self._hand_parts(front, parts, whole)
-        except BaseException:
-            self._flush_collected(front)
-            raise
+        awaited = await self._hand_parts(front, parts, whole)
         handed = []
         for owner, last in awaited.items():
             window = front.owner(owner)
@@ -873,40 +870,27 @@ class Handoff:
         if front.in_flight is None:
             front.in_flight = []
         front.in_flight.append(handed)
+        conn = client.conn
+        conn.answers_elsewhere = True
         self._settle(front)  # answered while the others were handed off
         if not own:
             return []
-        return self._behind_in_flight(front,
-                                      await self._serving.process_transmissions(client, own))
-
-    def _behind_in_flight(self, front: _Front, answers: list[bytes]) -> list[bytes]:
-        """A block's own answers, to be written after what the blocks before it in flight
-        have collected: with it, if they collect still; else now."""
-        collected = front.collected
-        if collected is None or not front.in_flight:
-            return answers
-        collected.extend(answers)
-        front.collected_bytes += sum(map(len, answers))
-        return []
+        answers = await self._serving.process_transmissions(client, own)
+        if front.in_flight and conn.hold_answers(answers):
+            return []
+        return answers
 
     def _settle(self, front: _Front) -> None:
         """Its blocks in flight that are answered now give their places back, and what
-        was collected goes to the connection."""
+        waits for the client goes out."""
         settled = front.settled()
         if not settled:
             return
         for _ in range(settled):
             self._release_place(front.conn)
-        self._flush_collected(front)
-
-    def _flush_collected(self, front: _Front) -> None:
-        collected = front.collected
-        if collected is None:
-            return
-        if collected:
-            front.conn.leave(collected)
-        front.collected = [] if front.in_flight else None
-        front.collected_bytes = 0
+        conn = front.conn
+        conn.answers_elsewhere = bool(front.in_flight)
+        conn.write_pending()
 
     async def _hand_parts(self, front: _Front, parts: dict[int, list[bytes]],
                           whole: bytes | None) -> dict[int, int]:
