@@ -75,16 +75,46 @@ async def test_the_next_blocks_part_goes_to_its_owner_while_the_last_waits(
             assert fronts._awaiting_owners.value == handoff.BLOCKS_AWAITING_OWNERS
 
 
-async def test_a_ping_follows_the_answers_of_the_blocks_before_it(monkeypatch) -> None:
-    owner_held = HeldOwner(monkeypatch)
-    routed: list[bytes] = []  # the client's answers, in the order they came
+def _routed(monkeypatch) -> list[tuple[bytes, bytes]]:  # type: ignore[no-untyped-def]
+    """What the clients get, each transmission's entity id and tag, in the order it came."""
+    routed: list[tuple[bytes, bytes]] = []
     route = _connection.Connection._route
 
     async def recording(self, t):  # type: ignore[no-untyped-def]
-        routed.append(t.command)
+        routed.append((t.entity_id, t.command.split(b" ")[0]))
         await route(self, t)
 
     monkeypatch.setattr(_connection.Connection, "_route", recording)
+    return routed
+
+
+async def test_a_message_does_not_overtake_the_answer_to_its_sub(monkeypatch) -> None:
+    """A block in flight's own SOK waits for its owners' answers; a MSG sent meanwhile to
+    that queue waits behind it."""
+    owner_held = HeldOwner(monkeypatch)
+    routed = _routed(monkeypatch)
+    async with workers_in_process(CONFIG) as (owner, front):
+        async with open_client(owner.address) as maker:
+            theirs = await maker.create_queue(snd_secure=False)
+        async with open_client(front.address) as client, open_client(
+                front.address) as sender:
+            mine = await client.create_queue(snd_secure=False)
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(client.subscribe_many, [mine, theirs])
+                    await owner_held.reached.wait()
+                    await sender.send(mine.sender_id, b"hello")
+                    await trio.sleep(0.2)  # the MSG is made while the SOK of `mine` waits
+                    owner_held.released.set()
+                event = await client.next_event()
+            assert event.body == b"hello"  # type: ignore[union-attr]
+            assert routed.index((mine.recipient_id, b"SOK")) < routed.index(
+                (mine.recipient_id, b"MSG"))
+
+
+async def test_a_ping_follows_the_answers_of_the_blocks_before_it(monkeypatch) -> None:
+    owner_held = HeldOwner(monkeypatch)
+    routed = _routed(monkeypatch)
     async with workers_in_process(CONFIG) as (owner, front):
         async with open_client(owner.address) as maker:
             theirs = await maker.create_queue(snd_secure=False)
@@ -104,4 +134,4 @@ async def test_a_ping_follows_the_answers_of_the_blocks_before_it(monkeypatch) -
                     assert done == []
                     owner_held.released.set()
             assert sorted(done) == ["PING", "SUB"]
-            assert [command.split(b" ")[0] for command in routed][-2:] == [b"SOK", b"PONG"]
+            assert [tag for _, tag in routed][-2:] == [b"SOK", b"PONG"]
