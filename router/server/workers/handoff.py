@@ -731,7 +731,8 @@ class Handoff:
                 return await self._serving.process_block(client, block)
             if not self._own_queues_only(conn, block):
                 await front.wait_all_answered()
-            return await self._serving.process_block(client, block)
+                return await self._serving.process_block(client, block)
+            return self._held(front, await self._serving.process_block(client, block))
         try:
             self._awaiting_owners.acquire_nowait()
         except trio.WouldBlock:
@@ -870,13 +871,17 @@ class Handoff:
         if front.in_flight is None:
             front.in_flight = []
         front.in_flight.append(handed)
-        conn = client.conn
-        conn.answers_elsewhere = True
+        client.conn.answers_elsewhere = True
         self._settle(front)  # answered while the others were handed off
         if not own:
             return []
-        answers = await self._serving.process_transmissions(client, own)
-        if front.in_flight and conn.hold_answers(answers):
+        return self._held(front, await self._serving.process_transmissions(client, own))
+
+    @staticmethod
+    def _held(front: _Front, answers: list[bytes]) -> list[bytes]:
+        """A block's own answers while blocks are in flight: kept in the pending list,
+        to go out with what they wait for (`_settle`); else returned, to go out now."""
+        if front.in_flight and front.conn.hold_answers(answers):
             return []
         return answers
 
