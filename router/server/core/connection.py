@@ -290,11 +290,8 @@ class Connection:
         Nobody is woken: the receive loop writes them with the next block's answers,
         or alone if that block has none, unless it has to wait first
         (`_releasing_held_answers`)."""
-        if self._pending_batches >= self._max_pending or not self._block_ready():
+        if not self._block_ready() or not self.hold_answers(transmissions):
             return False
-        if transmissions:
-            self._add_pending(transmissions)
-            self._pending_batches += 1
         self._answers_held = True
         return True
 
