@@ -62,8 +62,7 @@ them is logged and ends its connection, not the shared nursery.
 from __future__ import annotations
 
 import logging
-import types
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import trio
@@ -73,7 +72,7 @@ from router.protocol.block import BatchPacker
 from ..edge.arrivals import arrivals
 from ..edge.block_stream import BlockStream, TransportClosed, block_ready_check, sends_now
 from ..edge.handshake import Handshake, ServiceSession
-from .tasks import count_tasks
+from .tasks import count_tasks, noting_waits
 
 log = logging.getLogger(__name__)
 
@@ -507,28 +506,12 @@ class Connection:
         if self._helpers:
             await self._end_helpers()
 
-    @types.coroutine
-    def _releasing_held_answers(self, work: Awaitable[T]) -> Generator[Any, Any, T]:
+    def _releasing_held_answers(self, work: Awaitable[T]) -> Awaitable[T]:
         """Await `work` (the receive loop's reading or answering of its next block,
-        with answers held), waking the delivery task to write the held answers the
-        first time `work` would wait for anything: they are delayed by the receive
-        loop's own work, never by a wait (a turn, a commit, a proxied command's slot,
-        a peer's socket), whichever it is. Until then it is `await work` itself; from
-        then on it hands each of `work`'s yields to Trio and Trio's answer back, as
-        `yield from` would (which cannot take over a coroutine already started)."""
-        steps = work.__await__()
-        try:
-            request = steps.send(None)
-            self._release_held_answers()
-            while True:
-                try:
-                    answer = yield request
-                except BaseException as e:  # thrown in by Trio: it goes on into `work`
-                    request = steps.throw(e)
-                else:
-                    request = steps.send(answer)
-        except StopIteration as done:
-            return done.value
+        with answers held), waking the delivery task to write the held answers once
+        `work` would wait for anything: they are delayed by the receive loop's own
+        work, never by a wait, whichever it is."""
+        return noting_waits(work, self._release_held_answers)
 
     async def _end_helpers(self) -> None:
         """Cancel the connection's helper tasks and wait until they are gone (shielded:

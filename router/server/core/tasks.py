@@ -3,7 +3,13 @@ the run (the benchmarks report it)."""
 
 from __future__ import annotations
 
+import types
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
 import trio
+
+T = TypeVar("T")
 
 
 def count_tasks(nursery: trio.Nursery) -> int:
@@ -21,3 +27,24 @@ def run_task_count() -> int:
     root = trio.lowlevel.current_root_task()
     assert root is not None
     return 1 + sum(count_tasks(nursery) for nursery in root.child_nurseries)
+
+
+@types.coroutine
+def noting_waits(work: Awaitable[T], waits: Callable[[], object]) -> Generator[Any, Any, T]:
+    """Await `work`, calling `waits()` each time it is about to wait for Trio (for
+    whatever: a turn, a commit, a socket). Until its first wait it is `await work`
+    itself; from then on it hands each of `work`'s yields to Trio and Trio's answer
+    back, as `yield from` would (which cannot take over a coroutine already started)."""
+    steps = work.__await__()
+    try:
+        request = steps.send(None)
+        while True:
+            waits()
+            try:
+                answer = yield request
+            except BaseException as e:  # thrown in by Trio: it goes on into `work`
+                request = steps.throw(e)
+            else:
+                request = steps.send(answer)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

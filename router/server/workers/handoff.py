@@ -46,14 +46,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-import types
 from collections import deque
 from collections.abc import (
     AsyncIterator,
     Awaitable,
-    Callable,
-    Coroutine,
-    Generator,
     Iterable,
     Iterator,
 )
@@ -99,6 +95,7 @@ from ..core.ownership import ID_SIZE, Ownership
 from ..core.services import all_received
 from ..core.serving import ClientServing
 from ..core.subscriptions import ClientSubscriptions
+from ..core.tasks import noting_waits
 from ..core.verified import error_transmission
 from ..edge.block_stream import TransportClosed
 from ..edge.handshake import Handshake, ServiceSession
@@ -637,7 +634,7 @@ class _ShadowServers:
             while True:
                 self._coming -= 1
                 while ready:
-                    await _noting_waits(ready.popleft()._serve_blocks(), self._waits)
+                    await noting_waits(ready.popleft()._serve_blocks(), self._waits)
                 if len(idle) >= self.IDLE_KEPT:
                     return
                 idle.append(task)
@@ -652,25 +649,6 @@ class _ShadowServers:
             raise
         finally:
             self.tasks -= 1
-
-
-@types.coroutine
-def _noting_waits(work: Coroutine[Any, Any, None],
-                  waits: Callable[[], None]) -> Generator[Any, Any, None]:
-    """Await `work`, calling `waits()` each time it would wait for Trio (as
-    `Connection._releasing_held_answers` does for its own reason)."""
-    try:
-        request = work.send(None)
-        while True:
-            waits()
-            try:
-                answer = yield request
-            except BaseException as e:  # thrown in by Trio: it goes on into `work`
-                request = work.throw(e)
-            else:
-                request = work.send(answer)
-    except StopIteration:
-        return
 
 
 class Handoff:
