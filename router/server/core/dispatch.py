@@ -189,8 +189,6 @@ class Dispatcher:
             content = unpad_block(block)
             pace = pace_of(iter_batch_content(content), version,
                            partial(self._awaits_ack, client))
-            if pace is not Pace.TURNS:
-                raw_transmissions = decode_batch_content(content)
         except ProtocolError:
             return list(_BAD_BLOCK)
         # Parked as its content until its turn, without the block's padding: when a
@@ -199,21 +197,9 @@ class Dispatcher:
         # Nor is it taken apart before its turn: `pace_of` read its first transmissions
         # only, so a storm's blocks arriving together cost little each (turns.py).
         del block
-        if pace is Pace.FREE:
-            return await self._answer(client, raw_transmissions, None)
-        if pace is Pace.SLICES:
-            return await self._answer(client, raw_transmissions, Slices())
-        turn = self.turns.turn()
-        try:
-            await turn.begin()
-            try:
-                raw_transmissions = decode_batch_content(content)
-            except ProtocolError:  # a defect past the transmissions `pace_of` read
-                return list(_BAD_BLOCK)
-            del content
-            return await self._answer(client, raw_transmissions, turn)
-        finally:
-            turn.finish()
+        take_apart = partial(decode_batch_content, content)
+        del content
+        return await self._paced(client, pace, take_apart)
 
     async def process_transmissions(self, client: ClientSubscriptions,
                                     raw_transmissions: list[bytes]) -> list[bytes]:
@@ -225,16 +211,26 @@ class Dispatcher:
                            partial(self._awaits_ack, client))
         except ProtocolError:
             return list(_BAD_BLOCK)
-        if pace is Pace.FREE:
-            return await self._answer(client, raw_transmissions, None)
-        if pace is Pace.SLICES:
-            return await self._answer(client, raw_transmissions, Slices())
-        turn = self.turns.turn()
+        return await self._paced(client, pace, lambda: raw_transmissions)
+
+    async def _paced(self, client: ClientSubscriptions, pace: Pace,
+                     take_apart: Callable[[], list[bytes]]) -> list[bytes]:
+        """The transmissions `take_apart` gives, answered at `pace`: taken apart once
+        their turn has come, if they wait for one."""
+        turn = self.turns.turn() if pace is Pace.TURNS else None
         try:
-            await turn.begin()
-            return await self._answer(client, raw_transmissions, turn)
+            if turn is not None:
+                await turn.begin()
+            try:
+                raw_transmissions = take_apart()
+            except ProtocolError:  # past the transmissions `pace_of` read
+                return list(_BAD_BLOCK)
+            del take_apart
+            pacing = turn if turn is not None else None if pace is Pace.FREE else Slices()
+            return await self._answer(client, raw_transmissions, pacing)
         finally:
-            turn.finish()
+            if turn is not None:
+                turn.finish()
 
     async def _answer(
         self, client: ClientSubscriptions, raw_transmissions: list[bytes], turn: Pacing | None
