@@ -57,19 +57,28 @@ def _start_a_fresh_wal_segment(server: PostgresServer) -> None:
     (zero-filled when made: `wal_init_zero`) to log into.
 
     A segment's file is made only when the first record in it is flushed. Left to the
-    senders, that raced the filler: under load the filler won, the backend that then
-    needed the segment stopped PostgreSQL (a PANIC, its documented answer to a WAL write
-    that fails), and its crash recovery, which writes WAL too, failed on the full disk,
-    so the postmaster shut down for good. That crash is test_postgres_restart.py's
-    subject; here the database must run on, refusing only what does not fit.
+    senders (or to the WAL writer, which flushes their asynchronous commits and aborts),
+    that raced the filler: under load the filler won, the process that then needed the
+    segment stopped PostgreSQL (a PANIC, its documented answer to a WAL write that
+    fails), and its crash recovery, which writes WAL too, failed on the full disk, so the
+    postmaster shut down for good. That crash is test_postgres_restart.py's subject;
+    here the database must run on, refusing only what does not fit.
+
+    A checkpoint's record is flushed before CHECKPOINT returns, so the one after the
+    switch makes the segment's file (a commit that wrote nothing else is flushed
+    asynchronously: it would not).
     """
+    walfile = "SELECT pg_walfile_name(pg_current_wal_flush_lsn())"
     with psycopg.connect(server.url, autocommit=True) as conn:
-        conn.execute("CHECKPOINT")
+        before = conn.execute(walfile).fetchone()[0]
         conn.execute("SELECT pg_switch_wal()")
-        conn.execute("SELECT pg_current_xact_id()")  # a commit: a record flushed to the segment
-        row = conn.execute("SELECT pg_walfile_name(pg_current_wal_flush_lsn())").fetchone()
-    segment = server.data / "pg_wal" / row[0]
-    assert segment.exists(), f"PostgreSQL did not make its WAL segment {segment}"
+        conn.execute("CHECKPOINT")
+        after = conn.execute(walfile).fetchone()[0]
+    segment = server.data / "pg_wal" / after
+    assert after != before and segment.exists(), (
+        f"PostgreSQL did not switch to a new WAL segment and make its file ({before} then "
+        f"{after})"
+    )
 
 
 def _server_log(server: PostgresServer) -> str:
