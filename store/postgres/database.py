@@ -14,8 +14,9 @@ the database may lose the last commits, a crash of the router loses nothing).
 
 The database restarted or unreachable: the failing call raises `StoreError`
 (`ERR STORE database unavailable`), the pool throws the broken connection away,
-and later calls get new connections once the database answers again. Nothing
-is answered OK unless its transaction committed.
+and later calls get new connections once the database answers again (the pool
+retries for `RECONNECT_WINDOW`, then on the next call: see there). Nothing is
+answered OK unless its transaction committed.
 
 One router per schema: the database holds a session advisory lock keyed by the
 schema's name on a connection of its own for the router's life. A second
@@ -52,6 +53,11 @@ DEFAULT_SCHEMA = "smp_server"  # as the reference router's
 DEFAULT_POOL_SIZE = 10
 CONNECT_TIMEOUT = 10.0  # seconds to reach the database when opening
 POOL_TIMEOUT = 10.0  # seconds a call waits for a connection before ERR STORE
+# The pool retries a lost connection with doubling pauses (1, 2, 4 ... s) for this long,
+# then gives up until the next call, which tries at once: the pauses stay short, so the
+# router serves within seconds of the database's return even after a long outage (with
+# psycopg_pool's own 5 minutes, a pause reached a minute or two, ERR STORE all along).
+RECONNECT_WINDOW = 10.0
 UNAVAILABLE = store_error("database unavailable")
 NO_SPACE = store_error("database or disk is full")
 LOCK_WAIT = 3.0  # seconds a start waits for the schema's lock before refusing
@@ -118,6 +124,7 @@ class PostgresDatabase:
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._lock_conn: psycopg.Connection | None = None
         self.calls = 0  # worker calls made, for statistics and tests
+        self.reconnects_given_up = 0  # the pool's RECONNECT_WINDOWs that ended unconnected
 
     @property
     def where(self) -> str:
@@ -146,10 +153,17 @@ class PostgresDatabase:
             max_size=self.pool_size,
             kwargs={"autocommit": True, "options": options, "connect_timeout": CONNECT_TIMEOUT},
             timeout=POOL_TIMEOUT,
+            reconnect_timeout=RECONNECT_WINDOW,
+            reconnect_failed=self._reconnect_failed,
             check=psycopg_pool.ConnectionPool.check_connection,
             open=True,
             name=f"smp-{self.schema}",
         )
+
+    def _reconnect_failed(self, pool: psycopg_pool.ConnectionPool) -> None:
+        self.reconnects_given_up += 1
+        log.warning("%s: still unreachable after %.0f s of retries; the next call tries "
+                    "again", self.where, RECONNECT_WINDOW)
 
     def _connect_for_lock(self) -> psycopg.Connection:
         try:

@@ -14,7 +14,7 @@ import itertools
 import os
 import pwd
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -51,10 +51,48 @@ def small_disk_server(tmp_path: Path) -> Iterator[PostgresServer]:
         shutil.rmtree(server.dir, ignore_errors=True)
 
 
-def _switch_wal(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CHECKPOINT")
+def _start_a_fresh_wal_segment(server: PostgresServer) -> None:
+    """Switch PostgreSQL to a new WAL segment and have its file made now, before the
+    filler takes the disk, so the writes while the disk is full have the segment's 16 MB
+    (zero-filled when made: `wal_init_zero`) to log into.
+
+    A segment's file is made only when the first record in it is flushed. Left to the
+    senders (or to the WAL writer, which flushes their asynchronous commits and aborts),
+    that raced the filler: under load the filler won, the process that then needed the
+    segment stopped PostgreSQL (a PANIC, its documented answer to a WAL write that
+    fails), and its crash recovery, which writes WAL too, failed on the full disk, so the
+    postmaster shut down for good. That crash is test_postgres_restart.py's subject;
+    here the database must run on, refusing only what does not fit.
+
+    A checkpoint's record is flushed before CHECKPOINT returns, so the one after the
+    switch makes the segment's file (a commit that wrote nothing else is flushed
+    asynchronously: it would not).
+    """
+    walfile = "SELECT pg_walfile_name(pg_current_wal_flush_lsn())"
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        before = conn.execute(walfile).fetchone()[0]
         conn.execute("SELECT pg_switch_wal()")
+        conn.execute("CHECKPOINT")
+        after = conn.execute(walfile).fetchone()[0]
+    segment = server.data / "pg_wal" / after
+    assert after != before and segment.exists(), (
+        f"PostgreSQL did not switch to a new WAL segment and make its file ({before} then "
+        f"{after})"
+    )
+
+
+def _server_log(server: PostgresServer) -> str:
+    return (server.dir / "log").read_text(errors="replace")
+
+
+async def _wait_for(condition: Callable[[], bool], server: PostgresServer) -> None:
+    """Until `condition` holds; a clear failure, with PostgreSQL's log, if the server
+    stopped meanwhile (else the test would wait out its bound for a database that is
+    gone)."""
+    while not condition():
+        if not (server.data / "postmaster.pid").exists():
+            pytest.fail("PostgreSQL stopped; its log:\n" + _server_log(server)[-4000:])
+        await trio.sleep(0.02)
 
 
 async def _sender(address: str, queues: list[RecipientQueue], history: History, number: int,
@@ -100,20 +138,15 @@ async def test_a_full_database_disk_refuses_writes_and_serves_again_once_freed(
                 for number in range(SENDERS):
                     senders.start_soon(_sender, info.address, queues, history, number, refusals,
                                        stop)
-                while history.count(Outcome.OK) < 10:
-                    await trio.sleep(0.02)
-                # A fresh WAL segment first: PostgreSQL stops (a PANIC) when it cannot
-                # make the next one, a crash of the database that test_postgres_restart.py
-                # covers; here the database runs on, refusing what does not fit.
-                await trio.to_thread.run_sync(_switch_wal, server.url)
+                await _wait_for(lambda: history.count(Outcome.OK) >= 10, server)
+                await trio.to_thread.run_sync(_start_a_fresh_wal_segment, server)
                 filler = await trio.to_thread.run_sync(fill, disk)
-                while len(refusals) < 2 * SENDERS:  # each sender refused, a few times
-                    await trio.sleep(0.02)
+                # each sender refused, a few times
+                await _wait_for(lambda: len(refusals) >= 2 * SENDERS, server)
                 ok_while_full = history.count(Outcome.OK)
                 filler.unlink()
                 # the same router, never restarted, takes messages again
-                while history.count(Outcome.OK) < ok_while_full + 10:
-                    await trio.sleep(0.02)
+                await _wait_for(lambda: history.count(Outcome.OK) >= ok_while_full + 10, server)
                 stop.set()
             async with open_client(info.address) as client:
                 for queue in queues:
@@ -124,6 +157,8 @@ async def test_a_full_database_disk_refuses_writes_and_serves_again_once_freed(
                         history.acked(queue.recipient_id, event.msg_id)
             nursery.cancel_scope.cancel()
     assert "STORE database or disk is full" in refusals, refusals
+    panics = [line for line in _server_log(server).splitlines() if "PANIC" in line]
+    assert panics == [], panics  # the database ran on: no crash, no recovery
     violations = check(history)
     assert violations == [], violations[:10]
     print(f"{history.count(Outcome.OK)} sends answered OK, {len(refusals)} refused while "

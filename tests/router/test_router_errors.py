@@ -23,15 +23,19 @@ from router.protocol.types import (
     CMD_UNKNOWN,
     ERR,
     NEW,
+    OK,
     PFWD,
     PING,
     PONG,
     PROXY_BASIC_AUTH,
     PROXY_NO_SESSION,
     PRXY,
+    SEND,
     SUB,
     Transmission,
+    store_error,
 )
+from store.interfaces import StoreError
 
 
 def ping(corr_id: bytes, authorization: bytes = b"", entity_id: bytes = b"") -> Transmission:
@@ -109,6 +113,30 @@ async def test_errors_echo_the_corr_id_and_come_before_the_blocks_other_response
                 (b"c1", PONG()),
                 (b"c4", PONG()),
             ]
+
+
+@pytest.mark.one_process("the queue store of one worker's router is made to fail")
+async def test_a_failed_queue_lookup_is_answered_err_store_to_the_commands_corr_id(
+    router, monkeypatch
+):
+    """The database away (PostgreSQL restarting): a command whose queue cannot be read
+    gets the store's ERR to its own corrId, or its client would wait for an answer
+    forever; once the store answers again, so does the router."""
+    unavailable = store_error("database unavailable")
+
+    async def fail(*args: object) -> None:
+        raise StoreError(unavailable, "the database is away (test)")
+
+    with trio.fail_after(10):
+        async with connect(router) as client:
+            q = await client.create_queue()
+            with monkeypatch.context() as patched:
+                store = type(router.queues)  # its instances may take no attributes
+                patched.setattr(store, "get_queue", fail)
+                patched.setattr(store, "get_queues", fail)
+                assert await client.command(q.sender_id, SEND(b"F", b"hello"), None) == (
+                    ERR(unavailable))
+            assert await client.command(q.sender_id, SEND(b"F", b"hello"), None) == OK()
 
 
 async def test_an_80_byte_authenticator_is_auth_since_the_router_sends_no_session_key(router):

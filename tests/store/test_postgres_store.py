@@ -14,8 +14,9 @@ from functools import reduce
 import psycopg
 import pytest
 import trio
-from postgres_server import schema_for, shared_server
+from postgres_server import PostgresServer, schema_for, shared_server
 
+import store.postgres.database
 from router.protocol.types import AUTH
 from store import migrate_store, open_stores, read_store_kind
 from store.interfaces import (
@@ -426,6 +427,33 @@ async def test_while_the_database_is_down_calls_fail_with_a_store_error_then_wor
         with trio.fail_after(30):
             while not await _locked(server.url, schema):
                 await trio.sleep(0.5)
+
+
+async def test_after_an_outage_longer_than_the_reconnect_window_the_first_call_is_served(
+    tmp_path, monkeypatch
+):
+    """The pool stops retrying after RECONNECT_WINDOW and the next call tries at once,
+    so the first call after a long outage gets a connection (psycopg_pool's own window,
+    five minutes, left its pauses between retries as long as the outage so far)."""
+    monkeypatch.setattr(store.postgres.database, "RECONNECT_WINDOW", 0.5)
+    monkeypatch.setattr(store.postgres.database, "POOL_TIMEOUT", 2.0)
+    server = PostgresServer()  # its own: this test stops it
+    try:
+        server.start()
+        async with open_stores("postgres", tmp_path / "data", db_connection=server.url,
+                               db_schema=schema_for(tmp_path), db_pool_size=2) as stores:
+            rec = record()
+            assert await stores.queues.add_queue(rec) is None
+            await trio.to_thread.run_sync(server.halt)
+            with trio.fail_after(60):
+                with pytest.raises(StoreError):  # the call that starts the retries
+                    await stores.queues.get_queue(Party.SENDER, rec.sender_id)
+                while stores.queues.db.reconnects_given_up == 0:
+                    await trio.sleep(0.1)
+            await trio.to_thread.run_sync(server.start)
+            assert await stores.queues.get_queue(Party.SENDER, rec.sender_id) == rec
+    finally:
+        server.stop()
 
 
 async def _locked(url: str, schema: str) -> bool:

@@ -389,10 +389,11 @@ class Dispatcher:
             result = await self._authorize(conn, p.t, p.cmd, p.version, records)
         except StoreError as e:  # the queue lookup failed: answer what the store says
             log.warning("queue lookup for %r failed: %s", conn, e)
-            return error_transmission(b"", b"", e.error)
+            # to the command's corrId, as the reference's VRFailed: a client waits for it
+            return error_transmission(p.t.corr_id, p.t.entity_id, e.error, p.version)
         except Exception:
             log.exception("verifying a transmission from %r failed", conn)
-            return error_transmission(b"", b"", INTERNAL)
+            return error_transmission(p.t.corr_id, p.t.entity_id, INTERNAL, p.version)
         if isinstance(result, ErrorType):
             return error_transmission(p.t.corr_id, p.t.entity_id, result, p.version)
         return result
