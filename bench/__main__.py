@@ -54,6 +54,8 @@ COMMANDS: dict[str, Command] = {
     "storelog_start": Command("serve's start-up on a long store log", own_options=True),
     "owner_exceptions": Command("a workers-move's owner exceptions: memory per exception, "
                                 "the cost of a lookup", own_options=True),
+    "workers_split": Command("a hand-off's byte work per SUB: the front's sort, the answers "
+                             "handed back", own_options=True),
     "framing": Command("CPU of the WebSocket framing libraries per block", own_options=True),
     "compaction": Command("store-log compaction, router vs Spark", own_options=True),
     "charts": Command("draw the charts again from saved figures", own_options=True),

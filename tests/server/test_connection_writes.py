@@ -301,3 +301,23 @@ async def test_a_full_pending_list_is_written_while_answers_are_elsewhere():
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
     assert transmissions(transport.writes)[1] == [b"answer b"]
+
+
+class PackingTransport(ScriptedTransport):
+    """A transport that takes its writes as transmissions (`pack`), as a shadow's does
+    (workers/handoff.py): the connection hands them over as they are, unpadded."""
+
+    @staticmethod
+    def pack(transmissions: list[bytes]) -> list[bytes]:
+        return transmissions
+
+    async def send_blocks(self, blocks: list[bytes]) -> None:
+        self.writes.append(blocks)
+        self.written.set()
+
+
+async def test_a_transport_that_packs_its_writes_gets_the_transmissions_as_they_are():
+    transport = PackingTransport([block(b"a"), block(b"b")])
+    with trio.fail_after(10):
+        await serve(connection(transport), AnswerEach())
+    assert transport.writes == [[b"answer a", b"answer b"]]  # one write, nothing padded

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import trio
 
 from router.client import open_client
-from router.protocol.block import encode_batches, unpad_block
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers import handoff
@@ -76,7 +75,7 @@ async def test_a_block_waiting_for_its_own_client_gives_its_place_back() -> None
     await shares._awaiting_owners.acquire()  # as `process_block` takes it
     shares._awaiting[conn.id] = 1
     answer = b"\x00\x02ab\x18" + b"\x00" * 24 + b"OK"  # any transmission: passed on as is
-    payload = handoff._join([unpad_block(encode_batches([answer])[0])])
+    payload = handoff._join([answer])  # a shadow writes transmissions as they are
     async with trio.open_nursery() as nursery:
         shares._nursery = nursery
         await shares._on_frame(0, Frame(handoff.OUT, conn.id, payload))

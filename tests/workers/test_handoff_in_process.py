@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import trio
 import trio.testing
 
 from router.client import MessageEvent, open_client
-from router.protocol.block import pad_block
+from router.protocol.block import MAX_TRANSMISSION_SIZE
+from router.protocol.types import ProtocolError
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers.channel import Frame
@@ -110,9 +112,10 @@ async def test_a_shadow_write_larger_than_a_frame_goes_in_several_within_the_win
     links = _RecordingLinks()
     handoff = SimpleNamespace(links=links)
     shadow = ShadowTransport(handoff, 1, 7, "test")  # type: ignore[arg-type]
-    blocks = [pad_block(bytes([n]) * 15_000) for n in range(200)]  # ~3 MB of contents
+    # What the connection's write gives it (`ShadowTransport.pack`): the transmissions.
+    transmissions = [bytes([n]) * 15_000 for n in range(200)]  # ~3 MB
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(shadow.send_blocks, blocks)
+        nursery.start_soon(shadow.send_blocks, transmissions)
         taken = 0
         with trio.fail_after(10):
             while True:
@@ -125,8 +128,8 @@ async def test_a_shadow_write_larger_than_a_frame_goes_in_several_within_the_win
                 taken = sent
     assert len(links.frames) > 1 and all(f.kind == OUT and f.conn_id == 7 for f in links.frames)
     assert all(len(f.payload) <= OUT_FRAME_BYTES + 16_384 for f in links.frames)
-    contents = [c for f in links.frames for c in _split(f.payload)]
-    assert contents == [bytes([n]) * 15_000 for n in range(200)]
+    written = [t for f in links.frames for t in _split(f.payload)]
+    assert written == [bytes([n]) * 15_000 for n in range(200)]
 
 
 async def test_a_blocks_answers_from_another_worker_take_no_block_of_their_own() -> None:
@@ -171,26 +174,26 @@ async def test_a_shadow_holds_its_writes_while_it_works_on_a_part() -> None:
     links = _RecordingLinksNow()
     shadow = ShadowTransport(SimpleNamespace(links=links), 1, 7, "test")  # type: ignore[arg-type]
     shadow.holding = True
-    await shadow.send_blocks([pad_block(b"a"), pad_block(b"b")])
-    await shadow.send_blocks([pad_block(b"c")])
+    await shadow.send_blocks([b"a", b"b"])
+    await shadow.send_blocks([b"c"])
     assert links.frames == []
     shadow.holding = False
-    await shadow.send_blocks([pad_block(b"d")])
+    await shadow.send_blocks([b"d"])
     assert [list(_split(f.payload)) for f in links.frames] == [[b"a", b"b", b"c", b"d"]]
-    assert shadow.can_send_now() and shadow.send_blocks_now([pad_block(b"e")])
+    assert shadow.can_send_now() and shadow.send_blocks_now([b"e"])
     for _ in range(WINDOW - 2):
-        assert shadow.send_blocks_now([pad_block(b"f")])
+        assert shadow.send_blocks_now([b"f"])
     assert not shadow.can_send_now()  # the window is full: nothing more at once
-    assert not shadow.send_blocks_now([pad_block(b"g")])  # held
+    assert not shadow.send_blocks_now([b"g"])  # held
     assert len(links.frames) == WINDOW
     shadow.taken(1)
-    await shadow.send_blocks([pad_block(b"h")])
+    await shadow.send_blocks([b"h"])
     assert list(_split(links.frames[-1].payload)) == [b"g", b"h"]
     # A part answered: the last frame of the write that follows goes outside the full
     # window, once, and is never taken back.
     shadow.parts_answered = 1
     with trio.fail_after(5):
-        await shadow.send_blocks([pad_block(b"i")])
+        await shadow.send_blocks([b"i"])
     assert links.frames[-1].kind == OUT_ANSWERED and shadow.parts_answered == 0
     assert not shadow.can_send_now()
 
@@ -237,6 +240,46 @@ def test_a_block_goes_by_its_entity_ids_without_its_commands_taken_apart(monkeyp
     assert handoff._split(conn, encode_batches([block_of[0], block_of[4]])[0]) is None  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("version", [10, 16])
+def test_a_transmission_read_in_place_goes_where_its_full_reading_sends_it(version: int) -> None:
+    """`Handoff._split` reads the usual transmission's entity id in place; every
+    other one (a service signature, an id moved from another count of workers, an
+    entity id of another size, one cut short) goes where `_owner`'s full reading
+    sends it, as in a block of only it."""
+    from router.protocol.block import encode_batches
+    from router.protocol.transmission import encode_transmission
+    from router.protocol.types import Transmission
+    from router.server.workers.handoff import Handoff
+
+    def raw(entity_id: bytes, *, signed: bool = True, service_sig: bytes | None = None,
+            command: bytes = b"SUB") -> bytes:
+        return encode_transmission(Transmission(
+            b"s" * 64 if signed else b"", b"c" * 24, entity_id, command,
+            service_sig=service_sig), version)
+
+    theirs, mine, moved = b"\x01" * 24, b"\x02" * 24, b"\x03" * 24
+    exceptions = {moved: 1 - Ownership(2, 0).owner_of(moved)}
+    ownership = Ownership(2, 0, exceptions)
+    assert ownership.owner_of(theirs) == 1 and ownership.owner_of(mine) == 0
+    block_of = [raw(theirs), raw(mine), raw(theirs, signed=False), raw(moved),
+                raw(theirs[:20]), raw(theirs, command=b""), raw(theirs)[:60]]
+    if version >= 16:
+        block_of.append(raw(theirs, service_sig=b"v" * 64))
+    handoff = Handoff(ownership, "test-split-in-place")
+    conn = SimpleNamespace(version=version, service_id=None)
+    split = handoff._split(conn, encode_batches(block_of)[0])  # type: ignore[arg-type]
+    assert split is not None
+    expected: dict[int, list[bytes]] = {}
+    for t in block_of:
+        expected.setdefault(handoff._owner(t, version, False, {}), []).append(t)
+    assert split[0] == expected
+    assert block_of[3] in expected[exceptions[moved]]
+    assert [t for t in expected[1] if t is not block_of[3]] == [
+        block_of[0], block_of[2], block_of[5], *block_of[7:]]
+    assert [t for t in expected[0] if t is not block_of[3]] == [
+        block_of[1], block_of[4], block_of[6]]
+
+
 def test_a_part_goes_as_batch_contents_that_hold_its_transmissions_in_order() -> None:
     """What a front sends an owner (`_contents`): unpadded batches, as many as the
     block's rule needs, that a shadow takes apart into the same transmissions."""
@@ -250,3 +293,18 @@ def test_a_part_goes_as_batch_contents_that_hold_its_transmissions_in_order() ->
     contents = _contents(large)
     assert len(contents) == 3 and all(len(c) <= MAX_CONTENT for c in contents)
     assert [t for c in contents for t in decode_batch_content(c)] == large
+
+
+async def test_a_shadow_refuses_a_transmission_no_block_holds() -> None:
+    """A shadow's writes go to its front unpacked (`ShadowTransport.pack`); one that no
+    block could hold is refused in the shadow, as packing it would, not in the front."""
+    links = _RecordingLinksNow()
+    shadow = ShadowTransport(SimpleNamespace(links=links), 1, 7, "test")  # type: ignore[arg-type]
+    too_large = b"x" * (MAX_TRANSMISSION_SIZE + 1)
+    with pytest.raises(ProtocolError):
+        await shadow.send_blocks([b"a", too_large])
+    with pytest.raises(ProtocolError):
+        shadow.send_blocks_now([too_large])
+    assert links.frames == []
+    await shadow.send_blocks([b"a", b"x" * MAX_TRANSMISSION_SIZE])
+    assert list(_split(links.frames[0].payload)) == [b"a", b"x" * MAX_TRANSMISSION_SIZE]

@@ -236,7 +236,7 @@ class Connection:
         task."""
         assert self._sends_now is not None
         try:
-            written = self._sends_now.send_blocks_now(_packed(transmissions))
+            written = self._sends_now.send_blocks_now(_packer(self._sends_now)(transmissions))
         except TransportClosed as e:
             self.close_now(str(e))
             return
@@ -333,12 +333,13 @@ class Connection:
                 batch.extend(transmissions)
             else:
                 batch = transmissions
-            send_blocks = self.transport.send_blocks
+            transport = self.transport
+            send_blocks, pack = transport.send_blocks, _packer(transport)
             if self._unflushed and not batch:
                 await send_blocks([])  # the rest of a write made now
             self._unflushed = False  # any write sends that rest first
             while batch:
-                blocks = _packed(batch)
+                blocks = pack(batch)
                 del batch
                 await send_blocks(blocks)  # one write for all of them, where it can
                 del blocks
@@ -618,6 +619,13 @@ class Connection:
             await fn(*args)
         except TransportClosed as e:
             self.close_now(str(e))
+
+
+def _packer(transport: object) -> Callable[[list[bytes]], list[bytes]]:
+    """How the transport takes a write: padded blocks (`_packed`), unless it packs
+    writes itself (its `pack`: a shadow's transport sends the transmissions to its
+    front as they are, and the front packs them with its own, workers/handoff.py)."""
+    return getattr(transport, "pack", _packed)
 
 
 def _packed(transmissions: list[bytes]) -> list[bytes]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 ID_SIZE = 24  # queue ids and message ids (docs/protocol.md#limits)
 # The bytes of an id that choose its owner: four, so that the bias of `% N` is
 # below 1e-9 for any N a machine has cores for.
-_OWNER_BYTES = 4
+OWNER_BYTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class Ownership:
             home = self.exceptions.get(entity_id)
             if home is not None:
                 return home
-        return int.from_bytes(entity_id[:_OWNER_BYTES], "big") % self.workers
+        return int.from_bytes(entity_id[:OWNER_BYTES], "big") % self.workers
 
     def owns(self, entity_id: bytes) -> bool:
         return self.owner_of(entity_id) == self.index
@@ -65,7 +65,7 @@ class Ownership:
             raise ValueError(f"worker {wanted} is not one of {self.workers}")
         while True:
             candidate = secrets.token_bytes(ID_SIZE)
-            if int.from_bytes(candidate[:_OWNER_BYTES], "big") % self.workers == wanted:
+            if int.from_bytes(candidate[:OWNER_BYTES], "big") % self.workers == wanted:
                 return candidate
 
 

@@ -46,12 +46,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import struct
 from collections import deque
 from collections.abc import (
     AsyncIterator,
     Awaitable,
-    Iterable,
-    Iterator,
 )
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -60,9 +59,9 @@ from typing import Any
 import trio
 
 from router.protocol.block import (
+    MAX_TRANSMISSION_SIZE,
     BatchPacker,
     decode_batch_content,
-    iter_batch_content,
     pad_block,
     unpad_block,
 )
@@ -81,6 +80,7 @@ from router.protocol.transmission import (
 from router.protocol.types import (
     AUTH,
     ERR,
+    LARGE_MSG,
     LGET,
     NEW,
     SOKS,
@@ -88,10 +88,11 @@ from router.protocol.types import (
     Response,
     Transmission,
 )
+from router.protocol.versions import has_service_field
 from store.interfaces import Party
 
 from ..core.connection import Connection
-from ..core.ownership import ID_SIZE, Ownership
+from ..core.ownership import ID_SIZE, OWNER_BYTES, Ownership
 from ..core.services import all_received
 from ..core.serving import ClientServing
 from ..core.subscriptions import ClientSubscriptions
@@ -157,6 +158,8 @@ _TAG_PEEK = 6  # bytes of a command enough to tell the tags above (5 at most) ap
 # The first four bytes of each tag above (every one has four or more): a command that
 # does not begin with one of them is none of them, and goes by its entity id.
 _SPECIAL_HEADS = frozenset(tag[:4] for tag in (*_LOCAL_TAGS, *_SERVICE_TAGS, *_LINK_TAGS))
+# A transmission's service signature field when it has none (docs/protocol.md#service-signature).
+_NO_SERVICE_SIGNATURE = 0x30
 
 
 @dataclass(slots=True)
@@ -490,74 +493,82 @@ class ShadowTransport:
     async def receive_block(self) -> bytes:
         raise TransportClosed("a shadow's blocks are answered on demand")
 
-    async def send_block(self, block: bytes) -> None:
-        await self.send_blocks([block])
+    @staticmethod
+    def pack(transmissions: list[bytes]) -> list[bytes]:
+        """A write as `send_blocks` takes it (`Connection._write`): its transmissions as
+        they are, not packed into padded blocks, since the front packs them again with
+        its own answers; a block's 16 KB made and taken apart per write saved."""
+        return transmissions
 
-    async def send_blocks(self, blocks: list[bytes]) -> None:
-        """What is held, then the blocks' contents, in frames of at most OUT_FRAME_BYTES,
-        each within the window (a write of a full pending list is many blocks); while
-        `holding`, the last frame's worth is kept for the next write. The connection
-        writes from one task at a time, so what is held keeps its place."""
+    async def send_block(self, block: bytes) -> None:
+        raise TransportClosed("a shadow has no handshake: it writes transmissions")
+
+    async def send_blocks(self, transmissions: list[bytes]) -> None:
+        """What is held, then `transmissions` (`pack`), in frames of at most
+        OUT_FRAME_BYTES, each within the window (a write of a full pending list is
+        many); while `holding`, the last frame's worth is kept for the next write.
+        The connection writes from one task at a time, so what is held keeps its place."""
         held = self._held
         if held is not None:
             self._held = None
-            held.extend(unpad_block(block) for block in blocks)
-            pieces: Iterable[bytes] = held
+            held.extend(transmissions)
+            transmissions = held
+        if not transmissions:
+            return
+        _check_sizes(transmissions)
+        framed = transmissions
+        if _framed_size(transmissions) > OUT_FRAME_BYTES:
+            framed, size = [], 0
+            for t in transmissions:
+                if framed and size + 4 + len(t) > OUT_FRAME_BYTES:
+                    await self._send_out(framed)
+                    framed, size = [], 0
+                framed.append(t)
+                size += 4 + len(t)
+        if self.holding:
+            self._held = list(framed)  # extended by the next write: not the caller's list
         else:
-            pieces = map(unpad_block, blocks)
-        contents: list[bytes] = []
-        size = 0
-        for content in pieces:
-            if contents and size + len(content) > OUT_FRAME_BYTES:
-                await self._send_out(contents)
-                contents, size = [], 0
-            contents.append(content)
-            size += 4 + len(content)
-        if contents:
-            if self.holding:
-                self._held = contents
-            else:
-                await self._send_out(contents, last=True)
+            await self._send_out(framed, last=True)
 
     def can_send_now(self) -> bool:
         return self._held is None and not self.holding and (
             self._out_free > 0 or self.parts_answered > 0)
 
-    def send_blocks_now(self, blocks: list[bytes]) -> bool:
+    def send_blocks_now(self, transmissions: list[bytes]) -> bool:
         """A write from any task without waiting (`Connection._write_now`: a MSG that a
         SEND makes for this shadow's idle client) as one frame, when its window and the
         link have room: no delivery task started for it. Else it is held, and False:
         the connection's next write (its delivery task's) sends it first."""
-        contents = [unpad_block(block) for block in blocks]
-        if sum(map(len, contents)) + 4 * len(contents) <= OUT_FRAME_BYTES:
+        _check_sizes(transmissions)
+        if _framed_size(transmissions) <= OUT_FRAME_BYTES:
             if self.parts_answered:
                 if self._handoff.links.send_nowait(
                         self._front_worker,
-                        Frame(OUT_ANSWERED, self._front_id, _join(contents))):
+                        Frame(OUT_ANSWERED, self._front_id, _join(transmissions))):
                     self.parts_answered = 0
                     return True
             elif self._out_free > 0:
                 self._out_free -= 1
                 if self._handoff.links.send_nowait(
-                        self._front_worker, Frame(OUT, self._front_id, _join(contents))):
+                        self._front_worker, Frame(OUT, self._front_id, _join(transmissions))):
                     return True
                 self._out_free += 1
-        self._held = contents
+        self._held = list(transmissions)  # the caller's list is the caller's
         return False
 
-    async def _send_out(self, contents: list[bytes], *, last: bool = False) -> None:
+    async def _send_out(self, framed: list[bytes], *, last: bool = False) -> None:
         """A frame within the window; or outside it, the last of a write after a part
         was answered (`OUT_ANSWERED`)."""
         if last and self.parts_answered:
             self.parts_answered = 0
-            await self._send(Frame(OUT_ANSWERED, self._front_id, _join(contents)))
+            await self._send(Frame(OUT_ANSWERED, self._front_id, _join(framed)))
             return
         while self._out_free <= 0:
             if self._room is None:
                 self._room = trio.Event()
             await self._room.wait()
         self._out_free -= 1
-        await self._send(Frame(OUT, self._front_id, _join(contents)))
+        await self._send(Frame(OUT, self._front_id, _join(framed)))
 
     async def _send(self, frame: Frame) -> None:
         try:
@@ -973,25 +984,40 @@ class Handoff:
         except ProtocolError:
             return None
         version, service = conn.version, conn.service_id is not None
-        here = self.ownership.index
-        owner_of = self.ownership.owner_of
+        ownership = self.ownership
+        here, workers = ownership.index, ownership.workers
+        # The usual transmission's owner is told in place (below); ids moved from another
+        # count of workers go by `owner_of`.
+        in_place = not ownership.exceptions
+        service_field = has_service_field(version)
         contacts: dict[bytes, tuple[bytes, bytes]] = {}
         parts: dict[int, list[bytes]] = {}
         gathered: dict[bytes, Party | None] = {}
         # One pass: most of a block is SUBs, SENDs and ACKs, whose owner is their entity
-        # id's, told from a look at it and at the command's first bytes (`_owner`, a
-        # method call and a tag split per transmission, for the rest): 0.85 us a SUB of
-        # a block of 100, against 1.08 for a call of `_owner` each.
+        # id's, told from a look at it and at the command's first bytes; the rest goes by
+        # `_owner`. The usual one (no service signature, an entity id of ID_SIZE, a
+        # command that is none of the tags above) is read in place, as
+        # `entity_and_command_offset` and `owner_of` would: ~0.65 us a SUB of a block of
+        # 100, against ~0.9 with a call of each per transmission (`python -m bench
+        # workers_split`; 1.08 for `_owner`).
         for raw in raws:
+            entity = 0  # where its entity id starts, if it is the usual one
             try:
-                entity_id, at = entity_and_command_offset(raw, version)
-            except ProtocolError:
-                owner = here  # answered with its error here
+                pos = 1 + raw[0]  # past the authorization
+                if service_field and pos > 1:  # a signature ('1'): `_owner` reads it
+                    pos = pos + 1 if raw[pos] == _NO_SERVICE_SIGNATURE else 0
+                if pos:
+                    pos += 1 + raw[pos]  # past the corrId
+                    at = pos + 1 + raw[pos]  # past the entity id
+                    if (at - pos == 1 + ID_SIZE and at <= len(raw)
+                            and raw[at:at + 4] not in _SPECIAL_HEADS):
+                        entity = pos + 1
+            except IndexError:  # cut short: `_owner` tells (it stays here)
+                pass
+            if entity and in_place:
+                owner = int.from_bytes(raw[entity:entity + OWNER_BYTES], "big") % workers
             else:
-                if entity_id and raw[at:at + 4] not in _SPECIAL_HEADS:
-                    owner = owner_of(entity_id) if len(entity_id) == ID_SIZE else here
-                else:
-                    owner = self._owner(raw, version, service, contacts)
+                owner = self._owner(raw, version, service, contacts)
             if owner == _EVERY:
                 t = decode_transmission(raw, version)
                 if t.corr_id in gathered:  # their answers could not be told apart
@@ -1385,24 +1411,23 @@ class Handoff:
         forwarded = front.forwarded.get(peer) if front.forwarded else None
         out: list[bytes] = []
         held = False
-        for content in _split(frame.payload):
-            for t in iter_batch_content(content):
-                if t == _PART_DONE:
-                    answered += 1
+        for t in _split(frame.payload):  # the shadow's transmissions (`ShadowTransport.pack`)
+            if t == _PART_DONE:
+                answered += 1
+                continue
+            if forwarded is not None and t.startswith(_FORWARDED):
+                forwarded.append(_split(t[len(_FORWARDED):]))
+                continue
+            if watch:
+                written = self._shadow_write(front, t)
+                if written is None:
                     continue
-                if forwarded is not None and t.startswith(_FORWARDED):
-                    forwarded.append(list(_split(t[len(_FORWARDED):])))
-                    continue
-                if watch:
-                    written = self._shadow_write(front, t)
-                    if written is None:
-                        continue
-                    t = written
-                if hold_after is not None and answered >= hold_after and front.held is not None:
-                    front.held.append(t)
-                    held = True
-                else:
-                    out.append(t)
+                t = written
+            if hold_after is not None and answered >= hold_after and front.held is not None:
+                front.held.append(t)
+                held = True
+            else:
+                out.append(t)
         collected = front.collected
         if out:
             if collected is None:
@@ -1521,7 +1546,26 @@ _NO_LINK = ERR(AUTH)
 
 
 def _join(parts: list[bytes]) -> bytes:
-    return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+    """`parts`, each after its length (4 bytes): a shadow's write, forwarded
+    transmissions and their answers (`_split` takes them apart)."""
+    pieces = []
+    for part in parts:
+        pieces.append(len(part).to_bytes(4, "big"))
+        pieces.append(part)
+    return b"".join(pieces)
+
+
+def _framed_size(transmissions: list[bytes]) -> int:
+    """The bytes of `_join(transmissions)`."""
+    return sum(map(len, transmissions)) + 4 * len(transmissions)
+
+
+def _check_sizes(transmissions: list[bytes]) -> None:
+    """Refuse, in the shadow, a transmission that no block holds, as packing it into a
+    block would (`BatchPacker.add`): the front's packing of it would end the link."""
+    longest = max(map(len, transmissions), default=0)
+    if longest > MAX_TRANSMISSION_SIZE:
+        raise ProtocolError(LARGE_MSG, f"transmission of {longest} bytes")
 
 
 def _contents(transmissions: list[bytes]) -> list[bytes]:
@@ -1538,12 +1582,18 @@ def _contents(transmissions: list[bytes]) -> list[bytes]:
     return contents
 
 
-def _split(data: bytes) -> Iterator[bytes]:
-    pos = 0
-    while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "big")
-        yield data[pos + 4:pos + 4 + n]
-        pos += 4 + n
+def _split(data: bytes) -> list[bytes]:
+    """The parts of a `_join`."""
+    parts = []
+    pos, size = 0, len(data)
+    while pos < size:
+        start = pos + 4
+        pos = start + _LENGTH(data, pos)[0]
+        parts.append(data[start:pos])
+    return parts
+
+
+_LENGTH = struct.Struct(">I").unpack_from  # a part's length, read without a slice
 
 
 _NONE = b"\xff\xff\xff\xff"
