@@ -1,13 +1,14 @@
 """A front reads a connection's next block while its last waits for other workers'
 answers (docs/workers.md#pipelined-blocks): the next block's part goes to its owner
 meanwhile; a command that names no queue (a PING) still follows every answer before
-it; the answers go out together, as a block's do."""
+it, and nothing pushed meanwhile overtakes an answer before it; a subscribing block
+waits for its answers."""
 
 from __future__ import annotations
 
 import trio
 
-from router.client import _connection, open_client
+from router.client import MessageEvent, _connection, open_client
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers import handoff
@@ -17,62 +18,24 @@ CONFIG = RouterConfig(host="127.0.0.1", port=0, store="memory", end_batch_interv
 
 
 class HeldOwner:
-    """The owner's shadows answer no part until `release`."""
+    """Once `hold` is called, the owner's shadows answer no part until `release`."""
 
     def __init__(self, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+        self.holding = False
         self.reached, self.released = trio.Event(), trio.Event()
         answer_part = handoff.ShadowServing.process_block
         held = self
 
         async def held_back(self, client, block):  # type: ignore[no-untyped-def]
-            held.reached.set()
-            await held.released.wait()
+            if held.holding:
+                held.reached.set()
+                await held.released.wait()
             return await answer_part(self, client, block)
 
         monkeypatch.setattr(handoff.ShadowServing, "process_block", held_back)
 
-
-async def _until(check) -> None:  # type: ignore[no-untyped-def]
-    while not check():
-        await trio.sleep(0.01)
-
-
-async def test_the_next_blocks_part_goes_to_its_owner_while_the_last_waits(
-        monkeypatch) -> None:
-    owner_held = HeldOwner(monkeypatch)
-    async with workers_in_process(CONFIG) as (owner, front):
-        async with open_client(owner.address) as maker:
-            theirs = [await maker.create_queue(snd_secure=False) for _ in range(2)]
-        async with open_client(front.address) as client:
-            mine = await client.create_queue(snd_secure=False)
-            assert {Ownership(2, 0).owner_of(q.recipient_id) for q in theirs} == {0}
-            assert Ownership(2, 0).owner_of(mine.recipient_id) == 1
-            fronts = front.router._fronts
-            assert isinstance(fronts, handoff.Handoff)
-            answered: list[int] = []
-
-            async def subscribe(n: int, queues: list) -> None:  # type: ignore[type-arg]
-                assert not any(await client.subscribe_many(queues))
-                answered.append(n)
-
-            with trio.fail_after(10):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(subscribe, 1, [theirs[0]])
-                    await owner_held.reached.wait()
-                    # A block of a queue of each worker's, the front's own answered at once.
-                    nursery.start_soon(subscribe, 2, [mine, theirs[1]])
-                    window = fronts._fronts[next(iter(fronts._fronts))].owner(0)
-                    assert window is not None
-                    # Without pipelining the front reads the second block only once the
-                    # first is answered, which the held owner never does: this waits on.
-                    await _until(lambda: window.sent == 2)
-                    assert answered == []
-                    owner_held.released.set()
-            assert sorted(answered) == [1, 2]
-            assert len(front.router.subscriptions) == 1
-            # Every place given back once the owner answered.
-            assert fronts._awaiting == {}
-            assert fronts._awaiting_owners.value == handoff.BLOCKS_AWAITING_OWNERS
+    def hold(self) -> None:
+        self.holding = True
 
 
 def _routed(monkeypatch) -> list[tuple[bytes, bytes]]:  # type: ignore[no-untyped-def]
@@ -88,9 +51,55 @@ def _routed(monkeypatch) -> list[tuple[bytes, bytes]]:  # type: ignore[no-untype
     return routed
 
 
-async def test_a_message_does_not_overtake_the_answer_to_its_sub(monkeypatch) -> None:
-    """A block in flight's own SOK waits for its owners' answers; a MSG sent meanwhile to
-    that queue waits behind it."""
+async def _until(check) -> None:  # type: ignore[no-untyped-def]
+    while not check():
+        await trio.sleep(0.01)
+
+
+def _window_to(fronts: handoff.Handoff, worker: int) -> handoff._Owner:
+    [front] = fronts._fronts.values()
+    window = front.owner(worker)
+    assert window is not None
+    return window
+
+
+async def test_the_next_blocks_part_goes_to_its_owner_while_the_last_waits(
+        monkeypatch) -> None:
+    owner_held = HeldOwner(monkeypatch)
+    async with workers_in_process(CONFIG) as (owner, front):
+        async with open_client(owner.address) as maker:
+            theirs = [await maker.create_queue(snd_secure=False) for _ in range(2)]
+        assert {Ownership(2, 0).owner_of(q.recipient_id) for q in theirs} == {0}
+        fronts = front.router._fronts
+        assert isinstance(fronts, handoff.Handoff)
+        owner_held.hold()
+        async with open_client(front.address) as sender:
+            answered: list[int] = []
+
+            async def send(n: int) -> None:
+                await sender.send(theirs[n].sender_id, b"message %d" % n)
+                answered.append(n)
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(send, 0)
+                    await owner_held.reached.wait()
+                    nursery.start_soon(send, 1)
+                    # Without pipelining the front reads the second block only once the
+                    # first is answered, which the held owner never does: this waits on.
+                    await _until(lambda: _window_to(fronts, 0).sent == 2)
+                    assert answered == []
+                    owner_held.released.set()
+            assert sorted(answered) == [0, 1]
+            # Every place given back once the owner answered.
+            assert fronts._awaiting == {}
+            assert fronts._awaiting_owners.value == handoff.BLOCKS_AWAITING_OWNERS
+
+
+async def test_a_push_does_not_overtake_an_answer_of_a_block_in_flight(monkeypatch) -> None:
+    """A block of ACKs of a queue of the front's and one of the owner's: the front's own
+    OK waits for the owner's answer; a MSG sent meanwhile to the front's queue waits
+    behind it."""
     owner_held = HeldOwner(monkeypatch)
     routed = _routed(monkeypatch)
     async with workers_in_process(CONFIG) as (owner, front):
@@ -99,17 +108,28 @@ async def test_a_message_does_not_overtake_the_answer_to_its_sub(monkeypatch) ->
         async with open_client(front.address) as client, open_client(
                 front.address) as sender:
             mine = await client.create_queue(snd_secure=False)
+            assert not any(await client.subscribe_many([mine, theirs]))
+            delivered = {}
+            for queue in (mine, theirs):
+                await sender.send(queue.sender_id, b"first")
+            with trio.fail_after(10):
+                while len(delivered) < 2:
+                    event = await client.next_event()
+                    assert isinstance(event, MessageEvent)
+                    delivered[event.recipient_id] = event.msg_id
+            owner_held.hold()
             with trio.fail_after(10):
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(client.subscribe_many, [mine, theirs])
+                    nursery.start_soon(client.ack_many, [
+                        (queue, delivered[queue.recipient_id]) for queue in (mine, theirs)])
                     await owner_held.reached.wait()
-                    await sender.send(mine.sender_id, b"hello")
-                    await trio.sleep(0.2)  # the MSG is made while the SOK of `mine` waits
+                    await sender.send(mine.sender_id, b"second")
+                    await trio.sleep(0.2)  # the MSG is made while the OK of `mine` waits
                     owner_held.released.set()
                 event = await client.next_event()
-            assert event.body == b"hello"  # type: ignore[union-attr]
-            assert routed.index((mine.recipient_id, b"SOK")) < routed.index(
-                (mine.recipient_id, b"MSG"))
+            assert isinstance(event, MessageEvent) and event.body == b"second"
+            ours = [tag for entity, tag in routed if entity == mine.recipient_id]
+            assert ours[-2:] == [b"OK", b"MSG"]
 
 
 async def test_a_ping_follows_the_answers_of_the_blocks_before_it(monkeypatch) -> None:
@@ -118,6 +138,7 @@ async def test_a_ping_follows_the_answers_of_the_blocks_before_it(monkeypatch) -
     async with workers_in_process(CONFIG) as (owner, front):
         async with open_client(owner.address) as maker:
             theirs = await maker.create_queue(snd_secure=False)
+        owner_held.hold()
         async with open_client(front.address) as client:
             done: list[str] = []
 
@@ -127,11 +148,32 @@ async def test_a_ping_follows_the_answers_of_the_blocks_before_it(monkeypatch) -
 
             with trio.fail_after(10):
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(run, "SUB", lambda: client.subscribe(theirs))
+                    nursery.start_soon(run, "SEND", lambda: client.send(theirs.sender_id, b"x"))
                     await owner_held.reached.wait()
                     nursery.start_soon(run, "PING", client.ping)
                     await trio.sleep(0.3)  # a PONG that did not wait would be in by now
                     assert done == []
                     owner_held.released.set()
-            assert sorted(done) == ["PING", "SUB"]
-            assert [tag for _, tag in routed][-2:] == [b"SOK", b"PONG"]
+            assert sorted(done) == ["PING", "SEND"]
+            assert [tag for _, tag in routed][-2:] == [b"OK", b"PONG"]
+
+
+async def test_a_subscribing_block_waits_for_its_answers(monkeypatch) -> None:
+    """A SUB block is answered before the connection's next block is read: a
+    subscribing burst keeps one block per connection in flight (RSS)."""
+    owner_held = HeldOwner(monkeypatch)
+    async with workers_in_process(CONFIG) as (owner, front):
+        async with open_client(owner.address) as maker:
+            theirs = [await maker.create_queue(snd_secure=False) for _ in range(2)]
+        fronts = front.router._fronts
+        assert isinstance(fronts, handoff.Handoff)
+        owner_held.hold()
+        async with open_client(front.address) as client:
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(client.subscribe, theirs[0])
+                    await owner_held.reached.wait()
+                    nursery.start_soon(client.send, theirs[1].sender_id, b"x")
+                    await trio.sleep(0.3)  # a block read meanwhile would be handed off now
+                    assert _window_to(fronts, 0).sent == 1
+                    owner_held.released.set()

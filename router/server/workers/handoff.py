@@ -21,7 +21,7 @@ part's answers in its stream, `_PART_DONE`). So an answer the front gives itself
 the commands before it, as in one process; the answers of different owners are
 not in the block's order among themselves. A front reads a connection's next block
 while its last waits for owners if that block names only queues (and of its own, only
-its own queues): the answers of blocks in flight wait in the connection's pending
+its own queues) and subscribes to none: the answers of blocks in flight wait in the connection's pending
 list, in their order, and go out each time one is answered; a block that names no
 queue waits for them all first (docs/workers.md#pipelined-blocks).
 
@@ -157,6 +157,7 @@ _EVERY = -1  # the owner of what every worker answers for its own queues
 _TAG_PEEK = 6  # bytes of a command enough to tell the tags above (5 at most) apart
 # The first four bytes of each tag above (every one has four or more): a command that
 # does not begin with one of them is none of them, and goes by its entity id.
+_SUBSCRIBING_HEADS = frozenset({b"SUB", b"SUB ", b"NSUB"})  # a command's first 4 bytes
 _SPECIAL_HEADS = frozenset(tag[:4] for tag in (*_LOCAL_TAGS, *_SERVICE_TAGS, *_LINK_TAGS))
 # A transmission's service signature field when it has none (docs/protocol.md#service-signature).
 _NO_SERVICE_SIGNATURE = 0x30
@@ -803,8 +804,8 @@ class Handoff:
         # A block all of one other worker's goes as it came, not packed again.
         whole = block if len(parts) == 1 and not gathered and not contacts else None
         own = parts.get(self.ownership.index)
-        if not gathered and not contacts and (
-                own is None or self._own_queues_only(client.conn, own)):
+        if (not gathered and not contacts and not _subscribes(parts, client.conn.version)
+                and (own is None or self._own_queues_only(client.conn, own))):
             return await self._process_in_flight(client, front, parts, whole), True
         await front.wait_all_answered()
         if not gathered:
@@ -1543,6 +1544,21 @@ _NO_LINK = ERR(AUTH)
 
 
 # --- encodings ----------------------------------------------------------------------
+
+
+def _subscribes(parts: dict[int, list[bytes]], version: int) -> bool:
+    """Whether a block subscribes (a SUB or an NSUB): such a block waits for its answers
+    rather than going in flight (docs/workers.md#pipelined-blocks: a subscribing burst's
+    blocks in flight cost RSS, and a client that subscribes waits for the answers)."""
+    for transmissions in parts.values():
+        for raw in transmissions:
+            try:
+                _, at = entity_and_command_offset(raw, version)
+            except ProtocolError:
+                continue
+            if raw[at:at + 4] in _SUBSCRIBING_HEADS:
+                return True
+    return False
 
 
 def _join(parts: list[bytes]) -> bytes:
