@@ -21,9 +21,9 @@ part's answers in its stream, `_PART_DONE`). So an answer the front gives itself
 the commands before it, as in one process; the answers of different owners are
 not in the block's order among themselves. A front reads a connection's next block
 while its last waits for owners if that block names only queues (and of its own, only
-its own queues) and subscribes to none: the answers of blocks in flight wait in the connection's pending
-list, in their order, and go out each time one is answered; a block that names no
-queue waits for them all first (docs/workers.md#pipelined-blocks).
+its own queues) and subscribes to none: the answers of blocks in flight wait in the
+connection's pending list, in their order, and go out each time one is answered; a
+block that names no queue waits for them all first (docs/workers.md#pipelined-blocks).
 
 Some commands are not one owner's: an RFWD's transmission is known once the front
 has opened it (core/forwarded.py), then runs in its owner as a part of its own;
