@@ -157,7 +157,9 @@ _EVERY = -1  # the owner of what every worker answers for its own queues
 _TAG_PEEK = 6  # bytes of a command enough to tell the tags above (5 at most) apart
 # The first four bytes of each tag above (every one has four or more): a command that
 # does not begin with one of them is none of them, and goes by its entity id.
-_SUBSCRIBING_HEADS = frozenset({b"SUB", b"SUB ", b"NSUB"})  # a command's first 4 bytes
+# A subscribing command's first 4 bytes: its block waits for its answers rather than
+# going in flight (docs/workers.md#pipelined-blocks).
+_SUBSCRIBING_HEADS = frozenset({b"SUB", b"SUB ", b"NSUB"})
 _SPECIAL_HEADS = frozenset(tag[:4] for tag in (*_LOCAL_TAGS, *_SERVICE_TAGS, *_LINK_TAGS))
 # A transmission's service signature field when it has none (docs/protocol.md#service-signature).
 _NO_SERVICE_SIGNATURE = 0x30
@@ -719,7 +721,7 @@ class Handoff:
             front = self._fronts.get(conn.id)
             if front is None or not front.in_flight:
                 return await self._serving.process_block(client, block)
-            if not self._own_queues_only(conn, block):
+            if not self._may_go_in_flight(conn, block):
                 await front.wait_all_answered()
                 return await self._serving.process_block(client, block)
             return self._held(front, await self._serving.process_block(client, block))
@@ -770,26 +772,32 @@ class Handoff:
         for _ in range(self._awaiting.pop(conn.id, 0)):
             self._awaiting_owners.release()
 
-    def _own_queues_only(self, conn: Connection, transmissions: list[bytes] | bytes) -> bool:
-        """Whether each of a front's own transmissions (or a block's) names a queue of
-        this worker's: their answers need not wait for the connection's blocks in flight
-        (other queues' answers, in other workers). A PING, a proxy's command, a NEW, an
-        error... waits: its answer follows every answer of the commands before it, as in
-        one process."""
-        if isinstance(transmissions, bytes):
+    def _may_go_in_flight(self, conn: Connection, block: dict[int, list[bytes]] | bytes
+                          ) -> bool:
+        """Whether a block (its transmissions by owner, or a block of the front's own)
+        may be answered while the connection's blocks in flight wait for other workers
+        (docs/workers.md#pipelined-blocks): none of its transmissions subscribes, and
+        each of the front's own names a queue of the front's. A PING, a proxy's command,
+        a NEW, an error... waits: its answer follows every answer of the commands
+        before it, as in one process."""
+        here = self.ownership.index
+        if isinstance(block, bytes):
             try:
-                transmissions = decode_batch_content(unpad_block(transmissions))
+                block = {here: decode_batch_content(unpad_block(block))}
             except ProtocolError:
                 return False
-        version, here, owner_of = conn.version, self.ownership.index, self.ownership.owner_of
-        for raw in transmissions:
-            try:
-                entity_id, at = entity_and_command_offset(raw, version)
-            except ProtocolError:
-                return False
-            if (len(entity_id) != ID_SIZE or raw[at:at + 4] in _SPECIAL_HEADS
-                    or owner_of(entity_id) != here):
-                return False
+        version, owner_of = conn.version, self.ownership.owner_of
+        for owner, transmissions in block.items():
+            for raw in transmissions:
+                try:
+                    entity_id, at = entity_and_command_offset(raw, version)
+                except ProtocolError:
+                    return False
+                head = raw[at:at + 4]
+                if head in _SUBSCRIBING_HEADS or owner == here and (
+                        len(entity_id) != ID_SIZE or head in _SPECIAL_HEADS
+                        or owner_of(entity_id) != here):
+                    return False
         return True
 
     async def _process_handed_off(self, client: ClientSubscriptions, block: bytes,
@@ -803,9 +811,7 @@ class Handoff:
         front = self._front(client)
         # A block all of one other worker's goes as it came, not packed again.
         whole = block if len(parts) == 1 and not gathered and not contacts else None
-        own = parts.get(self.ownership.index)
-        if (not gathered and not contacts and not _subscribes(parts, client.conn.version)
-                and (own is None or self._own_queues_only(client.conn, own))):
+        if not gathered and not contacts and self._may_go_in_flight(client.conn, parts):
             return await self._process_in_flight(client, front, parts, whole), True
         await front.wait_all_answered()
         if not gathered:
@@ -1544,21 +1550,6 @@ _NO_LINK = ERR(AUTH)
 
 
 # --- encodings ----------------------------------------------------------------------
-
-
-def _subscribes(parts: dict[int, list[bytes]], version: int) -> bool:
-    """Whether a block subscribes (a SUB or an NSUB): such a block waits for its answers
-    rather than going in flight (docs/workers.md#pipelined-blocks: a subscribing burst's
-    blocks in flight cost RSS, and a client that subscribes waits for the answers)."""
-    for transmissions in parts.values():
-        for raw in transmissions:
-            try:
-                _, at = entity_and_command_offset(raw, version)
-            except ProtocolError:
-                continue
-            if raw[at:at + 4] in _SUBSCRIBING_HEADS:
-                return True
-    return False
 
 
 def _join(parts: list[bytes]) -> bytes:
