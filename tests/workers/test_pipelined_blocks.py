@@ -94,6 +94,7 @@ async def test_the_next_blocks_part_goes_to_its_owner_while_the_last_waits(
             # Every place given back once the owner answered.
             assert fronts._awaiting == {}
             assert fronts._awaiting_owners.value == handoff.BLOCKS_AWAITING_OWNERS
+            assert fronts._in_flight_places.value == handoff.BLOCKS_IN_FLIGHT
 
 
 async def test_a_push_does_not_overtake_an_answer_of_a_block_in_flight(monkeypatch) -> None:

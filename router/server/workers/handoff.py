@@ -144,6 +144,12 @@ COLLECTED_BYTES = 1 << 17
 # ~96 B (324 B unbounded; 99-216 B at 32; bench/RESULTS.md, "RSS per idle
 # subscription with a bound ...").
 BLOCKS_AWAITING_OWNERS = 16
+# Blocks in flight (docs/workers.md#pipelined-blocks: SENDs, ACKs... that subscribe to
+# nothing) have places of their own. Each place is a hand-off's round trip at a time, so
+# the 16 above shared would cap a worker's handed-off blocks at 16 per round trip, and
+# a burst of SENDs would hold a SUB block back (or the other way); these leave nothing
+# behind that lives on, so their bound is only their bytes (64 blocks, <= 1 MB).
+BLOCKS_IN_FLIGHT = 64
 # Commands a front answers itself whatever their entity id: they name no queue
 # (the proxy's, PING; an RFWD's inner transmission goes to its owner, below).
 _LOCAL_TAGS = frozenset({b"PING", b"PRXY", b"PFWD", b"RFWD"})
@@ -685,9 +691,11 @@ class Handoff:
         self.shadow_servers = _ShadowServers(self)
         # Its fronts' blocks waiting for other workers' answers (`BLOCKS_AWAITING_OWNERS`)
         # by their connection's id; a semaphore parks the rest in their order.
-        self._places = BLOCKS_AWAITING_OWNERS
-        self._awaiting_owners = trio.Semaphore(self._places)
-        self._awaiting: dict[int, int] = {}  # connection id -> its places
+        self._places = BLOCKS_AWAITING_OWNERS + BLOCKS_IN_FLIGHT
+        self._awaiting_owners = trio.Semaphore(BLOCKS_AWAITING_OWNERS)
+        self._in_flight_places = trio.Semaphore(BLOCKS_IN_FLIGHT)
+        # connection id -> the places its blocks hold (each one's semaphore)
+        self._awaiting: dict[int, list[trio.Semaphore]] = {}
         self.awaiting_peak = 0  # the most at once, for tests and benches
         self._reservations = _LinkReservations()
         # (holder, front connection, link id) -> set once the holder granted it
@@ -725,52 +733,53 @@ class Handoff:
                 await front.wait_all_answered()
                 return await self._serving.process_block(client, block)
             return self._held(front, await self._serving.process_block(client, block))
+        parts, gathered, contacts = split
+        in_flight = not gathered and not contacts and self._may_go_in_flight(conn, parts)
+        places = self._in_flight_places if in_flight else self._awaiting_owners
         try:
-            self._awaiting_owners.acquire_nowait()
+            places.acquire_nowait()
         except trio.WouldBlock:
             # Its place waited for with only the block kept (taken apart again after):
             # the parts of every block waiting at once are what the bound saves.
-            del split
-            await self._awaiting_owners.acquire()
+            del split, parts, gathered, contacts
+            await places.acquire()
             try:
                 split = self._split(conn, block)
             except BaseException:
-                self._awaiting_owners.release()
+                places.release()
                 raise
             assert split is not None, "the same block splits the same way"
-        awaiting = self._awaiting
-        awaiting[conn.id] = awaiting.get(conn.id, 0) + 1
-        held = self._places - self._awaiting_owners.value
+        self._awaiting.setdefault(conn.id, []).append(places)
+        held = self._places - self._awaiting_owners.value - self._in_flight_places.value
         if held > self.awaiting_peak:
             self.awaiting_peak = held
-        in_flight = False
         try:
-            answers, in_flight = await self._process_handed_off(client, block, split)
-            return answers
+            if in_flight:
+                return await self._process_in_flight(client, split[0], block)
+            return await self._process_handed_off(client, block, split)
         except BaseException:
             self._stop_awaiting(conn)  # the connection ends: its blocks in flight too
             raise
         finally:
             if not in_flight:
-                self._release_place(conn)
+                self._release_place(conn, places)
 
-    def _release_place(self, conn: Connection) -> None:
+    def _release_place(self, conn: Connection, places: trio.Semaphore) -> None:
         """One of the connection's blocks waits no more for other workers' answers."""
-        places = self._awaiting.get(conn.id)
-        if places is None:
+        held = self._awaiting.get(conn.id)
+        if held is None:
             return  # given back already (`_stop_awaiting`)
-        if places > 1:
-            self._awaiting[conn.id] = places - 1
-        else:
+        held.remove(places)
+        if not held:
             del self._awaiting[conn.id]
-        self._awaiting_owners.release()
+        places.release()
 
     def _stop_awaiting(self, conn: Connection) -> None:
         """The connection's blocks wait no more for other workers' answers: waiting for
         its own client to read (`_write_to_front`), which does not hold every other
         connection of the worker, or ended."""
-        for _ in range(self._awaiting.pop(conn.id, 0)):
-            self._awaiting_owners.release()
+        for places in self._awaiting.pop(conn.id, ()):
+            places.release()
 
     def _may_go_in_flight(self, conn: Connection, block: dict[int, list[bytes]] | bytes
                           ) -> bool:
@@ -804,15 +813,11 @@ class Handoff:
                                   split: tuple[dict[int, list[bytes]],
                                                dict[bytes, Party | None],
                                                dict[bytes, tuple[bytes, bytes]]]
-                                  ) -> tuple[list[bytes], bool]:
-        """The block's answers, and whether it is left in flight (its own part answered,
-        its other parts not yet: docs/workers.md#pipelined-blocks)."""
+                                  ) -> list[bytes]:
+        """The answers of a block that waits for its owners' answers (and for those of
+        the connection's blocks in flight before it)."""
         parts, gathered, contacts = split
         front = self._front(client)
-        # A block all of one other worker's goes as it came, not packed again.
-        whole = block if len(parts) == 1 and not gathered and not contacts else None
-        if not gathered and not contacts and self._may_go_in_flight(client.conn, parts):
-            return await self._process_in_flight(client, front, parts, whole), True
         await front.wait_all_answered()
         if not gathered:
             # The shadows' writes go out with the front's answers, in one write where
@@ -827,7 +832,7 @@ class Handoff:
                                                         contacts)
             else:
                 answers = await self._process_parts(client, front, parts, gathered, contacts,
-                                                    whole)
+                                                    None if gathered else _whole(parts, block))
         except BaseException:
             collected, front.collected = front.collected, None
             if collected:
@@ -844,11 +849,10 @@ class Handoff:
             front.collected = None
             if not answers:  # no write of the receive loop's for what waits meanwhile
                 client.conn.wake_delivery()
-        return answers, False
+        return answers
 
-    async def _process_in_flight(self, client: ClientSubscriptions, front: _Front,
-                                 parts: dict[int, list[bytes]],
-                                 whole: bytes | None) -> list[bytes]:
+    async def _process_in_flight(self, client: ClientSubscriptions,
+                                 parts: dict[int, list[bytes]], block: bytes) -> list[bytes]:
         """Hand the block's parts to their owners and answer its own part (queues of this
         worker's only) without waiting for the owners: the connection reads its next
         block meanwhile (docs/workers.md#pipelined-blocks). Its own answers wait in the
@@ -857,6 +861,8 @@ class Handoff:
         answered (`_settle`): in one write, as one block's answers do. The block keeps
         its place among those awaiting owners until then."""
         assert self._serving is not None
+        front = self._front(client)
+        whole = _whole(parts, block)
         own = parts.pop(self.ownership.index, None)
         awaited = await self._hand_parts(front, parts, whole)
         handed = []
@@ -888,7 +894,7 @@ class Handoff:
         if not settled:
             return
         for _ in range(settled):
-            self._release_place(front.conn)
+            self._release_place(front.conn, self._in_flight_places)
         conn = front.conn
         conn.answers_elsewhere = bool(front.in_flight)
         conn.write_pending()
@@ -1573,6 +1579,12 @@ def _check_sizes(transmissions: list[bytes]) -> None:
     longest = max(map(len, transmissions), default=0)
     if longest > MAX_TRANSMISSION_SIZE:
         raise ProtocolError(LARGE_MSG, f"transmission of {longest} bytes")
+
+
+def _whole(parts: dict[int, list[bytes]], block: bytes) -> bytes | None:
+    """The block itself if it is all one other worker's: it goes as it came, not packed
+    again."""
+    return block if len(parts) == 1 else None
 
 
 def _contents(transmissions: list[bytes]) -> list[bytes]:
