@@ -9,6 +9,7 @@ from __future__ import annotations
 import trio
 
 from router.client import MessageEvent, _connection, open_client
+from router.protocol.types import PING, PONG, SOK, SUB
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers import handoff
@@ -178,3 +179,40 @@ async def test_a_subscribing_block_waits_for_its_answers(monkeypatch) -> None:
                     await trio.sleep(0.3)  # a block read meanwhile would be handed off now
                     assert _window_to(fronts, 0).sent == 1
                     owner_held.released.set()
+
+
+async def test_a_push_does_not_overtake_the_own_answers_of_a_waiting_block(
+        monkeypatch) -> None:
+    """A block that waits for its owner's answers (SUBs of a queue of the front's and of
+    one of the owner's, then a PING): a MSG sent meanwhile to the front's queue comes
+    after the SOK that subscribed it, as in one process, and the PONG still comes last."""
+    owner_held = HeldOwner(monkeypatch)
+    routed = _routed(monkeypatch)
+    async with workers_in_process(CONFIG) as (owner, front):
+        async with open_client(owner.address) as maker:
+            theirs = await maker.create_queue(snd_secure=False)
+        async with open_client(front.address) as client, open_client(
+                front.address) as sender:
+            mine = await client.create_queue(snd_secure=False)
+            client.add_queue(mine)
+            client.add_queue(theirs)
+            owner_held.hold()
+            answers = []
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    async def subscribe() -> None:
+                        answers.extend(await client.commands([
+                            (q.recipient_id, SUB(), q.rcv_auth_seed) for q in (mine, theirs)
+                        ] + [(b"", PING(), None)]))
+
+                    nursery.start_soon(subscribe)
+                    await owner_held.reached.wait()
+                    await sender.send(mine.sender_id, b"meanwhile")
+                    await trio.sleep(0.2)  # the MSG is made while the block waits
+                    owner_held.released.set()
+                event = await client.next_event()
+            assert isinstance(event, MessageEvent) and event.body == b"meanwhile"
+            assert [type(a) for a in answers] == [SOK, SOK, PONG]
+            ours = [tag for entity, tag in routed if entity == mine.recipient_id]
+            assert ours[-2:] == [b"SOK", b"MSG"]
+            assert [tag for _, tag in routed][-1] == b"PONG"

@@ -932,15 +932,20 @@ class Handoff:
             front.hold_after, front.held, front.held_taken = {}, [], []
         awaited = await self._hand_parts(front, parts, whole)
         answers: list[bytes] = refused
+        own, after_ping = _split_at_ping(own, client.conn.version) if own else (own, None)
         for mine in (everywhere, own):
             if mine:
                 # A subset of one block's transmissions: as that block, not packed into
                 # one to be taken apart again.
                 answers.extend(await self._serving.process_transmissions(client, mine))
-        # Meanwhile what is left for the client (a MSG of this worker's queue, the last
-        # block's answers held) goes out with these answers, not in a write of its own
-        # (`Connection.answers_elsewhere`), as the shadows' writes do (`collected`).
         conn = client.conn
+        # The front's own answers so far wait in the pending list, where a push for one
+        # of its queues made meanwhile (a MSG, an END) goes after them, as in one
+        # process; what joins them there goes out with the owners' answers, not in a
+        # write of its own (`Connection.answers_elsewhere`), as the shadows' writes
+        # do (`collected`). A PING's PONG waits for those answers: it comes last.
+        if not gathered and conn.hold_answers(answers):
+            answers = []
         conn.answers_elsewhere = True
         try:
             for owner, count in awaited.items():
@@ -948,6 +953,8 @@ class Handoff:
             await front.wait_all_answered()  # the blocks before it in flight
         finally:
             conn.answers_elsewhere = False
+        if after_ping:
+            answers.extend(await self._serving.process_transmissions(client, after_ping))
         if gathered:
             answers = [self._gathered_answer(front, answer) for answer in answers]
             front.gathered = None
@@ -1579,6 +1586,19 @@ def _check_sizes(transmissions: list[bytes]) -> None:
     longest = max(map(len, transmissions), default=0)
     if longest > MAX_TRANSMISSION_SIZE:
         raise ProtocolError(LARGE_MSG, f"transmission of {longest} bytes")
+
+
+def _split_at_ping(transmissions: list[bytes], version: int
+                   ) -> tuple[list[bytes], list[bytes] | None]:
+    """The transmissions before the first PING, and that PING with those after it."""
+    for i, raw in enumerate(transmissions):
+        try:
+            _, at = entity_and_command_offset(raw, version)
+        except ProtocolError:
+            continue
+        if raw[at:at + 4] == b"PING":
+            return transmissions[:i], transmissions[i:]
+    return transmissions, None
 
 
 def _whole(parts: dict[int, list[bytes]], block: bytes) -> bytes | None:
