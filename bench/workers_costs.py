@@ -25,6 +25,11 @@ and RSS summed over the supervisor and every worker), in one run:
 
 `--memory-only` runs the memory phase alone.
 
+`--rate R` sends the 50 clients' messages at R a second over all the senders, whatever
+the answers do (open loop), rather than as fast as the senders' windows go: CPU per
+message below saturation, where the load's processes and the router's do not take
+the cores from each other.
+
 `--loaded-only` runs only step 3 (with `--quick`: a short one at the full 50 clients,
 to compare CPU per message quickly; `--clients` changes the count). With `--base
 TREE` (another checkout, e.g. `git worktree add /tmp/base main`) it compares: the
@@ -123,7 +128,8 @@ async def _pings(address: str, count: int) -> dict[str, float]:
 
 
 def load_count(workers: int, tmp: Path, *, clients: int, duration: float,
-               light_duration: float, pings: int, loaded_only: bool = False) -> dict[str, Any]:
+               light_duration: float, pings: int, loaded_only: bool = False,
+               rate: float | None = None) -> dict[str, Any]:
     """Idle RSS, light-load latencies and the 50 clients' CPU per message, one router
     (`loaded_only`: the 50 clients only)."""
     pairs = max(1, clients // 2)
@@ -137,7 +143,7 @@ def load_count(workers: int, tmp: Path, *, clients: int, duration: float,
         if loaded_only:
             with WorkerGroup(router.url, LOAD_PROCESSES) as group:
                 out["loaded"] = _measure(router, _loaded(router, group, pairs,
-                                                         QUEUES_PER_RECIPIENT), duration)
+                                                         QUEUES_PER_RECIPIENT), duration, rate)
             return out
         out["ping_ms"] = trio.run(_pings, router.address, pings)
         # One sender and one recipient on queue 0; their connections close before the
@@ -147,7 +153,7 @@ def load_count(workers: int, tmp: Path, *, clients: int, duration: float,
                                     LIGHT_RATE)
         with WorkerGroup(router.url, LOAD_PROCESSES) as group:
             load = _loaded(router, group, pairs, QUEUES_PER_RECIPIENT)
-            out["loaded"] = _measure(router, load, duration)
+            out["loaded"] = _measure(router, load, duration, rate)
         out["rss_after_load"] = router.rss()
     return out
 
@@ -190,8 +196,8 @@ def memory_count(workers: int, tmp: Path, *, connections: int, subscriptions: in
 def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: float | None = None,
         out: Path | None = None, loaded_only: bool = False, clients: int | None = None,
         memory_only: bool = False, settled: bool | None = None,
-        connections: int | None = None,
-        subscriptions: int | None = None) -> list[dict[str, Any]]:
+        connections: int | None = None, subscriptions: int | None = None,
+        rate: float | None = None) -> list[dict[str, Any]]:
     duration = duration or (QUICK_DURATION if quick else DURATION)
     clients = clients or (CLIENTS if loaded_only or not quick else QUICK_CLIENTS)
     connections = connections or (QUICK_IDLE_CONNECTIONS if quick else IDLE_CONNECTIONS)
@@ -208,7 +214,7 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
                                    light_duration=(QUICK_LIGHT_DURATION if quick
                                                    else LIGHT_DURATION),
                                    pings=QUICK_PINGS if quick else PINGS,
-                                   loaded_only=loaded_only)
+                                   loaded_only=loaded_only, rate=rate)
             if loaded_only:
                 results.append(entry)
                 continue
@@ -226,7 +232,7 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
     harness.write_results("workers_costs", {"parameters": {
         "loaded_only": loaded_only,
         "counts": counts, "store": STORE, "clients": clients, "duration": duration,
-        "queues_per_recipient": QUEUES_PER_RECIPIENT, "sender_window": SENDER_WINDOW,
+        "rate": rate, "queues_per_recipient": QUEUES_PER_RECIPIENT, "sender_window": SENDER_WINDOW,
         "light_rate": LIGHT_RATE, "idle_connections": connections,
         "idle_subscriptions": subscriptions}, "results": results}, text, out)
     print(text)
@@ -291,7 +297,7 @@ def loaded_table(results: list[dict[str, Any]]) -> str:
 
 
 def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: float,
-            repeats: int, out: Path | None) -> dict[str, Any]:
+            repeats: int, out: Path | None, rate: float | None = None) -> dict[str, Any]:
     """The loaded phase on TREE's router and this checkout's, side by side (`--base`)."""
     trees = {"base": base.resolve(), "this": HERE}
     setups = [(name, workers) for workers in counts for name in trees]
@@ -312,7 +318,7 @@ def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: floa
             first = "base" if repeat % 2 == 0 else "this"
             for setup in sorted(setups, key=lambda s: (s[1], s[0] != first)):
                 router, load = loads[setup]
-                runs[setup].append(_measure(router, load, duration))
+                runs[setup].append(_measure(router, load, duration, rate))
                 harness.log(f"workers_costs: {setup[0]} --workers {setup[1]}: "
                             f"{runs[setup][-1]['cpu_us_per_msg'] or 0:.0f} us/msg")
     medians = {f"{name}-{workers}": {
@@ -338,7 +344,7 @@ def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: floa
          f"this x {counts[0]} worker", "blocks out / msg (base / this)",
          "msg/s (base / this)"], rows)
     results = {"parameters": {"base": str(trees["base"]), "counts": counts, "clients": clients,
-                              "duration": duration, "repeats": repeats},
+                              "duration": duration, "repeats": repeats, "rate": rate},
                "medians": medians,
                "runs": {f"{name}-{workers}": r for (name, workers), r in runs.items()}}
     harness.write_results("workers_costs_compare", results, text, out)
@@ -395,6 +401,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="with --base: runs of each")
     parser.add_argument("--clients", type=int, help=f"clients of the loaded phase "
                         f"(default {CLIENTS}; --quick without --loaded-only: {QUICK_CLIENTS})")
+    parser.add_argument("--rate", type=float,
+                        help="the loaded phase's messages a second over all its senders, "
+                        "sent whatever the answers do (default: as fast as 2 SENDs in "
+                        "flight per sender go)")
     parser.add_argument("--memory-only", action="store_true",
                         help="the memory phase alone (idle connections and subscriptions)")
     parser.add_argument("--settled", action=argparse.BooleanOptionalAction, default=None,
@@ -422,12 +432,13 @@ def main(argv: list[str]) -> int:
         if args.base is not None:
             compare(args.base, counts=args.counts, clients=args.clients or CLIENTS,
                     duration=args.duration or (QUICK_DURATION if args.quick else DURATION),
-                    repeats=args.repeats, out=out)
+                    repeats=args.repeats, out=out, rate=args.rate)
         else:
             run(quick=args.quick, counts=args.counts, duration=args.duration, out=out,
                 loaded_only=args.loaded_only, clients=args.clients,
                 memory_only=args.memory_only, settled=args.settled,
-                connections=args.connections, subscriptions=args.subscriptions)
+                connections=args.connections, subscriptions=args.subscriptions,
+                rate=args.rate)
     except harness.BenchError as exc:
         print(f"python -m bench workers_costs: error: {exc}", file=sys.stderr)
         return 1

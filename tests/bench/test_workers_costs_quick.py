@@ -42,6 +42,18 @@ def test_the_loaded_phase_alone_is_measured(tmp_path: Path, monkeypatch):
     assert (tmp_path / "workers_costs.md").read_text().startswith("|")
 
 
+def test_the_loaded_phase_at_a_rate_is_measured(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(workers_costs, "SETTLE", 0.2)
+    [result] = workers_costs.run(quick=True, counts=(2,), duration=1.0, out=tmp_path,
+                                 loaded_only=True, clients=4, rate=40.0)
+    loaded = result["loaded"]
+    # Sent at the rate whatever the answers do: as fast as they go would be hundreds.
+    assert 0 < loaded["msgs_per_s"] <= 80 and loaded["cpu_us_per_msg"] > 0
+    assert loaded["send_errors"] == loaded["ack_errors"] == 0
+    saved = json.loads((tmp_path / "workers_costs.json").read_text())
+    assert saved["parameters"]["rate"] == 40.0
+
+
 def test_two_checkouts_routers_are_compared_side_by_side(tmp_path: Path):
     # This checkout against itself: each router of each tree took the load, and the
     # figures of both are there.
