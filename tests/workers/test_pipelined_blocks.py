@@ -6,10 +6,13 @@ waits for its answers."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import trio
 
 from router.client import MessageEvent, _connection, open_client
-from router.protocol.types import PING, PONG, SOK, SUB
+from router.protocol.types import AUTH, ERR, LGET, PING, PONG, SOK, SUB
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers import handoff
@@ -181,11 +184,13 @@ async def test_a_subscribing_block_waits_for_its_answers(monkeypatch) -> None:
                     owner_held.released.set()
 
 
+@pytest.mark.parametrize("gathered", [False, True])
 async def test_a_push_does_not_overtake_the_own_answers_of_a_waiting_block(
-        monkeypatch) -> None:
+        monkeypatch, gathered: bool) -> None:
     """A block that waits for its owner's answers (SUBs of a queue of the front's and of
-    one of the owner's, then a PING): a MSG sent meanwhile to the front's queue comes
-    after the SOK that subscribed it, as in one process, and the PONG still comes last."""
+    one of the owner's, then a PING; with `gathered`, first an LGET, which every worker
+    answers): a MSG sent meanwhile to the front's queue comes after the SOK that
+    subscribed it, as in one process, and the PONG still comes last."""
     owner_held = HeldOwner(monkeypatch)
     routed = _routed(monkeypatch)
     async with workers_in_process(CONFIG) as (owner, front):
@@ -197,13 +202,14 @@ async def test_a_push_does_not_overtake_the_own_answers_of_a_waiting_block(
             client.add_queue(mine)
             client.add_queue(theirs)
             owner_held.hold()
+            asked = [(os.urandom(24), LGET(), None)] if gathered else []
+            asked += [(q.recipient_id, SUB(), q.rcv_auth_seed) for q in (mine, theirs)]
+            asked.append((b"", PING(), None))
             answers = []
             with trio.fail_after(10):
                 async with trio.open_nursery() as nursery:
                     async def subscribe() -> None:
-                        answers.extend(await client.commands([
-                            (q.recipient_id, SUB(), q.rcv_auth_seed) for q in (mine, theirs)
-                        ] + [(b"", PING(), None)]))
+                        answers.extend(await client.commands(asked))
 
                     nursery.start_soon(subscribe)
                     await owner_held.reached.wait()
@@ -212,7 +218,7 @@ async def test_a_push_does_not_overtake_the_own_answers_of_a_waiting_block(
                     owner_held.released.set()
                 event = await client.next_event()
             assert isinstance(event, MessageEvent) and event.body == b"meanwhile"
-            assert [type(a) for a in answers] == [SOK, SOK, PONG]
+            assert answers == [ERR(AUTH)] * gathered + [SOK(None), SOK(None), PONG()]
             ours = [tag for entity, tag in routed if entity == mine.recipient_id]
             assert ours[-2:] == [b"SOK", b"MSG"]
             assert [tag for _, tag in routed][-1] == b"PONG"

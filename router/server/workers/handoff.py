@@ -931,20 +931,22 @@ class Handoff:
         if services and front.hold_after is None:
             front.hold_after, front.held, front.held_taken = {}, [], []
         awaited = await self._hand_parts(front, parts, whole)
+        # Each a subset of one block's transmissions: as that block, not packed into one
+        # to be taken apart again.
+        everywheres = (await self._serving.process_transmissions(client, everywhere)
+                       if everywhere else [])
         answers: list[bytes] = refused
         own, after_ping = _split_at_ping(own, client.conn.version) if own else (own, None)
-        for mine in (everywhere, own):
-            if mine:
-                # A subset of one block's transmissions: as that block, not packed into
-                # one to be taken apart again.
-                answers.extend(await self._serving.process_transmissions(client, mine))
+        if own:
+            answers.extend(await self._serving.process_transmissions(client, own))
         conn = client.conn
         # The front's own answers so far wait in the pending list, where a push for one
         # of its queues made meanwhile (a MSG, an END) goes after them, as in one
         # process; what joins them there goes out with the owners' answers, not in a
         # write of its own (`Connection.answers_elsewhere`), as the shadows' writes
-        # do (`collected`). A PING's PONG waits for those answers: it comes last.
-        if not gathered and conn.hold_answers(answers):
+        # do (`collected`). The answers made one with every worker's (`everywheres`)
+        # wait for theirs, and a PING's PONG for all of them: it comes last.
+        if conn.hold_answers(answers):
             answers = []
         conn.answers_elsewhere = True
         try:
@@ -953,11 +955,12 @@ class Handoff:
             await front.wait_all_answered()  # the blocks before it in flight
         finally:
             conn.answers_elsewhere = False
+        if everywheres:
+            answers.extend(self._gathered_answer(front, answer) for answer in everywheres)
+        if gathered:
+            front.gathered = None
         if after_ping:
             answers.extend(await self._serving.process_transmissions(client, after_ping))
-        if gathered:
-            answers = [self._gathered_answer(front, answer) for answer in answers]
-            front.gathered = None
         return answers
 
     def delivery_loop(self, client: ClientSubscriptions):  # type: ignore[no-untyped-def]
