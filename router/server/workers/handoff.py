@@ -690,7 +690,8 @@ class Handoff:
         self._nursery: trio.Nursery | None = None
         self.shadow_servers = _ShadowServers(self)
         # Its fronts' blocks waiting for other workers' answers (`BLOCKS_AWAITING_OWNERS`)
-        # by their connection's id; a semaphore parks the rest in their order.
+        # and in flight (`BLOCKS_IN_FLIGHT`), by their connection's id; a semaphore of
+        # each kind parks the rest in their order.
         self._places = BLOCKS_AWAITING_OWNERS + BLOCKS_IN_FLIGHT
         self._awaiting_owners = trio.Semaphore(BLOCKS_AWAITING_OWNERS)
         self._in_flight_places = trio.Semaphore(BLOCKS_IN_FLIGHT)
@@ -859,7 +860,7 @@ class Handoff:
         connection's pending list, where its owners' answers and what else is left for
         the client join them in their order, and go out once a block in flight is
         answered (`_settle`): in one write, as one block's answers do. The block keeps
-        its place among those awaiting owners until then."""
+        its place among the blocks in flight (`BLOCKS_IN_FLIGHT`) until then."""
         assert self._serving is not None
         front = self._front(client)
         whole = _whole(parts, block)
