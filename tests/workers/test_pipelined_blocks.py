@@ -7,11 +7,13 @@ waits for its answers."""
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
 
-from router.client import MessageEvent, _connection, open_client
+from router.client import MessageEvent, RecipientQueue, SMPClient, _connection, open_client
 from router.protocol.types import AUTH, ERR, LGET, PING, PONG, SOK, SUB
 from router.server import RouterConfig
 from router.server.core.ownership import Ownership
@@ -53,6 +55,19 @@ def _routed(monkeypatch) -> list[tuple[bytes, bytes]]:  # type: ignore[no-untype
 
     monkeypatch.setattr(_connection.Connection, "_route", recording)
     return routed
+
+
+@asynccontextmanager
+async def _mine_and_theirs() -> AsyncIterator[tuple[SMPClient, SMPClient, RecipientQueue,
+                                                    RecipientQueue]]:
+    """Two workers; a client of the front with a queue of the front's (`mine`), a sender
+    there, and a queue of the owner's (`theirs`)."""
+    async with workers_in_process(CONFIG) as (owner, front):
+        async with open_client(owner.address) as maker:
+            theirs = await maker.create_queue(snd_secure=False)
+        async with open_client(front.address) as client, open_client(
+                front.address) as sender:
+            yield client, sender, await client.create_queue(snd_secure=False), theirs
 
 
 async def _until(check) -> None:  # type: ignore[no-untyped-def]
@@ -107,34 +122,29 @@ async def test_a_push_does_not_overtake_an_answer_of_a_block_in_flight(monkeypat
     behind it."""
     owner_held = HeldOwner(monkeypatch)
     routed = _routed(monkeypatch)
-    async with workers_in_process(CONFIG) as (owner, front):
-        async with open_client(owner.address) as maker:
-            theirs = await maker.create_queue(snd_secure=False)
-        async with open_client(front.address) as client, open_client(
-                front.address) as sender:
-            mine = await client.create_queue(snd_secure=False)
-            assert not any(await client.subscribe_many([mine, theirs]))
-            delivered = {}
-            for queue in (mine, theirs):
-                await sender.send(queue.sender_id, b"first")
-            with trio.fail_after(10):
-                while len(delivered) < 2:
-                    event = await client.next_event()
-                    assert isinstance(event, MessageEvent)
-                    delivered[event.recipient_id] = event.msg_id
-            owner_held.hold()
-            with trio.fail_after(10):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(client.ack_many, [
-                        (queue, delivered[queue.recipient_id]) for queue in (mine, theirs)])
-                    await owner_held.reached.wait()
-                    await sender.send(mine.sender_id, b"second")
-                    await trio.sleep(0.2)  # the MSG is made while the OK of `mine` waits
-                    owner_held.released.set()
+    async with _mine_and_theirs() as (client, sender, mine, theirs):
+        assert not any(await client.subscribe_many([mine, theirs]))
+        delivered = {}
+        for queue in (mine, theirs):
+            await sender.send(queue.sender_id, b"first")
+        with trio.fail_after(10):
+            while len(delivered) < 2:
                 event = await client.next_event()
-            assert isinstance(event, MessageEvent) and event.body == b"second"
-            ours = [tag for entity, tag in routed if entity == mine.recipient_id]
-            assert ours[-2:] == [b"OK", b"MSG"]
+                assert isinstance(event, MessageEvent)
+                delivered[event.recipient_id] = event.msg_id
+        owner_held.hold()
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.ack_many, [
+                    (queue, delivered[queue.recipient_id]) for queue in (mine, theirs)])
+                await owner_held.reached.wait()
+                await sender.send(mine.sender_id, b"second")
+                await trio.sleep(0.2)  # the MSG is made while the OK of `mine` waits
+                owner_held.released.set()
+            event = await client.next_event()
+        assert isinstance(event, MessageEvent) and event.body == b"second"
+        ours = [tag for entity, tag in routed if entity == mine.recipient_id]
+        assert ours[-2:] == [b"OK", b"MSG"]
 
 
 async def test_a_ping_follows_the_answers_of_the_blocks_before_it(monkeypatch) -> None:
@@ -193,32 +203,27 @@ async def test_a_push_does_not_overtake_the_own_answers_of_a_waiting_block(
     subscribed it, as in one process, and the PONG still comes last."""
     owner_held = HeldOwner(monkeypatch)
     routed = _routed(monkeypatch)
-    async with workers_in_process(CONFIG) as (owner, front):
-        async with open_client(owner.address) as maker:
-            theirs = await maker.create_queue(snd_secure=False)
-        async with open_client(front.address) as client, open_client(
-                front.address) as sender:
-            mine = await client.create_queue(snd_secure=False)
-            client.add_queue(mine)
-            client.add_queue(theirs)
-            owner_held.hold()
-            asked = [(os.urandom(24), LGET(), None)] if gathered else []
-            asked += [(q.recipient_id, SUB(), q.rcv_auth_seed) for q in (mine, theirs)]
-            asked.append((b"", PING(), None))
-            answers = []
-            with trio.fail_after(10):
-                async with trio.open_nursery() as nursery:
-                    async def subscribe() -> None:
-                        answers.extend(await client.commands(asked))
+    async with _mine_and_theirs() as (client, sender, mine, theirs):
+        client.add_queue(mine)
+        client.add_queue(theirs)
+        owner_held.hold()
+        asked = [(os.urandom(24), LGET(), None)] if gathered else []
+        asked += [(q.recipient_id, SUB(), q.rcv_auth_seed) for q in (mine, theirs)]
+        asked.append((b"", PING(), None))
+        answers = []
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                async def subscribe() -> None:
+                    answers.extend(await client.commands(asked))
 
-                    nursery.start_soon(subscribe)
-                    await owner_held.reached.wait()
-                    await sender.send(mine.sender_id, b"meanwhile")
-                    await trio.sleep(0.2)  # the MSG is made while the block waits
-                    owner_held.released.set()
-                event = await client.next_event()
-            assert isinstance(event, MessageEvent) and event.body == b"meanwhile"
-            assert answers == [ERR(AUTH)] * gathered + [SOK(None), SOK(None), PONG()]
-            ours = [tag for entity, tag in routed if entity == mine.recipient_id]
-            assert ours[-2:] == [b"SOK", b"MSG"]
-            assert [tag for _, tag in routed][-1] == b"PONG"
+                nursery.start_soon(subscribe)
+                await owner_held.reached.wait()
+                await sender.send(mine.sender_id, b"meanwhile")
+                await trio.sleep(0.2)  # the MSG is made while the block waits
+                owner_held.released.set()
+            event = await client.next_event()
+        assert isinstance(event, MessageEvent) and event.body == b"meanwhile"
+        assert answers == [ERR(AUTH)] * gathered + [SOK(None), SOK(None), PONG()]
+        ours = [tag for entity, tag in routed if entity == mine.recipient_id]
+        assert ours[-2:] == [b"SOK", b"MSG"]
+        assert [tag for _, tag in routed][-1] == b"PONG"
