@@ -10,7 +10,6 @@ operator looking at the data directory sees where the data is.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from ..durability import atomic_write
 from ..interfaces import StoreError
 from ..kinds import StoreKind, StoreOptions, Stores
 from .bulk import PostgresExport
@@ -120,9 +120,7 @@ def _write_note(store_dir: Path, db: PostgresDatabase) -> None:
     note = f"{redacted(db.url)}\nschema {db.schema}\n"
     path = store_dir / DATABASE_NOTE
     if not path.exists() or path.read_text() != note:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(note)
-        os.replace(tmp, path)
+        atomic_write(path, (note.encode(),))  # the workers sharing the database write it too
 
 
 async def _compact_periodically(queues) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,25 @@ async def test_one_group_commit_round_covers_every_waiter_that_arrived_during_th
         await trio.testing.wait_all_tasks_blocked()
         release.set()
     assert rounds == [1, 5]
+
+
+_WRITER = """
+import sys
+from store.durability import atomic_write
+for n in range(int(sys.argv[2])):
+    atomic_write(sys.argv[1], (sys.argv[3].encode() * 100,))
+"""
+
+
+def test_processes_writing_one_file_at_once_each_replace_it_whole(tmp_path: Path):
+    """Workers starting together write the same file of a shared data directory (its
+    STORE_KIND): each write replaces the file whole, none fails for the other's
+    temporary file, and none is left behind."""
+    target = tmp_path / "STORE_KIND"
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(target), "300", letter],
+                                cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE)
+               for letter in "ab"]
+    errors = [w.communicate(timeout=60)[1] for w in writers]
+    assert [w.returncode for w in writers] == [0, 0], errors
+    assert target.read_bytes() in (b"a" * 100, b"b" * 100)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["STORE_KIND"]
