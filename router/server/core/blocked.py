@@ -9,7 +9,9 @@ long as the process.
 from __future__ import annotations
 
 import base64
+import fcntl
 import logging
+import os
 from pathlib import Path
 
 from store.durability import atomic_write
@@ -32,26 +34,45 @@ class BlockedQueues:
         return self.reasons.get(recipient_id)
 
     def add(self, recipient_id: bytes, reason: str) -> None:
-        self.reasons[recipient_id] = reason
-        self._save()
+        self._change({recipient_id: reason})
 
     def add_many(self, reasons: dict[bytes, str]) -> None:
-        self.reasons.update(reasons)
-        self._save()
+        self._change(reasons)
 
     def remove(self, recipient_id: bytes) -> bool:
-        if self.reasons.pop(recipient_id, None) is None:
+        if recipient_id not in self.reasons:
             return False
-        self._save()
+        self._change({}, recipient_id)
         return True
 
-    def _save(self) -> None:
-        if self._path is None:
-            return
-        atomic_write(self._path, (
-            f"{base64.urlsafe_b64encode(rid).decode()} {reason}\n".encode("ascii")
-            for rid, reason in self.reasons.items()
-        ))
+    def _change(self, added: dict[bytes, str], removed: bytes | None = None) -> None:
+        """Apply the change to the file as it is now, not as this process last saw it:
+        the workers of a shared store (docs/workers.md#stores) keep one data directory,
+        each blocking its own queues, and a file rewritten from one worker's memory
+        would drop the others' blocks. The directory's lock makes each change whole."""
+        path = self._path
+        if path is None:
+            reasons = self.reasons
+            _apply(reasons, added, removed)
+        else:
+            directory = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fcntl.flock(directory, fcntl.LOCK_EX)  # released as it closes
+                reasons = _read(path) if path.exists() else {}
+                _apply(reasons, added, removed)
+                atomic_write(path, (
+                    f"{base64.urlsafe_b64encode(rid).decode()} {reason}\n".encode("ascii")
+                    for rid, reason in reasons.items()
+                ))
+            finally:
+                os.close(directory)
+        self.reasons = reasons
+
+
+def _apply(reasons: dict[bytes, str], added: dict[bytes, str], removed: bytes | None) -> None:
+    reasons.update(added)
+    if removed is not None:
+        reasons.pop(removed, None)
 
 
 def _read(path: Path) -> dict[bytes, str]:
