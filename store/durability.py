@@ -118,23 +118,26 @@ def replace_durably(source: Path, target: Path) -> None:
     fsync_dir(target.parent)
 
 
+def own_temp_suffix() -> str:
+    """A temporary file's suffix of this process's own (`atomic_write`): processes
+    that write one file at once (the workers of a shared data directory, starting
+    together) each write their own, and the last rename wins whole."""
+    return f".{os.getpid()}.tmp"
+
+
 def atomic_write(
-    path: Path | str, chunks: Iterable[bytes], *, temp_suffix: str | None = None,
-    mode: int = 0o666,
+    path: Path | str, chunks: Iterable[bytes], *, temp_suffix: str = ".tmp", mode: int = 0o666
 ) -> int:
     """Replace `path` by `chunks` so that a crash leaves the old file or the whole new one.
 
-    Writes a temporary file beside it, fsyncs it, renames it over `path` and fsyncs
+    Writes `<path><temp_suffix>`, fsyncs it, renames it over `path` and fsyncs
     the directory; returns the size written. On failure the temporary file is
-    removed and `path` is left as it was. The temporary file is `<path>.<pid>.tmp`:
-    processes that write the same file at once (the workers of a shared data
-    directory, starting together) each write their own, and the last rename wins
-    whole; or `<path><temp_suffix>`, a name the caller's recovery looks for, for a
-    file only one process writes.
+    removed and `path` is left as it was. A file that several processes may write at
+    once takes `temp_suffix=own_temp_suffix()`; one process's file keeps one name,
+    which its next write replaces after a crash (a snapshot's is the store's size).
     """
     path = Path(path)
-    suffix = f".{os.getpid()}.tmp" if temp_suffix is None else temp_suffix
-    temp = path.with_name(path.name + suffix)
+    temp = path.with_name(path.name + temp_suffix)
     try:
         size = write_synced(temp, chunks, mode=mode)
         replace_durably(temp, path)

@@ -38,7 +38,7 @@ from typing import Any
 
 import trio
 
-from .durability import FsyncPolicy, atomic_write, replace_durably, sync_tree
+from .durability import FsyncPolicy, atomic_write, own_temp_suffix, replace_durably, sync_tree
 from .interfaces import Message, Party, QueueLinkData, QueueRecord
 from .journal import opener as journal_opener
 from .kinds import (
@@ -182,7 +182,8 @@ async def open_stores(
 
 
 def _write_store_kind(data_dir: Path, kind: str) -> None:
-    atomic_write(data_dir / KIND_FILE, (kind.encode() + b"\n",))
+    # The workers of a shared store mark a fresh directory at once.
+    atomic_write(data_dir / KIND_FILE, (kind.encode() + b"\n",), temp_suffix=own_temp_suffix())
 
 
 # --- migration -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from ..durability import atomic_write
+from ..durability import atomic_write, own_temp_suffix
 from ..interfaces import StoreError
 from ..kinds import StoreKind, StoreOptions, Stores
 from .bulk import PostgresExport
@@ -120,7 +120,8 @@ def _write_note(store_dir: Path, db: PostgresDatabase) -> None:
     note = f"{redacted(db.url)}\nschema {db.schema}\n"
     path = store_dir / DATABASE_NOTE
     if not path.exists() or path.read_text() != note:
-        atomic_write(path, (note.encode(),))  # the workers sharing the database write it too
+        # The workers sharing the database write it too.
+        atomic_write(path, (note.encode(),), temp_suffix=own_temp_suffix())
 
 
 async def _compact_periodically(queues) -> None:

@@ -97,9 +97,9 @@ async def test_one_group_commit_round_covers_every_waiter_that_arrived_during_th
 
 _WRITER = """
 import sys
-from store.durability import atomic_write
+from store.durability import atomic_write, own_temp_suffix
 for n in range(int(sys.argv[2])):
-    atomic_write(sys.argv[1], (sys.argv[3].encode() * 100,))
+    atomic_write(sys.argv[1], (sys.argv[3].encode() * 100,), temp_suffix=own_temp_suffix())
 """
 
 
