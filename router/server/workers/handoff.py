@@ -1596,6 +1596,8 @@ def _split_at_ping(transmissions: list[bytes], version: int
                    ) -> tuple[list[bytes], list[bytes] | None]:
     """The transmissions before the first PING, and that PING with those after it."""
     for i, raw in enumerate(transmissions):
+        if not raw.endswith(b"PING"):  # a PING's command is all its transmission's end
+            continue
         try:
             _, at = entity_and_command_offset(raw, version)
         except ProtocolError:
