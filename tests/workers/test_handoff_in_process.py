@@ -16,6 +16,7 @@ from router.server import RouterConfig
 from router.server.core.ownership import Ownership
 from router.server.workers.channel import Frame
 from router.server.workers.handoff import (
+    _PART_DONE,
     BLOCK,
     OUT,
     OUT_ANSWERED,
@@ -196,6 +197,65 @@ async def test_a_shadow_holds_its_writes_while_it_works_on_a_part() -> None:
         await shadow.send_blocks([b"i"])
     assert links.frames[-1].kind == OUT_ANSWERED and shadow.parts_answered == 0
     assert not shadow.can_send_now()
+
+
+async def test_parts_waiting_together_at_a_shadow_are_answered_in_one_frame(monkeypatch):
+    """Two blocks of a pipelining client for the other worker's queues that reach its
+    shadow before it is served are answered in one frame back (as one process writes a
+    pipelining client's answers in one block), each part's end marked."""
+    async with (
+        workers_in_process(CONFIG) as (owner, front),
+        open_client(owner.address) as maker,
+        open_client(front.address) as client,
+    ):
+        queue = await maker.create_queue(snd_secure=False)
+        await client.send(queue.sender_id, b"the shadow made")
+        shadow = next(conn.transport for conn in owner.router.connections.values()
+                      if isinstance(conn.transport, ShadowTransport))
+        links, back = shadow._handoff.links, []
+        send, send_nowait = links.send, links.send_nowait
+
+        async def recording(peer: int, frame: Frame) -> None:
+            back.append(frame)
+            await send(peer, frame)
+
+        def recording_nowait(peer: int, frame: Frame) -> bool:
+            back.append(frame)
+            return send_nowait(peer, frame)
+
+        monkeypatch.setattr(links, "send", recording)
+        monkeypatch.setattr(links, "send_nowait", recording_nowait)
+        shadow._busy = True  # as while a task serves it: the blocks wait for it
+        async with trio.open_nursery() as nursery:
+            for n in range(2):  # a block each
+                nursery.start_soon(client.send, queue.sender_id, b"%d" % n)
+                with trio.fail_after(5):
+                    while len(shadow._blocks or ()) <= n:
+                        await trio.sleep(0.01)
+            shadow._busy = False
+            shadow._start()
+        answered = [f for f in back if f.kind in (OUT, OUT_ANSWERED)]
+        assert len(answered) == 1
+        assert list(_split(answered[0].payload)).count(_PART_DONE) == 2
+        assert (await maker.info(queue))["qiSize"] == 3  # every SEND stored
+
+
+async def test_a_shadow_about_to_wait_sends_the_parts_it_answered() -> None:
+    """Parts answered and held for the next one's answers go to the front, outside the
+    window, as soon as the pass would wait (for a store, a turn, its window), not after."""
+    links = _RecordingLinksNow()
+    shadow = ShadowTransport(SimpleNamespace(links=links), 1, 7, "test")  # type: ignore[arg-type]
+    shadow.holding = True
+    await shadow.send_blocks([b"a", _PART_DONE])
+    shadow.release_answered()
+    assert links.frames == []  # nothing of a part answered yet: the part's own writes wait
+    shadow.parts_answered = 1
+    shadow.release_answered()
+    assert [(f.kind, list(_split(f.payload))) for f in links.frames] == [
+        (OUT_ANSWERED, [b"a", _PART_DONE])]
+    assert shadow.parts_answered == 0 and shadow.can_send_now() is False  # still holding
+    shadow.release_answered()
+    assert len(links.frames) == 1
 
 
 def test_a_block_goes_by_its_entity_ids_without_its_commands_taken_apart(monkeypatch):

@@ -52,7 +52,8 @@ async def test_parts_for_another_worker_are_answered_without_a_task_each() -> No
 
 
 class _Shadow:
-    """What `_ShadowServers` uses of a `ShadowTransport`: its `_serve_blocks`."""
+    """What `_ShadowServers` uses of a `ShadowTransport`: its `_serve_blocks`, and
+    `release_answered` when that waits."""
 
     def __init__(self, name: str, log: list[str], gate: trio.Event | None = None) -> None:
         self.name, self._log, self._gate = name, log, gate
@@ -67,6 +68,9 @@ class _Shadow:
             await self._gate.wait()
         self._log.append(f"{self.name} done")
         self.serving -= 1
+
+    def release_answered(self) -> None:
+        self._log.append(f"{self.name} waits")
 
 
 async def test_a_shadow_that_waits_holds_up_no_other_and_the_tasks_fall_back() -> None:
@@ -85,6 +89,7 @@ async def test_a_shadow_that_waits_holds_up_no_other_and_the_tasks_fall_back() -
         assert [f"other{n} done" for n in range(3)] == [
             line for line in log if line.startswith("other") and line.endswith("done")]
         assert "waiting done" not in log
+        assert "waiting waits" in log  # told, to send what it answered before waiting
         assert servers.tasks == 2  # one more, when the first one's shadow waited
         # Many shadows waiting at once: a task each, then back to a few idle ones.
         gates = [trio.Event() for _ in range(12)]

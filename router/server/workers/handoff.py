@@ -54,6 +54,7 @@ from collections.abc import (
 )
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -345,7 +346,11 @@ class ShadowServing:
                 else:
                     answers = await self.own.process_transmissions(client, raws)
         finally:
-            transport.holding = False
+            # Another of the front's blocks waits: this part's answers go with its
+            # answers, one frame for both (as one process writes a pipelining client's
+            # answers together, `Connection._answers_wait`), unless the pass waits
+            # first (`ShadowTransport.release_answered`).
+            transport.holding = transport.more_blocks()  # type: ignore[attr-defined]
         answers.append(_PART_DONE)
         transport.parts_answered += 1  # type: ignore[attr-defined]
         return answers
@@ -436,6 +441,20 @@ class ShadowTransport:
         # _PART_DONE mark, `_write_to_front`), a frame less each way per part. The
         # part stays a batch's content, not padded: `ShadowServing` takes it apart.
         return block
+
+    def more_blocks(self) -> bool:
+        """Whether a block of the front's waits to be answered after this one."""
+        return self._blocks is not None and not self._ending
+
+    def release_answered(self) -> None:
+        """The pass answering its blocks is about to wait (for a store, a turn, its
+        window): what it holds of parts answered goes to the front now, in a frame
+        outside the window, rather than after the wait."""
+        held = self._held
+        if held is not None and self.parts_answered and self._handoff.links.send_nowait(
+                self._front_worker, Frame(OUT_ANSWERED, self._front_id, _join(held))):
+            self._held = None
+            self.parts_answered = 0
 
     def _start(self) -> None:
         if not self._busy:
@@ -637,8 +656,9 @@ class _ShadowServers:
         self.tasks += 1
         nursery.start_soon(self._serve)
 
-    def _waits(self) -> None:
-        """The task serving a shadow waits: another takes the shadows queued."""
+    def _waits(self, shadow: ShadowTransport) -> None:
+        """The task serving `shadow` waits: another takes the shadows queued."""
+        shadow.release_answered()
         if self._ready and not self._coming:
             self._call_one()
 
@@ -654,7 +674,8 @@ class _ShadowServers:
             while True:
                 self._coming -= 1
                 while ready:
-                    await noting_waits(ready.popleft()._serve_blocks(), self._waits)
+                    shadow = ready.popleft()
+                    await noting_waits(shadow._serve_blocks(), partial(self._waits, shadow))
                 if len(idle) >= self.IDLE_KEPT:
                     return
                 idle.append(task)
