@@ -10,8 +10,13 @@ statistics summed over the workers, a client's connection found in whichever
 worker it landed on, everything else (its stores, its configuration) the first
 worker's.
 
-Tests of one process only (a listener suspended, figures of the whole router
-read from one `Router`) are marked `one_process` with their reason and
+With `shared_listener` (the edge suite's) the workers take the supervisor's shape
+instead: one listening socket and one admission for all (`in_process.py`
+`workers_sharing_a_listener`), so the caps on connections are the router's, and
+its listener is a `RouterListener`.
+
+Tests of one process only (figures of the whole router read from one `Router`,
+descriptors of one process) are marked `one_process` with their reason and
 deselected at two workers.
 """
 
@@ -244,6 +249,7 @@ class RouterListener:
         return self.admission.limits.max_connections
 
     async def wait_connections_at_most(self, count: int) -> None:
+        # polled: the admission has no event for a close, and tests wait seconds at most
         while self.open_connections > count:
             await trio.sleep(0.01)
 
