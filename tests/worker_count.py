@@ -10,8 +10,13 @@ statistics summed over the workers, a client's connection found in whichever
 worker it landed on, everything else (its stores, its configuration) the first
 worker's.
 
-Tests of one process only (a listener suspended, figures of the whole router
-read from one `Router`) are marked `one_process` with their reason and
+With `shared_listener` (the edge suite's) the workers take the supervisor's shape
+instead: one listening socket and one admission for all (`in_process.py`
+`workers_sharing_a_listener`), so the caps on connections are the router's, and
+its listener is a `RouterListener`.
+
+Tests of one process only (figures of the whole router read from one `Router`,
+descriptors of one process) are marked `one_process` with their reason and
 deselected at two workers.
 """
 
@@ -31,9 +36,15 @@ from router.server import Router, RouterConfig, RouterInfo, open_router, serve_r
 from router.server.core.connection import Connection
 from router.server.core.counters import RouterStatistics
 from router.server.core.ownership import Ownership
+from router.server.edge.listener import EdgeListener
 from router.server.ops.statslog import StatsLog
+from router.server.workers.admission import RouterAdmission
 from router.server.workers.handoff import Handoff
-from router.server.workers.in_process import shared_identity_dir, workers_in_process
+from router.server.workers.in_process import (
+    shared_identity_dir,
+    workers_in_process,
+    workers_sharing_a_listener,
+)
 from router.server.workers.layout import worker_config
 from router.server.workers.operations import stats_answer
 from router.server.workers.stats import run_stats_log
@@ -63,16 +74,33 @@ test_workers.__test__ = False  # type: ignore[attr-defined]  # not a test, a rea
 
 
 async def serve_router_under_test(
-    config: RouterConfig, *, task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED
+    config: RouterConfig, *, shared_listener: bool = False,
+    task_status: trio.TaskStatus[RouterInfo] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """`serve_router(config)`, or with several workers, the workers behind one port."""
+    """`serve_router(config)`, or with several workers, the workers behind one port:
+    a forwarder's, or with `shared_listener` one listening socket and one admission
+    as under the supervisor (the caps on connections the router's)."""
     workers = test_workers()
     if workers == 1:
         await serve_router(config, task_status=task_status)
         return
+    if shared_listener:
+        await _serve_sharing_a_listener(config, workers, task_status=task_status)
+        return
     # the workers on ports of their own, the one address on the configured port
     async with workers_in_process(replace(config, port=0), workers) as infos:
         await _serve_one_address(config.host, config.port, infos, task_status=task_status)
+
+
+async def _serve_sharing_a_listener(
+    config: RouterConfig, workers: int, *, task_status: trio.TaskStatus[RouterInfo]
+) -> None:
+    async with workers_sharing_a_listener(config, workers) as shared, \
+            trio.open_nursery() as nursery:
+        listeners = [info.listener for info in shared.infos if info.listener is not None]
+        await _report_one_router(nursery, shared.infos, shared.infos[0].port,
+                                 RouterListener(listeners, shared.admission), task_status)
+        await trio.sleep_forever()
 
 
 async def _serve_one_address(
@@ -98,14 +126,23 @@ async def _serve_one_address(
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, forward, port, host=host))
         port = listeners[0].socket.getsockname()[1]
-        routers = WorkerRouters([info.router for info in infos])
-        config = infos[0].router.config
-        if config.stats_log is not None:  # the one log, as the supervisor writes it
-            figures = await nursery.start(run_stats_log, config.stats_log,
-                                          config.stats_interval, len(infos), routers.ask_all)
-            routers.stats_log = figures.stats_log
-        task_status.started(replace(infos[0], port=port, listener=None, router=routers))
+        await _report_one_router(nursery, infos, port, None, task_status)
         await trio.sleep_forever()
+
+
+async def _report_one_router(
+    nursery: trio.Nursery, infos: list[RouterInfo], port: int,
+    listener: RouterListener | None, task_status: trio.TaskStatus[RouterInfo],
+) -> None:
+    """The workers reported as one router on `port`, with its stats log if configured."""
+    routers = WorkerRouters([info.router for info in infos])
+    config = infos[0].router.config
+    if config.stats_log is not None:  # the one log, as the supervisor writes it
+        figures = await nursery.start(run_stats_log, config.stats_log,
+                                      config.stats_interval, len(infos), routers.ask_all)
+        routers.stats_log = figures.stats_log
+    task_status.started(replace(infos[0], port=port, listener=listener,  # type: ignore[arg-type]
+                                router=routers))
 
 
 async def _pump(source: trio.SocketStream, sink: trio.SocketStream,
@@ -178,6 +215,55 @@ class WorkerRouters:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.routers[0], name)
+
+
+class RouterListener:
+    """The workers' listeners on their one socket as the router's one listener, what
+    the edge tests read of it: the counts the router's caps are checked on (its
+    admission's: `admission`, `pending`, `max_connections`), the connections the
+    workers hold and refused summed, suspending and resuming every worker."""
+
+    def __init__(self, listeners: list[EdgeListener], admission: RouterAdmission) -> None:
+        self.listeners = listeners
+        self.admission = admission
+        self.limits = listeners[0].limits
+        self.port = listeners[0].port
+
+    @property
+    def open_connections(self) -> int:
+        """A connection counts from its accept in a worker until the admission has
+        heard of its end (a worker tells it after closing)."""
+        held = sum(listener.open_connections for listener in self.listeners)
+        return max(held, self.admission.open)
+
+    @property
+    def pending(self) -> int:
+        return self.admission.pending
+
+    @property
+    def refused(self) -> int:
+        return sum(listener.refused for listener in self.listeners)
+
+    @property
+    def max_connections(self) -> int:
+        return self.admission.limits.max_connections
+
+    async def wait_connections_at_most(self, count: int) -> None:
+        # polled: the admission has no event for a close, and tests wait seconds at most
+        while self.open_connections > count:
+            await trio.sleep(0.01)
+
+    @property
+    def suspended(self) -> bool:
+        return all(listener.suspended for listener in self.listeners)
+
+    def suspend(self) -> None:
+        for listener in self.listeners:
+            listener.suspend()
+
+    def resume(self) -> None:
+        for listener in self.listeners:
+            listener.resume()
 
 
 class _SubscriptionsSummed:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import os
 import struct
+from contextlib import AbstractAsyncContextManager
 
+import loopback_router
 import trio
-from loopback_router import running_router as running_router  # the tests' one way
 
 from router.client import SMPClient, open_client
 from router.server import RouterInfo
@@ -16,6 +17,13 @@ from router.server.edge.listener import EdgeListener
 
 OP_CONT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x2, 0x8, 0x9, 0xA
 SERVED_WITHIN = 10.0  # seconds a well-behaved client may need on a loaded 2-core machine
+
+
+def running_router(**settings: object) -> AbstractAsyncContextManager[RouterInfo]:
+    """The tests' router (loopback_router.py); at several workers, the supervisor's
+    shape: one listening socket and the router's caps on connections kept for every
+    worker (worker_count.py `RouterListener` is then its `listener`)."""
+    return loopback_router.running_router(shared_listener=True, **settings)
 
 
 def listener(info: RouterInfo) -> EdgeListener:

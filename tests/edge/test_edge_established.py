@@ -1,6 +1,7 @@
 """One address cannot take every connection slot with established idle connections:
 connections are capped per address, in a router process whose descriptor limit is
-lowered so that its whole connection cap is a couple of hundred."""
+lowered so that its whole connection cap is a couple of hundred (at two workers,
+the cap per address is the router's, kept by the admission of both)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from router.protocol.block import pad_block
 from router.protocol.handshake import SMP_VERSION_MAX, ClientHello, encode_client_hello
 
 HELPER = Path(__file__).with_name("limited_router.py")
-NOFILE = 256  # the router's connection cap becomes 256 - 64 = 192
+NOFILE = 256  # a worker's connection cap becomes 256 - 64 = 192
 PER_ADDRESS = 16
 ATTACKER = "127.0.0.2"
-ATTEMPTS = 220  # more than the whole cap
+ATTEMPTS = 220  # more than a worker's whole cap
 PROBES = 30
 SETTLE = 5.0  # seconds for the router to end the probes' connections
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 from edge_helpers import SERVED_WITHIN, exchange, read_response_head, upgrade_request
 
@@ -36,6 +37,8 @@ async def collect(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
         into += data
 
 
+@pytest.mark.one_process("a router of one process out of descriptors: workers under the "
+                         "supervisor each have their own, the suites' share one process's")
 async def test_out_of_descriptors_established_clients_go_on_and_new_ones_follow():
     process = await trio.lowlevel.open_process(
         [sys.executable, str(HELPER), str(NOFILE)],

@@ -19,11 +19,11 @@ from ..settings.config import (
     WILDCARD_HOSTS,
     RouterConfig,
 )
-from ..workers.admission import SharedAdmission
-from ..workers.handoff import Handoff, group_of_supervisor
+from ..workers.handoff import group_of_supervisor
 from ..workers.layout import worker_config
 from ..workers.operations import serve_operations
 from ..workers.seat import WorkerSeat, stop_when_supervisor_gone
+from ..workers.worker_router import start_worker_router
 from .lifecycle import SIGNALS, Reload, Reloaded, run_until_stopped
 
 log = logging.getLogger("smp-router")
@@ -38,18 +38,10 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
                 info: RouterInfo = await nursery.start(serve_router, config)
             else:
                 group = group_of_supervisor(os.getppid())
-                handoff = Handoff(seat.ownership, group)
-                await nursery.start(handoff.run)
                 # The router's caps and operation ports are the supervisor's (docs/workers.md).
-                admission = SharedAdmission(group, seat.ownership.workers)
-                await nursery.start(admission.run)
-                info = await nursery.start(partial(
-                    serve_router, worker_config(config, seat.ownership),
-                    ownership=seat.ownership, listening=seat.listening_socket(),
-                    identity_dir=seat.identity_dir or config.data_dir,
-                    prepare=partial(_prepare_worker, handoff, admission),
-                    shared_admission=admission,
-                ))
+                info = await start_worker_router(
+                    nursery, config, seat.ownership, group,
+                    seat.identity_dir or config.data_dir, seat.listening_socket())
                 await nursery.start(partial(serve_operations, info.router, group, seat.index,
                                             metrics=config.metrics_port is not None))
                 nursery.start_soon(stop_when_supervisor_gone, nursery.cancel_scope)
@@ -64,13 +56,6 @@ async def serve(config: RouterConfig, reload: Reload, seat: WorkerSeat | None = 
             print(ready_line(info), flush=True)
             await run_until_stopped(info, reload, show_information, signals)
             nursery.cancel_scope.cancel()
-
-
-def _prepare_worker(handoff: Handoff, admission: SharedAdmission, router: Router) -> None:
-    """A worker's router before it accepts: its hand-offs, and the router's NEW budgets
-    borrowed from the supervisor (core/limits.py)."""
-    handoff.install(router)
-    router.commands.borrow_new_budgets_from(admission)
 
 
 def _worker_reload(reload: Reload, seat: WorkerSeat) -> Reload:

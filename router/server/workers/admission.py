@@ -51,7 +51,8 @@ import trio
 from ..core.limits import GRANT_BATCH, Loan, RouterBudgets
 from ..edge.admission import Admission, AdmissionLimits, Refused, Ticket
 from ..edge.block_stream import STREAM_GONE
-from ..edge.listener import EVICTION_LOG_INTERVAL
+from ..edge.listener import EVICTION_LOG_INTERVAL, connection_cap
+from ..settings.config import RouterConfig
 from .channel import with_queued
 
 log = logging.getLogger(__name__)
@@ -185,6 +186,26 @@ async def serve_admission(
             while True:
                 sock, _ = await listener.accept()
                 nursery.start_soon(_serve_worker, admission, sock)
+
+
+async def serve_router_admission(
+    group: str, config: RouterConfig,
+    *, task_status: trio.TaskStatus[RouterAdmission] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """`serve_admission` with the router's caps and NEW budgets of `config` (the
+    supervisor's, or the one of workers in one process: in_process.py)."""
+    await serve_admission(group, router_admission_limits(config), RouterBudgets(config),
+                          task_status=task_status)
+
+
+def router_admission_limits(config: RouterConfig) -> AdmissionLimits:
+    """The listener's caps for the router as a whole: its total of connections at most
+    what the workers' descriptor limits allow together."""
+    limits = config.edge_limits()
+    return AdmissionLimits(
+        limits.max_pending, limits.max_pending_per_address,
+        min(limits.max_connections, config.workers * connection_cap(limits)),
+        limits.max_connections_per_address)
 
 
 async def _serve_worker(admission: RouterAdmission, sock: trio.socket.SocketType) -> None:

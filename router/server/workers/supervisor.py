@@ -32,12 +32,11 @@ import trio
 
 from ..core.limits import RouterBudgets, new_queue_limits
 from ..core.ownership import Ownership
-from ..edge.admission import AdmissionLimits
 from ..edge.identity import load_or_create_identity
 from ..edge.listen import naming_address
-from ..edge.listener import bind_listening_socket, connection_cap
+from ..edge.listener import bind_listening_socket
 from ..settings.config import RouterConfig, StartupError
-from .admission import serve_admission
+from .admission import serve_router_admission
 from .handoff import group_of_supervisor
 from .operator import SupervisedRouter, start_router_ports
 from .seat import IDENTITY_ENV, WORKER_ENV, WorkerSeat
@@ -221,9 +220,7 @@ async def supervise(
             async with trio.open_nursery() as nursery:
                 # The router's caps on connections, asked by every worker (admission.py).
                 group = group_of_supervisor(os.getpid())
-                admission = await nursery.start(serve_admission, group,
-                                                router_admission_limits(config),
-                                                RouterBudgets(config))
+                admission = await nursery.start(serve_router_admission, group, config)
                 for worker in workers:
                     nursery.start_soon(worker.keep_running)
                 for worker in workers:
@@ -249,16 +246,6 @@ async def supervise(
                         await figures.collect_final()
                 await _stop_all(workers)
                 nursery.cancel_scope.cancel()
-
-
-def router_admission_limits(config: RouterConfig) -> AdmissionLimits:
-    """The listener's caps for the router as a whole: its total of connections at most
-    what the workers' descriptor limits allow together."""
-    limits = config.edge_limits()
-    return AdmissionLimits(
-        limits.max_pending, limits.max_pending_per_address,
-        min(limits.max_connections, config.workers * connection_cap(limits)),
-        limits.max_connections_per_address)
 
 
 async def _stop_all(workers: list[WorkerProcess]) -> None:
