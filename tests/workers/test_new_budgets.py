@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import signal
 from contextlib import AsyncExitStack
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -16,7 +17,13 @@ from supervised import serving
 
 from router.client import open_client
 from router.server.core import limits
-from router.server.core.limits import GRANT_BATCH, Loan, NewQueueLimits, RouterBudgets
+from router.server.core.limits import (
+    GRANT_BATCH,
+    Loan,
+    NewQueueLimits,
+    RouterBudgets,
+    give_back_old_grants,
+)
 from router.server.edge.admission import AdmissionLimits
 from router.server.settings.config import RouterConfig
 from router.server.workers.admission import SharedAdmission, serve_admission
@@ -162,6 +169,26 @@ async def test_two_workers_together_never_exceed_the_routers_budget(monkeypatch)
         nursery.cancel_scope.cancel()
 
 
+async def test_a_grant_unused_goes_back_with_no_new_in_its_worker(monkeypatch):
+    """Tokens a worker holds for an address go back once old even if no NEW of any
+    client comes to that worker again (`give_back_old_grants`, which each worker runs):
+    a client of the address on the other worker gets them."""
+    monkeypatch.setattr(limits, "GRANT_LIFETIME", 0.2)
+    monkeypatch.setattr(limits, "REFUSAL_LIFETIME", 0.2)
+    config = RouterConfig(new_queue_address_rate=0.001, new_queue_address_burst=GRANT_BATCH)
+    async with trio.open_nursery() as nursery:
+        _, (first, second) = await two_workers(nursery, config)
+        assert await allowed(first, 1) == 1  # the first holds the rest of its batch
+        assert await allowed(second, 1) == 0
+        await trio.sleep(0.5)
+        assert await allowed(second, 1) == 0  # only a NEW of the first's gave them back
+        nursery.start_soon(give_back_old_grants,
+                           SimpleNamespace(give_back_old_grants=first.give_back_old))
+        await trio.sleep(0.5)
+        assert await allowed(second, GRANT_BATCH) == GRANT_BATCH - 1
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_worker_that_dies_loses_its_grant_and_makes_no_tokens():
     group = secrets.token_hex(8)
     budgets = RouterBudgets(CONFIG)
@@ -222,19 +249,28 @@ async def test_no_supervisor_is_a_refusal():
     assert await NewQueueLimits(CONFIG, 2, link).allow(Conn(), "10.0.0.1:1") is False
 
 
+async def clients_on_both_workers(r, stack: AsyncExitStack) -> list:
+    """Clients of the router `r` until one landed on each of its two workers; the first
+    and the last are on different ones."""
+    clients = []
+    for _ in range(40):
+        clients.append(await stack.enter_async_context(open_client(r.address)))
+        (listed,) = await control(r.control_port, "clients")
+        if set(workers_of(listed)) == {0, 1}:
+            return clients
+    raise AssertionError(f"every connection landed on one worker: {listed}")
+
+
+def budget_args(burst: int) -> tuple[str, ...]:
+    return ("--store", "memory", "--new-queues-per-second-per-address", "0.001",
+            "--new-queues-burst-per-address", str(burst))
+
+
 async def test_two_workers_of_the_command_line_give_one_address_its_whole_burst(tmp_path):
     burst = 6
-    async with operated(tmp_path, "--store", "memory", "--new-queues-per-second-per-address",
-                        "0.001", "--new-queues-burst-per-address", str(burst)) as r:
+    async with operated(tmp_path, *budget_args(burst)) as r:
         async with AsyncExitStack() as stack:
-            clients = []
-            for _ in range(40):  # a client on each worker
-                clients.append(await stack.enter_async_context(open_client(r.address)))
-                (listed,) = await control(r.control_port, "clients")
-                if set(workers_of(listed)) == {0, 1}:
-                    break
-            else:
-                raise AssertionError(f"every connection landed on one worker: {listed}")
+            clients = await clients_on_both_workers(r, stack)
             created = []
             for client in (clients[0], clients[-1]):  # the whole burst in the first's worker
                 created.append(0)
@@ -247,6 +283,19 @@ async def test_two_workers_of_the_command_line_give_one_address_its_whole_burst(
             assert created == [burst, 0]  # not burst / 2 in each worker
         (stats,) = await control(r.control_port, "stats")
         assert f"new_queues_rate_limited: {burst + 2}" in stats
+
+
+async def test_the_tokens_a_worker_holds_unused_reach_the_other_without_its_news(tmp_path):
+    """Through the command line: one NEW in a worker borrows a batch; the rest, unused
+    there, is the other worker's client's once the grant is old, without another NEW in
+    the first worker."""
+    async with operated(tmp_path, *budget_args(GRANT_BATCH)) as r:
+        async with AsyncExitStack() as stack:
+            clients = await clients_on_both_workers(r, stack)
+            assert await created(clients[0], 1) == 1
+            assert await created(clients[-1], 1) == 0  # held by the first's worker
+            await trio.sleep(2 * limits.GRANT_LIFETIME + limits.REFUSAL_LIFETIME + 0.2)
+            assert await created(clients[-1], GRANT_BATCH) == GRANT_BATCH - 1
 
 
 def limits_ini(path, burst: int) -> None:

@@ -196,6 +196,10 @@ class Commands:
         self._new_limits = NewQueueLimits(self._context.config, self._context.ownership.workers,
                                           lender)
 
+    def give_back_old_grants(self) -> None:
+        """A worker's NEW grants past their lifetime back to the supervisor (limits.py)."""
+        self._new_limits.give_back_old()
+
     def reconfigure(self, config: RouterConfig) -> None:
         """Commands from now on follow `config` (quota, passwords, the NEW limits)."""
         old = self._context.config

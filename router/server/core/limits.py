@@ -15,7 +15,8 @@ and router buckets are the supervisor's (`RouterBudgets`), the truth for the
 router as a whole: a worker borrows a batch of tokens (a grant: each token one of
 the address's bucket and one of the router's) when the grant it holds for the
 client's address is spent or older than `GRANT_LIFETIME`, one round trip only
-then, and gives back what it did not use (at its first NEW after that lifetime).
+then, and gives back what it did not use once that lifetime is over (at its next NEW,
+or within another lifetime without one: `give_back_old_grants`).
 So every NEW uses a token of the supervisor's buckets, and a client whose NEWs all
 land in one worker gets the whole budget; over any period the router allows what
 one process allows plus the tokens the workers held unused when it began, at most
@@ -104,7 +105,7 @@ ADDRESS_BUCKETS_KEPT = 4096  # per-address buckets past which the full ones are 
 
 
 BORROW_TIMEOUT = 5.0  # seconds a NEW waits for the supervisor's grant, then refused
-GRANT_LIFETIME = 1.0  # seconds a grant's tokens may be used; then given back at the next NEW
+GRANT_LIFETIME = 1.0  # seconds a grant's tokens may be used; then given back
 GRANT_BATCH = 8  # tokens a worker borrows at most at once
 GRANTS_KEPT = 4096  # addresses with a grant in a worker, past which the oldest are given back
 REFUSAL_LIFETIME = 1.0  # seconds at most a worker refuses an address's NEWs itself
@@ -190,7 +191,7 @@ class NewQueueLimits:
     async def _granted(self, key: str) -> bool:
         """One token of `key`'s grant, borrowed if the grant is spent or too old
         (module doc)."""
-        self._give_back_old()
+        self.give_back_old()
         grant = self._grant(key)
         while grant.tokens < 1 or grant.taken_at + GRANT_LIFETIME < trio.current_time():
             if grant.borrowing is not None:  # another NEW of this address asks already
@@ -244,7 +245,7 @@ class NewQueueLimits:
             del self._refused[next(iter(self._refused))]
         self._refused[key] = trio.current_time() + min(wait, REFUSAL_LIFETIME)
 
-    def _give_back_old(self) -> None:
+    def give_back_old(self) -> None:
         """Every grant older than GRANT_LIFETIME back to the supervisor, at most once a
         GRANT_LIFETIME: tokens unused here are another worker's to borrow. Refusals
         ended are forgotten."""
@@ -292,6 +293,19 @@ class NewQueueLimits:
                                  _share(config.new_queue_address_burst, self._shares))
             self._addresses[key] = bucket
         return bucket
+
+
+class GrantHolder(Protocol):
+    def give_back_old_grants(self) -> None: ...
+
+
+async def give_back_old_grants(holder: GrantHolder) -> None:
+    """Every GRANT_LIFETIME, the worker's grants older than that back to the supervisor,
+    also when no NEW comes to this worker: unused here, its tokens are another
+    worker's to borrow for the same address."""
+    while True:
+        await trio.sleep(GRANT_LIFETIME)
+        holder.give_back_old_grants()
 
 
 class _Grant:

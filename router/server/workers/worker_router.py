@@ -14,6 +14,7 @@ from pathlib import Path
 
 import trio
 
+from ..core.limits import give_back_old_grants
 from ..core.ownership import Ownership
 from ..router import Router, RouterInfo, serve_router
 from ..settings.config import RouterConfig
@@ -38,11 +39,14 @@ async def start_worker_router(
         admission = SharedAdmission(group, ownership.workers)
         await nursery.start(admission.run)
         prepare = partial(_prepare_worker, handoff, admission)
-    return await nursery.start(partial(
+    info: RouterInfo = await nursery.start(partial(
         serve_router, worker_config(config, ownership), ownership=ownership,
         listening=listening, identity_dir=identity_dir, prepare=prepare,
         shared_admission=admission,
     ))
+    if admission is not None:
+        nursery.start_soon(give_back_old_grants, info.router.commands)
+    return info
 
 
 def _prepare_worker(handoff: Handoff, admission: SharedAdmission, router: Router) -> None:
