@@ -8,7 +8,6 @@ from __future__ import annotations
 import secrets
 import signal
 from contextlib import AsyncExitStack
-from types import SimpleNamespace
 
 import pytest
 import trio
@@ -182,8 +181,7 @@ async def test_a_grant_unused_goes_back_with_no_new_in_its_worker(monkeypatch):
         assert await allowed(second, 1) == 0
         await trio.sleep(0.5)
         assert await allowed(second, 1) == 0  # only a NEW of the first's gave them back
-        nursery.start_soon(give_back_old_grants,
-                           SimpleNamespace(give_back_old_grants=first.give_back_old))
+        nursery.start_soon(give_back_old_grants, first.give_back_old)
         await trio.sleep(0.5)
         assert await allowed(second, GRANT_BATCH) == GRANT_BATCH - 1
         nursery.cancel_scope.cancel()

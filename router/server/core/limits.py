@@ -41,6 +41,7 @@ The memory store's cap on stored message bytes is answered
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
@@ -295,17 +296,13 @@ class NewQueueLimits:
         return bucket
 
 
-class GrantHolder(Protocol):
-    def give_back_old_grants(self) -> None: ...
-
-
-async def give_back_old_grants(holder: GrantHolder) -> None:
-    """Every GRANT_LIFETIME, the worker's grants older than that back to the supervisor,
-    also when no NEW comes to this worker: unused here, its tokens are another
-    worker's to borrow for the same address."""
+async def give_back_old_grants(give_back_old: Callable[[], None]) -> None:
+    """Every GRANT_LIFETIME, the worker's grants older than that back to the supervisor
+    (`give_back_old`), also when no NEW comes to this worker: unused here, its tokens
+    are another worker's to borrow for the same address."""
     while True:
         await trio.sleep(GRANT_LIFETIME)
-        holder.give_back_old_grants()
+        give_back_old()
 
 
 class _Grant:

@@ -45,7 +45,7 @@ async def start_worker_router(
         shared_admission=admission,
     ))
     if admission is not None:
-        nursery.start_soon(give_back_old_grants, info.router.commands)
+        nursery.start_soon(give_back_old_grants, info.router.commands.give_back_old_grants)
     return info
 
 
