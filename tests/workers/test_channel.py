@@ -7,7 +7,8 @@ import os
 
 import trio
 
-from router.server.workers.channel import Frame, Links, _FrameReader, _Unwritten
+from router.server.workers import channel
+from router.server.workers.channel import Frame, Links, _FrameReader
 
 
 async def test_a_link_lost_while_its_writer_takes_a_batch_ends_the_link_not_the_worker():
@@ -68,19 +69,27 @@ async def test_frames_cut_anywhere_by_the_reads_come_out_whole_and_in_order():
     assert all(type(frame.payload) is bytes for frame in received)
 
 
-async def test_a_frame_written_in_part_by_its_sender_goes_on_before_the_next_ones():
-    """A frame is written by the task that sends it when nothing waits for the link's
-    writer; one larger than the socket takes at once is written in part, its rest goes
-    to the writer first, and the frames sent meanwhile follow it, whole and in order."""
-    group = f"channel-part-{os.getpid()}"
+async def test_frames_queued_in_one_pass_of_the_scheduler_go_in_one_write(monkeypatch):
+    """Frames sent by several tasks before the link's writer runs go to the socket in
+    one write, whole and in order, a large one written in part among them."""
+    group = f"channel-batch-{os.getpid()}"
     received: list[Frame] = []
+    writes: list[int] = []
+    send_on = channel._send_on
+
+    async def counted(sock, data: bytes) -> None:
+        writes.append(len(data))
+        await send_on(sock, data)
+
+    monkeypatch.setattr(channel, "_send_on", counted)
 
     async def on_frame(peer: int, frame: Frame) -> None:
         received.append(frame)
 
     sender = Links(group, 0, 2, on_frame, lambda peer: None)
     receiver = Links(group, 1, 2, on_frame, lambda peer: None)
-    large = bytes(range(256)) * 3_500  # ~900 KB: more than a socket's buffer
+    large = bytes(range(256)) * 3_500  # ~900 KB: more than a socket's buffer takes at once
+    small = [Frame(3, n, b"%d" % n) for n in range(20)]
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             await nursery.start(receiver.run)
@@ -88,45 +97,21 @@ async def test_a_frame_written_in_part_by_its_sender_goes_on_before_the_next_one
             await sender.send(1, Frame(1, 1, b"opens the link"))
             while not received:
                 await trio.sleep(0.01)
-            assert sender._unwritten[1].frames == 0  # written by its sender, not queued
-            assert sender.send_nowait(1, Frame(2, 2, large))
-            assert sender._unwritten[1].frames == 1  # its rest, for the writer
-            small = [Frame(3, n, b"%d" % n) for n in range(20)]
-            for frame in small:
-                assert sender.send_nowait(1, frame)
+            writes.clear()
+
+            async def send_some(frames: list[Frame]) -> None:
+                for frame in frames:
+                    assert sender.send_nowait(1, frame)
+
+            async with trio.open_nursery() as senders:  # no pass of the writer between
+                senders.start_soon(send_some, small[:10])
+                senders.start_soon(send_some, [Frame(2, 2, large), *small[10:]])
             while len(received) < 22:
                 await trio.sleep(0.01)
-            assert received[1] == Frame(2, 2, large)
-            assert received[2:] == small
-            assert sender._unwritten[1].frames == 0
+            # One write of them all (the socket taking it in parts), none by a sender.
+            assert writes == [sum(len(f.encode()) for f in [Frame(2, 2, large), *small])]
+            first_task = [f for f in received[1:] if f in small[:10]]
+            second_task = [f for f in received[1:] if f not in small[:10]]
+            assert first_task == small[:10]  # each task's frames whole and in its order
+            assert second_task == [Frame(2, 2, large), *small[10:]]
             nursery.cancel_scope.cancel()
-
-
-class _FillingSocket:
-    """A socket that takes `room` bytes of the first write, then everything."""
-
-    def __init__(self, room: int) -> None:
-        self.room: int | None = room
-        self.written: list[bytes] = []
-
-    def sendmsg(self, buffers: tuple[bytes, ...]) -> int:
-        data = b"".join(buffers)
-        taken = data if self.room is None else data[:self.room]
-        self.room = None
-        self.written.append(taken)
-        return len(taken)
-
-
-def test_while_the_rest_of_a_frame_waits_for_the_writer_the_next_frames_wait_too():
-    sock = _FillingSocket(room=100)
-    unwritten = _Unwritten(sock)  # type: ignore[arg-type]
-    queue, for_writer = trio.open_memory_channel[Frame | bytes](8)
-    first, second = Frame(2, 1, b"a" * 1_000), Frame(2, 1, b"b" * 10)
-    assert unwritten.write_now(first, queue)
-    assert for_writer.receive_nowait() == first.encode()[100:]  # its rest, for the writer
-    assert unwritten.frames == 1
-    assert not unwritten.write_now(second, queue)  # the socket has room, but not its turn
-    assert sock.written == [first.encode()[:100]]
-    unwritten.frames = 0  # the writer wrote it
-    assert unwritten.write_now(second, queue)
-    assert sock.written[-1] == second.encode()

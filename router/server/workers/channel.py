@@ -77,8 +77,7 @@ class Links:
         self.group, self.index, self.workers = group, index, workers
         self._on_frame = on_frame
         self._on_peer_lost = on_peer_lost
-        self._outgoing: dict[int, trio.MemorySendChannel[Frame | bytes]] = {}
-        self._unwritten: dict[int, _Unwritten] = {}  # per link, beside its queue
+        self._outgoing: dict[int, trio.MemorySendChannel[Frame]] = {}
         self._opening: dict[int, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -100,11 +99,7 @@ class Links:
         channel = self._outgoing.get(peer)
         if channel is None:
             channel = await self._open(peer)
-        unwritten = self._unwritten[peer]
-        if unwritten.write_now(frame, channel):
-            return
         try:
-            unwritten.frames += 1
             try:
                 # Queued at once when there is room: no pass of the scheduler per frame.
                 channel.send_nowait(frame)
@@ -119,17 +114,13 @@ class Links:
         channel = self._outgoing.get(peer)
         if channel is None:
             return False
-        unwritten = self._unwritten[peer]
-        if unwritten.write_now(frame, channel):
-            return True
         try:
             channel.send_nowait(frame)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             return False
-        unwritten.frames += 1
         return True
 
-    async def _open(self, peer: int) -> trio.MemorySendChannel[Frame | bytes]:
+    async def _open(self, peer: int) -> trio.MemorySendChannel[Frame]:
         opening = self._opening.get(peer)
         if opening is not None:  # another task opens it: wait for that one
             await opening.wait()
@@ -140,12 +131,10 @@ class Links:
         self._opening[peer] = opening = trio.Event()
         try:
             stream = await self._connect(peer)
-            send, receive = trio.open_memory_channel[Frame | bytes](LINK_QUEUE)
+            send, receive = trio.open_memory_channel[Frame](LINK_QUEUE)
             self._outgoing[peer] = send
-            self._unwritten[peer] = unwritten = _Unwritten(_plain_socket(stream))
             assert self._nursery is not None, "links are used while they run"
-            self._nursery.start_soon(self._write_link, peer, stream, send, receive,
-                                     unwritten)
+            self._nursery.start_soon(self._write_link, peer, stream, send, receive)
             return send
         finally:
             del self._opening[peer]
@@ -178,22 +167,23 @@ class Links:
         raise LinkLost(f"worker {peer} cannot be reached")
 
     async def _write_link(self, peer: int, stream: trio.SocketStream,
-                          channel: trio.MemorySendChannel[Frame | bytes],
-                          frames: trio.MemoryReceiveChannel[Frame | bytes],
-                          unwritten: _Unwritten) -> None:
-        sock = unwritten.sock
+                          channel: trio.MemorySendChannel[Frame],
+                          frames: trio.MemoryReceiveChannel[Frame]) -> None:
+        sock = _plain_socket(stream)
         try:
             async with stream, frames:
                 async for frame in frames:
-                    # What else is queued goes in the same write; each payload is copied
-                    # once, into it (a frame's own bytes would be a copy more).
-                    batch = with_queued(frame, frames)
-                    data = b"".join(_pieces(batch))
+                    # The writer runs after the tasks that queued frames in this pass of
+                    # the scheduler: what they all queued goes in one write (under load,
+                    # ~5 frames), one wake-up of the peer. A frame written by its sender
+                    # at once cost a write and a wake-up each: more CPU per message and
+                    # backed-up links (bench/RESULTS.md, "Worker processes"). Each
+                    # payload is copied once, into the write.
+                    data = b"".join(_pieces(with_queued(frame, frames)))
                     if sock is None:
                         await stream.send_all(data)
                     else:
                         await _send_on(sock, data)
-                    unwritten.frames = max(0, unwritten.frames - len(batch))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             log.warning("the link to worker %d broke", peer)
         finally:
@@ -204,7 +194,6 @@ class Links:
         """The peer is gone: its link is dropped (the next send opens a new one, to
         its restarted process) and what depended on it ends."""
         channel = self._outgoing.pop(peer, None)
-        self._unwritten.pop(peer, None)
         if channel is not None:
             channel.close()
         self._on_peer_lost(peer)
@@ -285,44 +274,10 @@ async def _send_on(sock: socket.socket, data: bytes) -> None:
                 pass
 
 
-def _pieces(frames: list[Frame | bytes]) -> Iterator[bytes]:
+def _pieces(frames: list[Frame]) -> Iterator[bytes]:
     for frame in frames:
-        if isinstance(frame, bytes):  # the rest of a frame written in part (_Unwritten)
-            yield frame
-        else:
-            yield frame.header()
-            yield frame.payload
-
-
-class _Unwritten:
-    """A link's frames given to its writing task and not written yet. With none, a
-    frame is written at once by the task that sends it, when the socket takes it
-    (most do): no wake-up of the writer, no pass of the scheduler; else it goes to the
-    writer, behind the others, so frames keep their order."""
-
-    __slots__ = ("sock", "frames")
-
-    def __init__(self, sock: socket.socket | None) -> None:
-        self.sock = sock
-        self.frames = 0
-
-    def write_now(self, frame: Frame, queue: trio.MemorySendChannel[Frame | bytes]) -> bool:
-        """True if `frame` is written, or its rest first in `queue` (its writer's)."""
-        sock = self.sock
-        if self.frames or sock is None:
-            return False
-        header = frame.header()
-        try:
-            sent = sock.sendmsg((header, frame.payload))
-        except OSError:  # full (BlockingIOError), or broken: the writer finds out
-            return False
-        if sent < len(header) + len(frame.payload):
-            try:
-                queue.send_nowait((header + frame.payload)[sent:])
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                return True  # the link is lost (its queue is empty otherwise)
-            self.frames += 1
-        return True
+        yield frame.header()
+        yield frame.payload
 
 
 class _FrameReader:
