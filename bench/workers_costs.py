@@ -21,7 +21,12 @@ and RSS summed over the supervisor and every worker), in one run:
    bytes per idle connection and per idle subscription, each read `SETTLE` after
    the last answer, per process too. Beside them (not instead), with `--settled`
    (the default of a full run), the RSS once more `SETTLED` seconds later: after
-   the router's gc policy has frozen the settled wave and trimmed the heap again.
+   the router's gc policy has frozen the settled wave and trimmed the heap again;
+5. the 50 clients again, every count's router started at once and loaded in turn,
+   `--repeats` times (`RATIO_REPEATS`), the order reversed every other time: each
+   count's CPU per message over the first count's, run beside run, and their median.
+   One loaded run of each count (step 3) moved that ratio by more than a change to the
+   router did (bench/RESULTS.md, "Worker processes").
 
 `--memory-only` runs the memory phase alone.
 
@@ -77,6 +82,7 @@ IDLE_SUBSCRIPTIONS, QUICK_IDLE_SUBSCRIPTIONS = 50_000, 400  # ~50 a connection, 
 SETTLE = 1.0  # seconds before reading RSS, so the last answers are written
 SETTLED = 11.0  # seconds more: the gc policy's settled wave (10 s) is frozen and trimmed
 LOAD_PROCESSES = 2
+RATIO_REPEATS = 5  # loaded runs of each count's router, in turn (`interleaved`)
 STORE = "memory"
 
 
@@ -197,7 +203,7 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
         out: Path | None = None, loaded_only: bool = False, clients: int | None = None,
         memory_only: bool = False, settled: bool | None = None,
         connections: int | None = None, subscriptions: int | None = None,
-        rate: float | None = None) -> list[dict[str, Any]]:
+        rate: float | None = None, repeats: int = RATIO_REPEATS) -> list[dict[str, Any]]:
     duration = duration or (QUICK_DURATION if quick else DURATION)
     clients = clients or (CLIENTS if loaded_only or not quick else QUICK_CLIENTS)
     connections = connections or (QUICK_IDLE_CONNECTIONS if quick else IDLE_CONNECTIONS)
@@ -223,20 +229,60 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
             entry["memory"] = memory_count(workers, Path(tmp), connections=connections,
                                            subscriptions=subscriptions, settled=settled)
             results.append(entry)
+    ratios: dict[str, Any] | None = None
+    if not loaded_only and not memory_only and len(counts) > 1:
+        harness.log(f"workers_costs: {clients} clients again, every count's router loaded "
+                    f"in turn, {repeats} times")
+        ratios = interleaved_ratios(counts, interleaved(
+            {"this": HERE}, counts=counts, clients=clients, duration=duration,
+            repeats=repeats, rate=rate))
     if loaded_only:
         text = loaded_table(results)
     else:
         text = memory_table(results)
         if not memory_only:
             text = table(results) + "\n" + text
+        if ratios is not None:
+            text += "\n" + ratios_table(ratios)
     harness.write_results("workers_costs", {"parameters": {
         "loaded_only": loaded_only,
         "counts": counts, "store": STORE, "clients": clients, "duration": duration,
         "rate": rate, "queues_per_recipient": QUEUES_PER_RECIPIENT, "sender_window": SENDER_WINDOW,
         "light_rate": LIGHT_RATE, "idle_connections": connections,
-        "idle_subscriptions": subscriptions}, "results": results}, text, out)
+        "idle_subscriptions": subscriptions, "repeats": repeats}, "results": results,
+        "interleaved": ratios}, text, out)
     print(text)
     return results
+
+
+def interleaved_ratios(counts: tuple[int, ...],
+                       runs: dict[tuple[str, int], list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per count: its CPU per message over the first count's, run beside run."""
+    first = runs[("this", counts[0])]
+    out: dict[str, Any] = {}
+    for workers in counts:
+        these = runs[("this", workers)]
+        ratios = _neighbours(these, first)
+        out[str(workers)] = {
+            "cpu_us_per_msg": [r["cpu_us_per_msg"] for r in these],
+            "msgs_per_s": [r["msgs_per_s"] for r in these],
+            "p99_ms": [r["latency_ms"]["p99"] for r in these],
+            "x_first": ratios,
+            "x_first_median": statistics.median(ratios) if ratios else None}
+    return out
+
+
+def ratios_table(ratios: dict[str, Any]) -> str:
+    first = next(iter(ratios))
+    rows = [[workers, _f(statistics.median(r["cpu_us_per_msg"]), 0),
+             ", ".join(_f(v, 0) for v in r["cpu_us_per_msg"]),
+             _f(r["x_first_median"], 2), ", ".join(f"{v:.2f}" for v in r["x_first"]),
+             _f(statistics.median(r["msgs_per_s"]), 0),
+             ", ".join(_f(v, 0) for v in r["p99_ms"])] for workers, r in ratios.items()]
+    return harness.md_table(
+        ["workers (50 clients, loaded in turn)", "CPU us/msg (median)", "each run",
+         f"x {first} worker(s): median", "each run beside its neighbour", "msg/s (median)",
+         "loaded p99 ms, each run"], rows)
 
 
 def _x(value: float | None, base: float | None) -> str:
@@ -296,10 +342,12 @@ def loaded_table(results: list[dict[str, Any]]) -> str:
         rows)
 
 
-def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: float,
-            repeats: int, out: Path | None, rate: float | None = None) -> dict[str, Any]:
-    """The loaded phase on TREE's router and this checkout's, side by side (`--base`)."""
-    trees = {"base": base.resolve(), "this": HERE}
+def interleaved(trees: dict[str, Path], *, counts: tuple[int, ...], clients: int,
+                duration: float, repeats: int, rate: float | None = None,
+                ) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The loaded phase on every tree's router at every count, all started at once and
+    loaded in turn, `repeats` times, the order reversed every other time: a machine
+    shared with other work moves single figures by 10-20 %, neighbours in time less."""
     setups = [(name, workers) for workers in counts for name in trees]
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {setup: [] for setup in setups}
     pairs = max(1, clients // 2)
@@ -315,12 +363,27 @@ def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: floa
             loads[(name, workers)] = (router, _loaded(router, group, pairs,
                                                       QUEUES_PER_RECIPIENT))
         for repeat in range(repeats):
-            first = "base" if repeat % 2 == 0 else "this"
-            for setup in sorted(setups, key=lambda s: (s[1], s[0] != first)):
+            for setup in (setups if repeat % 2 == 0 else setups[::-1]):
                 router, load = loads[setup]
                 runs[setup].append(_measure(router, load, duration, rate))
                 harness.log(f"workers_costs: {setup[0]} --workers {setup[1]}: "
                             f"{runs[setup][-1]['cpu_us_per_msg'] or 0:.0f} us/msg")
+    return runs
+
+
+def _neighbours(these: list[dict[str, Any]], others: list[dict[str, Any]]) -> list[float]:
+    """CPU per message of each run of `these` over the run of `others` beside it."""
+    return [t["cpu_us_per_msg"] / o["cpu_us_per_msg"] for t, o in zip(these, others, strict=True)
+            if t["cpu_us_per_msg"] and o["cpu_us_per_msg"]]
+
+
+def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: float,
+            repeats: int, out: Path | None, rate: float | None = None) -> dict[str, Any]:
+    """The loaded phase on TREE's router and this checkout's, side by side (`--base`)."""
+    trees = {"base": base.resolve(), "this": HERE}
+    setups = [(name, workers) for workers in counts for name in trees]
+    runs = interleaved(trees, counts=counts, clients=clients, duration=duration,
+                       repeats=repeats, rate=rate)
     medians = {f"{name}-{workers}": {
         key: statistics.median(r[key] or 0 for r in runs[(name, workers)])
         for key in ("cpu_us_per_msg", "msgs_per_s", "blocks_in_per_msg", "blocks_out_per_msg")}
@@ -328,9 +391,7 @@ def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: floa
     rows = []
     for workers in counts:
         this, other = medians[f"this-{workers}"], medians[f"base-{workers}"]
-        neighbours = [t["cpu_us_per_msg"] / b["cpu_us_per_msg"] for t, b in zip(
-            runs[("this", workers)], runs[("base", workers)], strict=True)
-            if t["cpu_us_per_msg"] and b["cpu_us_per_msg"]]
+        neighbours = _neighbours(runs[("this", workers)], runs[("base", workers)])
         rows.append([workers, _f(other["cpu_us_per_msg"], 0), _f(this["cpu_us_per_msg"], 0),
                      _x(this["cpu_us_per_msg"], other["cpu_us_per_msg"]),
                      f"{statistics.median(neighbours):.2f}" if neighbours else "-",
@@ -398,7 +459,9 @@ def main(argv: list[str]) -> int:
                         f"{QUICK_DURATION} s of it)")
     parser.add_argument("--base", type=Path, help="with --loaded-only: another checkout, "
                         "its router beside this one's")
-    parser.add_argument("--repeats", type=int, default=5, help="with --base: runs of each")
+    parser.add_argument("--repeats", type=int, default=RATIO_REPEATS,
+                        help="with --base, and in a full run's last phase: loaded runs of "
+                        "each router, in turn")
     parser.add_argument("--clients", type=int, help=f"clients of the loaded phase "
                         f"(default {CLIENTS}; --quick without --loaded-only: {QUICK_CLIENTS})")
     parser.add_argument("--rate", type=float,
@@ -438,7 +501,7 @@ def main(argv: list[str]) -> int:
                 loaded_only=args.loaded_only, clients=args.clients,
                 memory_only=args.memory_only, settled=args.settled,
                 connections=args.connections, subscriptions=args.subscriptions,
-                rate=args.rate)
+                rate=args.rate, repeats=args.repeats)
     except harness.BenchError as exc:
         print(f"python -m bench workers_costs: error: {exc}", file=sys.stderr)
         return 1

@@ -67,6 +67,19 @@ def test_two_checkouts_routers_are_compared_side_by_side(tmp_path: Path):
     assert (tmp_path / "workers_costs_compare.md").read_text().startswith("|")
 
 
+def test_each_counts_routers_are_loaded_in_turn_and_their_ratio_taken_run_beside_run():
+    runs = workers_costs.interleaved({"this": workers_costs.HERE}, counts=(1, 2), clients=4,
+                                     duration=0.5, repeats=2)
+    ratios = workers_costs.interleaved_ratios((1, 2), runs)
+    assert ratios["1"]["x_first"] == [1.0, 1.0]
+    two = ratios["2"]
+    assert len(two["x_first"]) == 2 and two["x_first_median"] > 0
+    assert two["x_first"] == [t / o for t, o in zip(two["cpu_us_per_msg"],
+                                                    ratios["1"]["cpu_us_per_msg"], strict=True)]
+    assert all(r["send_errors"] == r["ack_errors"] == 0 for r in runs[("this", 2)])
+    assert workers_costs.ratios_table(ratios).count("\n") == 3  # header, rule, two counts
+
+
 def test_a_shadows_traced_memory_is_measured(tmp_path: Path):
     result = workers_shadow.run(8, tmp_path)
     # The first SUB of the other worker's queue makes a shadow: more than a subscription.
