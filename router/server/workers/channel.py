@@ -176,9 +176,9 @@ class Links:
                     # The writer runs after the tasks that queued frames in this pass of
                     # the scheduler: what they all queued goes in one write (under load,
                     # ~5 frames), one wake-up of the peer. A frame written by its sender
-                    # at once cost a write and a wake-up each: more CPU per message and
-                    # backed-up links (bench/RESULTS.md, "Worker processes"). Each
-                    # payload is copied once, into the write.
+                    # at once cost a write and a wake-up each: more CPU per message
+                    # (bench/RESULTS.md, "Worker processes"). Each payload is copied
+                    # once, into the write.
                     data = b"".join(_pieces(with_queued(frame, frames)))
                     if sock is None:
                         await stream.send_all(data)
