@@ -3,6 +3,7 @@
     python -m bench workers_costs [--counts 1,2] [--duration 5] [--quick] [--out DIR]
                                   [--loaded-only] [--clients N]
                                   [--loaded-only --base TREE [--repeats 5]]
+                                  [--repeats R] [--cores ROUTER:LOAD]
 
 For each count N of `--counts`, against `smp-router serve --workers N` on the memory
 store (`bench.workers_router`: queues written into their owners' shares first; CPU
@@ -36,13 +37,18 @@ message below saturation, where the load's processes and the router's do not tak
 the cores from each other.
 
 `--loaded-only` runs only step 3 (with `--quick`: a short one at the full 50 clients,
-to compare CPU per message quickly; `--clients` changes the count). With `--base
+to compare CPU per message quickly; `--clients` changes the count; `--repeats R`: step
+5 after it, R times). With `--base
 TREE` (another checkout, e.g. `git worktree add /tmp/base main`) it compares: the
 routers of TREE and of this checkout, at every count, all started at once, take the
 load in turn, `--repeats` times, which tree goes first alternating; the medians and
 this checkout's CPU per message over TREE's at each count (a machine shared with
 other work moves single figures by 10-20 %: the ratio of neighbours in time moves
 less).
+
+`--cores ROUTER:LOAD` (e.g. `1:0`) runs the routers on the cores ROUTER and the load on
+the cores LOAD: each count's router then has the same cores, which the load does not
+take from it (`workers_router.pin_cores`).
 
 The load comes from two `bench.loadgen` processes. A connection lands on whichever
 worker accepts it; a queue belongs to its ids' owner, so with N workers (N-1)/N of
@@ -68,7 +74,7 @@ from . import harness
 from .fairness import _ping_ms, summary_ms
 from .harness import WorkerGroup
 from .throughput import SENDER_WINDOW, RouterLoad, _sleep_until, _window
-from .workers_router import HERE, CliRouter, fill
+from .workers_router import HERE, CliRouter, fill, pin_cores, pinning
 
 COUNTS = (1, 2)
 CLIENTS, QUICK_CLIENTS = 50, 8
@@ -203,12 +209,14 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
         out: Path | None = None, loaded_only: bool = False, clients: int | None = None,
         memory_only: bool = False, settled: bool | None = None,
         connections: int | None = None, subscriptions: int | None = None,
-        rate: float | None = None, repeats: int = RATIO_REPEATS) -> list[dict[str, Any]]:
+        rate: float | None = None, repeats: int | None = None) -> list[dict[str, Any]]:
     duration = duration or (QUICK_DURATION if quick else DURATION)
     clients = clients or (CLIENTS if loaded_only or not quick else QUICK_CLIENTS)
     connections = connections or (QUICK_IDLE_CONNECTIONS if quick else IDLE_CONNECTIONS)
     subscriptions = subscriptions or (QUICK_IDLE_SUBSCRIPTIONS if quick else IDLE_SUBSCRIPTIONS)
     settled = not quick if settled is None else settled
+    if repeats is None:  # a full run ends with the loaded phase in turn; a loaded-only one if asked
+        repeats = 0 if loaded_only else RATIO_REPEATS
     results = []
     with tempfile.TemporaryDirectory(prefix="smp-bench-workers-costs-") as tmp:
         for workers in counts:
@@ -230,7 +238,7 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
                                            subscriptions=subscriptions, settled=settled)
             results.append(entry)
     ratios: dict[str, Any] | None = None
-    if not loaded_only and not memory_only and len(counts) > 1:
+    if repeats and not memory_only and len(counts) > 1:
         harness.log(f"workers_costs: {clients} clients again, every count's router loaded "
                     f"in turn, {repeats} times")
         ratios = interleaved_ratios(counts, interleaved(
@@ -238,6 +246,8 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
             repeats=repeats, rate=rate))
     if loaded_only:
         text = loaded_table(results)
+        if ratios is not None:
+            text += "\n" + ratios_table(ratios)
     else:
         text = memory_table(results)
         if not memory_only:
@@ -249,7 +259,8 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
         "counts": counts, "store": STORE, "clients": clients, "duration": duration,
         "rate": rate, "queues_per_recipient": QUEUES_PER_RECIPIENT, "sender_window": SENDER_WINDOW,
         "light_rate": LIGHT_RATE, "idle_connections": connections,
-        "idle_subscriptions": subscriptions, "repeats": repeats}, "results": results,
+        "idle_subscriptions": subscriptions, "repeats": repeats, "cores": pinning()},
+        "results": results,
         "interleaved": ratios}, text, out)
     print(text)
     return results
@@ -405,7 +416,8 @@ def compare(base: Path, *, counts: tuple[int, ...], clients: int, duration: floa
          f"this x {counts[0]} worker", "blocks out / msg (base / this)",
          "msg/s (base / this)"], rows)
     results = {"parameters": {"base": str(trees["base"]), "counts": counts, "clients": clients,
-                              "duration": duration, "repeats": repeats, "rate": rate},
+                              "duration": duration, "repeats": repeats, "rate": rate,
+                              "cores": pinning()},
                "medians": medians,
                "runs": {f"{name}-{workers}": r for (name, workers), r in runs.items()}}
     harness.write_results("workers_costs_compare", results, text, out)
@@ -447,6 +459,17 @@ def _counts(text: str) -> tuple[int, ...]:
     return counts
 
 
+def _cores(text: str) -> tuple[set[int], set[int]]:
+    try:
+        router, load = (set(int(core) for core in side.split(",")) for side in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the router's cores, then the load's, "
+                                         "e.g. 1:0") from None
+    if router & load:
+        raise argparse.ArgumentTypeError(f"{text!r}: the router and the load share cores")
+    return router, load
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench workers_costs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -459,9 +482,10 @@ def main(argv: list[str]) -> int:
                         f"{QUICK_DURATION} s of it)")
     parser.add_argument("--base", type=Path, help="with --loaded-only: another checkout, "
                         "its router beside this one's")
-    parser.add_argument("--repeats", type=int, default=RATIO_REPEATS,
-                        help="with --base, and in a full run's last phase: loaded runs of "
-                        "each router, in turn")
+    parser.add_argument("--repeats", type=int,
+                        help="loaded runs of each router, in turn: a full run's last phase "
+                        f"and --base's (default {RATIO_REPEATS}); with --loaded-only, "
+                        "after its one run of each")
     parser.add_argument("--clients", type=int, help=f"clients of the loaded phase "
                         f"(default {CLIENTS}; --quick without --loaded-only: {QUICK_CLIENTS})")
     parser.add_argument("--rate", type=float,
@@ -479,6 +503,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--subscriptions", type=int,
                         help="idle subscriptions of the memory phase "
                         f"(default {IDLE_SUBSCRIPTIONS:,}, quick {QUICK_IDLE_SUBSCRIPTIONS})")
+    parser.add_argument("--cores", type=_cores, metavar="ROUTER:LOAD",
+                        help="the routers on the cores ROUTER, the load on the cores LOAD "
+                        "(e.g. 1:0): each side's CPU without the other's taking its cores")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results; "
                         "with --quick a new scratch directory)")
     args = parser.parse_args(argv)
@@ -492,10 +519,12 @@ def main(argv: list[str]) -> int:
     if args.base is not None and not (args.base / "router").is_dir():
         parser.error(f"--base {args.base}: not a checkout of the router")
     try:
+        if args.cores is not None:
+            pin_cores(*args.cores)
         if args.base is not None:
             compare(args.base, counts=args.counts, clients=args.clients or CLIENTS,
                     duration=args.duration or (QUICK_DURATION if args.quick else DURATION),
-                    repeats=args.repeats, out=out, rate=args.rate)
+                    repeats=args.repeats or RATIO_REPEATS, out=out, rate=args.rate)
         else:
             run(quick=args.quick, counts=args.counts, duration=args.duration, out=out,
                 loaded_only=args.loaded_only, clients=args.clients,

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,30 @@ FILL_CHUNK = 5_000
 START_TIMEOUT = 600.0
 STOP_TIMEOUT = 30.0
 HERE = Path(__file__).resolve().parent.parent
+# The cores routers started from now on run on (`pin_cores`); None: any.
+_router_cores: set[int] | None = None
+
+
+def pin_cores(router: set[int], load: set[int]) -> None:
+    """Routers started from now on run on the cores `router`, this process and the load
+    processes it starts from now on (they inherit it) on `load`: each side's CPU per
+    message without the other's taking its cores."""
+    global _router_cores
+    available = os.sched_getaffinity(0)
+    for cores in (router, load):
+        if not cores or not cores <= available:
+            raise harness.BenchError(f"cores {sorted(cores)}: this machine has "
+                                     f"{sorted(available)}")
+    _router_cores = set(router)
+    os.sched_setaffinity(0, load)
+
+
+def pinning() -> str | None:
+    """`pin_cores`'s choice, ROUTER:LOAD, for a bench's parameters; None if none."""
+    if _router_cores is None:
+        return None
+    return ":".join(",".join(map(str, sorted(cores)))
+                    for cores in (_router_cores, os.sched_getaffinity(0)))
 
 
 def owner(index: int, workers: int) -> int:
@@ -74,6 +98,12 @@ async def fill(kind: str, data_dir: Path, queues: Iterable[int], workers: int,
     return {w: len(indices) for w, indices in by_owner.items()}
 
 
+def _pinned(cores: set[int] | None) -> Callable[[], None] | None:
+    if cores is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cores)
+
+
 class CliRouter:
     """`python -m router.server serve --workers N` on 127.0.0.1, started on a filled
     data directory; `address` is its smp:// (TLS) address, `url` its WebSocket URL
@@ -94,7 +124,8 @@ class CliRouter:
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log,
                                          text=True, cwd=tree,
-                                         env={**os.environ, "PYTHONPATH": str(tree)})
+                                         env={**os.environ, "PYTHONPATH": str(tree)},
+                                         preexec_fn=_pinned(_router_cores))
         assert self.proc.stdout is not None
         line = harness._readline(self.proc.stdout, START_TIMEOUT)
         if "smp://" not in line:

@@ -4,9 +4,13 @@ every message and subscription went through at two workers, and each figure was 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from bench import workers_costs, workers_shadow
+import pytest
+import trio
+
+from bench import workers_costs, workers_router, workers_shadow
 
 
 def test_the_costs_of_two_workers_are_measured(tmp_path: Path, monkeypatch):
@@ -40,6 +44,16 @@ def test_the_loaded_phase_alone_is_measured(tmp_path: Path, monkeypatch):
     assert loaded["msgs_per_s"] > 0 and loaded["cpu_us_per_msg"] > 0
     assert loaded["send_errors"] == loaded["ack_errors"] == 0
     assert (tmp_path / "workers_costs.md").read_text().startswith("|")
+
+
+def test_the_loaded_phase_alone_with_repeats_ends_with_the_routers_loaded_in_turn(
+        tmp_path: Path):
+    results = workers_costs.run(quick=True, counts=(1, 2), duration=0.5, out=tmp_path,
+                                loaded_only=True, clients=4, repeats=2)
+    assert [r["workers"] for r in results] == [1, 2]
+    saved = json.loads((tmp_path / "workers_costs.json").read_text())
+    assert len(saved["interleaved"]["2"]["x_first"]) == 2
+    assert "loaded in turn" in (tmp_path / "workers_costs.md").read_text()
 
 
 def test_the_loaded_phase_at_a_rate_is_measured(tmp_path: Path, monkeypatch):
@@ -86,3 +100,23 @@ def test_a_shadows_traced_memory_is_measured(tmp_path: Path):
     assert result["bytes_per_other_workers_subscription"] > result["bytes_per_own_subscription"]
     assert result["sites"] and result["files"]
     assert (tmp_path / "workers_shadow.md").read_text().startswith("|")
+
+
+def test_the_routers_run_on_the_cores_they_are_given(tmp_path: Path, monkeypatch):
+    core = max(os.sched_getaffinity(0))
+    monkeypatch.setattr(workers_router, "_router_cores", {core})
+    data_dir = tmp_path / "data"
+    trio.run(workers_router.fill, workers_costs.STORE, data_dir, range(4), 2)
+    with workers_router.CliRouter(2, workers_costs.STORE, data_dir) as router:
+        processes = router.processes()
+        assert len(processes) == 3  # the supervisor and both workers, each on that core
+        assert [p.cpu_affinity() for p in processes] == [[core]] * 3
+
+
+def test_cores_the_machine_lacks_or_shared_with_the_load_are_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        workers_costs.main(["--loaded-only", "--cores", "0:0"])
+    assert exit_.value.code == 2 and "share cores" in capsys.readouterr().err
+    missing = max(os.sched_getaffinity(0)) + 1
+    assert workers_costs.main(["--loaded-only", "--cores", f"{missing}:0"]) == 1
+    assert f"cores [{missing}]: this machine has" in capsys.readouterr().err
