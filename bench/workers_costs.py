@@ -246,14 +246,12 @@ def run(*, quick: bool = False, counts: tuple[int, ...] = COUNTS, duration: floa
             repeats=repeats, rate=rate))
     if loaded_only:
         text = loaded_table(results)
-        if ratios is not None:
-            text += "\n" + ratios_table(ratios)
     else:
         text = memory_table(results)
         if not memory_only:
             text = table(results) + "\n" + text
-        if ratios is not None:
-            text += "\n" + ratios_table(ratios)
+    if ratios is not None:
+        text += "\n" + ratios_table(ratios)
     harness.write_results("workers_costs", {"parameters": {
         "loaded_only": loaded_only,
         "counts": counts, "store": STORE, "clients": clients, "duration": duration,
