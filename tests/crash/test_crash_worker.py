@@ -26,7 +26,8 @@ import random
 import re
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from postgres_server import postgres_store_options
 from supervised import supervised  # tests/workers: the router under its supervisor
 from test_crash_restart import sender
 
-from router.client import ConnectionClosed, MessageEvent, RecipientQueue, open_client
+from router.client import ConnectionClosed, MessageEvent, RecipientQueue, SMPClient, open_client
 from router.server.core.ownership import Ownership
 
 CYCLES = 2
@@ -90,17 +91,18 @@ def worker_pids(log: str) -> dict[int, int]:
 async def create_queues(run: WorkerCrashRun, address: str, per_worker: int) -> None:
     """`per_worker` queues in each worker, made on connections of that worker."""
     made: dict[int, list[RecipientQueue]] = {index: [] for index in range(WORKERS)}
-    for _ in range(200):
-        if all(len(queues) >= per_worker for queues in made.values()):
-            break
-        async with open_client(address) as client:
+    async with AsyncExitStack() as held:  # each kept open: see `_landed_on`
+        for _ in range(200):
+            if all(len(queues) >= per_worker for queues in made.values()):
+                break
+            client = await held.enter_async_context(open_client(address))
             queue = await client.create_queue()
             landed = owner_of(queue.recipient_id)
             while len(made[landed]) < per_worker:
                 made[landed].append(queue)
                 queue = await client.create_queue()
-    else:
-        raise AssertionError(f"connections landed on one worker only: {made}")
+        else:
+            raise AssertionError(f"connections landed on one worker only: {made}")
     run.queues = [queue for queues in made.values() for queue in queues]
 
 
@@ -116,15 +118,30 @@ async def subscribers_on_every_worker(run: WorkerCrashRun, address: str, router_
 async def _subscriber_on(run: WorkerCrashRun, address: str, router_run: int, worker: int,
                          share: list[RecipientQueue], *,
                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    for _ in range(200):
-        async with open_client(address) as client:
+    async with _landed_on(address, worker) as client:
+        task_status.started()
+        await _receive(run, client, share, router_run)
+
+
+@asynccontextmanager
+async def _landed_on(address: str, worker: int) -> AsyncIterator[SMPClient]:
+    """A client whose connection landed on `worker`, shown by a probe queue (made and
+    deleted). The others stay open until it is found: which idle worker accepts a
+    connection is the kernel's choice, and the same one may take every connection
+    opened and closed in turn, but no worker takes more than its share of the open
+    ones by `SHARE_SLACK` (docs/workers.md "The listener")."""
+    async with AsyncExitStack() as opened:
+        others = []
+        for _ in range(200):
+            client = await opened.enter_async_context(open_client(address))
             probe = await client.create_queue()
             await client.delete(probe)
-            if owner_of(probe.recipient_id) != worker:
-                continue
-            task_status.started()
-            await _receive(run, client, share, router_run)
-            return
+            if owner_of(probe.recipient_id) == worker:
+                for other in others:
+                    await other.aclose()
+                yield client
+                return
+            others.append(client)
     raise AssertionError(f"no connection landed on worker {worker}")
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 from supervised import Supervised, serving
+
+from router.client import open_client
 
 ADMIN = "adm"
 CONTROL = re.compile(r"smp-router: control port on 127\.0\.0\.1:(\d+)")
@@ -86,6 +88,22 @@ def sample(page: str, name: str) -> float:
 def workers_of(clients: list[str]) -> list[int]:
     """The worker column of the `clients` answer."""
     return [int(line.split()[0]) for line in clients[1:-1]]
+
+
+async def clients_on_both_workers(address: str, control_port: int,
+                                  stack: AsyncExitStack) -> list:
+    """Clients of the router until one landed on each of its two workers; the first and
+    the last are on different ones. Each stays open meanwhile: which idle worker accepts
+    a connection is the kernel's choice, and the same one may take every connection
+    opened and closed in turn, but no worker takes more than its share of the open
+    ones by `SHARE_SLACK` (docs/workers.md "The listener")."""
+    clients = []
+    for _ in range(40):
+        clients.append(await stack.enter_async_context(open_client(address)))
+        (listed,) = await control(control_port, "clients")
+        if set(workers_of(listed)) == {0, 1}:
+            return clients
+    raise AssertionError(f"every connection landed on one worker: {listed}")
 
 
 def queue_id_text(queue_id: bytes) -> str:

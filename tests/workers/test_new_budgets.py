@@ -11,10 +11,9 @@ from contextlib import AsyncExitStack
 
 import pytest
 import trio
-from operated import ADMIN, CONTROL, control, operated, workers_of
+from operated import ADMIN, CONTROL, clients_on_both_workers, control, operated
 from supervised import serving
 
-from router.client import open_client
 from router.server.core import limits
 from router.server.core.limits import (
     GRANT_BATCH,
@@ -247,18 +246,6 @@ async def test_no_supervisor_is_a_refusal():
     assert await NewQueueLimits(CONFIG, 2, link).allow(Conn(), "10.0.0.1:1") is False
 
 
-async def clients_on_both_workers(r, stack: AsyncExitStack) -> list:
-    """Clients of the router `r` until one landed on each of its two workers; the first
-    and the last are on different ones."""
-    clients = []
-    for _ in range(40):
-        clients.append(await stack.enter_async_context(open_client(r.address)))
-        (listed,) = await control(r.control_port, "clients")
-        if set(workers_of(listed)) == {0, 1}:
-            return clients
-    raise AssertionError(f"every connection landed on one worker: {listed}")
-
-
 def budget_args(burst: int) -> tuple[str, ...]:
     return ("--store", "memory", "--new-queues-per-second-per-address", "0.001",
             "--new-queues-burst-per-address", str(burst))
@@ -268,7 +255,7 @@ async def test_two_workers_of_the_command_line_give_one_address_its_whole_burst(
     burst = 6
     async with operated(tmp_path, *budget_args(burst)) as r:
         async with AsyncExitStack() as stack:
-            clients = await clients_on_both_workers(r, stack)
+            clients = await clients_on_both_workers(r.address, r.control_port, stack)
             created = []
             for client in (clients[0], clients[-1]):  # the whole burst in the first's worker
                 created.append(0)
@@ -289,7 +276,7 @@ async def test_the_tokens_a_worker_holds_unused_reach_the_other_without_its_news
     the first worker."""
     async with operated(tmp_path, *budget_args(GRANT_BATCH)) as r:
         async with AsyncExitStack() as stack:
-            clients = await clients_on_both_workers(r, stack)
+            clients = await clients_on_both_workers(r.address, r.control_port, stack)
             assert await created(clients[0], 1) == 1
             assert await created(clients[-1], 1) == 0  # held by the first's worker
             await trio.sleep(2 * limits.GRANT_LIFETIME + limits.REFUSAL_LIFETIME + 0.2)
@@ -330,14 +317,7 @@ async def test_sighup_gives_the_supervisor_and_the_workers_the_new_budget(tmp_pa
                     await trio.sleep(0.05)
 
         async with AsyncExitStack() as stack:
-            clients = []
-            for _ in range(40):  # a client on each worker
-                clients.append(await stack.enter_async_context(open_client(address)))
-                (listed,) = await control(port, "clients")
-                if set(workers_of(listed)) == {0, 1}:
-                    break
-            else:
-                raise AssertionError(f"every connection landed on one worker: {listed}")
+            clients = await clients_on_both_workers(address, port, stack)
             first, last = clients[0], clients[-1]
             assert (await created(first, 4), await created(last, 2)) == (3, 0)
             limits_ini(ini, 6)

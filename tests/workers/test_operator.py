@@ -10,7 +10,16 @@ import signal
 from contextlib import AsyncExitStack
 
 import trio
-from operated import ADMIN, control, http_get, operated, queue_id_text, sample, workers_of
+from operated import (
+    ADMIN,
+    clients_on_both_workers,
+    control,
+    http_get,
+    operated,
+    queue_id_text,
+    sample,
+    workers_of,
+)
 from supervised import alive, run
 
 from router.client import open_client
@@ -20,15 +29,13 @@ from router.server.workers.operator import merge_expositions
 async def test_one_control_port_speaks_for_both_workers(tmp_path):
     async with operated(tmp_path, "--store", "memory", "--drain-period", "0.2") as r:
         async with AsyncExitStack() as stack:
-            a = await stack.enter_async_context(open_client(r.address))
-            for _ in range(40):  # the sender on the other worker than the queue's
-                b = await stack.enter_async_context(open_client(r.address))
-                (listed,) = await control(r.control_port, "clients")
-                if set(workers_of(listed)) == {0, 1}:
-                    break
-                await b.aclose()
-            else:
-                raise AssertionError(f"every connection landed on one worker: {listed}")
+            # The sender on the other worker than the queue's; the clients between them go.
+            a, *between, b = await clients_on_both_workers(r.address, r.control_port, stack)
+            for client in between:
+                await client.aclose()
+            with trio.fail_after(10):
+                while (await control(r.control_port, "clients"))[0][-1] != "2 clients":
+                    await trio.sleep(0.05)
             # The queue is a's worker's; b's SEND makes b a shadow there.
             queue = await a.create_queue(snd_secure=False)
             await b.send(queue.sender_id, b"hello")

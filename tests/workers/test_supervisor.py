@@ -63,14 +63,15 @@ async def test_a_killed_worker_is_started_again_with_its_durable_queues(tmp_path
         # A queue of worker 0's, with a message: NEW runs in the connection's worker,
         # which mints the ids for itself (docs/workers.md#ownership).
         owner_of = Ownership(2, 0).owner_of
-        for _ in range(60):
-            async with open_client(r.address) as client:
+        async with AsyncExitStack() as held:  # kept open: see the test above
+            for _ in range(60):
+                client = await held.enter_async_context(open_client(r.address))
                 queue = await client.create_queue(snd_secure=False)
                 if owner_of(queue.recipient_id) == 0:
                     await client.send(queue.sender_id, b"kept")
                     break
-        else:
-            raise AssertionError("no connection landed on worker 0")
+            else:
+                raise AssertionError("no connection landed on worker 0")
         os.kill(first, signal.SIGKILL)
         await r.until_logged(lambda log: "worker 0 is serving again" in log, "the restart")
         assert f"worker 0 (pid {first}) ended: killed by SIGKILL" in r.log()
